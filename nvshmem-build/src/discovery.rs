@@ -1,0 +1,436 @@
+//! Finding NVSHMEM and the CUDA compiler, in the order DESIGN.md gives.
+
+use crate::Error;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Variables that change what discovery finds; build scripts re-run when they change.
+pub const DISCOVERY_VARS: &[&str] = &["NVSHMEM_HOME", "CUDA_HOME", "NVCC", "PYTHON", "PATH"];
+
+/// A `major.minor.patch` version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Version {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+impl std::str::FromStr for Version {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let bad = || Error::Invalid(format!("`{s}` is not a major.minor.patch version"));
+        let mut parts = s.trim().split('.').map(|p| p.parse::<u32>().map_err(|_| bad()));
+        let v = Version {
+            major: parts.next().ok_or_else(bad)??,
+            minor: parts.next().unwrap_or(Ok(0))?,
+            patch: parts.next().unwrap_or(Ok(0))?,
+        };
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(v)
+    }
+}
+
+/// Where an install was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// An environment variable (`NVSHMEM_HOME`, `CUDA_HOME`, `NVCC`).
+    EnvVar(&'static str),
+    /// The `links` metadata of the `nvshmem` crate (what it was built against).
+    Metadata,
+    /// A `.venv` made by `make setup`, found by walking up from the package directory.
+    ProjectVenv(PathBuf),
+    /// The Python package `nvidia.nvshmem` / `nvidia.cu13` of the `python3` on `PATH`.
+    PythonPackage,
+    /// `nvcc` on `PATH`.
+    Path,
+    /// A standard system location.
+    System,
+}
+
+/// An NVSHMEM installation: headers, the host library and the device library.
+#[derive(Debug, Clone)]
+pub struct NvshmemInstall {
+    pub include_dir: PathBuf,
+    pub lib_dir: PathBuf,
+    /// `libnvshmem_host.so.3` (pip wheels ship only the versioned name) or `libnvshmem_host.so`.
+    pub host_lib: PathBuf,
+    /// `libnvshmem_device.a`, linked into every cubin by `nvlink`.
+    pub device_lib: PathBuf,
+    /// From `non_abi/nvshmem_version.h`.
+    pub version: Version,
+    pub source: Source,
+}
+
+impl NvshmemInstall {
+    /// Check the layout under `include_dir`/`lib_dir` and read the version.
+    pub fn at(include_dir: &Path, lib_dir: &Path, source: Source) -> Result<Self, Error> {
+        let root = include_dir.parent().unwrap_or(include_dir).to_path_buf();
+        let missing = |p: PathBuf| Error::NvshmemIncomplete {
+            root: root.clone(),
+            missing: p,
+        };
+        let header = include_dir.join("nvshmem.h");
+        if !header.is_file() {
+            return Err(missing(header));
+        }
+        let host_lib = ["libnvshmem_host.so.3", "libnvshmem_host.so"]
+            .iter()
+            .map(|n| lib_dir.join(n))
+            .find(|p| p.is_file())
+            .ok_or_else(|| missing(lib_dir.join("libnvshmem_host.so.3")))?;
+        let device_lib = lib_dir.join("libnvshmem_device.a");
+        if !device_lib.is_file() {
+            return Err(missing(device_lib));
+        }
+        let version_h = include_dir.join("non_abi").join("nvshmem_version.h");
+        let text = std::fs::read_to_string(&version_h).map_err(|_| missing(version_h.clone()))?;
+        let field = |name: &str| {
+            text.lines()
+                .filter_map(|l| l.trim().strip_prefix("#define "))
+                .filter_map(|l| l.strip_prefix(name))
+                .find_map(|rest| rest.trim().parse::<u32>().ok())
+                .ok_or_else(|| missing(version_h.clone()))
+        };
+        let version = Version {
+            major: field("NVSHMEM_VENDOR_MAJOR_VERSION")?,
+            minor: field("NVSHMEM_VENDOR_MINOR_VERSION")?,
+            patch: field("NVSHMEM_VENDOR_PATCH_VERSION")?,
+        };
+        Ok(NvshmemInstall {
+            include_dir: include_dir.to_path_buf(),
+            lib_dir: lib_dir.to_path_buf(),
+            host_lib,
+            device_lib,
+            version,
+            source,
+        })
+    }
+
+    /// An install rooted at `root` (`root/include`, `root/lib`).
+    pub fn at_root(root: &Path, source: Source) -> Result<Self, Error> {
+        Self::at(&root.join("include"), &root.join("lib"), source)
+    }
+
+    /// The file name to link: the versioned name when that is all there is.
+    pub fn host_lib_file_name(&self) -> String {
+        self.host_lib
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// A CUDA compiler with its device linker and headers.
+#[derive(Debug, Clone)]
+pub struct CudaToolkit {
+    pub nvcc: PathBuf,
+    pub nvlink: PathBuf,
+    /// `include/` and, where present, `include/cccl` (CUDA 13 keeps `nv/target` there).
+    pub include_dirs: Vec<PathBuf>,
+    /// From `CUDA_VERSION` in `cuda.h`, when the header is there.
+    pub version: Option<Version>,
+    pub source: Source,
+}
+
+impl CudaToolkit {
+    /// A toolkit given its `nvcc`; the root is the directory above `bin/`.
+    pub fn from_nvcc(nvcc: &Path, source: Source) -> Result<Self, Error> {
+        let bin = nvcc.parent().unwrap_or(Path::new("."));
+        let root = bin.parent().unwrap_or(bin).to_path_buf();
+        if !nvcc.is_file() {
+            return Err(Error::CudaIncomplete {
+                root,
+                missing: nvcc.to_path_buf(),
+            });
+        }
+        let nvlink = bin.join("nvlink");
+        if !nvlink.is_file() {
+            return Err(Error::CudaIncomplete {
+                root,
+                missing: nvlink,
+            });
+        }
+        let include = root.join("include");
+        let mut include_dirs = vec![include.clone()];
+        if include.join("cccl").is_dir() {
+            include_dirs.push(include.join("cccl"));
+        }
+        let version = std::fs::read_to_string(include.join("cuda.h"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .filter_map(|l| l.trim().strip_prefix("#define CUDA_VERSION"))
+                    .find_map(|v| v.trim().parse::<u32>().ok())
+            })
+            .map(|v| Version {
+                major: v / 1000,
+                minor: (v % 1000) / 10,
+                patch: 0,
+            });
+        Ok(CudaToolkit {
+            nvcc: nvcc.to_path_buf(),
+            nvlink,
+            include_dirs,
+            version,
+            source,
+        })
+    }
+}
+
+/// Where and how to look. [`Probe::from_env`] is what build scripts want; the other
+/// constructors exist so discovery can be tested against made-up trees.
+pub struct Probe {
+    vars: HashMap<String, OsString>,
+    start_dir: Option<PathBuf>,
+    python: Option<OsString>,
+    system_nvshmem: Vec<(PathBuf, PathBuf)>,
+    system_cuda: Vec<PathBuf>,
+}
+
+impl Probe {
+    /// Look with the process environment, from `CARGO_MANIFEST_DIR` (or the current
+    /// directory) upwards, with `python3` (or `$PYTHON`) and the standard system paths.
+    ///
+    /// Inside a build script (`OUT_DIR` set) this also tells cargo to re-run the script when
+    /// a discovery variable changes.
+    pub fn from_env() -> Self {
+        if std::env::var_os("OUT_DIR").is_some() {
+            for v in DISCOVERY_VARS {
+                println!("cargo:rerun-if-env-changed={v}");
+            }
+        }
+        let vars: HashMap<String, OsString> = DISCOVERY_VARS
+            .iter()
+            .filter_map(|k| std::env::var_os(k).map(|v| (k.to_string(), v)))
+            .collect();
+        let start_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map(PathBuf::from)
+            .or_else(|| std::env::current_dir().ok());
+        let python = Some(
+            vars.get("PYTHON")
+                .cloned()
+                .unwrap_or_else(|| OsString::from("python3")),
+        );
+        let arch_lib = format!("/usr/lib/{}-linux-gnu", std::env::consts::ARCH);
+        let mut system_nvshmem = vec![
+            (
+                PathBuf::from("/usr/local/nvshmem/include"),
+                PathBuf::from("/usr/local/nvshmem/lib"),
+            ),
+            (
+                PathBuf::from("/opt/nvidia/nvshmem/include"),
+                PathBuf::from("/opt/nvidia/nvshmem/lib"),
+            ),
+        ];
+        // Debian/Ubuntu packages split headers and libraries by CUDA major version.
+        for cuda in ["13", "12"] {
+            system_nvshmem.push((
+                PathBuf::from(format!("/usr/include/nvshmem_{cuda}")),
+                PathBuf::from(format!("{arch_lib}/nvshmem/{cuda}")),
+            ));
+        }
+        Probe {
+            vars,
+            start_dir,
+            python,
+            system_nvshmem,
+            system_cuda: vec![PathBuf::from("/usr/local/cuda")],
+        }
+    }
+
+    /// Look nowhere but where the builder methods say: no variables, no Python, no system.
+    pub fn isolated() -> Self {
+        Probe {
+            vars: HashMap::new(),
+            start_dir: None,
+            python: None,
+            system_nvshmem: Vec::new(),
+            system_cuda: Vec::new(),
+        }
+    }
+
+    /// Set a discovery variable as if it were in the environment.
+    pub fn var(mut self, name: &str, value: impl Into<OsString>) -> Self {
+        self.vars.insert(name.to_string(), value.into());
+        self
+    }
+
+    /// Walk up from `dir` looking for a `.venv` made by `make setup`.
+    pub fn start_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.start_dir = Some(dir.into());
+        self
+    }
+
+    /// Also ask this Python for the `nvidia.*` wheels (`None`: don't).
+    pub fn python(mut self, python: Option<OsString>) -> Self {
+        self.python = python;
+        self
+    }
+
+    /// Replace the system locations for NVSHMEM (`(include, lib)` pairs) and CUDA (roots).
+    pub fn system_paths(mut self, nvshmem: Vec<(PathBuf, PathBuf)>, cuda: Vec<PathBuf>) -> Self {
+        self.system_nvshmem = nvshmem;
+        self.system_cuda = cuda;
+        self
+    }
+
+    fn path_var(&self, name: &str) -> Option<PathBuf> {
+        self.vars
+            .get(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    }
+
+    /// `site-packages/nvidia` directories of `.venv`s in `start_dir` and its ancestors.
+    fn venv_nvidia_dirs(&self) -> Vec<PathBuf> {
+        let Some(start) = &self.start_dir else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for dir in start.ancestors() {
+            let lib = dir.join(".venv").join("lib");
+            let Ok(entries) = std::fs::read_dir(&lib) else {
+                continue;
+            };
+            let mut pythons: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("python3"))
+                })
+                .collect();
+            pythons.sort();
+            found.extend(
+                pythons
+                    .into_iter()
+                    .map(|p| p.join("site-packages").join("nvidia"))
+                    .filter(|p| p.is_dir()),
+            );
+        }
+        found
+    }
+
+    /// Ask Python where a package lives (`nvidia.nvshmem`, `nvidia.cu13`...).
+    fn python_package_dir(&self, package: &str) -> Option<PathBuf> {
+        let python = self.python.as_ref()?;
+        let script = format!("import {package} as m; print(list(m.__path__)[0])");
+        let out = Command::new(python).args(["-c", &script]).output().ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        dir.is_dir().then_some(dir)
+    }
+
+    /// Find NVSHMEM: `NVSHMEM_HOME`, the project's `.venv`, `nvidia.nvshmem`, system paths.
+    ///
+    /// A `NVSHMEM_HOME` that does not hold NVSHMEM is an error, not a reason to look
+    /// elsewhere: the user asked for that one.
+    pub fn find_nvshmem(&self) -> Result<NvshmemInstall, Error> {
+        if let Some(home) = self.path_var("NVSHMEM_HOME") {
+            return NvshmemInstall::at_root(&home, Source::EnvVar("NVSHMEM_HOME"));
+        }
+        let mut looked_in = vec!["NVSHMEM_HOME (unset)".to_string()];
+        for nvidia in self.venv_nvidia_dirs() {
+            let root = nvidia.join("nvshmem");
+            if let Ok(found) = NvshmemInstall::at_root(&root, Source::ProjectVenv(nvidia.clone())) {
+                return Ok(found);
+            }
+            looked_in.push(root.display().to_string());
+        }
+        if self.start_dir.is_some() {
+            looked_in.push("no .venv with nvidia/nvshmem above the package".to_string());
+        }
+        if let Some(root) = self.python_package_dir("nvidia.nvshmem") {
+            if let Ok(found) = NvshmemInstall::at_root(&root, Source::PythonPackage) {
+                return Ok(found);
+            }
+            looked_in.push(root.display().to_string());
+        } else if self.python.is_some() {
+            looked_in.push("Python package nvidia.nvshmem (not installed)".to_string());
+        }
+        for (include, lib) in &self.system_nvshmem {
+            if let Ok(found) = NvshmemInstall::at(include, lib, Source::System) {
+                return Ok(found);
+            }
+            looked_in.push(include.display().to_string());
+        }
+        Err(Error::NvshmemNotFound { looked_in })
+    }
+
+    /// Find nvcc: `NVCC`, `CUDA_HOME`, the project's `.venv`, `nvidia.cu13`, `PATH`,
+    /// `/usr/local/cuda`.
+    pub fn find_cuda(&self) -> Result<CudaToolkit, Error> {
+        if let Some(nvcc) = self.path_var("NVCC") {
+            return CudaToolkit::from_nvcc(&nvcc, Source::EnvVar("NVCC"));
+        }
+        if let Some(home) = self.path_var("CUDA_HOME") {
+            return CudaToolkit::from_nvcc(&home.join("bin").join("nvcc"), Source::EnvVar("CUDA_HOME"));
+        }
+        let mut looked_in = vec!["NVCC, CUDA_HOME (unset)".to_string()];
+        // CUDA 13 wheels install under nvidia/cu13; CUDA 12 ones under nvidia/cuda_nvcc.
+        let wheel_roots = ["cu13", "cuda_nvcc"];
+        for nvidia in self.venv_nvidia_dirs() {
+            for sub in wheel_roots {
+                let nvcc = nvidia.join(sub).join("bin").join("nvcc");
+                if let Ok(found) = CudaToolkit::from_nvcc(&nvcc, Source::ProjectVenv(nvidia.clone())) {
+                    return Ok(found);
+                }
+                looked_in.push(nvcc.display().to_string());
+            }
+        }
+        for package in ["nvidia.cu13", "nvidia.cuda_nvcc"] {
+            if let Some(root) = self.python_package_dir(package) {
+                if let Ok(found) = CudaToolkit::from_nvcc(&root.join("bin").join("nvcc"), Source::PythonPackage) {
+                    return Ok(found);
+                }
+            }
+        }
+        if let Some(path) = self.vars.get("PATH") {
+            for dir in std::env::split_paths(path) {
+                let nvcc = dir.join("nvcc");
+                if nvcc.is_file() {
+                    if let Ok(found) = CudaToolkit::from_nvcc(&nvcc, Source::Path) {
+                        return Ok(found);
+                    }
+                }
+            }
+            looked_in.push("PATH".to_string());
+        }
+        for root in &self.system_cuda {
+            let nvcc = root.join("bin").join("nvcc");
+            if let Ok(found) = CudaToolkit::from_nvcc(&nvcc, Source::System) {
+                return Ok(found);
+            }
+            looked_in.push(nvcc.display().to_string());
+        }
+        Err(Error::NvccNotFound { looked_in })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_versions() {
+        assert_eq!(
+            "3.4.5".parse::<Version>().unwrap(),
+            Version { major: 3, minor: 4, patch: 5 }
+        );
+        assert_eq!("13".parse::<Version>().unwrap().major, 13);
+        assert!("3.x".parse::<Version>().is_err());
+        assert!("1.2.3.4".parse::<Version>().is_err());
+    }
+}

@@ -1,0 +1,31 @@
+//! Raw FFI bindings to the NVSHMEM host library (`libnvshmem_host.so.3`).
+//!
+//! Generated at build time by bindgen from the headers of the NVSHMEM that `nvshmem-build`
+//! finds (`NVSHMEM_HOME`, the project's `.venv`, the `nvidia.nvshmem` Python package, or
+//! system paths), and restricted to the functions the host library exports. Use the `nvshmem`
+//! crate for a safe API.
+//!
+//! Initialise with [`nvshmemx_hostlib_init_attr`]: the header's `nvshmem_init` and
+//! `nvshmemx_init_attr` are static inline functions that exit the process on error, so they
+//! are not bound.
+//!
+//! ```no_run
+//! // A minimal program: every status is checked by the caller.
+//! unsafe {
+//!     let mut attr: nvshmem_sys::nvshmemx_init_attr_t = Default::default();
+//!     attr.version = (1 << 16) + std::mem::size_of::<nvshmem_sys::nvshmemx_init_attr_t>() as i32;
+//!     assert_eq!(nvshmem_sys::nvshmemx_hostlib_init_attr(0, &mut attr), 0);
+//!     println!("PE {} of {}", nvshmem_sys::nvshmem_my_pe(), nvshmem_sys::nvshmem_n_pes());
+//!     nvshmem_sys::nvshmemx_hostlib_finalize();
+//! }
+//! ```
+#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
+#![allow(clippy::all)]
+
+include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+
+/// The NVSHMEM release these bindings were generated from (`major.minor.patch`).
+pub const BUILD_VERSION: &str = env!("NVSHMEM_SYS_VERSION");
+
+/// The host library linked at build time.
+pub const BUILD_HOST_LIB: &str = env!("NVSHMEM_SYS_HOST_LIB");

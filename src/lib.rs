@@ -1,0 +1,42 @@
+//! Safe Rust for NVIDIA NVSHMEM: a partitioned global address space across GPUs, with
+//! one-sided put/get, signals, atomics and collectives from the host, from CUDA streams, and
+//! from inside kernels.
+//!
+//! ```no_run
+//! # fn main() -> nvshmem::Result<()> {
+//! // Launch with: mpiexec -np 4 target/release/examples/hello
+//! let shmem = nvshmem::Nvshmem::init()?;
+//! let buf = shmem.calloc::<f32>(1024)?;        // collective: every PE allocates
+//! let next = (shmem.my_pe() + 1) % shmem.n_pes();
+//! buf.copy_from_host(&vec![shmem.my_pe() as f32; 1024])?;
+//! println!("{}", shmem.info()?);
+//! # let _ = next;
+//! # Ok(()) }
+//! ```
+//!
+//! Layers: [`nvshmem_sys`] is the raw FFI; this crate adds the runtime handle
+//! ([`Nvshmem`]), typed symmetric memory ([`SymmetricBuffer`]), [`Team`]s, kernel modules
+//! ([`module`]) and the device-initiated collectives of [`kernels`].
+
+pub mod atomic;
+pub mod buffer;
+pub mod collective;
+pub mod element;
+pub mod error;
+pub mod kernels;
+pub mod module;
+pub mod rma;
+pub mod runtime;
+pub mod signal;
+pub mod sync;
+pub mod team;
+
+pub use buffer::{SymmetricBuffer, SymmetricView};
+pub use cudarc;
+pub use cudarc::driver::{CudaStream, LaunchConfig};
+pub use element::{AtomicElement, AtomicInteger, DataType, Element, ReduceOp};
+pub use error::{Error, Result};
+pub use half::{bf16, f16};
+pub use nvshmem_sys as sys;
+pub use runtime::{InitOptions, Nvshmem, RuntimeInfo, UniqueId};
+pub use team::Team;

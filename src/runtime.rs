@@ -1,0 +1,454 @@
+//! The NVSHMEM runtime: initialisation, the GPU it runs on, and finalisation.
+
+use crate::error::{check, CudaResultExt, Error, Result};
+use cudarc::driver::{CudaContext, CudaStream};
+use nvshmem_sys as sys;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// One runtime per process: NVSHMEM cannot run twice, nor start again after finalize.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    NotStarted,
+    Running,
+    Finalized,
+}
+
+static STATE: Mutex<State> = Mutex::new(State::NotStarted);
+
+/// Default of `NVSHMEM_SYMMETRIC_SIZE` in NVSHMEM 3.
+const DEFAULT_HEAP_SIZE: usize = 1 << 30;
+
+/// How to start NVSHMEM. The bootstrap itself comes from the launcher's environment:
+/// PMI under `nvshmrun`/hydra `mpiexec` (the default), `NVSHMEM_BOOTSTRAP_PMI=PMI-2` or
+/// `PMIX` under Slurm's `srun`, `NVSHMEM_BOOTSTRAP=MPI` under Open MPI's `mpirun`.
+#[derive(Debug, Clone, Default)]
+pub struct InitOptions {
+    device: Option<usize>,
+}
+
+impl InitOptions {
+    /// Defaults: the GPU is picked by node-local PE.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Use this CUDA device ordinal instead of the node-local PE's.
+    pub fn device(mut self, ordinal: usize) -> Self {
+        self.device = Some(ordinal);
+        self
+    }
+}
+
+/// An identifier that lets PEs find each other without a launcher: one PE calls
+/// [`UniqueId::new`], the program hands the bytes to every PE by any channel, and each calls
+/// [`Nvshmem::init_with_unique_id`].
+#[derive(Clone)]
+pub struct UniqueId(sys::nvshmemx_uniqueid_t);
+
+impl UniqueId {
+    /// Size of the identifier in bytes.
+    pub const SIZE: usize = std::mem::size_of::<sys::nvshmemx_uniqueid_t>();
+
+    /// Make a new identifier (before initialisation, on one PE).
+    pub fn new() -> Result<Self> {
+        let mut id = sys::nvshmemx_uniqueid_t::default();
+        check("nvshmemx_get_uniqueid", unsafe { sys::nvshmemx_get_uniqueid(&mut id) })?;
+        Ok(UniqueId(id))
+    }
+
+    /// The bytes to send to the other PEs.
+    pub fn to_bytes(&self) -> [u8; Self::SIZE] {
+        // SAFETY: plain C struct of integers and bytes, no padding-sensitive invariants.
+        unsafe { std::mem::transmute_copy(&self.0) }
+    }
+
+    /// Rebuild an identifier received from another PE.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        if bytes.len() != Self::SIZE {
+            return Err(Error::Length {
+                what: "unique ID bytes",
+                expected: Self::SIZE,
+                got: bytes.len(),
+            });
+        }
+        let mut id = sys::nvshmemx_uniqueid_t::default();
+        // SAFETY: sizes checked; every bit pattern is a valid value of the C struct.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), &mut id as *mut _ as *mut u8, Self::SIZE)
+        };
+        Ok(UniqueId(id))
+    }
+}
+
+impl fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "UniqueId({} bytes)", Self::SIZE)
+    }
+}
+
+pub(crate) struct Runtime {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    my_pe: usize,
+    n_pes: usize,
+    node_pe: usize,
+    node_n_pes: usize,
+    pub(crate) heap_size: usize,
+    pub(crate) heap_in_use: AtomicUsize,
+    pub(crate) alloc_check: Mutex<Option<crate::buffer::AllocCheck>>,
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        let _ = self.stream.synchronize();
+        if let Ok(mut check) = self.alloc_check.lock() {
+            if let Some(c) = check.take() {
+                c.release();
+            }
+        }
+        unsafe { sys::nvshmemx_hostlib_finalize() };
+        if let Ok(mut s) = STATE.lock() {
+            *s = State::Finalized;
+        }
+    }
+}
+
+/// A handle on the running NVSHMEM runtime. Cheap to clone; NVSHMEM is finalised when the
+/// last handle (and every buffer, team and module, which hold one) is dropped.
+///
+/// ```no_run
+/// # fn main() -> nvshmem::Result<()> {
+/// let shmem = nvshmem::Nvshmem::init()?;
+/// println!("PE {} of {} on GPU {}", shmem.my_pe(), shmem.n_pes(), shmem.device_ordinal());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Nvshmem {
+    pub(crate) rt: Arc<Runtime>,
+}
+
+impl fmt::Debug for Nvshmem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Nvshmem")
+            .field("my_pe", &self.rt.my_pe)
+            .field("n_pes", &self.rt.n_pes)
+            .field("device", &self.rt.ctx.ordinal())
+            .finish()
+    }
+}
+
+/// The NVSHMEM release of the host library loaded in this process.
+pub fn library_version() -> (i32, i32, i32) {
+    let (mut major, mut minor, mut patch) = (0, 0, 0);
+    unsafe { sys::nvshmemx_vendor_get_version_info(&mut major, &mut minor, &mut patch) };
+    (major, minor, patch)
+}
+
+/// Check that a CUDA driver and at least one GPU are there, without panicking.
+fn check_gpu() -> Result<i32> {
+    // cudarc's loader panics when libcuda is missing; ask first.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(Error::NoGpu(
+            "the CUDA driver library (libcuda.so.1) could not be loaded: install the NVIDIA \
+             driver (>= 580) or make LD_LIBRARY_PATH include its directory"
+                .into(),
+        ));
+    }
+    cudarc::driver::result::init()
+        .map_err(|e| Error::NoGpu(format!("cuInit failed ({e:?}): is a GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES")))?;
+    let count = cudarc::driver::result::device::get_count()
+        .map_err(|e| Error::NoGpu(format!("cuDeviceGetCount failed: {e:?}")))?;
+    if count == 0 {
+        return Err(Error::NoGpu("the CUDA driver sees no GPU (check CUDA_VISIBLE_DEVICES)".into()));
+    }
+    Ok(count)
+}
+
+fn check_library_version() -> Result<()> {
+    let (major, minor, patch) = library_version();
+    let running = format!("{major}.{minor}.{patch}");
+    if running != sys::BUILD_VERSION {
+        return Err(Error::LibraryMismatch {
+            built: sys::BUILD_VERSION.to_string(),
+            running,
+        });
+    }
+    Ok(())
+}
+
+/// `NVSHMEM_SYMMETRIC_SIZE` as NVSHMEM reads it: bytes with an optional K/M/G/T suffix.
+pub(crate) fn parse_size(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => (&t[..i], t[i..].trim()),
+        None => (t, ""),
+    };
+    let value: f64 = digits.parse().ok()?;
+    let scale: f64 = match unit.to_ascii_uppercase().trim_end_matches(['B', 'I']) {
+        "" => 1.0,
+        "K" => 1024.0,
+        "M" => 1024.0 * 1024.0,
+        "G" => 1024.0 * 1024.0 * 1024.0,
+        "T" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    Some((value * scale) as usize)
+}
+
+impl Nvshmem {
+    /// Start NVSHMEM from the launcher's environment and bind this process to its GPU.
+    pub fn init() -> Result<Self> {
+        Self::init_with(InitOptions::default())
+    }
+
+    /// [`init`](Self::init) with options.
+    pub fn init_with(options: InitOptions) -> Result<Self> {
+        Self::start(options, None)
+    }
+
+    /// Start NVSHMEM with a unique ID: `rank` is this PE, `n_pes` the number of PEs, and every
+    /// PE passes the same `id` (made by one of them with [`UniqueId::new`]).
+    pub fn init_with_unique_id(rank: usize, n_pes: usize, id: &UniqueId, options: InitOptions) -> Result<Self> {
+        if n_pes == 0 || rank >= n_pes {
+            return Err(Error::PeOutOfRange { pe: rank, n_pes });
+        }
+        Self::start(options, Some((rank, n_pes, id)))
+    }
+
+    fn start(options: InitOptions, uid: Option<(usize, usize, &UniqueId)>) -> Result<Self> {
+        let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+        match *state {
+            State::Running => return Err(Error::AlreadyInitialized),
+            State::Finalized => return Err(Error::Finalized),
+            State::NotStarted => {}
+        }
+        check_library_version()?;
+        let device_count = check_gpu()?;
+
+        let mut attr = sys::nvshmemx_init_attr_t::default();
+        // What the header's nvshmemx_init_init_attr_ver_only() does.
+        attr.version = (1 << 16) + std::mem::size_of::<sys::nvshmemx_init_attr_t>() as i32;
+        attr.args.version = (1 << 16) + std::mem::size_of::<sys::nvshmemx_init_args_t>() as i32;
+        attr.args.uid_args.version = (1 << 16) + std::mem::size_of::<sys::nvshmemx_uniqueid_args_t>() as i32;
+        let mut flags = 0;
+        if let Some((rank, n, id)) = uid {
+            let mut id = id.0;
+            check("nvshmemx_set_attr_uniqueid_args", unsafe {
+                sys::nvshmemx_set_attr_uniqueid_args(rank as i32, n as i32, &mut id, &mut attr)
+            })?;
+            flags = sys::NVSHMEMX_INIT_WITH_UNIQUEID;
+        }
+        check("nvshmemx_hostlib_init_attr", unsafe { sys::nvshmemx_hostlib_init_attr(flags as u32, &mut attr) })?;
+        // From here on a failure must finalize again.
+        let started = (|| {
+            let my_pe = unsafe { sys::nvshmem_my_pe() };
+            let n_pes = unsafe { sys::nvshmem_n_pes() };
+            let node_pe = unsafe { sys::nvshmem_team_my_pe(sys::NVSHMEMX_TEAM_NODE as i32) };
+            let node_n_pes = unsafe { sys::nvshmem_team_n_pes(sys::NVSHMEMX_TEAM_NODE as i32) };
+            if my_pe < 0 || n_pes <= 0 || node_pe < 0 {
+                return Err(Error::Nvshmem { call: "nvshmem_my_pe", status: my_pe });
+            }
+            let ordinal = options.device.unwrap_or(node_pe as usize % device_count as usize);
+            if ordinal >= device_count as usize {
+                return Err(Error::InvalidArgument(format!(
+                    "CUDA device {ordinal} asked for, but only {device_count} are visible"
+                )));
+            }
+            let ctx = CudaContext::new(ordinal).during("cuDevicePrimaryCtxRetain")?;
+            let stream = ctx.new_stream().during("cuStreamCreate")?;
+            let heap_size = std::env::var("NVSHMEM_SYMMETRIC_SIZE")
+                .ok()
+                .and_then(|s| parse_size(&s))
+                .unwrap_or(DEFAULT_HEAP_SIZE);
+            Ok(Runtime {
+                ctx,
+                stream,
+                my_pe: my_pe as usize,
+                n_pes: n_pes as usize,
+                node_pe: node_pe as usize,
+                node_n_pes: node_n_pes.max(1) as usize,
+                heap_size,
+                heap_in_use: AtomicUsize::new(0),
+                alloc_check: Mutex::new(None),
+            })
+        })();
+        let runtime = match started {
+            Ok(r) => r,
+            Err(e) => {
+                unsafe { sys::nvshmemx_hostlib_finalize() };
+                *state = State::Finalized;
+                return Err(e);
+            }
+        };
+        *state = State::Running;
+        drop(state);
+        let shmem = Nvshmem { rt: Arc::new(runtime) };
+        if cfg!(debug_assertions) {
+            let check = crate::buffer::AllocCheck::new(&shmem)?;
+            *shmem.rt.alloc_check.lock().unwrap_or_else(|p| p.into_inner()) = Some(check);
+        }
+        Ok(shmem)
+    }
+
+    /// This PE's number in the world team.
+    pub fn my_pe(&self) -> usize {
+        self.rt.my_pe
+    }
+
+    /// The number of PEs in the world team.
+    pub fn n_pes(&self) -> usize {
+        self.rt.n_pes
+    }
+
+    /// This PE's number among the PEs of its node.
+    pub fn node_pe(&self) -> usize {
+        self.rt.node_pe
+    }
+
+    /// The number of PEs on this node.
+    pub fn node_n_pes(&self) -> usize {
+        self.rt.node_n_pes
+    }
+
+    /// The CUDA device this PE runs on.
+    pub fn device_ordinal(&self) -> usize {
+        self.rt.ctx.ordinal()
+    }
+
+    /// The CUDA context (the device's primary context).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.rt.ctx
+    }
+
+    /// The stream the blocking host operations of this crate use.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.rt.stream
+    }
+
+    /// A new stream on this PE's GPU.
+    pub fn new_stream(&self) -> Result<Arc<CudaStream>> {
+        self.rt.ctx.new_stream().during("cuStreamCreate")
+    }
+
+    /// The NVSHMEM release running (`major.minor.patch`).
+    pub fn version(&self) -> String {
+        let (a, b, c) = library_version();
+        format!("{a}.{b}.{c}")
+    }
+
+    /// Make this PE's context current on the calling thread (NVSHMEM calls need it).
+    pub(crate) fn enter(&self) -> Result<()> {
+        self.rt.ctx.bind_to_thread().during("cuCtxSetCurrent")
+    }
+
+    /// Check a PE number against the world team.
+    pub(crate) fn check_pe(&self, pe: usize) -> Result<i32> {
+        if pe >= self.rt.n_pes {
+            return Err(Error::PeOutOfRange { pe, n_pes: self.rt.n_pes });
+        }
+        Ok(pe as i32)
+    }
+
+    /// What this PE runs on and with, for logs.
+    pub fn info(&self) -> Result<RuntimeInfo> {
+        let ctx = &self.rt.ctx;
+        Ok(RuntimeInfo {
+            my_pe: self.rt.my_pe,
+            n_pes: self.rt.n_pes,
+            node_pe: self.rt.node_pe,
+            node_n_pes: self.rt.node_n_pes,
+            device: ctx.ordinal(),
+            device_name: ctx.name().during("cuDeviceGetName")?,
+            compute_capability: ctx.compute_capability().during("cuDeviceGetAttribute")?,
+            nvshmem_version: self.version(),
+            bootstrap: bootstrap_name(),
+            heap_size: self.rt.heap_size,
+        })
+    }
+}
+
+fn bootstrap_name() -> String {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    match var("NVSHMEM_BOOTSTRAP").map(|b| b.to_ascii_uppercase()) {
+        Some(b) if b == "PMI" || b.is_empty() => format!("PMI ({})", var("NVSHMEM_BOOTSTRAP_PMI").unwrap_or_else(|| "PMI-1".into())),
+        Some(b) => b,
+        None => format!("PMI ({})", var("NVSHMEM_BOOTSTRAP_PMI").unwrap_or_else(|| "PMI-1".into())),
+    }
+}
+
+/// A printable summary of a PE's configuration.
+#[derive(Debug, Clone)]
+pub struct RuntimeInfo {
+    pub my_pe: usize,
+    pub n_pes: usize,
+    pub node_pe: usize,
+    pub node_n_pes: usize,
+    pub device: usize,
+    pub device_name: String,
+    pub compute_capability: (i32, i32),
+    pub nvshmem_version: String,
+    pub bootstrap: String,
+    pub heap_size: usize,
+}
+
+impl fmt::Display for RuntimeInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "PE {}/{} (node PE {}/{}) on GPU {} {} (sm_{}{}), NVSHMEM {}, bootstrap {}, symmetric heap {} MiB",
+            self.my_pe,
+            self.n_pes,
+            self.node_pe,
+            self.node_n_pes,
+            self.device,
+            self.device_name,
+            self.compute_capability.0,
+            self.compute_capability.1,
+            self.nvshmem_version,
+            self.bootstrap,
+            self.heap_size >> 20
+        )
+    }
+}
+
+pub(crate) fn note_alloc(rt: &Runtime, bytes: usize) {
+    rt.heap_in_use.fetch_add(bytes, Ordering::Relaxed);
+}
+
+pub(crate) fn note_free(rt: &Runtime, bytes: usize) {
+    rt.heap_in_use.fetch_sub(bytes, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heap_sizes_parse_like_nvshmem() {
+        assert_eq!(parse_size("1073741824"), Some(1 << 30));
+        assert_eq!(parse_size("4G"), Some(4 << 30));
+        assert_eq!(parse_size("512M"), Some(512 << 20));
+        assert_eq!(parse_size("2GiB"), Some(2 << 30));
+        assert_eq!(parse_size("1.5g"), Some(3 << 29));
+        assert_eq!(parse_size("lots"), None);
+    }
+
+    #[test]
+    fn unique_ids_round_trip_and_reject_wrong_lengths() {
+        let mut bytes = [0u8; UniqueId::SIZE];
+        bytes.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+        let id = UniqueId::from_bytes(&bytes).unwrap();
+        assert_eq!(id.to_bytes(), bytes);
+        assert!(matches!(UniqueId::from_bytes(&bytes[1..]), Err(Error::Length { .. })));
+    }
+
+    #[test]
+    fn unique_id_ranks_are_checked_before_anything_starts() {
+        let id = UniqueId::from_bytes(&[0u8; UniqueId::SIZE]).unwrap();
+        let e = Nvshmem::init_with_unique_id(4, 4, &id, InitOptions::new()).unwrap_err();
+        assert!(matches!(e, Error::PeOutOfRange { pe: 4, n_pes: 4 }));
+    }
+}

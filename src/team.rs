@@ -1,0 +1,157 @@
+//! Teams: ordered subsets of PEs that collectives and synchronisation run over.
+
+use crate::error::{Error, Result};
+use crate::runtime::Nvshmem;
+use nvshmem_sys as sys;
+
+/// A team of PEs. The predefined teams (world, shared, node) live as long as the runtime;
+/// teams made by splitting are destroyed when dropped.
+///
+/// ```no_run
+/// # fn main() -> nvshmem::Result<()> {
+/// let shmem = nvshmem::Nvshmem::init()?;
+/// // The even PEs.
+/// let world = shmem.team_world();
+/// if let Some(evens) = world.split_strided(0, 2, (shmem.n_pes() + 1) / 2)? {
+///     println!("PE {} is {} of {} evens", shmem.my_pe(), evens.my_pe().unwrap(), evens.n_pes());
+/// }
+/// # Ok(()) }
+/// ```
+pub struct Team {
+    handle: sys::nvshmem_team_t,
+    owned: bool,
+    shmem: Nvshmem,
+}
+
+impl std::fmt::Debug for Team {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Team({}, {} PEs)", self.handle, self.n_pes())
+    }
+}
+
+impl Nvshmem {
+    /// All PEs.
+    pub fn team_world(&self) -> Team {
+        self.predefined(sys::NVSHMEM_TEAM_WORLD as i32)
+    }
+
+    /// The PEs that share memory with this one (load/store reachable).
+    pub fn team_shared(&self) -> Team {
+        self.predefined(sys::NVSHMEM_TEAM_SHARED as i32)
+    }
+
+    /// The PEs on this node.
+    pub fn team_node(&self) -> Team {
+        self.predefined(sys::NVSHMEMX_TEAM_NODE as i32)
+    }
+
+    fn predefined(&self, handle: i32) -> Team {
+        Team {
+            handle,
+            owned: false,
+            shmem: self.clone(),
+        }
+    }
+}
+
+impl Team {
+    /// The raw `nvshmem_team_t`, for kernels and FFI.
+    pub fn handle(&self) -> sys::nvshmem_team_t {
+        self.handle
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &Nvshmem {
+        &self.shmem
+    }
+
+    /// This PE's number in the team, `None` if it is not a member.
+    pub fn my_pe(&self) -> Option<usize> {
+        let pe = unsafe { sys::nvshmem_team_my_pe(self.handle) };
+        (pe >= 0).then_some(pe as usize)
+    }
+
+    /// Number of PEs in the team.
+    pub fn n_pes(&self) -> usize {
+        unsafe { sys::nvshmem_team_n_pes(self.handle) }.max(0) as usize
+    }
+
+    /// The number in `dest` of this team's PE `pe`, `None` if it is not in `dest`.
+    pub fn translate_pe(&self, pe: usize, dest: &Team) -> Result<Option<usize>> {
+        self.check_pe(pe)?;
+        let t = unsafe { sys::nvshmem_team_translate_pe(self.handle, pe as i32, dest.handle) };
+        Ok((t >= 0).then_some(t as usize))
+    }
+
+    /// The world-team number of this team's PE `pe`.
+    pub fn world_pe(&self, pe: usize) -> Result<usize> {
+        self.translate_pe(pe, &self.shmem.team_world())?
+            .ok_or_else(|| Error::InvalidArgument(format!("team PE {pe} has no world PE")))
+    }
+
+    pub(crate) fn check_pe(&self, pe: usize) -> Result<i32> {
+        let n = self.n_pes();
+        if pe >= n {
+            return Err(Error::PeOutOfRange { pe, n_pes: n });
+        }
+        Ok(pe as i32)
+    }
+
+    /// Split off the PEs `start, start + stride, ...` (`size` of them, numbered in this team).
+    /// Collective over this team; PEs outside the new team get `None`.
+    pub fn split_strided(&self, start: usize, stride: usize, size: usize) -> Result<Option<Team>> {
+        let n = self.n_pes();
+        if size == 0 || stride == 0 || start + (size - 1) * stride >= n {
+            return Err(Error::InvalidArgument(format!(
+                "split_strided(start {start}, stride {stride}, size {size}) does not fit a team of {n} PEs"
+            )));
+        }
+        self.shmem.enter()?;
+        let mut new = sys::NVSHMEM_TEAM_INVALID as i32;
+        let status = unsafe {
+            sys::nvshmem_team_split_strided(
+                self.handle,
+                start as i32,
+                stride as i32,
+                size as i32,
+                std::ptr::null(),
+                0,
+                &mut new,
+            )
+        };
+        crate::error::check("nvshmem_team_split_strided", status)?;
+        Ok(self.owned_team(new))
+    }
+
+    /// Split into a 2-D grid with rows of `x_range` PEs: returns this PE's row team (x) and
+    /// column team (y). Collective over this team.
+    pub fn split_2d(&self, x_range: usize) -> Result<(Option<Team>, Option<Team>)> {
+        if x_range == 0 {
+            return Err(Error::InvalidArgument("split_2d needs x_range >= 1".into()));
+        }
+        self.shmem.enter()?;
+        let (mut x, mut y) = (sys::NVSHMEM_TEAM_INVALID as i32, sys::NVSHMEM_TEAM_INVALID as i32);
+        let status = unsafe {
+            sys::nvshmem_team_split_2d(self.handle, x_range as i32, std::ptr::null(), 0, &mut x, std::ptr::null(), 0, &mut y)
+        };
+        crate::error::check("nvshmem_team_split_2d", status)?;
+        Ok((self.owned_team(x), self.owned_team(y)))
+    }
+
+    fn owned_team(&self, handle: i32) -> Option<Team> {
+        (handle != sys::NVSHMEM_TEAM_INVALID as i32).then(|| Team {
+            handle,
+            owned: true,
+            shmem: self.shmem.clone(),
+        })
+    }
+}
+
+impl Drop for Team {
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = self.shmem.enter();
+            unsafe { sys::nvshmem_team_destroy(self.handle) };
+        }
+    }
+}
