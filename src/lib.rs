@@ -21,6 +21,7 @@
 pub mod atomic;
 pub mod buffer;
 pub mod collective;
+pub mod collectives;
 pub mod element;
 pub mod error;
 pub mod kernels;
@@ -32,6 +33,7 @@ pub mod sync;
 pub mod team;
 
 pub use buffer::{SymmetricBuffer, SymmetricView};
+pub use collectives::{AllGatherAlgo, AllReduceAlgo, Collectives};
 pub use cudarc;
 pub use cudarc::driver::{CudaStream, LaunchConfig};
 pub use element::{AtomicElement, AtomicInteger, DataType, Element, ReduceOp};
