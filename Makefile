@@ -46,6 +46,8 @@ run: build
 	scripts/nvshmrun $(if $(NP),-np $(NP)) target/release/examples/$(EXAMPLE) $(ARGS)
 
 check: build
+	scripts/nvshmrun -np 2 target/release/examples/coll_check
+	scripts/nvshmrun -np 4 target/release/examples/coll_check
 	scripts/nvshmrun -np 2 target/release/examples/gpu_check $(ARGS)
 	scripts/nvshmrun -np 4 target/release/examples/gpu_check $(ARGS)
 

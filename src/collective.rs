@@ -1,1 +1,503 @@
-//! (in progress)
+//! NVSHMEM's own collectives over a [`Team`], enqueued on a CUDA stream: all-reduce,
+//! reduce-scatter, fcollect (all-gather), broadcast and all-to-all.
+//!
+//! Every PE of the team calls the same collective with the same lengths (and root); the call
+//! returns once the work is enqueued, and the results are in `dest` for the work after it on
+//! the stream. Sources and destinations are symmetric views (a `&SymmetricBuffer` converts).
+//! Lengths are checked against the team's size before anything is enqueued:
+//!
+//! | collective | `src.len()` | `dest.len()` |
+//! |---|---|---|
+//! | [`all_reduce`](Team::all_reduce) | `n` | `n` |
+//! | [`reduce_scatter`](Team::reduce_scatter) | `n * team.n_pes()` | `n` |
+//! | [`fcollect`](Team::fcollect) / [`all_gather`](Team::all_gather) | `n` | `n * team.n_pes()` |
+//! | [`broadcast`](Team::broadcast) | `n` | `n` |
+//! | [`alltoall`](Team::alltoall) | `n * team.n_pes()` | `n * team.n_pes()` |
+//!
+//! ```no_run
+//! # fn main() -> nvshmem::Result<()> {
+//! use nvshmem::ReduceOp;
+//! let shmem = nvshmem::Nvshmem::init()?;
+//! let world = shmem.team_world();
+//! let stream = shmem.new_stream()?;
+//! let src = shmem.malloc::<f32>(1 << 20)?;
+//! let sum = shmem.malloc::<f32>(1 << 20)?;
+//! src.copy_from_host(&vec![1.0; 1 << 20])?;
+//! world.all_reduce(ReduceOp::Sum, &sum, &src, &stream)?;
+//! stream.synchronize().unwrap();
+//! assert_eq!(sum.to_vec()?[0], shmem.n_pes() as f32);
+//! # Ok(()) }
+//! ```
+
+use crate::buffer::SymmetricView;
+use crate::element::{Element, ReduceOp};
+use crate::error::{check, Error, Result};
+use crate::team::Team;
+use cudarc::driver::CudaStream;
+use nvshmem_sys as sys;
+
+/// Pointers, per-PE count and raw handles of a checked collective call.
+struct Call<T> {
+    team: sys::nvshmem_team_t,
+    dest: *mut T,
+    src: *const T,
+    stream: sys::cudaStream_t,
+}
+
+impl Team {
+    /// Check that the views and the stream belong to this team's runtime and lower them.
+    fn call<T: Element>(
+        &self,
+        dest: &SymmetricView<'_, T>,
+        src: &SymmetricView<'_, T>,
+        stream: &CudaStream,
+    ) -> Result<Call<T>> {
+        let shmem = self.runtime();
+        shmem.check_same_runtime(dest.runtime(), "the destination")?;
+        shmem.check_same_runtime(src.runtime(), "the source")?;
+        let stream = shmem.raw_stream(stream)?;
+        Ok(Call {
+            team: self.handle(),
+            dest: dest.as_ptr(),
+            src: src.as_ptr() as *const T,
+            stream,
+        })
+    }
+
+    /// `dest[i] = op(src[i] of every PE of the team)`, enqueued on `stream`. `dest` and
+    /// `src` have the same length; they may be the same view (in place) but must not
+    /// otherwise overlap. Bitwise operators are refused for floating-point types.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::ReduceOp;
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let stream = shmem.new_stream()?;
+    /// let flags = shmem.malloc::<u32>(16)?;
+    /// // In place: OR the flags of every PE on this node.
+    /// shmem.team_node().all_reduce(ReduceOp::Or, &flags, &flags, &stream)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn all_reduce<'a, T: Element>(
+        &self,
+        op: ReduceOp,
+        dest: impl Into<SymmetricView<'a, T>>,
+        src: impl Into<SymmetricView<'a, T>>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (dest, src) = (dest.into(), src.into());
+        check_op::<T>(op)?;
+        let n = all_reduce_count(dest.len(), src.len())?;
+        check_overlap(&dest, &src, true)?;
+        let c = self.call(&dest, &src, stream)?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.runtime().enter()?;
+        let status = unsafe { T::reduce_on_stream(op, c.team, c.dest, c.src, n, c.stream)? };
+        check(reduce_call(op), status)
+    }
+
+    /// Reduce across the team, then scatter: PE `i` of the team gets
+    /// `dest[j] = op(src[i * n + j] of every PE)` with `n = dest.len()`; `src` holds
+    /// `n * team.n_pes()` elements. Enqueued on `stream`.
+    ///
+    /// Where NVLink SHARP is not used, NVSHMEM stages the whole of `src` in its reduction
+    /// scratch space and aborts the kernel if it does not fit: keep `src` within half of
+    /// `NVSHMEM_REDUCE_SCRATCH_SIZE` (set on every PE), or use [`all_reduce`](Self::all_reduce).
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::ReduceOp;
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let world = shmem.team_world();
+    /// let stream = shmem.new_stream()?;
+    /// let src = shmem.malloc::<i64>(256 * world.n_pes())?;
+    /// let mine = shmem.malloc::<i64>(256)?;
+    /// world.reduce_scatter(ReduceOp::Max, &mine, &src, &stream)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn reduce_scatter<'a, T: Element>(
+        &self,
+        op: ReduceOp,
+        dest: impl Into<SymmetricView<'a, T>>,
+        src: impl Into<SymmetricView<'a, T>>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (dest, src) = (dest.into(), src.into());
+        check_op::<T>(op)?;
+        let n = reduce_scatter_count(dest.len(), src.len(), self.n_pes())?;
+        check_overlap(&dest, &src, false)?;
+        let c = self.call(&dest, &src, stream)?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.runtime().enter()?;
+        let status = unsafe { T::reducescatter_on_stream(op, c.team, c.dest, c.src, n, c.stream)? };
+        check(reduce_scatter_call(op), status)
+    }
+
+    /// Concatenate the `src` of every PE of the team, in team order, into `dest` on every PE:
+    /// `dest[i * n .. (i + 1) * n]` is PE `i`'s `src`, with `n = src.len()`. Enqueued on
+    /// `stream`.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let world = shmem.team_world();
+    /// let stream = shmem.new_stream()?;
+    /// let mine = shmem.malloc::<u8>(1000)?;
+    /// let all = shmem.malloc::<u8>(1000 * world.n_pes())?;
+    /// world.fcollect(&all, &mine, &stream)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fcollect<'a, T: Element>(
+        &self,
+        dest: impl Into<SymmetricView<'a, T>>,
+        src: impl Into<SymmetricView<'a, T>>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (dest, src) = (dest.into(), src.into());
+        let n = fcollect_count(dest.len(), src.len(), self.n_pes())?;
+        check_overlap(&dest, &src, false)?;
+        let c = self.call(&dest, &src, stream)?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.runtime().enter()?;
+        let status = unsafe { T::fcollect_on_stream(c.team, c.dest, c.src, n, c.stream) };
+        check("nvshmemx_TYPENAME_fcollect_on_stream", status)
+    }
+
+    /// Another name for [`fcollect`](Self::fcollect).
+    pub fn all_gather<'a, T: Element>(
+        &self,
+        dest: impl Into<SymmetricView<'a, T>>,
+        src: impl Into<SymmetricView<'a, T>>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.fcollect(dest, src, stream)
+    }
+
+    /// Copy `src` of the team's PE `root` into `dest` on every PE of the team, enqueued on
+    /// `stream`. `dest` and `src` have the same length.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let stream = shmem.new_stream()?;
+    /// let params = shmem.malloc::<f32>(4096)?;
+    /// let copy = shmem.malloc::<f32>(4096)?;
+    /// shmem.team_world().broadcast(&copy, &params, 0, &stream)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn broadcast<'a, T: Element>(
+        &self,
+        dest: impl Into<SymmetricView<'a, T>>,
+        src: impl Into<SymmetricView<'a, T>>,
+        root: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (dest, src) = (dest.into(), src.into());
+        let n = broadcast_count(dest.len(), src.len(), root, self.n_pes())?;
+        check_overlap(&dest, &src, true)?;
+        let c = self.call(&dest, &src, stream)?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.runtime().enter()?;
+        let status =
+            unsafe { T::broadcast_on_stream(c.team, c.dest, c.src, n, root as i32, c.stream) };
+        check("nvshmemx_TYPENAME_broadcast_on_stream", status)
+    }
+
+    /// Exchange blocks between all PEs of the team: with `n = src.len() / team.n_pes()`,
+    /// block `j` of `src` on PE `i` (`src[j * n .. (j + 1) * n]`) lands in block `i` of
+    /// `dest` on PE `j`. Both views hold `n * team.n_pes()` elements. Enqueued on `stream`.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let world = shmem.team_world();
+    /// let stream = shmem.new_stream()?;
+    /// let out = shmem.malloc::<i32>(64 * world.n_pes())?;
+    /// let inbox = shmem.malloc::<i32>(64 * world.n_pes())?;
+    /// world.alltoall(&inbox, &out, &stream)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn alltoall<'a, T: Element>(
+        &self,
+        dest: impl Into<SymmetricView<'a, T>>,
+        src: impl Into<SymmetricView<'a, T>>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (dest, src) = (dest.into(), src.into());
+        let n = alltoall_count(dest.len(), src.len(), self.n_pes())?;
+        check_overlap(&dest, &src, false)?;
+        let c = self.call(&dest, &src, stream)?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.runtime().enter()?;
+        let status = unsafe { T::alltoall_on_stream(c.team, c.dest, c.src, n, c.stream) };
+        check("nvshmemx_TYPENAME_alltoall_on_stream", status)
+    }
+}
+
+/// Refuse bitwise operators on floating-point types.
+fn check_op<T: Element>(op: ReduceOp) -> Result<()> {
+    if op.is_bitwise() && !T::IS_INTEGER {
+        return Err(Error::InvalidArgument(format!(
+            "{op:?} is a bitwise reduction and {} is not an integer type",
+            T::NVSHMEM_NAME
+        )));
+    }
+    Ok(())
+}
+
+/// Source and destination must not overlap, except (where `same_ok`) by being the same view.
+fn check_overlap<T: Element>(
+    dest: &SymmetricView<'_, T>,
+    src: &SymmetricView<'_, T>,
+    same_ok: bool,
+) -> Result<()> {
+    let size = std::mem::size_of::<T>();
+    let d = (dest.as_ptr() as usize, dest.len() * size);
+    let s = (src.as_ptr() as usize, src.len() * size);
+    if overlap_is_allowed(d, s, same_ok) {
+        Ok(())
+    } else if same_ok {
+        Err(Error::InvalidArgument(
+            "source and destination overlap; they may be the same view but must not overlap otherwise".into(),
+        ))
+    } else {
+        Err(Error::InvalidArgument(
+            "source and destination must not overlap".into(),
+        ))
+    }
+}
+
+/// `(address, bytes)` ranges: disjoint, or (with `same_ok`) identical.
+pub(crate) fn overlap_is_allowed(a: (usize, usize), b: (usize, usize), same_ok: bool) -> bool {
+    let disjoint = a.1 == 0 || b.1 == 0 || a.0 + a.1 <= b.0 || b.0 + b.1 <= a.0;
+    disjoint || (same_ok && a == b)
+}
+
+/// Elements per PE of an all-reduce: the lengths must match.
+pub(crate) fn all_reduce_count(dest_len: usize, src_len: usize) -> Result<usize> {
+    if dest_len != src_len {
+        return Err(Error::Length {
+            what: "all_reduce destination (must match the source)",
+            expected: src_len,
+            got: dest_len,
+        });
+    }
+    Ok(dest_len)
+}
+
+/// Elements per PE of a reduce-scatter (`dest_len`): the source holds `dest_len * n_pes`.
+pub(crate) fn reduce_scatter_count(dest_len: usize, src_len: usize, n_pes: usize) -> Result<usize> {
+    let expected = times(dest_len, n_pes)?;
+    if src_len != expected {
+        return Err(Error::Length {
+            what: "reduce_scatter source (destination length times the team's PEs)",
+            expected,
+            got: src_len,
+        });
+    }
+    Ok(dest_len)
+}
+
+/// Elements per PE of an fcollect (`src_len`): the destination holds `src_len * n_pes`.
+pub(crate) fn fcollect_count(dest_len: usize, src_len: usize, n_pes: usize) -> Result<usize> {
+    let expected = times(src_len, n_pes)?;
+    if dest_len != expected {
+        return Err(Error::Length {
+            what: "fcollect destination (source length times the team's PEs)",
+            expected,
+            got: dest_len,
+        });
+    }
+    Ok(src_len)
+}
+
+/// Elements per PE pair of an all-to-all: equal lengths that divide by `n_pes`.
+pub(crate) fn alltoall_count(dest_len: usize, src_len: usize, n_pes: usize) -> Result<usize> {
+    if dest_len != src_len {
+        return Err(Error::Length {
+            what: "alltoall destination (must match the source)",
+            expected: src_len,
+            got: dest_len,
+        });
+    }
+    if n_pes == 0 || src_len % n_pes != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "alltoall: {src_len} elements do not split into equal blocks for {n_pes} PEs"
+        )));
+    }
+    Ok(src_len / n_pes)
+}
+
+/// Elements of a broadcast: equal lengths and a root inside the team.
+pub(crate) fn broadcast_count(
+    dest_len: usize,
+    src_len: usize,
+    root: usize,
+    n_pes: usize,
+) -> Result<usize> {
+    if root >= n_pes {
+        return Err(Error::PeOutOfRange { pe: root, n_pes });
+    }
+    if dest_len != src_len {
+        return Err(Error::Length {
+            what: "broadcast destination (must match the source)",
+            expected: src_len,
+            got: dest_len,
+        });
+    }
+    Ok(src_len)
+}
+
+fn times(len: usize, n_pes: usize) -> Result<usize> {
+    if n_pes == 0 {
+        return Err(Error::InvalidArgument("the team has no PEs".into()));
+    }
+    len.checked_mul(n_pes).ok_or_else(|| {
+        Error::InvalidArgument(format!("{len} elements times {n_pes} PEs overflows usize"))
+    })
+}
+
+fn reduce_call(op: ReduceOp) -> &'static str {
+    match op {
+        ReduceOp::Sum => "nvshmemx_TYPENAME_sum_reduce_on_stream",
+        ReduceOp::Prod => "nvshmemx_TYPENAME_prod_reduce_on_stream",
+        ReduceOp::Min => "nvshmemx_TYPENAME_min_reduce_on_stream",
+        ReduceOp::Max => "nvshmemx_TYPENAME_max_reduce_on_stream",
+        ReduceOp::And => "nvshmemx_TYPENAME_and_reduce_on_stream",
+        ReduceOp::Or => "nvshmemx_TYPENAME_or_reduce_on_stream",
+        ReduceOp::Xor => "nvshmemx_TYPENAME_xor_reduce_on_stream",
+    }
+}
+
+fn reduce_scatter_call(op: ReduceOp) -> &'static str {
+    match op {
+        ReduceOp::Sum => "nvshmemx_TYPENAME_sum_reducescatter_on_stream",
+        ReduceOp::Prod => "nvshmemx_TYPENAME_prod_reducescatter_on_stream",
+        ReduceOp::Min => "nvshmemx_TYPENAME_min_reducescatter_on_stream",
+        ReduceOp::Max => "nvshmemx_TYPENAME_max_reducescatter_on_stream",
+        ReduceOp::And => "nvshmemx_TYPENAME_and_reducescatter_on_stream",
+        ReduceOp::Or => "nvshmemx_TYPENAME_or_reducescatter_on_stream",
+        ReduceOp::Xor => "nvshmemx_TYPENAME_xor_reducescatter_on_stream",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_reduce_needs_equal_lengths() {
+        assert_eq!(all_reduce_count(7, 7).unwrap(), 7);
+        assert_eq!(all_reduce_count(0, 0).unwrap(), 0);
+        assert!(matches!(
+            all_reduce_count(7, 8),
+            Err(Error::Length {
+                expected: 8,
+                got: 7,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn reduce_scatter_source_is_destination_times_pes() {
+        assert_eq!(reduce_scatter_count(10, 40, 4).unwrap(), 10);
+        assert!(matches!(
+            reduce_scatter_count(10, 39, 4),
+            Err(Error::Length {
+                expected: 40,
+                got: 39,
+                ..
+            })
+        ));
+        // The other way round is an fcollect, not a reduce-scatter.
+        assert!(reduce_scatter_count(40, 10, 4).is_err());
+        assert!(reduce_scatter_count(usize::MAX, 1, 2).is_err());
+        assert!(reduce_scatter_count(1, 0, 0).is_err());
+    }
+
+    #[test]
+    fn fcollect_destination_is_source_times_pes() {
+        assert_eq!(fcollect_count(12, 3, 4).unwrap(), 3);
+        assert_eq!(fcollect_count(0, 0, 4).unwrap(), 0);
+        assert!(matches!(
+            fcollect_count(11, 3, 4),
+            Err(Error::Length {
+                expected: 12,
+                got: 11,
+                ..
+            })
+        ));
+        assert!(fcollect_count(3, 12, 4).is_err());
+    }
+
+    #[test]
+    fn alltoall_needs_equal_lengths_divisible_by_pes() {
+        assert_eq!(alltoall_count(12, 12, 4).unwrap(), 3);
+        assert_eq!(alltoall_count(12, 12, 1).unwrap(), 12);
+        assert!(matches!(
+            alltoall_count(12, 8, 4),
+            Err(Error::Length { .. })
+        ));
+        assert!(matches!(
+            alltoall_count(10, 10, 4),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(alltoall_count(0, 0, 0).is_err());
+    }
+
+    #[test]
+    fn broadcast_root_must_be_in_the_team() {
+        assert_eq!(broadcast_count(5, 5, 3, 4).unwrap(), 5);
+        assert!(matches!(
+            broadcast_count(5, 5, 4, 4),
+            Err(Error::PeOutOfRange { pe: 4, n_pes: 4 })
+        ));
+        assert!(matches!(
+            broadcast_count(5, 6, 0, 4),
+            Err(Error::Length { .. })
+        ));
+    }
+
+    #[test]
+    fn overlapping_views_are_refused_unless_identical_and_allowed() {
+        assert!(overlap_is_allowed((0, 16), (16, 16), false));
+        assert!(overlap_is_allowed((32, 16), (0, 16), false));
+        assert!(!overlap_is_allowed((0, 16), (8, 16), false));
+        assert!(!overlap_is_allowed((0, 16), (0, 16), false));
+        assert!(overlap_is_allowed((0, 16), (0, 16), true));
+        assert!(!overlap_is_allowed((0, 16), (0, 8), true));
+        assert!(overlap_is_allowed((0, 0), (0, 8), false));
+    }
+
+    #[test]
+    fn bitwise_operators_are_for_integers_only() {
+        assert!(check_op::<f32>(ReduceOp::Sum).is_ok());
+        assert!(matches!(
+            check_op::<f32>(ReduceOp::And),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(check_op::<half::bf16>(ReduceOp::Xor).is_err());
+        assert!(check_op::<u8>(ReduceOp::Xor).is_ok());
+        assert!(check_op::<i64>(ReduceOp::Or).is_ok());
+    }
+
+    #[test]
+    fn failed_calls_name_the_operation() {
+        for op in ReduceOp::ALL {
+            let name = format!("{op:?}").to_lowercase();
+            assert!(reduce_call(op).contains(&format!("_{name}_reduce_")));
+            assert!(reduce_scatter_call(op).contains(&format!("_{name}_reducescatter_")));
+        }
+    }
+}

@@ -1,54 +1,483 @@
-//! Device-initiated all-reduce and all-gather over NVLink (our kernels). In progress: the
-//! signatures are final, the bodies land with kernels/collectives.cu.
+//! Device-initiated all-reduce and all-gather over NVLink: our kernels in
+//! `kernels/collectives.cu`, launched on a stream with no host synchronisation, so they can be
+//! captured in CUDA graphs.
+//!
+//! Every PE must make the same sequence of calls on its [`Collectives`] (same operations,
+//! sizes and algorithms), each call stream-ordered after the previous one on that PE, as for
+//! any collective. Back-to-back calls on the same buffers are safe: a call returns (on the
+//! stream) only when no peer will touch this PE's buffers again for it.
+//!
+//! ```no_run
+//! # fn main() -> nvshmem::Result<()> {
+//! use nvshmem::{AllReduceAlgo, Collectives, ReduceOp};
+//! let shmem = nvshmem::Nvshmem::init()?;
+//! let coll = Collectives::new(&shmem)?;
+//! let x = shmem.malloc::<nvshmem::bf16>(1 << 20)?;
+//! x.copy_from_host(&vec![nvshmem::bf16::ONE; 1 << 20])?;
+//! coll.all_reduce(ReduceOp::Sum, &x, &x, AllReduceAlgo::Auto, shmem.stream())?; // in place
+//! # Ok(()) }
+//! ```
 
-use crate::buffer::SymmetricBuffer;
-use crate::element::{Element, ReduceOp};
-use crate::error::{Error, Result};
+use crate::buffer::{SymmetricBuffer, SymmetricView};
+use crate::element::{DataType, Element, ReduceOp};
+use crate::error::{CudaResultExt, Error, Result};
+use crate::kernels::COLLECTIVES;
+use crate::module::Module;
 use crate::runtime::Nvshmem;
-use cudarc::driver::CudaStream;
+use cudarc::driver::{result as cu, sys as cusys, CudaStream};
+use std::collections::HashMap;
+use std::ffi::c_void;
 
 /// All-reduce algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AllReduceAlgo {
-    /// Chosen by size and PE count.
+    /// Chosen by size and PE count ([`CollectivesConfig`]).
     Auto,
     /// Every PE pushes its input to every peer, then reduces locally (small messages).
     OneShot,
-    /// Reduce-scatter, then all-gather (medium messages).
+    /// Reduce-scatter, then all-gather, through staging buffers (medium messages).
     TwoShot,
-    /// Pull-based reduce-scatter and push all-gather over all SMs (large messages).
+    /// Pull-based reduce-scatter and push all-gather over all SMs, no staging (large messages).
     Bandwidth,
 }
 
 /// All-gather algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AllGatherAlgo {
-    /// Chosen by size and PE count.
+    /// Chosen by size and PE count ([`CollectivesConfig`]).
     Auto,
-    /// One-shot push with signals (small messages).
+    /// One-shot push with signals into staging buffers (small messages).
     OneShot,
-    /// Push over all SMs (large messages).
+    /// Push straight into every PE's output over all SMs (large messages).
     Bandwidth,
 }
 
-/// Our all-reduce and all-gather kernels over the world team.
+impl AllReduceAlgo {
+    fn kernel_prefix(self) -> &'static str {
+        match self {
+            AllReduceAlgo::OneShot => "oneshot",
+            AllReduceAlgo::TwoShot => "twoshot",
+            AllReduceAlgo::Bandwidth | AllReduceAlgo::Auto => "bandwidth",
+        }
+    }
+}
+
+/// Size thresholds of the automatic choice, and the staging space they need.
+#[derive(Debug, Clone)]
+pub struct CollectivesConfig {
+    /// All-reduce inputs up to this many bytes use one-shot.
+    pub oneshot_max_bytes: usize,
+    /// All-reduce inputs up to this many bytes (above one-shot) use two-shot.
+    pub twoshot_max_bytes: usize,
+    /// All-gather inputs (per PE) up to this many bytes use one-shot.
+    pub allgather_oneshot_max_bytes: usize,
+}
+
+impl CollectivesConfig {
+    /// Defaults measured on H200s connected by NVSwitch (see docs/).
+    pub fn for_pes(n_pes: usize) -> Self {
+        CollectivesConfig {
+            oneshot_max_bytes: if n_pes <= 2 { 1 << 20 } else { 256 << 10 },
+            twoshot_max_bytes: 8 << 20,
+            allgather_oneshot_max_bytes: 256 << 10,
+        }
+    }
+
+    /// Bytes of one staging slot: one-shot inputs whole, two-shot inputs a part per PE.
+    fn slot_bytes(&self, n_pes: usize) -> usize {
+        let twoshot_part = self.twoshot_max_bytes.div_ceil(n_pes.max(1)) + 16;
+        let slot = self
+            .oneshot_max_bytes
+            .max(self.allgather_oneshot_max_bytes)
+            .max(twoshot_part);
+        slot.div_ceil(256) * 256
+    }
+}
+
+/// Must match `kernels/collectives.cu`.
+const MAX_BLOCKS: usize = 256;
+const MAX_PES: usize = 64;
+const FLAG_SETS: usize = 3;
+const THREADS: u32 = 512;
+const UNROLL: usize = 4;
+const ONESHOT_MAX_BLOCKS: usize = 64;
+
+/// Our all-reduce and all-gather kernels over the world team, with their symmetric workspace.
 pub struct Collectives {
-    _shmem: Nvshmem,
+    shmem: Nvshmem,
+    config: CollectivesConfig,
+    /// `[epoch, done]` of this PE's calls.
+    ctrl: SymmetricBuffer<u64>,
+    flags: SymmetricBuffer<u64>,
+    staging: SymmetricBuffer<u8>,
+    slot_bytes: usize,
+    sm_count: usize,
+    functions: HashMap<String, cusys::CUfunction>,
+    // Last: unloaded after the functions above are no longer used.
+    _module: Module,
+}
+
+unsafe impl Send for Collectives {}
+unsafe impl Sync for Collectives {}
+
+fn type_name(t: DataType) -> Option<&'static str> {
+    match t {
+        DataType::F32 => Some("f32"),
+        DataType::F16 => Some("f16"),
+        DataType::BF16 => Some("bf16"),
+        DataType::I32 => Some("i32"),
+        _ => None,
+    }
+}
+
+fn op_name(op: ReduceOp) -> Option<&'static str> {
+    match op {
+        ReduceOp::Sum => Some("sum"),
+        ReduceOp::Max => Some("max"),
+        ReduceOp::Min => Some("min"),
+        _ => None,
+    }
+}
+
+/// The kernel entry points of kernels/collectives.cu.
+pub fn kernel_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for algo in ["oneshot", "twoshot", "bandwidth"] {
+        for ty in ["f32", "f16", "bf16", "i32"] {
+            for op in ["sum", "max", "min"] {
+                names.push(format!("{algo}_allreduce_{ty}_{op}"));
+            }
+        }
+    }
+    names.push("oneshot_allgather_bytes".into());
+    names.push("bandwidth_allgather_bytes".into());
+    names
+}
+
+/// Grid size for `work` units of `per_block` each, between 1 and `max`.
+fn blocks_for(work: usize, per_block: usize, max: usize) -> u32 {
+    work.div_ceil(per_block).clamp(1, max) as u32
 }
 
 impl Collectives {
-    /// Load the kernels and allocate their symmetric workspace (collective).
+    /// Load the kernels and allocate the symmetric workspace (collective), with the default
+    /// thresholds for this PE count.
     pub fn new(shmem: &Nvshmem) -> Result<Self> {
-        Ok(Collectives { _shmem: shmem.clone() })
+        Self::with_config(shmem, CollectivesConfig::for_pes(shmem.n_pes()))
     }
 
-    /// `dst[i] = op(src[i] on every PE)`; `src` and `dst` may be the same buffer.
-    pub fn all_reduce<T: Element>(&self, _op: ReduceOp, _src: &SymmetricBuffer<T>, _dst: &SymmetricBuffer<T>, _algo: AllReduceAlgo, _stream: &CudaStream) -> Result<()> {
-        Err(Error::InvalidArgument("all_reduce: not yet implemented".into()))
+    /// [`new`](Self::new) with explicit thresholds; every PE must pass the same.
+    pub fn with_config(shmem: &Nvshmem, config: CollectivesConfig) -> Result<Self> {
+        let n = shmem.n_pes();
+        if n > MAX_PES {
+            return Err(Error::InvalidArgument(format!(
+                "our collectives support up to {MAX_PES} PEs ({n} running); use Team::all_reduce"
+            )));
+        }
+        let module = Module::load(shmem, &COLLECTIVES)?;
+        let mut functions = HashMap::new();
+        for name in kernel_names() {
+            let f = module.function(&name)?.cu_function();
+            functions.insert(name, f);
+        }
+        let slot_bytes = config.slot_bytes(n);
+        let ctrl = shmem.calloc::<u64>(2)?;
+        let flags = shmem.calloc::<u64>(FLAG_SETS * MAX_BLOCKS * n)?;
+        let staging = shmem.malloc::<u8>(2 * n * slot_bytes)?;
+        // Every peer must be load/store reachable (one node, NVLink or PCIe peer access).
+        for pe in 0..n {
+            if ctrl.peer_ptr(pe)?.is_none() {
+                return Err(Error::InvalidArgument(format!(
+                    "PE {pe} is not load/store reachable from PE {} (different node or no peer \
+                     access): our collectives need every PE on one node with peer access; use \
+                     Team::all_reduce / Team::fcollect instead",
+                    shmem.my_pe()
+                )));
+            }
+        }
+        let sm_count = shmem
+            .context()
+            .attribute(cusys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .during("cuDeviceGetAttribute")? as usize;
+        // Flags and the epoch must be zero everywhere before anyone signals.
+        shmem.enter()?;
+        unsafe { nvshmem_sys::nvshmem_barrier_all() };
+        Ok(Collectives {
+            shmem: shmem.clone(),
+            config,
+            ctrl,
+            flags,
+            staging,
+            slot_bytes,
+            sm_count,
+            functions,
+            _module: module,
+        })
     }
 
-    /// `dst[pe * n .. (pe + 1) * n] = src on PE pe`, with `n = src.len()`.
-    pub fn all_gather<T: Element>(&self, _src: &SymmetricBuffer<T>, _dst: &SymmetricBuffer<T>, _algo: AllGatherAlgo, _stream: &CudaStream) -> Result<()> {
-        Err(Error::InvalidArgument("all_gather: not yet implemented".into()))
+    /// The thresholds in use.
+    pub fn config(&self) -> &CollectivesConfig {
+        &self.config
+    }
+
+    /// The algorithm `Auto` picks for an all-reduce of `bytes` per PE.
+    pub fn choose_all_reduce(&self, bytes: usize) -> AllReduceAlgo {
+        if bytes <= self.config.oneshot_max_bytes {
+            AllReduceAlgo::OneShot
+        } else if bytes <= self.config.twoshot_max_bytes {
+            AllReduceAlgo::TwoShot
+        } else {
+            AllReduceAlgo::Bandwidth
+        }
+    }
+
+    /// The algorithm `Auto` picks for an all-gather of `bytes` per PE.
+    pub fn choose_all_gather(&self, bytes: usize) -> AllGatherAlgo {
+        if bytes <= self.config.allgather_oneshot_max_bytes {
+            AllGatherAlgo::OneShot
+        } else {
+            AllGatherAlgo::Bandwidth
+        }
+    }
+
+    fn check_runtime<T: Element>(&self, view: &SymmetricView<'_, T>, what: &str) -> Result<()> {
+        if !std::sync::Arc::ptr_eq(&view.runtime().rt, &self.shmem.rt) {
+            return Err(Error::InvalidArgument(format!(
+                "{what} belongs to another NVSHMEM runtime"
+            )));
+        }
+        if view.as_ptr() as usize % 16 != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{what} must start on a 16-byte boundary (views at element offsets that are multiples of {})",
+                16 / std::mem::size_of::<T>()
+            )));
+        }
+        Ok(())
+    }
+
+    /// `dst[i] = op over PEs of src[i]`, for `f32`, `f16`, `bf16` (accumulated in f32) and
+    /// `i32`, with `Sum`, `Max` or `Min`. `src` and `dst` may be the same buffer (in place);
+    /// they must not otherwise overlap. The result is bitwise identical on every PE.
+    pub fn all_reduce<'a, T: Element>(
+        &self,
+        op: ReduceOp,
+        src: impl Into<SymmetricView<'a, T>>,
+        dst: impl Into<SymmetricView<'a, T>>,
+        algo: AllReduceAlgo,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (src, dst) = (src.into(), dst.into());
+        let ty = type_name(T::DTYPE).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "our all-reduce takes f32, f16, bf16 or i32, not {}; use Team::all_reduce",
+                T::NVSHMEM_NAME
+            ))
+        })?;
+        let opn = op_name(op).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "our all-reduce does Sum, Max and Min, not {op:?}; use Team::all_reduce"
+            ))
+        })?;
+        self.check_runtime(&src, "all_reduce source")?;
+        self.check_runtime(&dst, "all_reduce destination")?;
+        crate::buffer::check_len("all_reduce destination", src.len(), dst.len())?;
+        let bytes = src.len() * std::mem::size_of::<T>();
+        let (s, d) = (src.as_ptr() as usize, dst.as_ptr() as usize);
+        if s != d && s < d + bytes && d < s + bytes {
+            return Err(Error::InvalidArgument(
+                "all_reduce source and destination overlap without being equal".into(),
+            ));
+        }
+        if src.is_empty() {
+            return Ok(());
+        }
+        let algo = match algo {
+            AllReduceAlgo::Auto => self.choose_all_reduce(bytes),
+            a => a,
+        };
+        let n_pes = self.shmem.n_pes();
+        let nvec = bytes / 16;
+        let (blocks, limit) = match algo {
+            AllReduceAlgo::OneShot => (
+                blocks_for(nvec, THREADS as usize, ONESHOT_MAX_BLOCKS),
+                self.slot_bytes,
+            ),
+            AllReduceAlgo::TwoShot => (
+                blocks_for(
+                    nvec.div_ceil(n_pes),
+                    THREADS as usize,
+                    self.sm_count.min(MAX_BLOCKS),
+                ),
+                (self.slot_bytes - 16) * n_pes,
+            ),
+            _ => (
+                blocks_for(
+                    nvec.div_ceil(n_pes),
+                    THREADS as usize * UNROLL,
+                    self.sm_count.min(MAX_BLOCKS),
+                ),
+                usize::MAX,
+            ),
+        };
+        if bytes > limit {
+            return Err(Error::InvalidArgument(format!(
+                "{algo:?} all-reduce of {bytes} bytes exceeds its staging space ({limit} bytes); \
+                 use Bandwidth or raise CollectivesConfig thresholds"
+            )));
+        }
+        let name = format!("{}_allreduce_{ty}_{opn}", algo.kernel_prefix());
+        self.launch(
+            &name,
+            blocks,
+            src.as_ptr() as u64,
+            dst.as_ptr() as u64,
+            src.len(),
+            stream,
+        )
+    }
+
+    /// `dst[pe * n .. (pe + 1) * n] = src on PE pe`, `n = src.len()`, for any element type.
+    /// `dst.len()` must be `n * n_pes`; `src` and `dst` must not overlap.
+    pub fn all_gather<'a, T: Element>(
+        &self,
+        src: impl Into<SymmetricView<'a, T>>,
+        dst: impl Into<SymmetricView<'a, T>>,
+        algo: AllGatherAlgo,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (src, dst) = (src.into(), dst.into());
+        self.check_runtime(&src, "all_gather source")?;
+        self.check_runtime(&dst, "all_gather destination")?;
+        let n_pes = self.shmem.n_pes();
+        crate::buffer::check_len(
+            "all_gather destination (n_pes x source)",
+            src.len() * n_pes,
+            dst.len(),
+        )?;
+        let bytes = src.len() * std::mem::size_of::<T>();
+        let (s, d) = (src.as_ptr() as usize, dst.as_ptr() as usize);
+        if s < d + bytes * n_pes && d < s + bytes {
+            return Err(Error::InvalidArgument(
+                "all_gather source and destination overlap".into(),
+            ));
+        }
+        if bytes == 0 {
+            return Ok(());
+        }
+        let algo = match algo {
+            AllGatherAlgo::Auto => self.choose_all_gather(bytes),
+            a => a,
+        };
+        let nvec = bytes.div_ceil(16);
+        let (name, blocks) = match algo {
+            AllGatherAlgo::OneShot => {
+                if bytes > self.slot_bytes {
+                    return Err(Error::InvalidArgument(format!(
+                        "one-shot all-gather of {bytes} bytes per PE exceeds its staging slot ({} bytes); use Bandwidth",
+                        self.slot_bytes
+                    )));
+                }
+                (
+                    "oneshot_allgather_bytes",
+                    blocks_for(nvec, THREADS as usize, ONESHOT_MAX_BLOCKS),
+                )
+            }
+            _ => (
+                "bandwidth_allgather_bytes",
+                blocks_for(
+                    nvec,
+                    THREADS as usize * UNROLL,
+                    self.sm_count.min(MAX_BLOCKS),
+                ),
+            ),
+        };
+        self.launch(
+            name,
+            blocks,
+            src.as_ptr() as u64,
+            dst.as_ptr() as u64,
+            bytes,
+            stream,
+        )
+    }
+
+    fn launch(
+        &self,
+        name: &str,
+        blocks: u32,
+        src: u64,
+        dst: u64,
+        n: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let f = *self.functions.get(name).ok_or_else(|| {
+            Error::Module(format!("kernel {name} missing from the collectives module"))
+        })?;
+        let mut ctrl = self.ctrl.as_ptr() as u64;
+        let mut flags = self.flags.as_ptr() as u64;
+        let mut staging = self.staging.as_ptr() as u64;
+        let mut slot = self.slot_bytes;
+        let (mut src, mut dst, mut n) = (src, dst, n);
+        let mut params: [*mut c_void; 7] = [
+            &mut src as *mut u64 as *mut c_void,
+            &mut dst as *mut u64 as *mut c_void,
+            &mut n as *mut usize as *mut c_void,
+            &mut ctrl as *mut u64 as *mut c_void,
+            &mut flags as *mut u64 as *mut c_void,
+            &mut staging as *mut u64 as *mut c_void,
+            &mut slot as *mut usize as *mut c_void,
+        ];
+        self.shmem.enter()?;
+        // Blocks of a call wait on each other's peers: they must all be resident. At most
+        // one block per SM is asked for, and a 512-thread block always fits.
+        debug_assert!(blocks as usize <= MAX_BLOCKS);
+        unsafe {
+            cu::launch_kernel(
+                f,
+                (blocks, 1, 1),
+                (THREADS, 1, 1),
+                0,
+                stream.cu_stream(),
+                &mut params,
+            )
+        }
+        .map_err(|e| Error::Module(format!("launch of {name} failed: {e:?}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_thresholds_cover_every_size_in_order() {
+        let c = CollectivesConfig::for_pes(4);
+        assert!(c.oneshot_max_bytes < c.twoshot_max_bytes);
+        // A slot holds a one-shot input and a two-shot part.
+        let slot = c.slot_bytes(4);
+        assert!(slot >= c.oneshot_max_bytes && slot >= c.twoshot_max_bytes / 4 + 16);
+        assert_eq!(slot % 256, 0);
+    }
+
+    #[test]
+    fn grids_stay_within_limits() {
+        assert_eq!(blocks_for(0, 512, 64), 1);
+        assert_eq!(blocks_for(513, 512, 64), 2);
+        assert_eq!(blocks_for(1 << 30, 512, 132), 132);
+    }
+
+    #[test]
+    fn kernel_names_cover_types_ops_and_algorithms() {
+        let names = kernel_names();
+        assert_eq!(names.len(), 3 * 4 * 3 + 2);
+        assert!(names.contains(&"oneshot_allreduce_bf16_sum".to_string()));
+        assert!(names.contains(&"bandwidth_allreduce_i32_min".to_string()));
+    }
+
+    #[test]
+    fn unsupported_types_and_ops_are_named() {
+        assert_eq!(type_name(DataType::U64), None);
+        assert_eq!(op_name(ReduceOp::Xor), None);
+        assert_eq!(type_name(DataType::BF16), Some("bf16"));
     }
 }

@@ -41,4 +41,5 @@ pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use nvshmem_sys as sys;
 pub use runtime::{InitOptions, Nvshmem, RuntimeInfo, UniqueId};
+pub use signal::{Cmp, SignalOp};
 pub use team::Team;

@@ -169,11 +169,16 @@ fn check_gpu() -> Result<i32> {
 
 fn check_library_version() -> Result<()> {
     let (major, minor, patch) = library_version();
-    let running = format!("{major}.{minor}.{patch}");
-    if running != sys::BUILD_VERSION {
+    same_release(sys::BUILD_VERSION, &format!("{major}.{minor}.{patch}"))
+}
+
+/// The host library must be the release the bindings and the cubins' device library came
+/// from: NVSHMEM's device state layout changes between releases.
+fn same_release(built: &str, running: &str) -> Result<()> {
+    if running != built {
         return Err(Error::LibraryMismatch {
-            built: sys::BUILD_VERSION.to_string(),
-            running,
+            built: built.to_string(),
+            running: running.to_string(),
         });
     }
     Ok(())
@@ -259,6 +264,14 @@ impl Nvshmem {
             }
             let ctx = CudaContext::new(ordinal).during("cuDevicePrimaryCtxRetain")?;
             let stream = ctx.new_stream().during("cuStreamCreate")?;
+            // The host-library init only bootstraps; NVSHMEM sets up the GPU side lazily on the
+            // first call that needs it, with a context current. Do it now, for every PE, so
+            // that registering a module first (which does not trigger it) works.
+            unsafe { sys::nvshmem_barrier_all() };
+            let status = unsafe { sys::nvshmemx_init_status() };
+            if status < sys::NVSHMEM_STATUS_IS_INITIALIZED as i32 {
+                return Err(Error::Nvshmem { call: "nvshmem_barrier_all (device initialisation)", status });
+            }
             let heap_size = std::env::var("NVSHMEM_SYMMETRIC_SIZE")
                 .ok()
                 .and_then(|s| parse_size(&s))
@@ -370,12 +383,15 @@ impl Nvshmem {
     }
 }
 
+/// The bootstrap NVSHMEM uses, as its environment selects it (PMI-1 unless told otherwise).
 fn bootstrap_name() -> String {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     match var("NVSHMEM_BOOTSTRAP").map(|b| b.to_ascii_uppercase()) {
-        Some(b) if b == "PMI" || b.is_empty() => format!("PMI ({})", var("NVSHMEM_BOOTSTRAP_PMI").unwrap_or_else(|| "PMI-1".into())),
-        Some(b) => b,
-        None => format!("PMI ({})", var("NVSHMEM_BOOTSTRAP_PMI").unwrap_or_else(|| "PMI-1".into())),
+        Some(b) if b != "PMI" => b,
+        _ => format!(
+            "PMI ({})",
+            var("NVSHMEM_BOOTSTRAP_PMI").unwrap_or_else(|| "PMI-1".into())
+        ),
     }
 }
 
@@ -434,6 +450,17 @@ mod tests {
         assert_eq!(parse_size("2GiB"), Some(2 << 30));
         assert_eq!(parse_size("1.5g"), Some(3 << 29));
         assert_eq!(parse_size("lots"), None);
+    }
+
+    #[test]
+    fn another_release_of_the_host_library_is_refused_with_both_versions() {
+        assert!(same_release("3.4.5", "3.4.5").is_ok());
+        let e = same_release("3.4.5", "3.3.9").unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("3.4.5") && text.contains("3.3.9") && text.contains("LD_LIBRARY_PATH"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1,1 +1,236 @@
-//! (in progress)
+//! Ordering, completion and synchronisation: quiet, fence, barriers, syncs and point-to-point
+//! waits, from the host and enqueued on CUDA streams.
+//!
+//! * [`quiet`](Nvshmem::quiet) completes every put, get and atomic this PE issued from the host
+//!   (including [`put_signal_nbi`](Nvshmem::put_signal_nbi)).
+//! * [`fence`](Nvshmem::fence) orders this PE's puts to each PE without waiting for them.
+//! * [`barrier_all`](Nvshmem::barrier_all) / [`barrier`](Nvshmem::barrier) are quiet plus a
+//!   synchronisation of all PEs (of a team); [`sync_all`](Nvshmem::sync_all) /
+//!   [`sync`](Nvshmem::sync) synchronise without the quiet.
+//! * [`wait_until`](Nvshmem::wait_until) blocks until a local integer satisfies a [`Cmp`].
+//!
+//! The `_on_stream` forms enqueue the same operation on a CUDA stream, ordered with the
+//! kernels and copies around it, and return at once.
+//!
+//! ```no_run
+//! # fn main() -> nvshmem::Result<()> {
+//! use nvshmem::Cmp;
+//! let shmem = nvshmem::Nvshmem::init()?;
+//! let (me, n) = (shmem.my_pe(), shmem.n_pes());
+//! let flag = shmem.calloc::<i32>(1)?;
+//! // A token passed round the ring: PE 0 starts it, every other PE waits for it first.
+//! if me != 0 {
+//!     shmem.wait_until(&flag, 0, Cmp::Eq, 1)?;
+//! }
+//! shmem.p(&flag, 0, 1, (me + 1) % n)?;
+//! shmem.quiet()?;
+//! if me == 0 {
+//!     shmem.wait_until(&flag, 0, Cmp::Eq, 1)?;
+//! }
+//! shmem.barrier_all()?;
+//! # Ok(()) }
+//! ```
+
+use crate::buffer::SymmetricView;
+use crate::element::AtomicInteger;
+use crate::error::{check, CudaResultExt, Result};
+use crate::rma::check_index;
+use crate::runtime::Nvshmem;
+use crate::signal::{complete_own_stream, Cmp};
+use crate::team::Team;
+use cudarc::driver::CudaStream;
+use nvshmem_sys as sys;
+
+impl Nvshmem {
+    /// The team's handle, after checking that it belongs to this runtime.
+    fn team_handle(&self, team: &Team) -> Result<sys::nvshmem_team_t> {
+        self.check_same_runtime(team.runtime(), "the team")?;
+        Ok(team.handle())
+    }
+
+    /// Complete every operation this PE issued from the host: puts have arrived, gets have
+    /// landed, atomics are done.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let (src, dst) = (shmem.malloc::<u8>(4096)?, shmem.malloc::<u8>(4096)?);
+    /// shmem.put_nbi(&dst, &src, 0)?;
+    /// shmem.quiet()?; // now `src` may change and the data is on PE 0
+    /// # Ok(()) }
+    /// ```
+    pub fn quiet(&self) -> Result<()> {
+        self.enter()?;
+        complete_own_stream(self)?;
+        unsafe { sys::nvshmem_quiet() };
+        Ok(())
+    }
+
+    /// Order this PE's puts (and non-fetching atomics) to each PE: those issued before reach
+    /// their PE before those issued after. Does not wait.
+    pub fn fence(&self) -> Result<()> {
+        self.enter()?;
+        unsafe { sys::nvshmem_fence() };
+        Ok(())
+    }
+
+    /// Wait until every PE has called it, after completing this PE's operations (a quiet).
+    /// Collective over all PEs.
+    pub fn barrier_all(&self) -> Result<()> {
+        self.enter()?;
+        complete_own_stream(self)?;
+        unsafe { sys::nvshmem_barrier_all() };
+        Ok(())
+    }
+
+    /// [`barrier_all`](Self::barrier_all) over the PEs of `team` (collective over the team).
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// shmem.barrier(&shmem.team_node())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn barrier(&self, team: &Team) -> Result<()> {
+        let t = self.team_handle(team)?;
+        self.enter()?;
+        complete_own_stream(self)?;
+        check("nvshmem_barrier", unsafe { sys::nvshmem_barrier(t) })
+    }
+
+    /// Wait until every PE has called it, without completing outstanding operations.
+    /// Collective over all PEs.
+    pub fn sync_all(&self) -> Result<()> {
+        self.enter()?;
+        unsafe { sys::nvshmem_sync_all() };
+        Ok(())
+    }
+
+    /// [`sync_all`](Self::sync_all) over the PEs of `team` (collective over the team).
+    pub fn sync(&self, team: &Team) -> Result<()> {
+        let t = self.team_handle(team)?;
+        self.enter()?;
+        check("nvshmem_team_sync", unsafe { sys::nvshmem_team_sync(t) })
+    }
+
+    /// Block until this PE's `ivar[index]` satisfies `cmp` against `value` (another PE
+    /// changes it with a put, `p` or atomic). Blocks for ever if no PE ever makes it true.
+    ///
+    /// The host library has no host-side wait: this enqueues `nvshmemx_TYPENAME_wait_until_on_stream`
+    /// on the runtime's stream and waits for the stream.
+    pub fn wait_until<'a, T: AtomicInteger>(
+        &self,
+        ivar: impl Into<SymmetricView<'a, T>>,
+        index: usize,
+        cmp: Cmp,
+        value: T,
+    ) -> Result<()> {
+        let ptr = self.wait_target(ivar.into(), index)?;
+        self.enter()?;
+        let stream = self.stream();
+        unsafe {
+            T::wait_until_on_stream(
+                ptr,
+                cmp.raw(),
+                value,
+                stream.cu_stream() as sys::cudaStream_t,
+            )
+        };
+        stream.synchronize().during("cuStreamSynchronize")
+    }
+
+    fn wait_target<T: AtomicInteger>(
+        &self,
+        ivar: SymmetricView<'_, T>,
+        index: usize,
+    ) -> Result<*mut T> {
+        self.check_same_runtime(ivar.runtime(), "the wait variable")?;
+        check_index(index, ivar.len())?;
+        // SAFETY: index < len.
+        Ok(unsafe { ivar.as_ptr().add(index) })
+    }
+
+    /// Make `stream` wait until this PE's `ivar[index]` satisfies `cmp` against `value`.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::Cmp;
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let stream = shmem.new_stream()?;
+    /// let ready = shmem.calloc::<u32>(1)?;
+    /// // Kernels queued after this run once some PE has set `ready` to 1 here.
+    /// shmem.wait_until_on_stream(&ready, 0, Cmp::Ge, 1, &stream)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_until_on_stream<'a, T: AtomicInteger>(
+        &self,
+        ivar: impl Into<SymmetricView<'a, T>>,
+        index: usize,
+        cmp: Cmp,
+        value: T,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let ptr = self.wait_target(ivar.into(), index)?;
+        let s = self.raw_stream(stream)?;
+        self.enter()?;
+        unsafe { T::wait_until_on_stream(ptr, cmp.raw(), value, s) };
+        Ok(())
+    }
+
+    /// [`quiet`](Self::quiet) enqueued on `stream`: completes the operations enqueued on the
+    /// stream before it (the `_nbi_on_stream` ones included).
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let stream = shmem.new_stream()?;
+    /// let (src, dst) = (shmem.malloc::<f32>(1024)?, shmem.malloc::<f32>(1024)?);
+    /// shmem.put_nbi_on_stream(&dst, &src, 0, &stream)?;
+    /// shmem.quiet_on_stream(&stream)?;
+    /// shmem.sync_all_on_stream(&stream)?;
+    /// stream.synchronize().unwrap();
+    /// # Ok(()) }
+    /// ```
+    pub fn quiet_on_stream(&self, stream: &CudaStream) -> Result<()> {
+        let s = self.raw_stream(stream)?;
+        self.enter()?;
+        unsafe { sys::nvshmemx_quiet_on_stream(s) };
+        Ok(())
+    }
+
+    /// [`barrier_all`](Self::barrier_all) enqueued on `stream`.
+    pub fn barrier_all_on_stream(&self, stream: &CudaStream) -> Result<()> {
+        let s = self.raw_stream(stream)?;
+        self.enter()?;
+        unsafe { sys::nvshmemx_barrier_all_on_stream(s) };
+        Ok(())
+    }
+
+    /// [`barrier`](Self::barrier) enqueued on `stream`.
+    pub fn barrier_on_stream(&self, team: &Team, stream: &CudaStream) -> Result<()> {
+        let t = self.team_handle(team)?;
+        let s = self.raw_stream(stream)?;
+        self.enter()?;
+        check("nvshmemx_barrier_on_stream", unsafe {
+            sys::nvshmemx_barrier_on_stream(t, s)
+        })
+    }
+
+    /// [`sync_all`](Self::sync_all) enqueued on `stream`.
+    pub fn sync_all_on_stream(&self, stream: &CudaStream) -> Result<()> {
+        let s = self.raw_stream(stream)?;
+        self.enter()?;
+        unsafe { sys::nvshmemx_sync_all_on_stream(s) };
+        Ok(())
+    }
+
+    /// [`sync`](Self::sync) enqueued on `stream`.
+    pub fn sync_on_stream(&self, team: &Team, stream: &CudaStream) -> Result<()> {
+        let t = self.team_handle(team)?;
+        let s = self.raw_stream(stream)?;
+        self.enter()?;
+        check("nvshmemx_team_sync_on_stream", unsafe {
+            sys::nvshmemx_team_sync_on_stream(t, s)
+        })
+    }
+}

@@ -1,0 +1,531 @@
+//! GPU checks of our device collectives (kernels/collectives.cu), on random data against a
+//! CPU reference computed exactly as the kernels do (PE order, f32 accumulation), so results
+//! must match bit for bit on every PE.
+//!
+//! ```text
+//! scripts/nvshmrun -np 4 target/release/examples/coll_check
+//! ```
+//! Prints `N passed, M failed` on PE 0 and exits non-zero if anything failed.
+
+use nvshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use nvshmem::{
+    bf16, f16, AllGatherAlgo, AllReduceAlgo, Collectives, Element, Error, Nvshmem, ReduceOp,
+    Result, SymmetricBuffer,
+};
+
+/// splitmix64: a small, good-enough generator, seeded per check and PE.
+struct Rng(u64);
+
+impl Rng {
+    fn new(check: u64, pe: usize) -> Self {
+        Rng(check.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ (pe as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03))
+    }
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// A type our all-reduce supports, with the kernel's arithmetic on the CPU.
+trait Reducible: Element {
+    type Acc: Copy;
+    fn random(rng: &mut Rng) -> Self;
+    fn to_acc(self) -> Self::Acc;
+    fn from_acc(a: Self::Acc) -> Self;
+    fn apply(op: ReduceOp, a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    fn bits(self) -> u64;
+}
+
+macro_rules! float_like {
+    ($t:ty, $to:expr, $from:expr, $bits:expr) => {
+        impl Reducible for $t {
+            type Acc = f32;
+            fn random(rng: &mut Rng) -> Self {
+                $from(rng.unit() * 4.0)
+            }
+            fn to_acc(self) -> f32 {
+                $to(self)
+            }
+            fn from_acc(a: f32) -> Self {
+                $from(a)
+            }
+            fn apply(op: ReduceOp, a: f32, b: f32) -> f32 {
+                match op {
+                    ReduceOp::Sum => a + b,
+                    ReduceOp::Max => a.max(b),
+                    _ => a.min(b),
+                }
+            }
+            fn bits(self) -> u64 {
+                $bits(self)
+            }
+        }
+    };
+}
+
+float_like!(f32, |v: f32| v, |a: f32| a, |v: f32| v.to_bits() as u64);
+float_like!(
+    f16,
+    |v: f16| v.to_f32(),
+    f16::from_f32,
+    |v: f16| v.to_bits() as u64
+);
+float_like!(
+    bf16,
+    |v: bf16| v.to_f32(),
+    bf16::from_f32,
+    |v: bf16| v.to_bits() as u64
+);
+
+impl Reducible for i32 {
+    type Acc = i32;
+    fn random(rng: &mut Rng) -> Self {
+        (rng.next() % 2001) as i32 - 1000
+    }
+    fn to_acc(self) -> i32 {
+        self
+    }
+    fn from_acc(a: i32) -> Self {
+        a
+    }
+    fn apply(op: ReduceOp, a: i32, b: i32) -> i32 {
+        match op {
+            ReduceOp::Sum => a.wrapping_add(b),
+            ReduceOp::Max => a.max(b),
+            _ => a.min(b),
+        }
+    }
+    fn bits(self) -> u64 {
+        self as u32 as u64
+    }
+}
+
+struct Checker {
+    shmem: Nvshmem,
+    passed: usize,
+    failed: usize,
+    seq: u64,
+}
+
+impl Checker {
+    /// Run one named check on every PE; it fails if it fails on any PE.
+    fn check(&mut self, name: &str, f: impl FnOnce(&Nvshmem, u64) -> Result<()>) {
+        self.seq += 1;
+        let mine = match f(&self.shmem, self.seq) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("PE {}: FAIL {name}: {e}", self.shmem.my_pe());
+                if matches!(e, Error::Cuda { .. }) {
+                    // A kernel fault leaves the context unusable and peers waiting: stop all.
+                    eprintln!("PE {}: CUDA context lost, aborting the run", self.shmem.my_pe());
+                    std::process::exit(3);
+                }
+                1
+            }
+        };
+        match any_pe(&self.shmem, mine) {
+            Ok(0) => self.passed += 1,
+            Ok(_) => {
+                self.failed += 1;
+                if self.shmem.my_pe() == 0 {
+                    println!("FAIL {name}");
+                }
+            }
+            Err(e) => {
+                eprintln!(
+                    "PE {}: cannot combine results of {name}: {e}",
+                    self.shmem.my_pe()
+                );
+                self.failed += 1;
+            }
+        }
+    }
+}
+
+/// Sum of a per-PE count over all PEs, through NVSHMEM's own reduction (not our kernels).
+fn any_pe(shmem: &Nvshmem, mine: i32) -> Result<i32> {
+    let buf = shmem.malloc::<i32>(2)?;
+    buf.view(..1).copy_from_host(&[mine])?;
+    let stream = shmem.stream();
+    let status = unsafe {
+        <i32 as Element>::reduce_on_stream(
+            ReduceOp::Sum,
+            nvshmem::sys::NVSHMEM_TEAM_WORLD as i32,
+            buf.as_ptr().add(1),
+            buf.as_ptr(),
+            1,
+            stream.cu_stream() as nvshmem::sys::cudaStream_t,
+        )?
+    };
+    if status != 0 {
+        return Err(Error::Nvshmem {
+            call: "nvshmemx_int32_sum_reduce_on_stream",
+            status,
+        });
+    }
+    Ok(buf.to_vec()?[1])
+}
+
+fn sync(shmem: &Nvshmem) -> Result<()> {
+    shmem.stream().synchronize().map_err(|source| Error::Cuda {
+        call: "cuStreamSynchronize",
+        source,
+    })
+}
+
+fn inputs<T: Reducible>(seed: u64, n_pes: usize, n: usize) -> Vec<Vec<T>> {
+    (0..n_pes)
+        .map(|pe| {
+            let mut rng = Rng::new(seed, pe);
+            (0..n).map(|_| T::random(&mut rng)).collect()
+        })
+        .collect()
+}
+
+fn reference<T: Reducible>(op: ReduceOp, all: &[Vec<T>]) -> Vec<T> {
+    (0..all[0].len())
+        .map(|i| {
+            let mut a = all[0][i].to_acc();
+            for pe in &all[1..] {
+                a = T::apply(op, a, pe[i].to_acc());
+            }
+            T::from_acc(a)
+        })
+        .collect()
+}
+
+fn compare<T: Reducible>(what: &str, got: &[T], want: &[T]) -> Result<()> {
+    if let Some(i) = (0..want.len()).find(|&i| got[i].bits() != want[i].bits()) {
+        let wrong = (0..want.len())
+            .filter(|&i| got[i].bits() != want[i].bits())
+            .count();
+        return Err(Error::InvalidArgument(format!(
+            "{what}: {wrong} of {} elements differ, first at {i}: got {:?}, want {:?}",
+            want.len(),
+            got[i],
+            want[i]
+        )));
+    }
+    Ok(())
+}
+
+fn all_reduce_case<T: Reducible>(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    op: ReduceOp,
+    algo: AllReduceAlgo,
+    n: usize,
+    in_place: bool,
+) -> Result<()> {
+    let me = shmem.my_pe();
+    let all = inputs::<T>(seed, shmem.n_pes(), n);
+    let want = reference(op, &all);
+    let src = shmem.malloc::<T>(n)?;
+    src.copy_from_host(&all[me])?;
+    let dst = if in_place {
+        None
+    } else {
+        let d = shmem.malloc::<T>(n)?;
+        // Poison the output so an unwritten element shows.
+        d.copy_from_host(&vec![
+            T::from_acc(T::random(&mut Rng::new(999, me)).to_acc());
+            n
+        ])?;
+        Some(d)
+    };
+    let out: &SymmetricBuffer<T> = dst.as_ref().unwrap_or(&src);
+    coll.all_reduce(op, &src, out, algo, shmem.stream())?;
+    sync(shmem)?;
+    compare("all_reduce", &out.to_vec()?, &want)
+}
+
+fn all_gather_case<T: Reducible>(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    algo: AllGatherAlgo,
+    n: usize,
+) -> Result<()> {
+    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let all = inputs::<T>(seed, np, n);
+    let src = shmem.malloc::<T>(n)?;
+    src.copy_from_host(&all[me])?;
+    let dst = shmem.calloc::<T>(n * np)?;
+    coll.all_gather(&src, &dst, algo, shmem.stream())?;
+    sync(shmem)?;
+    let want: Vec<T> = all.concat();
+    compare("all_gather", &dst.to_vec()?, &want)
+}
+
+/// Repeated in-place sums with no host synchronisation between calls: after the first, every
+/// PE holds the same data, so each further call multiplies it by n_pes. A peer reading or
+/// writing a buffer too early would show as a wrong multiple.
+fn back_to_back(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    algos: &[AllReduceAlgo],
+    n: usize,
+    rounds: usize,
+) -> Result<()> {
+    let np = shmem.n_pes() as i32;
+    let all: Vec<Vec<i32>> = (0..shmem.n_pes())
+        .map(|pe| {
+            let mut rng = Rng::new(seed, pe);
+            (0..n).map(|_| (rng.next() % 7) as i32 - 3).collect()
+        })
+        .collect();
+    let x = shmem.malloc::<i32>(n)?;
+    x.copy_from_host(&all[shmem.my_pe()])?;
+    for r in 0..rounds {
+        coll.all_reduce(
+            ReduceOp::Sum,
+            &x,
+            &x,
+            algos[r % algos.len()],
+            shmem.stream(),
+        )?;
+    }
+    sync(shmem)?;
+    let first = reference(ReduceOp::Sum, &all);
+    let factor = np.wrapping_pow(rounds as u32 - 1);
+    let want: Vec<i32> = first.iter().map(|v| v.wrapping_mul(factor)).collect();
+    compare("back-to-back all_reduce", &x.to_vec()?, &want)
+}
+
+/// Capture calls in a CUDA graph and replay it: the epoch lives in device memory, so each
+/// replay is a new call.
+fn graph_replay(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    algo: AllReduceAlgo,
+    n: usize,
+) -> Result<()> {
+    let np = shmem.n_pes() as i32;
+    let all: Vec<Vec<i32>> = (0..shmem.n_pes())
+        .map(|pe| {
+            let mut rng = Rng::new(seed, pe);
+            (0..n).map(|_| (rng.next() % 5) as i32 - 2).collect()
+        })
+        .collect();
+    let x = shmem.malloc::<i32>(n)?;
+    let y = shmem.malloc::<i32>(n)?;
+    x.copy_from_host(&all[shmem.my_pe()])?;
+    let stream = shmem.new_stream()?;
+    cuda(
+        "cuStreamBeginCapture",
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+    )?;
+    // x -> y -> x: two calls per replay, out of place both ways.
+    let captured = coll
+        .all_reduce(ReduceOp::Sum, &x, &y, algo, &stream)
+        .and_then(|_| coll.all_reduce(ReduceOp::Sum, &y, &x, algo, &stream));
+    let graph = cuda(
+        "cuStreamEndCapture",
+        stream.end_capture(CUgraphInstantiate_flags(0)),
+    )?;
+    captured?;
+    let graph = graph.ok_or_else(|| Error::InvalidArgument("capture produced no graph".into()))?;
+    let replays = 3;
+    for _ in 0..replays {
+        cuda("cuGraphLaunch", graph.launch())?;
+    }
+    cuda("cuStreamSynchronize", stream.synchronize())?;
+    let first = reference(ReduceOp::Sum, &all);
+    let factor = np.wrapping_pow(2 * replays - 1);
+    let want: Vec<i32> = first.iter().map(|v| v.wrapping_mul(factor)).collect();
+    compare("graph replay", &x.to_vec()?, &want)
+}
+
+fn cuda<T>(
+    call: &'static str,
+    r: std::result::Result<T, nvshmem::cudarc::driver::DriverError>,
+) -> Result<T> {
+    r.map_err(|source| Error::Cuda { call, source })
+}
+
+fn expect_err(r: Result<()>, what: &str) -> Result<()> {
+    match r {
+        Err(_) => Ok(()),
+        Ok(()) => Err(Error::InvalidArgument(format!("{what} was accepted"))),
+    }
+}
+
+fn main() {
+    let shmem = match Nvshmem::init() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("coll_check: {e}");
+            std::process::exit(2);
+        }
+    };
+    let coll = match Collectives::new(&shmem) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("coll_check: PE {}: {e}", shmem.my_pe());
+            std::process::exit(2);
+        }
+    };
+    if shmem.my_pe() == 0 {
+        println!(
+            "coll_check: {} PEs; {}",
+            shmem.n_pes(),
+            shmem.info().map(|i| i.to_string()).unwrap_or_default()
+        );
+    }
+    let mut c = Checker {
+        shmem: shmem.clone(),
+        passed: 0,
+        failed: 0,
+        seq: 0,
+    };
+    let sizes = [1usize, 7, 8, 13, 1000, 4099, 65536 + 3, 300_001];
+    let algos = [
+        AllReduceAlgo::OneShot,
+        AllReduceAlgo::TwoShot,
+        AllReduceAlgo::Bandwidth,
+        AllReduceAlgo::Auto,
+    ];
+    for algo in algos {
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+            for (i, &n) in sizes.iter().enumerate() {
+                let in_place = i % 2 == 1;
+                let tag = format!("all_reduce {algo:?} {op:?} n={n} in_place={in_place}");
+                c.check(&format!("{tag} f32"), |s, seed| {
+                    all_reduce_case::<f32>(s, &coll, seed, op, algo, n, in_place)
+                });
+                c.check(&format!("{tag} bf16"), |s, seed| {
+                    all_reduce_case::<bf16>(s, &coll, seed, op, algo, n, in_place)
+                });
+                c.check(&format!("{tag} f16"), |s, seed| {
+                    all_reduce_case::<f16>(s, &coll, seed, op, algo, n, in_place)
+                });
+                c.check(&format!("{tag} i32"), |s, seed| {
+                    all_reduce_case::<i32>(s, &coll, seed, op, algo, n, in_place)
+                });
+            }
+        }
+    }
+    for n in [4usize << 20, 16 << 20] {
+        c.check(&format!("all_reduce Auto Sum n={n} bf16"), |s, seed| {
+            all_reduce_case::<bf16>(s, &coll, seed, ReduceOp::Sum, AllReduceAlgo::Auto, n, false)
+        });
+    }
+    for algo in [
+        AllGatherAlgo::OneShot,
+        AllGatherAlgo::Bandwidth,
+        AllGatherAlgo::Auto,
+    ] {
+        for n in [1usize, 3, 1000, 4097, 65_537, 200_000] {
+            c.check(&format!("all_gather {algo:?} n={n} f32"), |s, seed| {
+                all_gather_case::<f32>(s, &coll, seed, algo, n)
+            });
+            c.check(&format!("all_gather {algo:?} n={n} bf16"), |s, seed| {
+                all_gather_case::<bf16>(s, &coll, seed, algo, n)
+            });
+            c.check(&format!("all_gather {algo:?} n={n} i32"), |s, seed| {
+                all_gather_case::<i32>(s, &coll, seed, algo, n)
+            });
+        }
+    }
+    c.check("all_gather Auto n=8M bf16", |s, seed| {
+        all_gather_case::<bf16>(s, &coll, seed, AllGatherAlgo::Auto, 8 << 20)
+    });
+    c.check("back-to-back one-shot x20", |s, seed| {
+        back_to_back(s, &coll, seed, &[AllReduceAlgo::OneShot], 4096, 20)
+    });
+    c.check("back-to-back two-shot x20", |s, seed| {
+        back_to_back(s, &coll, seed, &[AllReduceAlgo::TwoShot], 100_000, 20)
+    });
+    c.check("back-to-back bandwidth x20", |s, seed| {
+        back_to_back(s, &coll, seed, &[AllReduceAlgo::Bandwidth], 1 << 20, 20)
+    });
+    c.check("back-to-back mixed x21", |s, seed| {
+        back_to_back(
+            s,
+            &coll,
+            seed,
+            &[
+                AllReduceAlgo::OneShot,
+                AllReduceAlgo::TwoShot,
+                AllReduceAlgo::Bandwidth,
+            ],
+            50_000,
+            21,
+        )
+    });
+    for algo in [
+        AllReduceAlgo::OneShot,
+        AllReduceAlgo::TwoShot,
+        AllReduceAlgo::Bandwidth,
+    ] {
+        c.check(&format!("graph replay {algo:?}"), |s, seed| {
+            graph_replay(s, &coll, seed, algo, 20_000)
+        });
+    }
+    c.check("errors: length, type, op, overlap, staging", |s, _| {
+        let a = s.malloc::<f32>(64)?;
+        let b = s.malloc::<f32>(32)?;
+        let st = s.stream();
+        expect_err(
+            coll.all_reduce(ReduceOp::Sum, &a, &b, AllReduceAlgo::Auto, st),
+            "length mismatch",
+        )?;
+        expect_err(
+            coll.all_reduce(ReduceOp::Xor, &a, &a, AllReduceAlgo::Auto, st),
+            "xor",
+        )?;
+        let u = s.malloc::<u64>(64)?;
+        expect_err(
+            coll.all_reduce(ReduceOp::Sum, &u, &u, AllReduceAlgo::Auto, st),
+            "u64",
+        )?;
+        expect_err(
+            coll.all_reduce(
+                ReduceOp::Sum,
+                a.view(0..32),
+                a.view(16..48),
+                AllReduceAlgo::Auto,
+                st,
+            ),
+            "overlap",
+        )?;
+        expect_err(
+            coll.all_reduce(
+                ReduceOp::Sum,
+                a.view(1..33),
+                b.view(..),
+                AllReduceAlgo::Auto,
+                st,
+            ),
+            "misaligned view",
+        )?;
+        expect_err(
+            coll.all_gather(&a, &b, AllGatherAlgo::Auto, st),
+            "all_gather length",
+        )?;
+        let big = s.malloc::<f32>(16 << 20)?;
+        expect_err(
+            coll.all_reduce(ReduceOp::Sum, &big, &big, AllReduceAlgo::OneShot, st),
+            "one-shot beyond staging",
+        )
+    });
+    if shmem.my_pe() == 0 {
+        println!("{} passed, {} failed", c.passed, c.failed);
+    }
+    drop(coll);
+    let failed = c.failed;
+    drop(c);
+    drop(shmem);
+    std::process::exit(if failed > 0 { 1 } else { 0 });
+}

@@ -1,0 +1,444 @@
+// All-reduce and all-gather over NVLink, initiated from the device.
+//
+// Every PE's buffers are symmetric, so a peer's copy is reached with a plain load or store
+// through nvshmem_ptr(). Synchronisation uses per-block flags in the symmetric heap:
+//   - each call has an epoch e (a per-PE counter in device memory, advanced by the last block
+//     to finish, so a CUDA graph replays correctly: nothing is baked in at capture);
+//   - flags only grow, a block waits for flag >= e, and writes them with st.release.sys after
+//     its data stores; the waiter reads with ld.acquire.sys;
+//   - staging buffers are double-buffered by the parity of e. A PE cannot be two calls ahead
+//     of a peer (each call waits on every peer), so the buffer written in call e+2 is no
+//     longer read by call e.
+// Reductions add the PEs' values in PE order 0..n-1 (in f32 for 16-bit types), so every PE
+// computes a bitwise-identical result.
+#include <nvshmem.h>
+#include <nvshmemx.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define MAX_BLOCKS 256
+#define MAX_PES 64
+#define UNROLL 4
+
+// Flag sets, each MAX_BLOCKS x n_pes words.
+#define FLAGS_DATA 0   // one-shot data / two-shot phase 1 landed
+#define FLAGS_DONE 1   // two-shot phase 2 landed / bandwidth end barrier
+#define FLAGS_START 2  // bandwidth start barrier
+#define FLAG_SETS 3
+
+struct Ctrl {
+    unsigned long long epoch;
+    unsigned int done;
+    unsigned int pad;
+};
+
+__device__ __forceinline__ void st_release_sys(uint64_t *p, uint64_t v) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p) {
+    uint64_t v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ uint64_t *flag_at(uint64_t *flags, int set, int block, int pe, int npes) {
+    return flags + ((size_t)set * MAX_BLOCKS + block) * npes + pe;
+}
+
+// The epoch of this call, read by every block at its start.
+__device__ __forceinline__ uint64_t call_epoch(Ctrl *ctrl) {
+    return *((volatile unsigned long long *)&ctrl->epoch) + 1;
+}
+
+// The last block out publishes the epoch for the next call on this PE.
+__device__ __forceinline__ void finish_call(Ctrl *ctrl, uint64_t e) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        unsigned int prev = atomicAdd(&ctrl->done, 1u);
+        if (prev == gridDim.x - 1) {
+            ctrl->done = 0;
+            *((volatile unsigned long long *)&ctrl->epoch) = e;
+            __threadfence();
+        }
+    }
+}
+
+// Tell every other PE's block `blockIdx.x` that this block's stores to it are done, then wait
+// for the same from each of them. Threads 0..npes-1 each handle one peer.
+__device__ __forceinline__ void signal_and_wait(uint64_t *flags, int set, int me, int npes, uint64_t e) {
+    __syncthreads();
+    for (int p = threadIdx.x; p < npes; p += blockDim.x) {
+        if (p != me) {
+            uint64_t *remote = (uint64_t *)nvshmem_ptr(flag_at(flags, set, blockIdx.x, me, npes), p);
+            st_release_sys(remote, e);
+        }
+    }
+    for (int p = threadIdx.x; p < npes; p += blockDim.x) {
+        if (p != me) {
+            const uint64_t *mine = flag_at(flags, set, blockIdx.x, p, npes);
+            while (ld_acquire_sys(mine) < e) {
+            }
+        }
+    }
+    __syncthreads();
+}
+
+// ---- element types and operators -------------------------------------------------------
+
+template <typename T> struct Acc { typedef float type; };
+template <> struct Acc<int32_t> { typedef int32_t type; };
+
+template <typename T> __device__ __forceinline__ typename Acc<T>::type to_acc(T v) { return v; }
+template <> __device__ __forceinline__ float to_acc<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_acc<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_acc(typename Acc<T>::type v) { return v; }
+template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+struct OpSum {
+    template <typename A> __device__ __forceinline__ static A apply(A a, A b) { return a + b; }
+};
+struct OpMax {
+    __device__ __forceinline__ static float apply(float a, float b) { return fmaxf(a, b); }
+    __device__ __forceinline__ static int32_t apply(int32_t a, int32_t b) { return max(a, b); }
+};
+struct OpMin {
+    __device__ __forceinline__ static float apply(float a, float b) { return fminf(a, b); }
+    __device__ __forceinline__ static int32_t apply(int32_t a, int32_t b) { return min(a, b); }
+};
+
+// A 16-byte vector of T, reduced in the accumulator type.
+template <typename T> struct Vec {
+    static const int N = 16 / sizeof(T);
+    typedef typename Acc<T>::type A;
+    A v[N];
+
+    __device__ __forceinline__ void load(uint4 raw) {
+        const T *t = reinterpret_cast<const T *>(&raw);
+#pragma unroll
+        for (int k = 0; k < N; k++) v[k] = to_acc<T>(t[k]);
+    }
+    template <typename Op> __device__ __forceinline__ void combine(uint4 raw) {
+        const T *t = reinterpret_cast<const T *>(&raw);
+#pragma unroll
+        for (int k = 0; k < N; k++) v[k] = Op::apply(v[k], to_acc<T>(t[k]));
+    }
+    __device__ __forceinline__ uint4 store() const {
+        uint4 raw;
+        T *t = reinterpret_cast<T *>(&raw);
+#pragma unroll
+        for (int k = 0; k < N; k++) t[k] = from_acc<T>(v[k]);
+        return raw;
+    }
+};
+
+__device__ __forceinline__ uint4 ld_cg(const uint4 *p) { return __ldcg(p); }
+
+// Reduce vector i of the sources (PE order) into dst; `src_of(p)` gives PE p's copy.
+// UNROLL independent vectors per thread keep several loads in flight.
+template <typename T, typename Op, typename SrcOf>
+__device__ __forceinline__ void reduce_vectors(size_t begin, size_t end, size_t first, size_t stride, int npes, SrcOf src_of, uint4 *const *outs, int n_outs) {
+    for (size_t base = begin + first; base < end; base += stride * UNROLL) {
+        Vec<T> acc[UNROLL];
+#pragma unroll
+        for (int p = 0; p < npes; p++) {
+            const uint4 *s = src_of(p);
+            uint4 raw[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                size_t i = base + u * stride;
+                raw[u] = i < end ? ld_cg(s + i) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                if (p == 0)
+                    acc[u].load(raw[u]);
+                else
+                    acc[u].template combine<Op>(raw[u]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            size_t i = base + u * stride;
+            if (i < end) {
+                uint4 r = acc[u].store();
+                for (int o = 0; o < n_outs; o++) outs[o][i] = r;
+            }
+        }
+    }
+}
+
+// The scalar tail (n not a multiple of the vector width): elements [begin, end) reduced by
+// block 0, the same on every PE.
+template <typename T, typename Op, typename SrcOf>
+__device__ __forceinline__ void reduce_tail(size_t begin, size_t end, int npes, SrcOf src_of, T *const *outs, int n_outs) {
+    if (blockIdx.x != 0) return;
+    for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        typename Acc<T>::type a = to_acc<T>(src_of(0)[i]);
+        for (int p = 1; p < npes; p++) a = Op::apply(a, to_acc<T>(src_of(p)[i]));
+        T r = from_acc<T>(a);
+        for (int o = 0; o < n_outs; o++) outs[o][i] = r;
+    }
+}
+
+// ---- one-shot all-reduce ------------------------------------------------------------------
+// Push the input into every peer's staging slot, one handshake, reduce locally.
+template <typename T, typename Op>
+__device__ void oneshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
+    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const uint64_t e = call_epoch(ctrl);
+    // staging[parity][source PE][slot_bytes]
+    char *base = staging + (e & 1) * npes * slot_bytes;
+    __shared__ uint4 *peer_slot[MAX_PES];
+    for (int p = threadIdx.x; p < npes; p += blockDim.x)
+        peer_slot[p] = (uint4 *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
+    __syncthreads();
+
+    const size_t nvec = n / Vec<T>::N;
+    const size_t tail = nvec * Vec<T>::N;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const uint4 *src4 = (const uint4 *)src;
+    for (size_t i = first; i < nvec; i += stride) {
+        uint4 v = __ldg(src4 + i);
+        for (int p = 0; p < npes; p++)
+            if (p != me) peer_slot[p][i] = v;
+    }
+    if (blockIdx.x == 0)
+        for (size_t i = tail + threadIdx.x; i < n; i += blockDim.x)
+            for (int p = 0; p < npes; p++)
+                if (p != me) ((T *)peer_slot[p])[i] = src[i];
+    signal_and_wait(flags, FLAGS_DATA, me, npes, e);
+
+    auto src_of = [&](int p) -> const uint4 * {
+        return p == me ? src4 : (const uint4 *)(base + (size_t)p * slot_bytes);
+    };
+    uint4 *outs[1] = {(uint4 *)dst};
+    reduce_vectors<T, Op>(0, nvec, first, stride, npes, src_of, outs, 1);
+    auto src_of_t = [&](int p) -> const T * { return (const T *)src_of(p); };
+    T *touts[1] = {dst};
+    reduce_tail<T, Op>(tail, n, npes, src_of_t, touts, 1);
+    finish_call(ctrl, e);
+}
+
+// ---- two-shot all-reduce ------------------------------------------------------------------
+// PE q owns part q. Phase 1 pushes each part to its owner's staging; the owner reduces and
+// pushes the result into every PE's dst (no barrier needed before writing a peer's dst: the
+// peer already entered this call, it sent us its phase-1 data).
+__device__ __forceinline__ void part_of(size_t nvec, int q, int npes, size_t *b, size_t *e) {
+    *b = nvec * q / npes;
+    *e = nvec * (q + 1) / npes;
+}
+
+template <typename T, typename Op>
+__device__ void twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
+    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const uint64_t e = call_epoch(ctrl);
+    char *base = staging + (e & 1) * npes * slot_bytes;
+    __shared__ uint4 *peer_slot[MAX_PES];
+    __shared__ uint4 *peer_dst[MAX_PES];
+    for (int p = threadIdx.x; p < npes; p += blockDim.x) {
+        peer_slot[p] = (uint4 *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
+        peer_dst[p] = (uint4 *)nvshmem_ptr(dst, p);
+    }
+    __syncthreads();
+
+    const size_t nvec = n / Vec<T>::N;
+    const size_t tail = nvec * Vec<T>::N;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const uint4 *src4 = (const uint4 *)src;
+    // Phase 1: part q of my input to owner q, at offset (i - start of part q) in its slot.
+    for (int q = 0; q < npes; q++) {
+        if (q == me) continue;
+        size_t pb, pe_;
+        part_of(nvec, q, npes, &pb, &pe_);
+        uint4 *to = peer_slot[q] - pb;
+        for (size_t i = pb + first; i < pe_; i += stride) to[i] = __ldg(src4 + i);
+    }
+    // The scalar tail belongs to the last PE; it goes after that PE's vector part.
+    const int tail_owner = npes - 1;
+    size_t tb, te;
+    part_of(nvec, tail_owner, npes, &tb, &te);
+    if (blockIdx.x == 0 && me != tail_owner) {
+        T *to = (T *)(peer_slot[tail_owner] + (te - tb)) - tail;
+        for (size_t i = tail + threadIdx.x; i < n; i += blockDim.x) to[i] = src[i];
+    }
+    signal_and_wait(flags, FLAGS_DATA, me, npes, e);
+
+    // Reduce my part, store it locally and into every peer's dst.
+    size_t mb, mend;
+    part_of(nvec, me, npes, &mb, &mend);
+    auto src_of = [&](int p) -> const uint4 * {
+        return p == me ? src4 : (const uint4 *)(base + (size_t)p * slot_bytes) - mb;
+    };
+    reduce_vectors<T, Op>(mb, mend, first, stride, npes, src_of, peer_dst, npes);
+    if (me == tail_owner) {
+        auto src_of_t = [&](int p) -> const T * {
+            return p == me ? src : (const T *)((const uint4 *)(base + (size_t)p * slot_bytes) + (te - tb)) - tail;
+        };
+        __shared__ T *tail_outs[MAX_PES];
+        for (int p = threadIdx.x; p < npes; p += blockDim.x) tail_outs[p] = (T *)peer_dst[p];
+        __syncthreads();
+        reduce_tail<T, Op>(tail, n, npes, src_of_t, tail_outs, npes);
+    }
+    signal_and_wait(flags, FLAGS_DONE, me, npes, e);
+    finish_call(ctrl, e);
+}
+
+// ---- bandwidth all-reduce -----------------------------------------------------------------
+// No staging: after a start barrier (every PE's src ready and dst free), PE q reads part q of
+// every PE's src, reduces, and writes the result into every PE's dst; an end barrier keeps src
+// alive until all reads are done and makes dst complete.
+template <typename T, typename Op>
+__device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags) {
+    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const uint64_t e = call_epoch(ctrl);
+    __shared__ const uint4 *peer_src[MAX_PES];
+    __shared__ uint4 *peer_dst[MAX_PES];
+    for (int p = threadIdx.x; p < npes; p += blockDim.x) {
+        peer_src[p] = (const uint4 *)nvshmem_ptr(src, p);
+        peer_dst[p] = (uint4 *)nvshmem_ptr(dst, p);
+    }
+    signal_and_wait(flags, FLAGS_START, me, npes, e);
+
+    const size_t nvec = n / Vec<T>::N;
+    const size_t tail = nvec * Vec<T>::N;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t mb, mend;
+    part_of(nvec, me, npes, &mb, &mend);
+    auto src_of = [&](int p) -> const uint4 * { return peer_src[p]; };
+    reduce_vectors<T, Op>(mb, mend, first, stride, npes, src_of, peer_dst, npes);
+    if (me == npes - 1) {
+        auto src_of_t = [&](int p) -> const T * { return (const T *)peer_src[p]; };
+        __shared__ T *tail_outs[MAX_PES];
+        for (int p = threadIdx.x; p < npes; p += blockDim.x) tail_outs[p] = (T *)peer_dst[p];
+        __syncthreads();
+        reduce_tail<T, Op>(tail, n, npes, src_of_t, tail_outs, npes);
+    }
+    signal_and_wait(flags, FLAGS_DONE, me, npes, e);
+    finish_call(ctrl, e);
+}
+
+// ---- all-gather ---------------------------------------------------------------------------
+// One-shot: push my input into every peer's staging slot, one handshake, copy the slots into
+// dst locally (writing a peer's dst directly would race with its use of the previous result).
+__device__ void oneshot_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
+    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const uint64_t e = call_epoch(ctrl);
+    char *base = staging + (e & 1) * npes * slot_bytes;
+    __shared__ uint4 *peer_slot[MAX_PES];
+    for (int p = threadIdx.x; p < npes; p += blockDim.x)
+        peer_slot[p] = (uint4 *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
+    __syncthreads();
+    const size_t nvec = bytes / 16, tail = nvec * 16;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const uint4 *src4 = (const uint4 *)src;
+    for (size_t i = first; i < nvec; i += stride) {
+        uint4 v = __ldg(src4 + i);
+        for (int p = 0; p < npes; p++)
+            if (p != me) peer_slot[p][i] = v;
+    }
+    if (blockIdx.x == 0)
+        for (size_t i = tail + threadIdx.x; i < bytes; i += blockDim.x)
+            for (int p = 0; p < npes; p++)
+                if (p != me) ((char *)peer_slot[p])[i] = src[i];
+    signal_and_wait(flags, FLAGS_DATA, me, npes, e);
+    // Each block copies exactly the vectors its peers' same block pushed (the only ones its
+    // handshake covers), and block 0 the tail. When bytes is not a multiple of 16 the output
+    // blocks are not 16-byte aligned and the vectors are stored bytewise.
+    for (int p = 0; p < npes; p++) {
+        const uint4 *from = p == me ? src4 : (const uint4 *)(base + (size_t)p * slot_bytes);
+        char *to = dst + (size_t)p * bytes;
+        if (((size_t)to & 15) == 0) {
+            for (size_t i = first; i < nvec; i += stride) ((uint4 *)to)[i] = ld_cg(from + i);
+        } else {
+            for (size_t i = first; i < nvec; i += stride) {
+                uint4 v = ld_cg(from + i);
+                const char *c = (const char *)&v;
+#pragma unroll
+                for (int k = 0; k < 16; k++) to[i * 16 + k] = c[k];
+            }
+        }
+        if (blockIdx.x == 0)
+            for (size_t i = tail + threadIdx.x; i < bytes; i += blockDim.x) to[i] = ((const char *)from)[i];
+    }
+    finish_call(ctrl, e);
+}
+
+// Bandwidth: start barrier (every dst free), push my input into every PE's dst, end barrier.
+__device__ void bandwidth_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags) {
+    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const uint64_t e = call_epoch(ctrl);
+    __shared__ char *peer_dst[MAX_PES];
+    for (int p = threadIdx.x; p < npes; p += blockDim.x) peer_dst[p] = (char *)nvshmem_ptr(dst, p) + (size_t)me * bytes;
+    signal_and_wait(flags, FLAGS_START, me, npes, e);
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    if ((bytes & 15) == 0) {
+        const size_t nvec = bytes / 16;
+        const uint4 *src4 = (const uint4 *)src;
+        for (size_t base = first; base < nvec; base += stride * UNROLL) {
+            uint4 v[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                size_t i = base + u * stride;
+                if (i < nvec) v[u] = __ldg(src4 + i);
+            }
+            for (int p = 0; p < npes; p++) {
+                uint4 *to = (uint4 *)peer_dst[(me + p) % npes];
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++) {
+                    size_t i = base + u * stride;
+                    if (i < nvec) to[i] = v[u];
+                }
+            }
+        }
+    } else {
+        for (size_t i = first; i < bytes; i += stride)
+            for (int p = 0; p < npes; p++) peer_dst[p][i] = src[i];
+    }
+    signal_and_wait(flags, FLAGS_DONE, me, npes, e);
+    finish_call(ctrl, e);
+}
+
+// ---- entry points -------------------------------------------------------------------------
+#define ALLREDUCE_ENTRIES(NAME, T, OPNAME, OP)                                                                   \
+    extern "C" __global__ void __launch_bounds__(512) oneshot_allreduce_##NAME##_##OPNAME(                     \
+        const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {         \
+        oneshot_allreduce<T, OP>(src, dst, n, ctrl, flags, staging, slot_bytes);                                 \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(512) twoshot_allreduce_##NAME##_##OPNAME(                     \
+        const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {         \
+        twoshot_allreduce<T, OP>(src, dst, n, ctrl, flags, staging, slot_bytes);                                 \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(512) bandwidth_allreduce_##NAME##_##OPNAME(                   \
+        const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {         \
+        bandwidth_allreduce<T, OP>(src, dst, n, ctrl, flags);                                                    \
+    }
+
+#define ALLREDUCE_TYPE(NAME, T)              \
+    ALLREDUCE_ENTRIES(NAME, T, sum, OpSum)   \
+    ALLREDUCE_ENTRIES(NAME, T, max, OpMax)   \
+    ALLREDUCE_ENTRIES(NAME, T, min, OpMin)
+
+ALLREDUCE_TYPE(f32, float)
+ALLREDUCE_TYPE(f16, __half)
+ALLREDUCE_TYPE(bf16, __nv_bfloat16)
+ALLREDUCE_TYPE(i32, int32_t)
+
+extern "C" __global__ void __launch_bounds__(512) oneshot_allgather_bytes(
+    const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
+    oneshot_allgather(src, dst, bytes, ctrl, flags, staging, slot_bytes);
+}
+
+extern "C" __global__ void __launch_bounds__(512) bandwidth_allgather_bytes(
+    const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
+    bandwidth_allgather(src, dst, bytes, ctrl, flags);
+}
