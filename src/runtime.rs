@@ -4,7 +4,7 @@ use crate::error::{check, CudaResultExt, Error, Result};
 use cudarc::driver::{CudaContext, CudaStream};
 use nvshmem_sys as sys;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// One runtime per process: NVSHMEM cannot run twice, nor start again after finalize.
@@ -16,6 +16,9 @@ enum State {
 }
 
 static STATE: Mutex<State> = Mutex::new(State::NotStarted);
+
+/// Set once this process made a [`UniqueId`]: NVSHMEM then only starts with it.
+static UNIQUE_ID_MADE: AtomicBool = AtomicBool::new(false);
 
 /// Default of `NVSHMEM_SYMMETRIC_SIZE` in NVSHMEM 3.
 const DEFAULT_HEAP_SIZE: usize = 1 << 30;
@@ -51,10 +54,20 @@ impl UniqueId {
     /// Size of the identifier in bytes.
     pub const SIZE: usize = std::mem::size_of::<sys::nvshmemx_uniqueid_t>();
 
-    /// Make a new identifier (before initialisation, on one PE).
+    /// Make a new identifier, on one PE, before initialisation. The process must then start
+    /// with [`Nvshmem::init_with_unique_id`]: making an ID selects NVSHMEM's unique-ID
+    /// bootstrap, and a launcher start ([`Nvshmem::init`]) afterwards would crash inside
+    /// NVSHMEM, so it is refused.
     pub fn new() -> Result<Self> {
+        let state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+        if *state != State::NotStarted {
+            return Err(Error::InvalidArgument(
+                "UniqueId::new must be called before NVSHMEM is initialised".into(),
+            ));
+        }
         let mut id = sys::nvshmemx_uniqueid_t::default();
         check("nvshmemx_get_uniqueid", unsafe { sys::nvshmemx_get_uniqueid(&mut id) })?;
+        UNIQUE_ID_MADE.store(true, Ordering::SeqCst);
         Ok(UniqueId(id))
     }
 
@@ -229,6 +242,13 @@ impl Nvshmem {
             State::Running => return Err(Error::AlreadyInitialized),
             State::Finalized => return Err(Error::Finalized),
             State::NotStarted => {}
+        }
+        if uid.is_none() && UNIQUE_ID_MADE.load(Ordering::SeqCst) {
+            return Err(Error::InvalidArgument(
+                "this process made a UniqueId, which selects NVSHMEM's unique-ID bootstrap: start \
+                 with Nvshmem::init_with_unique_id, not Nvshmem::init"
+                    .into(),
+            ));
         }
         check_library_version()?;
         let device_count = check_gpu()?;
