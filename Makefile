@@ -37,7 +37,7 @@ setup:
 	@scripts/ensure-libclang
 
 build: setup
-	cargo build --release --workspace --examples
+	cargo build --release --workspace --bins --examples
 
 test: setup
 	cargo test --workspace

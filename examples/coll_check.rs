@@ -158,7 +158,7 @@ fn any_pe(shmem: &Nvshmem, mine: i32) -> Result<i32> {
     let status = unsafe {
         <i32 as Element>::reduce_on_stream(
             ReduceOp::Sum,
-            nvshmem::sys::NVSHMEM_TEAM_WORLD as i32,
+            nvshmem::sys::NVSHMEM_TEAM_WORLD,
             buf.as_ptr().add(1),
             buf.as_ptr(),
             1,

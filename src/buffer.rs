@@ -390,7 +390,7 @@ impl AllocCheck {
             crate::error::check(
                 "nvshmemx_uint64_fcollect_on_stream",
                 sys::nvshmemx_uint64_fcollect_on_stream(
-                    sys::NVSHMEM_TEAM_WORLD as i32,
+                    sys::NVSHMEM_TEAM_WORLD,
                     self.scratch.add(WORDS),
                     self.scratch,
                     WORDS,

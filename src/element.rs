@@ -316,7 +316,11 @@ mod tests {
         assert_eq!(name::<u64>(), "uint64");
         assert_eq!(<i16 as Element>::DTYPE as u32, 1);
         assert_eq!(<half::bf16 as Element>::DTYPE as u32, 11);
-        assert!(<u8 as Element>::IS_INTEGER && !<f64 as Element>::IS_INTEGER);
+        fn is_integer<T: Element>() -> bool {
+            T::IS_INTEGER
+        }
+        assert!(is_integer::<u8>() && is_integer::<i64>());
+        assert!(!is_integer::<f64>() && !is_integer::<half::bf16>());
     }
 
     #[test]

@@ -253,16 +253,29 @@ impl Nvshmem {
         check_library_version()?;
         let device_count = check_gpu()?;
 
-        let mut attr = sys::nvshmemx_init_attr_t::default();
-        // What the header's nvshmemx_init_init_attr_ver_only() does.
-        attr.version = (1 << 16) + std::mem::size_of::<sys::nvshmemx_init_attr_t>() as i32;
-        attr.args.version = (1 << 16) + std::mem::size_of::<sys::nvshmemx_init_args_t>() as i32;
-        attr.args.uid_args.version = (1 << 16) + std::mem::size_of::<sys::nvshmemx_uniqueid_args_t>() as i32;
+        // What the header's nvshmemx_init_init_attr_ver_only() does: each struct carries
+        // (1 << 16) + its size.
+        fn version_of<T>() -> i32 {
+            (1 << 16) + std::mem::size_of::<T>() as i32
+        }
+        let mut attr = sys::nvshmemx_init_attr_t {
+            version: version_of::<sys::nvshmemx_init_attr_t>(),
+            args: sys::nvshmemx_init_args_t {
+                version: version_of::<sys::nvshmemx_init_args_t>(),
+                uid_args: sys::nvshmemx_uniqueid_args_t {
+                    version: version_of::<sys::nvshmemx_uniqueid_args_t>(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        // The attributes keep a pointer to the ID: it must live until init returns.
+        let id_copy = uid.map(|(_, _, id)| id.0);
         let mut flags = 0;
-        if let Some((rank, n, id)) = uid {
-            let mut id = id.0;
+        if let (Some((rank, n, _)), Some(id)) = (uid, id_copy.as_ref()) {
             check("nvshmemx_set_attr_uniqueid_args", unsafe {
-                sys::nvshmemx_set_attr_uniqueid_args(rank as i32, n as i32, &mut id, &mut attr)
+                sys::nvshmemx_set_attr_uniqueid_args(rank as i32, n as i32, id, &mut attr)
             })?;
             flags = sys::NVSHMEMX_INIT_WITH_UNIQUEID;
         }
@@ -271,8 +284,8 @@ impl Nvshmem {
         let started = (|| {
             let my_pe = unsafe { sys::nvshmem_my_pe() };
             let n_pes = unsafe { sys::nvshmem_n_pes() };
-            let node_pe = unsafe { sys::nvshmem_team_my_pe(sys::NVSHMEMX_TEAM_NODE as i32) };
-            let node_n_pes = unsafe { sys::nvshmem_team_n_pes(sys::NVSHMEMX_TEAM_NODE as i32) };
+            let node_pe = unsafe { sys::nvshmem_team_my_pe(sys::NVSHMEMX_TEAM_NODE) };
+            let node_n_pes = unsafe { sys::nvshmem_team_n_pes(sys::NVSHMEMX_TEAM_NODE) };
             if my_pe < 0 || n_pes <= 0 || node_pe < 0 {
                 return Err(Error::Nvshmem { call: "nvshmem_my_pe", status: my_pe });
             }

@@ -32,17 +32,17 @@ impl std::fmt::Debug for Team {
 impl Nvshmem {
     /// All PEs.
     pub fn team_world(&self) -> Team {
-        self.predefined(sys::NVSHMEM_TEAM_WORLD as i32)
+        self.predefined(sys::NVSHMEM_TEAM_WORLD)
     }
 
     /// The PEs that share memory with this one (load/store reachable).
     pub fn team_shared(&self) -> Team {
-        self.predefined(sys::NVSHMEM_TEAM_SHARED as i32)
+        self.predefined(sys::NVSHMEM_TEAM_SHARED)
     }
 
     /// The PEs on this node.
     pub fn team_node(&self) -> Team {
-        self.predefined(sys::NVSHMEMX_TEAM_NODE as i32)
+        self.predefined(sys::NVSHMEMX_TEAM_NODE)
     }
 
     fn predefined(&self, handle: i32) -> Team {
@@ -107,7 +107,7 @@ impl Team {
             )));
         }
         self.shmem.enter()?;
-        let mut new = sys::NVSHMEM_TEAM_INVALID as i32;
+        let mut new = sys::NVSHMEM_TEAM_INVALID;
         let status = unsafe {
             sys::nvshmem_team_split_strided(
                 self.handle,
@@ -130,7 +130,7 @@ impl Team {
             return Err(Error::InvalidArgument("split_2d needs x_range >= 1".into()));
         }
         self.shmem.enter()?;
-        let (mut x, mut y) = (sys::NVSHMEM_TEAM_INVALID as i32, sys::NVSHMEM_TEAM_INVALID as i32);
+        let (mut x, mut y) = (sys::NVSHMEM_TEAM_INVALID, sys::NVSHMEM_TEAM_INVALID);
         let status = unsafe {
             sys::nvshmem_team_split_2d(self.handle, x_range as i32, std::ptr::null(), 0, &mut x, std::ptr::null(), 0, &mut y)
         };
@@ -139,7 +139,7 @@ impl Team {
     }
 
     fn owned_team(&self, handle: i32) -> Option<Team> {
-        (handle != sys::NVSHMEM_TEAM_INVALID as i32).then(|| Team {
+        (handle != sys::NVSHMEM_TEAM_INVALID).then(|| Team {
             handle,
             owned: true,
             shmem: self.shmem.clone(),

@@ -28,7 +28,10 @@ impl std::str::FromStr for Version {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self, Error> {
         let bad = || Error::Invalid(format!("`{s}` is not a major.minor.patch version"));
-        let mut parts = s.trim().split('.').map(|p| p.parse::<u32>().map_err(|_| bad()));
+        let mut parts = s
+            .trim()
+            .split('.')
+            .map(|p| p.parse::<u32>().map_err(|_| bad()));
         let v = Version {
             major: parts.next().ok_or_else(bad)??,
             minor: parts.next().unwrap_or(Ok(0))?,
@@ -190,6 +193,7 @@ impl CudaToolkit {
 
 /// Where and how to look. [`Probe::from_env`] is what build scripts want; the other
 /// constructors exist so discovery can be tested against made-up trees.
+#[derive(Debug, Clone)]
 pub struct Probe {
     vars: HashMap<String, OsString>,
     start_dir: Option<PathBuf>,
@@ -210,10 +214,16 @@ impl Probe {
                 println!("cargo:rerun-if-env-changed={v}");
             }
         }
-        let vars: HashMap<String, OsString> = DISCOVERY_VARS
+        let mut vars: HashMap<String, OsString> = DISCOVERY_VARS
             .iter()
             .filter_map(|k| std::env::var_os(k).map(|v| (k.to_string(), v)))
             .collect();
+        // `links` metadata of direct dependencies (DEP_NVSHMEM_RS_INCLUDE...), which cargo
+        // sets for build scripts; read by `KernelBuilder::from_links_metadata`.
+        vars.extend(std::env::vars_os().filter_map(|(k, v)| {
+            let k = k.into_string().ok()?;
+            k.starts_with("DEP_").then_some((k, v))
+        }));
         let start_dir = std::env::var_os("CARGO_MANIFEST_DIR")
             .map(PathBuf::from)
             .or_else(|| std::env::current_dir().ok());
@@ -260,7 +270,9 @@ impl Probe {
         }
     }
 
-    /// Set a discovery variable as if it were in the environment.
+    /// Set a variable as if it were in the environment: a discovery variable
+    /// (`NVSHMEM_HOME`, `CUDA_HOME`, `NVCC`, `PATH`...) or `links` metadata
+    /// (`DEP_NVSHMEM_RS_INCLUDE`...).
     pub fn var(mut self, name: &str, value: impl Into<OsString>) -> Self {
         self.vars.insert(name.to_string(), value.into());
         self
@@ -285,11 +297,13 @@ impl Probe {
         self
     }
 
+    /// A variable as this probe sees it (`None` when unset or empty).
+    pub fn get_var(&self, name: &str) -> Option<&OsString> {
+        self.vars.get(name).filter(|v| !v.is_empty())
+    }
+
     fn path_var(&self, name: &str) -> Option<PathBuf> {
-        self.vars
-            .get(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
+        self.get_var(name).map(PathBuf::from)
     }
 
     /// `site-packages/nvidia` directories of `.venv`s in `start_dir` and its ancestors.
@@ -376,7 +390,10 @@ impl Probe {
             return CudaToolkit::from_nvcc(&nvcc, Source::EnvVar("NVCC"));
         }
         if let Some(home) = self.path_var("CUDA_HOME") {
-            return CudaToolkit::from_nvcc(&home.join("bin").join("nvcc"), Source::EnvVar("CUDA_HOME"));
+            return CudaToolkit::from_nvcc(
+                &home.join("bin").join("nvcc"),
+                Source::EnvVar("CUDA_HOME"),
+            );
         }
         let mut looked_in = vec!["NVCC, CUDA_HOME (unset)".to_string()];
         // CUDA 13 wheels install under nvidia/cu13; CUDA 12 ones under nvidia/cuda_nvcc.
@@ -384,7 +401,9 @@ impl Probe {
         for nvidia in self.venv_nvidia_dirs() {
             for sub in wheel_roots {
                 let nvcc = nvidia.join(sub).join("bin").join("nvcc");
-                if let Ok(found) = CudaToolkit::from_nvcc(&nvcc, Source::ProjectVenv(nvidia.clone())) {
+                if let Ok(found) =
+                    CudaToolkit::from_nvcc(&nvcc, Source::ProjectVenv(nvidia.clone()))
+                {
                     return Ok(found);
                 }
                 looked_in.push(nvcc.display().to_string());
@@ -392,7 +411,9 @@ impl Probe {
         }
         for package in ["nvidia.cu13", "nvidia.cuda_nvcc"] {
             if let Some(root) = self.python_package_dir(package) {
-                if let Ok(found) = CudaToolkit::from_nvcc(&root.join("bin").join("nvcc"), Source::PythonPackage) {
+                if let Ok(found) =
+                    CudaToolkit::from_nvcc(&root.join("bin").join("nvcc"), Source::PythonPackage)
+                {
                     return Ok(found);
                 }
             }
@@ -427,7 +448,11 @@ mod tests {
     fn parses_versions() {
         assert_eq!(
             "3.4.5".parse::<Version>().unwrap(),
-            Version { major: 3, minor: 4, patch: 5 }
+            Version {
+                major: 3,
+                minor: 4,
+                patch: 5
+            }
         );
         assert_eq!("13".parse::<Version>().unwrap().major, 13);
         assert!("3.x".parse::<Version>().is_err());

@@ -1,25 +1,54 @@
+use crate::discovery::Version;
 use std::fmt;
 use std::path::PathBuf;
 
 /// What went wrong while finding the toolchain or compiling kernels.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Error {
     /// NVSHMEM was not found anywhere; lists the places looked at.
     NvshmemNotFound { looked_in: Vec<String> },
     /// A directory was named (by `NVSHMEM_HOME` or metadata) but does not hold NVSHMEM.
     NvshmemIncomplete { root: PathBuf, missing: PathBuf },
+    /// The NVSHMEM asked for (by `NVSHMEM_HOME`, or headers changed since) is not the release
+    /// the `nvshmem` crate was built against, so kernels would link the wrong device library.
+    NvshmemMismatch {
+        /// What named the other NVSHMEM (`NVSHMEM_HOME`, `the headers`...).
+        requested_by: String,
+        requested: Version,
+        requested_at: PathBuf,
+        /// The release in the dependency's `links` metadata.
+        built: Version,
+        built_at: PathBuf,
+        /// The crate whose metadata was read (`nvshmem`).
+        crate_name: String,
+    },
+    /// A `links` metadata variable is missing: the builder was called outside the build
+    /// script of a crate that depends on `crate_name`.
+    MissingMetadata { var: String, crate_name: String },
     /// The CUDA compiler was not found anywhere; lists the places looked at.
     NvccNotFound { looked_in: Vec<String> },
     /// `NVCC`/`CUDA_HOME` named a place without a usable compiler.
     CudaIncomplete { root: PathBuf, missing: PathBuf },
     /// A tool could not be started.
-    Spawn { program: PathBuf, source: std::io::Error },
-    /// A compile or link step failed; `output` holds the compiler's messages (file:line).
-    Compile { command: String, output: String },
+    Spawn {
+        program: PathBuf,
+        source: std::io::Error,
+    },
+    /// A compile or link step failed. `what` says which (`compiling kernels/ring.cu for
+    /// sm_90`), `output` holds the tool's messages (nvcc writes `file(line): error: ...`).
+    Compile {
+        what: String,
+        command: String,
+        output: String,
+    },
     /// An argument was invalid (an arch string, an empty source list...).
     Invalid(String),
     /// Reading or writing a file failed.
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 const HINT: &str = "Run `make setup` in the nvshmem crate's checkout (it installs the pinned \
@@ -41,6 +70,29 @@ impl fmt::Display for Error {
                 root.display(),
                 missing.display()
             ),
+            Error::NvshmemMismatch {
+                requested_by,
+                requested,
+                requested_at,
+                built,
+                built_at,
+                crate_name,
+            } => write!(
+                f,
+                "wrong NVSHMEM: {requested_by} names NVSHMEM {requested} at {}, but {crate_name} was \
+                 built against NVSHMEM {built} at {}. Kernels must link the libnvshmem_device.a of \
+                 the same release as the host library that runs them: unset NVSHMEM_HOME, or \
+                 rebuild {crate_name} with it (cargo clean -p nvshmem-sys -p {crate_name}).",
+                requested_at.display(),
+                built_at.display()
+            ),
+            Error::MissingMetadata { var, crate_name } => write!(
+                f,
+                "{var} is not set: KernelBuilder::from_nvshmem_dependency() (and \
+                 nvshmem_build::build_kernels) read the `links` metadata of `{crate_name}`, which \
+                 cargo passes only to the build script of a crate that lists `{crate_name}` under \
+                 [dependencies]. Add it there, or use KernelBuilder::from_env()."
+            ),
             Error::NvccNotFound { looked_in } => write!(
                 f,
                 "the CUDA compiler (nvcc) was not found (looked in: {}).\n{HINT}",
@@ -57,8 +109,20 @@ impl fmt::Display for Error {
             Error::Spawn { program, source } => {
                 write!(f, "could not run {}: {source}. {HINT}", program.display())
             }
-            Error::Compile { command, output } => {
-                write!(f, "kernel build failed:\n  {command}\n{output}")
+            Error::Compile {
+                what,
+                command,
+                output,
+            } => {
+                write!(f, "{what} failed:\n{}\n  command: {command}", output.trim_end())?;
+                if output.contains("Undefined reference") || output.contains("undefined reference") {
+                    f.write_str(
+                        "\n  hint: a device function is neither in the kernel's sources nor in this \
+                         NVSHMEM's libnvshmem_device.a; check its name against the NVSHMEM headers \
+                         of the release the crate was built with",
+                    )?;
+                }
+                Ok(())
             }
             Error::Invalid(msg) => f.write_str(msg),
             Error::Io { path, source } => write!(f, "{}: {source}", path.display()),

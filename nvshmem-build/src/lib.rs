@@ -1,35 +1,76 @@
 //! Build-time support for NVSHMEM in Rust: the one place that finds NVSHMEM and the CUDA
 //! compiler, and the pipeline that turns CUDA C sources calling NVSHMEM device functions into
-//! linked cubins.
+//! linked cubins (`nvcc -rdc=true -cubin`, then `nvlink` with `libnvshmem_device.a`).
 //!
-//! Used by `nvshmem-sys` (bindings), by the `nvshmem` crate (its own kernels) and by downstream
-//! crates that ship their own kernels:
+//! Used by `nvshmem-sys` (bindings), by the `nvshmem` crate (its own kernels) and by
+//! downstream crates that ship their own kernels. For those, the whole build script is:
 //!
 //! ```no_run
-//! // build.rs of a crate that depends on `nvshmem`
+//! // build.rs of a crate with `nvshmem` under [dependencies] and `nvshmem-build` under
+//! // [build-dependencies]; its kernels are in kernels/*.cu.
 //! fn main() {
-//!     let built = nvshmem_build::KernelBuilder::from_nvshmem_dependency()
-//!         .and_then(|b| b.source_dir("kernels"))
-//!         .and_then(|b| b.build())
-//!         .and_then(|k| k.write_rust_module("kernels.rs"));
-//!     if let Err(e) = built {
-//!         nvshmem_build::fail(&e);
-//!     }
+//!     nvshmem_build::build_kernels("kernels").unwrap_or_else(|e| nvshmem_build::fail(&e));
+//! }
+//! ```
+//!
+//! and the crate embeds the cubins with
+//! `include!(concat!(env!("OUT_DIR"), "/kernels.rs"))`: one `nvshmem::module::CubinSet`
+//! constant per source file (`RING` for `ring.cu`), for `nvshmem::module::Module::load`.
+//!
+//! The kernels are built for `sm_90` unless `NVSHMEM_RS_CUDA_ARCHS` (`sm_90,sm_100`) or
+//! [`KernelBuilder::archs`] says otherwise:
+//!
+//! ```no_run
+//! fn main() -> Result<(), nvshmem_build::Error> {
+//!     nvshmem_build::KernelBuilder::from_nvshmem_dependency()?
+//!         .archs(["sm_90", "sm_100"])?
+//!         .source_dir("kernels")?
+//!         .flag("-DCHUNK=4096")
+//!         .build()?
+//!         .emit("kernels.rs")?;
+//!     Ok(())
 //! }
 //! ```
 //!
 //! Discovery order for NVSHMEM: `NVSHMEM_HOME`, then the project's `.venv` made by
 //! `make setup`, then the Python package `nvidia.nvshmem`, then system paths. For the CUDA
 //! compiler: `NVCC` or `CUDA_HOME`, then the project's `.venv`, then `nvcc` on `PATH`, then
-//! `/usr/local/cuda`.
+//! `/usr/local/cuda`. Crates that depend on `nvshmem` skip discovery: they read what
+//! `nvshmem` found from its `links` metadata, so their kernels link the same NVSHMEM.
 
+// The examples show whole build scripts, `fn main` included.
+#![allow(clippy::needless_doctest_main)]
+
+mod cubin;
 mod discovery;
 mod error;
 mod kernels;
 
-pub use discovery::{CudaToolkit, NvshmemInstall, Probe, Source, Version};
+pub use cubin::{Cubin, Symbol, SymbolKind, DEVICE_STATE_SYMBOL};
+pub use discovery::{CudaToolkit, NvshmemInstall, Probe, Source, Version, DISCOVERY_VARS};
 pub use error::Error;
-pub use kernels::{BuiltKernel, BuiltKernels, KernelBuilder};
+pub use kernels::{Arch, BuiltKernel, BuiltKernels, KernelBuilder, ARCHS_VAR, DEFAULT_ARCHS};
+
+use std::path::Path;
+
+/// The build script of a crate that depends on `nvshmem`, in one call: compile every `.cu`
+/// file in `dir` against the NVSHMEM (and nvcc) that `nvshmem` was built with, for the
+/// architectures in `NVSHMEM_RS_CUDA_ARCHS` (default `sm_90`), write `$OUT_DIR/kernels.rs`,
+/// and give the package's binaries an rpath to the NVSHMEM host library.
+///
+/// Equivalent to
+/// `KernelBuilder::from_nvshmem_dependency()?.source_dir(dir)?.build()?.emit("kernels.rs")`,
+/// plus `cargo:rerun-if-changed=build.rs`.
+pub fn build_kernels(dir: impl AsRef<Path>) -> Result<BuiltKernels, Error> {
+    let built = KernelBuilder::from_nvshmem_dependency()?
+        .source_dir(dir)?
+        .build()?;
+    built.emit("kernels.rs")?;
+    // Printing any rerun-if-changed turns off cargo's "rerun on any change in the package":
+    // keep the build script itself among the triggers.
+    println!("cargo:rerun-if-changed=build.rs");
+    Ok(built)
+}
 
 /// Print a build error the way cargo shows it best, then exit the build script.
 ///
@@ -44,7 +85,8 @@ pub fn fail(err: &Error) -> ! {
 /// that `libnvshmem_host.so.3` is found at run time without `LD_LIBRARY_PATH`.
 ///
 /// Cargo passes link arguments only to the package whose build script prints them, so every
-/// package that produces executables calls this itself.
-pub fn emit_rpath(lib_dir: &std::path::Path) {
+/// package that produces executables calls this itself ([`build_kernels`] and
+/// [`BuiltKernels::emit`] do).
+pub fn emit_rpath(lib_dir: &Path) {
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib_dir.display());
 }
