@@ -125,7 +125,10 @@ impl Checker {
                 eprintln!("PE {}: FAIL {name}: {e}", self.shmem.my_pe());
                 if matches!(e, Error::Cuda { .. }) {
                     // A kernel fault leaves the context unusable and peers waiting: stop all.
-                    eprintln!("PE {}: CUDA context lost, aborting the run", self.shmem.my_pe());
+                    eprintln!(
+                        "PE {}: CUDA context lost, aborting the run",
+                        self.shmem.my_pe()
+                    );
                     std::process::exit(3);
                 }
                 1

@@ -505,9 +505,11 @@ fn runtime_checks(h: &mut Harness) {
         // A launcher-started process cannot make an ID (NVSHMEM would crash); the real
         // unique-ID start is exercised by `hello --uid-file`. Here: PE 0's bytes, handed
         // round as a launcher-free program would, survive the round trip.
-        refused("UniqueId::new after init", UniqueId::new().map(|_| ()), |e| {
-            matches!(e, Error::InvalidArgument(_))
-        })?;
+        refused(
+            "UniqueId::new after init",
+            UniqueId::new().map(|_| ()),
+            |e| matches!(e, Error::InvalidArgument(_)),
+        )?;
         let mut rng = Rng::new(0x1d, 0);
         let local: Vec<u8> = (0..UniqueId::SIZE).map(|_| rng.next() as u8).collect();
         let src = c.upload(&local)?;

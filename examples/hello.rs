@@ -33,14 +33,21 @@ fn pattern(pe: usize, i: usize) -> i32 {
 /// Rank and size as MPICH/hydra, Open MPI or Slurm hand them to each process.
 fn launcher_rank_and_size() -> Option<(usize, usize)> {
     let var = |k: &str| std::env::var(k).ok()?.parse::<usize>().ok();
-    [("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")]
-        .iter()
-        .find_map(|(r, s)| Some((var(r)?, var(s)?)))
+    [
+        ("PMI_RANK", "PMI_SIZE"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("SLURM_PROCID", "SLURM_NTASKS"),
+    ]
+    .iter()
+    .find_map(|(r, s)| Some((var(r)?, var(s)?)))
 }
 
 fn init_with_uid_file(path: &Path) -> nvshmem::Result<Nvshmem> {
-    let (rank, size) = launcher_rank_and_size()
-        .ok_or_else(|| Error::InvalidArgument("--uid-file needs PMI_RANK/PMI_SIZE (or the Open MPI / Slurm equivalents)".into()))?;
+    let (rank, size) = launcher_rank_and_size().ok_or_else(|| {
+        Error::InvalidArgument(
+            "--uid-file needs PMI_RANK/PMI_SIZE (or the Open MPI / Slurm equivalents)".into(),
+        )
+    })?;
     let io = |e: std::io::Error| Error::InvalidArgument(format!("{}: {e}", path.display()));
     let id = if rank == 0 {
         let id = UniqueId::new()?;
@@ -54,7 +61,10 @@ fn init_with_uid_file(path: &Path) -> nvshmem::Result<Nvshmem> {
             match std::fs::read(path) {
                 Ok(bytes) if bytes.len() == UniqueId::SIZE => break UniqueId::from_bytes(&bytes)?,
                 _ if Instant::now() > deadline => {
-                    return Err(Error::InvalidArgument(format!("no unique ID in {} after 60 s", path.display())))
+                    return Err(Error::InvalidArgument(format!(
+                        "no unique ID in {} after 60 s",
+                        path.display()
+                    )))
                 }
                 _ => std::thread::sleep(Duration::from_millis(20)),
             }
@@ -65,7 +75,10 @@ fn init_with_uid_file(path: &Path) -> nvshmem::Result<Nvshmem> {
 
 fn run() -> nvshmem::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let uid_file = args.windows(2).find(|w| w[0] == "--uid-file").map(|w| w[1].clone());
+    let uid_file = args
+        .windows(2)
+        .find(|w| w[0] == "--uid-file")
+        .map(|w| w[1].clone());
     let shmem = match &uid_file {
         Some(path) => init_with_uid_file(Path::new(path))?,
         None => Nvshmem::init()?,
@@ -78,7 +91,13 @@ fn run() -> nvshmem::Result<()> {
 
     let ring = Ring::new(&shmem)?;
     ring.put(&dst, &src, &flag, shmem.stream())?;
-    shmem.stream().synchronize().map_err(|e| nvshmem::Error::Cuda { call: "cuStreamSynchronize", source: e })?;
+    shmem
+        .stream()
+        .synchronize()
+        .map_err(|e| nvshmem::Error::Cuda {
+            call: "cuStreamSynchronize",
+            source: e,
+        })?;
 
     let prev = (me + n - 1) % n;
     let got = dst.to_vec()?;
@@ -88,14 +107,24 @@ fn run() -> nvshmem::Result<()> {
         "hello from PE {me} of {n} on GPU {} ({}): received {N} ints from PE {prev}: {}",
         info.device,
         info.device_name,
-        if bad == 0 { "ok".to_string() } else { format!("{bad} WRONG") }
+        if bad == 0 {
+            "ok".to_string()
+        } else {
+            format!("{bad} WRONG")
+        }
     );
     if me == 0 {
-        let start = if uid_file.is_some() { "unique-ID bootstrap" } else { "launcher bootstrap" };
+        let start = if uid_file.is_some() {
+            "unique-ID bootstrap"
+        } else {
+            "launcher bootstrap"
+        };
         println!("{info} ({start})");
     }
     if bad != 0 {
-        return Err(nvshmem::Error::InvalidArgument(format!("{bad} elements wrong on PE {me}")));
+        return Err(nvshmem::Error::InvalidArgument(format!(
+            "{bad} elements wrong on PE {me}"
+        )));
     }
     Ok(())
 }

@@ -21,7 +21,10 @@ fn main() {
         .expect("write bindings.rs");
 
     let lib_name = nvshmem.host_lib_file_name();
-    println!("cargo:rustc-link-search=native={}", nvshmem.lib_dir.display());
+    println!(
+        "cargo:rustc-link-search=native={}",
+        nvshmem.lib_dir.display()
+    );
     if lib_name.ends_with(".so") {
         println!("cargo:rustc-link-lib=dylib=nvshmem_host");
     } else {
@@ -38,7 +41,10 @@ fn main() {
     println!("cargo:version={}", nvshmem.version);
     println!("cargo:nvcc={}", cuda.nvcc.display());
     println!("cargo:rustc-env=NVSHMEM_SYS_VERSION={}", nvshmem.version);
-    println!("cargo:rustc-env=NVSHMEM_SYS_HOST_LIB={}", nvshmem.host_lib.display());
+    println!(
+        "cargo:rustc-env=NVSHMEM_SYS_HOST_LIB={}",
+        nvshmem.host_lib.display()
+    );
     println!("cargo:rerun-if-changed=build.rs");
 }
 
@@ -46,8 +52,12 @@ fn main() {
 fn exported_functions(nvshmem: &NvshmemInstall) -> Vec<String> {
     let data = std::fs::read(&nvshmem.host_lib)
         .unwrap_or_else(|e| panic!("read {}: {e}", nvshmem.host_lib.display()));
-    let file = object::File::parse(&*data)
-        .unwrap_or_else(|e| panic!("{} is not a shared library: {e}", nvshmem.host_lib.display()));
+    let file = object::File::parse(&*data).unwrap_or_else(|e| {
+        panic!(
+            "{} is not a shared library: {e}",
+            nvshmem.host_lib.display()
+        )
+    });
     let mut names: Vec<String> = file
         .dynamic_symbols()
         .filter(|s| s.is_definition() && s.kind() == object::SymbolKind::Text)
@@ -67,9 +77,16 @@ fn exported_functions(nvshmem: &NvshmemInstall) -> Vec<String> {
     names
 }
 
-fn generate(nvshmem: &NvshmemInstall, cuda: &CudaToolkit, exported: &[String]) -> bindgen::Bindings {
+fn generate(
+    nvshmem: &NvshmemInstall,
+    cuda: &CudaToolkit,
+    exported: &[String],
+) -> bindgen::Bindings {
     let mut builder = bindgen::Builder::default()
-        .header_contents("wrapper.hpp", "#include <nvshmem.h>\n#include <nvshmemx.h>\n")
+        .header_contents(
+            "wrapper.hpp",
+            "#include <nvshmem.h>\n#include <nvshmemx.h>\n",
+        )
         // The 3.x headers parse only as C++.
         .clang_args(["-x", "c++", "-std=c++17", "-DNVSHMEM_HOSTLIB_ONLY"])
         .clang_arg(format!("-I{}", nvshmem.include_dir.display()))

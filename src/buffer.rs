@@ -37,7 +37,13 @@ unsafe impl<T: Element> Sync for SymmetricBuffer<T> {}
 
 impl<T: Element> std::fmt::Debug for SymmetricBuffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SymmetricBuffer<{}>({} elements at {:p})", T::NVSHMEM_NAME, self.len, self.ptr)
+        write!(
+            f,
+            "SymmetricBuffer<{}>({} elements at {:p})",
+            T::NVSHMEM_NAME,
+            self.len,
+            self.ptr
+        )
     }
 }
 
@@ -54,7 +60,11 @@ impl Nvshmem {
 
     /// Allocate `len` elements at an address aligned to `alignment` bytes (a power of two;
     /// collective).
-    pub fn malloc_aligned<T: Element>(&self, alignment: usize, len: usize) -> Result<SymmetricBuffer<T>> {
+    pub fn malloc_aligned<T: Element>(
+        &self,
+        alignment: usize,
+        len: usize,
+    ) -> Result<SymmetricBuffer<T>> {
         if !alignment.is_power_of_two() || alignment < std::mem::align_of::<T>() {
             return Err(Error::InvalidArgument(format!(
                 "alignment {alignment} must be a power of two and at least {}",
@@ -66,7 +76,10 @@ impl Nvshmem {
 
     fn allocate<T: Element>(&self, len: usize, how: Alloc) -> Result<SymmetricBuffer<T>> {
         let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
-            Error::InvalidArgument(format!("{len} elements of {} overflow usize", T::NVSHMEM_NAME))
+            Error::InvalidArgument(format!(
+                "{len} elements of {} overflow usize",
+                T::NVSHMEM_NAME
+            ))
         })?;
         self.enter()?;
         let align = match how {
@@ -88,7 +101,10 @@ impl Nvshmem {
         if bytes != 0 && ptr.is_null() {
             return Err(Error::HeapExhausted {
                 requested: bytes,
-                in_use: self.rt.heap_in_use.load(std::sync::atomic::Ordering::Relaxed),
+                in_use: self
+                    .rt
+                    .heap_in_use
+                    .load(std::sync::atomic::Ordering::Relaxed),
                 heap_size: self.rt.heap_size,
             });
         }
@@ -105,8 +121,18 @@ impl Nvshmem {
 
     /// Debug builds: exchange what every PE is about to do and fail if they differ.
     /// Returns the allocation's sequence number.
-    fn check_collective(&self, kind: CheckKind, seq: Option<u64>, bytes: usize, align: usize) -> Result<u64> {
-        let mut guard = self.rt.alloc_check.lock().unwrap_or_else(|p| p.into_inner());
+    fn check_collective(
+        &self,
+        kind: CheckKind,
+        seq: Option<u64>,
+        bytes: usize,
+        align: usize,
+    ) -> Result<u64> {
+        let mut guard = self
+            .rt
+            .alloc_check
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         match guard.as_mut() {
             Some(check) => check.agree(self, kind, seq, bytes, align),
             None => Ok(seq.unwrap_or(0)),
@@ -225,7 +251,11 @@ impl<T: Element> SymmetricBuffer<T> {
             .check_collective(CheckKind::Free, Some(self.seq), self.bytes, 0)?;
         if !self.ptr.is_null() {
             // Work queued on the stream may still use the buffer.
-            self.shmem.rt.stream.synchronize().during("cuStreamSynchronize")?;
+            self.shmem
+                .rt
+                .stream
+                .synchronize()
+                .during("cuStreamSynchronize")?;
             unsafe { sys::nvshmem_free(self.ptr as *mut std::ffi::c_void) };
         }
         note_free(&self.shmem.rt, self.bytes);
@@ -238,7 +268,10 @@ impl<T: Element> Drop for SymmetricBuffer<T> {
     fn drop(&mut self) {
         if let Err(e) = self.release() {
             // A mismatched free would corrupt the heap: leak instead, and say why.
-            eprintln!("nvshmem: leaking a SymmetricBuffer<{}>: {e}", T::NVSHMEM_NAME);
+            eprintln!(
+                "nvshmem: leaking a SymmetricBuffer<{}>: {e}",
+                T::NVSHMEM_NAME
+            );
         }
     }
 }
@@ -335,7 +368,11 @@ impl<'a, T: Element> From<&'a SymmetricBuffer<T>> for SymmetricView<'a, T> {
 
 pub(crate) fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
     if expected != got {
-        return Err(Error::Length { what, expected, got });
+        return Err(Error::Length {
+            what,
+            expected,
+            got,
+        });
     }
     Ok(())
 }
@@ -372,21 +409,36 @@ impl AllocCheck {
                 heap_size: shmem.rt.heap_size,
             });
         }
-        Ok(AllocCheck { scratch, n_pes, next_seq: 0 })
+        Ok(AllocCheck {
+            scratch,
+            n_pes,
+            next_seq: 0,
+        })
     }
 
     pub(crate) fn release(self) {
         unsafe { sys::nvshmem_free(self.scratch as *mut std::ffi::c_void) };
     }
 
-    fn agree(&mut self, shmem: &Nvshmem, kind: CheckKind, seq: Option<u64>, bytes: usize, align: usize) -> Result<u64> {
+    fn agree(
+        &mut self,
+        shmem: &Nvshmem,
+        kind: CheckKind,
+        seq: Option<u64>,
+        bytes: usize,
+        align: usize,
+    ) -> Result<u64> {
         let seq = seq.unwrap_or(self.next_seq);
         let mine = [kind as u64, seq, bytes as u64, align as u64];
         let stream = &shmem.rt.stream;
         let mut all = vec![0u64; self.n_pes * WORDS];
         unsafe {
-            cudarc::driver::result::memcpy_htod_async(self.scratch as u64, &mine, stream.cu_stream())
-                .during("cuMemcpyHtoDAsync")?;
+            cudarc::driver::result::memcpy_htod_async(
+                self.scratch as u64,
+                &mine,
+                stream.cu_stream(),
+            )
+            .during("cuMemcpyHtoDAsync")?;
             crate::error::check(
                 "nvshmemx_uint64_fcollect_on_stream",
                 sys::nvshmemx_uint64_fcollect_on_stream(
@@ -397,8 +449,12 @@ impl AllocCheck {
                     stream.cu_stream() as sys::cudaStream_t,
                 ),
             )?;
-            cudarc::driver::result::memcpy_dtoh_async(&mut all, self.scratch.add(WORDS) as u64, stream.cu_stream())
-                .during("cuMemcpyDtoHAsync")?;
+            cudarc::driver::result::memcpy_dtoh_async(
+                &mut all,
+                self.scratch.add(WORDS) as u64,
+                stream.cu_stream(),
+            )
+            .during("cuMemcpyDtoHAsync")?;
         }
         stream.synchronize().during("cuStreamSynchronize")?;
         if let Some(msg) = describe_mismatch(shmem.my_pe(), &all) {
@@ -417,8 +473,16 @@ pub(crate) fn describe_mismatch(my_pe: usize, all: &[u64]) -> Option<String> {
     let first = records.first()?;
     let pe = records.iter().position(|r| r != first)?;
     let show = |r: &[u64]| {
-        let what = if r[0] == CheckKind::Alloc as u64 { "allocation" } else { "free of allocation" };
-        let align = if r[3] != 0 { format!(", aligned to {}", r[3]) } else { String::new() };
+        let what = if r[0] == CheckKind::Alloc as u64 {
+            "allocation"
+        } else {
+            "free of allocation"
+        };
+        let align = if r[3] != 0 {
+            format!(", aligned to {}", r[3])
+        } else {
+            String::new()
+        };
         format!("{what} #{} of {} bytes{align}", r[1], r[2])
     };
     Some(format!(
@@ -443,8 +507,14 @@ mod tests {
     fn a_pe_allocating_another_size_is_named() {
         let all = [1, 3, 4096, 0, 1, 3, 4096, 0, 1, 3, 8192, 0];
         let msg = describe_mismatch(1, &all).unwrap();
-        assert!(msg.contains("PE 2 is doing allocation #3 of 8192 bytes"), "{msg}");
-        assert!(msg.contains("PE 0 is doing allocation #3 of 4096 bytes"), "{msg}");
+        assert!(
+            msg.contains("PE 2 is doing allocation #3 of 8192 bytes"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("PE 0 is doing allocation #3 of 4096 bytes"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -457,6 +527,8 @@ mod tests {
     #[test]
     fn a_pe_allocating_while_another_frees_is_named() {
         let all = [1, 5, 64, 0, 2, 4, 64, 0];
-        assert!(describe_mismatch(0, &all).unwrap().contains("PE 1 is doing free of allocation #4"));
+        assert!(describe_mismatch(0, &all)
+            .unwrap()
+            .contains("PE 1 is doing free of allocation #4"));
     }
 }

@@ -68,7 +68,9 @@ mod sealed {
 ///
 /// # Safety
 /// Implemented only in this crate, for types whose every bit pattern is valid.
-pub unsafe trait Element: sealed::Sealed + Copy + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static {
+pub unsafe trait Element:
+    sealed::Sealed + Copy + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static
+{
     /// NVSHMEM's name for the type (`float`, `bfloat16`, `int32`...).
     const NVSHMEM_NAME: &'static str;
     /// Tag for our kernels.
@@ -85,15 +87,48 @@ pub unsafe trait Element: sealed::Sealed + Copy + Default + PartialEq + Send + S
     #[doc(hidden)]
     unsafe fn g_on_stream(src: *const Self, pe: i32, stream: cudaStream_t) -> Self;
     #[doc(hidden)]
-    unsafe fn reduce_on_stream(op: ReduceOp, team: i32, dest: *mut Self, src: *const Self, n: usize, stream: cudaStream_t) -> Result<i32>;
+    unsafe fn reduce_on_stream(
+        op: ReduceOp,
+        team: i32,
+        dest: *mut Self,
+        src: *const Self,
+        n: usize,
+        stream: cudaStream_t,
+    ) -> Result<i32>;
     #[doc(hidden)]
-    unsafe fn reducescatter_on_stream(op: ReduceOp, team: i32, dest: *mut Self, src: *const Self, n: usize, stream: cudaStream_t) -> Result<i32>;
+    unsafe fn reducescatter_on_stream(
+        op: ReduceOp,
+        team: i32,
+        dest: *mut Self,
+        src: *const Self,
+        n: usize,
+        stream: cudaStream_t,
+    ) -> Result<i32>;
     #[doc(hidden)]
-    unsafe fn fcollect_on_stream(team: i32, dest: *mut Self, src: *const Self, n: usize, stream: cudaStream_t) -> i32;
+    unsafe fn fcollect_on_stream(
+        team: i32,
+        dest: *mut Self,
+        src: *const Self,
+        n: usize,
+        stream: cudaStream_t,
+    ) -> i32;
     #[doc(hidden)]
-    unsafe fn broadcast_on_stream(team: i32, dest: *mut Self, src: *const Self, n: usize, root: i32, stream: cudaStream_t) -> i32;
+    unsafe fn broadcast_on_stream(
+        team: i32,
+        dest: *mut Self,
+        src: *const Self,
+        n: usize,
+        root: i32,
+        stream: cudaStream_t,
+    ) -> i32;
     #[doc(hidden)]
-    unsafe fn alltoall_on_stream(team: i32, dest: *mut Self, src: *const Self, n: usize, stream: cudaStream_t) -> i32;
+    unsafe fn alltoall_on_stream(
+        team: i32,
+        dest: *mut Self,
+        src: *const Self,
+        n: usize,
+        stream: cudaStream_t,
+    ) -> i32;
 }
 
 /// Types with host-side remote atomics: fetch, set and swap (`i32`, `i64`, `u32`, `u64`,
@@ -209,7 +244,15 @@ macro_rules! element {
 
 macro_rules! plain {
     ($t:ty, $name:ident, $dtype:ident, $int:tt) => {
-        element!($t, $t, $name, $dtype, $int, to = |v: $t| v, from = |v: $t| v);
+        element!(
+            $t,
+            $t,
+            $name,
+            $dtype,
+            $int,
+            to = |v: $t| v,
+            from = |v: $t| v
+        );
     };
 }
 
@@ -328,11 +371,28 @@ mod tests {
         for op in [ReduceOp::And, ReduceOp::Or, ReduceOp::Xor] {
             // The bitwise arm returns before touching NVSHMEM, so null pointers are fine here.
             let r = unsafe {
-                <f32 as Element>::reduce_on_stream(op, 0, std::ptr::null_mut(), std::ptr::null(), 1, std::ptr::null_mut())
+                <f32 as Element>::reduce_on_stream(
+                    op,
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null(),
+                    1,
+                    std::ptr::null_mut(),
+                )
             };
-            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{op:?} accepted for f32");
+            assert!(
+                matches!(r, Err(Error::InvalidArgument(_))),
+                "{op:?} accepted for f32"
+            );
             let r = unsafe {
-                <half::bf16 as Element>::reducescatter_on_stream(op, 0, std::ptr::null_mut(), std::ptr::null(), 1, std::ptr::null_mut())
+                <half::bf16 as Element>::reducescatter_on_stream(
+                    op,
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null(),
+                    1,
+                    std::ptr::null_mut(),
+                )
             };
             assert!(r.is_err());
         }
@@ -341,7 +401,13 @@ mod tests {
 
     #[test]
     fn half_types_share_the_c_layout() {
-        assert_eq!(std::mem::size_of::<half::f16>(), std::mem::size_of::<sys::half>());
-        assert_eq!(std::mem::size_of::<half::bf16>(), std::mem::size_of::<sys::__nv_bfloat16>());
+        assert_eq!(
+            std::mem::size_of::<half::f16>(),
+            std::mem::size_of::<sys::half>()
+        );
+        assert_eq!(
+            std::mem::size_of::<half::bf16>(),
+            std::mem::size_of::<sys::__nv_bfloat16>()
+        );
     }
 }

@@ -9,7 +9,10 @@ pub enum Error {
     /// An NVSHMEM call returned a non-zero status.
     Nvshmem { call: &'static str, status: i32 },
     /// A CUDA driver call failed.
-    Cuda { call: &'static str, source: cudarc::driver::DriverError },
+    Cuda {
+        call: &'static str,
+        source: cudarc::driver::DriverError,
+    },
     /// No CUDA driver could be loaded, or no GPU is visible.
     NoGpu(String),
     /// NVSHMEM is already running in this process (one runtime per process).
@@ -79,7 +82,10 @@ impl fmt::Display for Error {
                 heap_size.saturating_sub(*in_use)
             ),
             Error::PeOutOfRange { pe, n_pes } => {
-                write!(f, "PE {pe} is out of range: there are {n_pes} PEs (0..{n_pes})")
+                write!(
+                    f,
+                    "PE {pe} is out of range: there are {n_pes} PEs (0..{n_pes})"
+                )
             }
             Error::Length {
                 what,

@@ -27,7 +27,13 @@ impl Ring {
     }
 
     /// Enqueue the ring put on `stream`. `flag` must hold 0 on every PE beforehand.
-    pub fn put(&self, dst: &SymmetricBuffer<i32>, src: &SymmetricBuffer<i32>, flag: &SymmetricBuffer<u64>, stream: &CudaStream) -> Result<()> {
+    pub fn put(
+        &self,
+        dst: &SymmetricBuffer<i32>,
+        src: &SymmetricBuffer<i32>,
+        flag: &SymmetricBuffer<u64>,
+        stream: &CudaStream,
+    ) -> Result<()> {
         if dst.len() != src.len() || flag.is_empty() {
             return Err(Error::Length {
                 what: "ring put destination",

@@ -66,7 +66,9 @@ impl UniqueId {
             ));
         }
         let mut id = sys::nvshmemx_uniqueid_t::default();
-        check("nvshmemx_get_uniqueid", unsafe { sys::nvshmemx_get_uniqueid(&mut id) })?;
+        check("nvshmemx_get_uniqueid", unsafe {
+            sys::nvshmemx_get_uniqueid(&mut id)
+        })?;
         UNIQUE_ID_MADE.store(true, Ordering::SeqCst);
         Ok(UniqueId(id))
     }
@@ -170,12 +172,17 @@ fn check_gpu() -> Result<i32> {
                 .into(),
         ));
     }
-    cudarc::driver::result::init()
-        .map_err(|e| Error::NoGpu(format!("cuInit failed ({e:?}): is a GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES")))?;
+    cudarc::driver::result::init().map_err(|e| {
+        Error::NoGpu(format!(
+            "cuInit failed ({e:?}): is a GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES"
+        ))
+    })?;
     let count = cudarc::driver::result::device::get_count()
         .map_err(|e| Error::NoGpu(format!("cuDeviceGetCount failed: {e:?}")))?;
     if count == 0 {
-        return Err(Error::NoGpu("the CUDA driver sees no GPU (check CUDA_VISIBLE_DEVICES)".into()));
+        return Err(Error::NoGpu(
+            "the CUDA driver sees no GPU (check CUDA_VISIBLE_DEVICES)".into(),
+        ));
     }
     Ok(count)
 }
@@ -229,7 +236,12 @@ impl Nvshmem {
 
     /// Start NVSHMEM with a unique ID: `rank` is this PE, `n_pes` the number of PEs, and every
     /// PE passes the same `id` (made by one of them with [`UniqueId::new`]).
-    pub fn init_with_unique_id(rank: usize, n_pes: usize, id: &UniqueId, options: InitOptions) -> Result<Self> {
+    pub fn init_with_unique_id(
+        rank: usize,
+        n_pes: usize,
+        id: &UniqueId,
+        options: InitOptions,
+    ) -> Result<Self> {
         if n_pes == 0 || rank >= n_pes {
             return Err(Error::PeOutOfRange { pe: rank, n_pes });
         }
@@ -279,7 +291,9 @@ impl Nvshmem {
             })?;
             flags = sys::NVSHMEMX_INIT_WITH_UNIQUEID;
         }
-        check("nvshmemx_hostlib_init_attr", unsafe { sys::nvshmemx_hostlib_init_attr(flags as u32, &mut attr) })?;
+        check("nvshmemx_hostlib_init_attr", unsafe {
+            sys::nvshmemx_hostlib_init_attr(flags as u32, &mut attr)
+        })?;
         // From here on a failure must finalize again.
         let started = (|| {
             let my_pe = unsafe { sys::nvshmem_my_pe() };
@@ -287,9 +301,14 @@ impl Nvshmem {
             let node_pe = unsafe { sys::nvshmem_team_my_pe(sys::NVSHMEMX_TEAM_NODE) };
             let node_n_pes = unsafe { sys::nvshmem_team_n_pes(sys::NVSHMEMX_TEAM_NODE) };
             if my_pe < 0 || n_pes <= 0 || node_pe < 0 {
-                return Err(Error::Nvshmem { call: "nvshmem_my_pe", status: my_pe });
+                return Err(Error::Nvshmem {
+                    call: "nvshmem_my_pe",
+                    status: my_pe,
+                });
             }
-            let ordinal = options.device.unwrap_or(node_pe as usize % device_count as usize);
+            let ordinal = options
+                .device
+                .unwrap_or(node_pe as usize % device_count as usize);
             if ordinal >= device_count as usize {
                 return Err(Error::InvalidArgument(format!(
                     "CUDA device {ordinal} asked for, but only {device_count} are visible"
@@ -303,7 +322,10 @@ impl Nvshmem {
             unsafe { sys::nvshmem_barrier_all() };
             let status = unsafe { sys::nvshmemx_init_status() };
             if status < sys::NVSHMEM_STATUS_IS_INITIALIZED as i32 {
-                return Err(Error::Nvshmem { call: "nvshmem_barrier_all (device initialisation)", status });
+                return Err(Error::Nvshmem {
+                    call: "nvshmem_barrier_all (device initialisation)",
+                    status,
+                });
             }
             let heap_size = std::env::var("NVSHMEM_SYMMETRIC_SIZE")
                 .ok()
@@ -331,10 +353,16 @@ impl Nvshmem {
         };
         *state = State::Running;
         drop(state);
-        let shmem = Nvshmem { rt: Arc::new(runtime) };
+        let shmem = Nvshmem {
+            rt: Arc::new(runtime),
+        };
         if cfg!(debug_assertions) {
             let check = crate::buffer::AllocCheck::new(&shmem)?;
-            *shmem.rt.alloc_check.lock().unwrap_or_else(|p| p.into_inner()) = Some(check);
+            *shmem
+                .rt
+                .alloc_check
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(check);
         }
         Ok(shmem)
     }
@@ -393,7 +421,10 @@ impl Nvshmem {
     /// Check a PE number against the world team.
     pub(crate) fn check_pe(&self, pe: usize) -> Result<i32> {
         if pe >= self.rt.n_pes {
-            return Err(Error::PeOutOfRange { pe, n_pes: self.rt.n_pes });
+            return Err(Error::PeOutOfRange {
+                pe,
+                n_pes: self.rt.n_pes,
+            });
         }
         Ok(pe as i32)
     }
@@ -502,7 +533,10 @@ mod tests {
         bytes.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
         let id = UniqueId::from_bytes(&bytes).unwrap();
         assert_eq!(id.to_bytes(), bytes);
-        assert!(matches!(UniqueId::from_bytes(&bytes[1..]), Err(Error::Length { .. })));
+        assert!(matches!(
+            UniqueId::from_bytes(&bytes[1..]),
+            Err(Error::Length { .. })
+        ));
     }
 
     #[test]

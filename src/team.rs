@@ -132,7 +132,16 @@ impl Team {
         self.shmem.enter()?;
         let (mut x, mut y) = (sys::NVSHMEM_TEAM_INVALID, sys::NVSHMEM_TEAM_INVALID);
         let status = unsafe {
-            sys::nvshmem_team_split_2d(self.handle, x_range as i32, std::ptr::null(), 0, &mut x, std::ptr::null(), 0, &mut y)
+            sys::nvshmem_team_split_2d(
+                self.handle,
+                x_range as i32,
+                std::ptr::null(),
+                0,
+                &mut x,
+                std::ptr::null(),
+                0,
+                &mut y,
+            )
         };
         crate::error::check("nvshmem_team_split_2d", status)?;
         Ok((self.owned_team(x), self.owned_team(y)))

@@ -57,12 +57,18 @@ fn the_linked_library_is_the_release_the_bindings_came_from() {
     let (mut major, mut minor, mut patch) = (0, 0, 0);
     // Needs no initialisation: it reports constants of the library.
     unsafe { nvshmem_sys::nvshmemx_vendor_get_version_info(&mut major, &mut minor, &mut patch) };
-    assert_eq!(format!("{major}.{minor}.{patch}"), nvshmem_sys::BUILD_VERSION);
+    assert_eq!(
+        format!("{major}.{minor}.{patch}"),
+        nvshmem_sys::BUILD_VERSION
+    );
 }
 
 #[test]
 fn init_attr_has_the_layout_the_library_expects() {
     // static_assert in nvshmem_types.h; the version word encodes this size.
-    assert_eq!(std::mem::size_of::<nvshmem_sys::nvshmemx_init_attr_t>(), 144);
+    assert_eq!(
+        std::mem::size_of::<nvshmem_sys::nvshmemx_init_attr_t>(),
+        144
+    );
     assert_eq!(std::mem::size_of::<nvshmem_sys::nvshmemx_uniqueid_t>(), 128);
 }

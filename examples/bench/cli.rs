@@ -1,0 +1,712 @@
+//! Command line: options, their defaults (full and `--quick`), and message sizes.
+
+use clap::{Parser, ValueEnum};
+use serde::Serialize;
+use std::path::PathBuf;
+
+const ABOUT: &str = "NVSHMEM vs NCCL benchmark: our all-reduce/all-gather kernels, NVSHMEM's own \
+on-stream collectives and NCCL side by side, plus device-, host- and stream-initiated \
+point-to-point latency and bandwidth";
+
+const LONG_ABOUT: &str = "\
+NVSHMEM vs NCCL benchmark suite. Run one PE per GPU:
+
+    scripts/nvshmrun -np <GPUs> target/release/examples/bench [OPTIONS]
+    make bench NP=8 ARGS='--quick'
+
+Every PE runs the same sequence of operations; PE 0 prints the environment header, progress \
+(stderr) and the result tables (stdout), and writes JSON, CSV and SVG plots to --out.
+
+COLLECTIVES (--tests allreduce,allgather)
+  For each data type, message size, implementation and launch mode:
+    ours     nvshmem::Collectives::all_reduce (sum) / all_gather, algorithm Auto
+    nvshmem  nvshmemx_<type>_sum_reduce_on_stream / nvshmemx_<type>_fcollect_on_stream
+    nccl     ncclAllReduce (sum) / ncclAllGather (communicator from a unique id that PE 0
+             broadcasts through NVSHMEM)
+  Modes: plain = one launch per operation; graph = --graph-ops operations captured into one CUDA
+  graph, the time of a replay divided by --graph-ops.
+  Size is the buffer size as in nccl-tests: the all-reduce buffer, the all-gather OUTPUT
+  (each PE contributes size / PEs). Sizes that do not divide are rounded down.
+  time   = median over --iters timed operations (CUDA events between consecutive operations),
+           after --warmup untimed ones; spread = (p90 - p10) / 2 / median
+  algbw  = size / time;  busbw = algbw * 2(n-1)/n (all-reduce) or (n-1)/n (all-gather)
+  Check: every size gets new random input on every PE (values k/4, |k| small enough that every
+  partial sum is exact in bf16), the output is compared bit for bit with a CPU reference on
+  every PE after the timed runs; the output buffer is poisoned (0xFF bytes) before each
+  implementation/mode.
+
+POINT-TO-POINT (--tests p2p, or a subset), PE 0 and --peer (default PE 1); other PEs idle
+  p2p-latency  device-initiated, kernels in kernels/bench_p2p.cu, timed inside the kernel with
+               %globaltimer over --inner repetitions (after --inner/10 untimed ones); one
+               sample per launch:
+                 p, g        nvshmem_uint32_p + nvshmem_quiet / nvshmem_uint32_g, one thread
+                 put         nvshmem_putmem[_warp|_block] + nvshmem_quiet, thread/warp/block
+                 get         nvshmem_getmem[_warp|_block], thread/warp/block
+  p2p-signal   put-with-signal ping-pong (nvshmem[x]_putmem_signal[_warp|_block] +
+               nvshmem_signal_wait_until), thread/warp/block; reported one way = round trip / 2;
+               with NCCL: ncclSend/ncclRecv ping-pong, one way = round trip / 2
+  p2p-bw       nvshmemx_putmem_nbi_block / nvshmemx_getmem_nbi_block, the message split over
+               --ctas blocks, repeated inside the kernel, then nvshmem_quiet; CUDA events around
+               each launch; one way (PE 0 only) and both ways (PE 0 and the peer at once,
+               bandwidth counts both directions); with NCCL: ncclSend/ncclRecv one way and
+               grouped send+recv both ways
+  p2p-host     host-initiated nvshmem_putmem + nvshmem_quiet / nvshmem_getmem (host clock), and
+               on-stream nvshmemx_putmem_on_stream + nvshmemx_quiet_on_stream /
+               nvshmemx_getmem_on_stream (CUDA events)
+  sendrecv     only the NCCL send/recv comparisons above
+  Latency tests use the sizes up to --lat-max-bytes, bandwidth tests all sizes. Bandwidth in GB/s = 10^9 bytes/s, as the
+  NVSHMEM perftests. Check: the destination must hold the sender's random bytes afterwards.
+
+ITERATIONS
+  Unless --fixed-iters: iterations and warm-ups are halved above 4 MiB and divided by five
+  above 32 MiB; in-kernel repetitions of latency kernels shrink with size above 64 KiB.
+
+OUTPUT (PE 0)
+  stdout: environment header (GPUs, driver, CUDA, NVSHMEM and NCCL versions, peer access
+  matrix, NVSHMEM_*/NCCL_*/CUDA_VISIBLE_DEVICES) and tables: ours vs NVSHMEM vs NCCL with
+  speed-ups (time of the other / time of ours: > 1 means ours is faster).
+  --out DIR: bench.json (environment, options, every result with min/max/mean/p10/p90),
+  bench.csv, summary.txt, and SVG plots (latency and bus bandwidth vs size, log axes).
+  Exit status: 0 when every check passed, 1 when a check or an operation failed, 2 on bad
+  options.
+
+ENVIRONMENT
+  NVSHMEM_SYMMETRIC_SIZE, when not set, becomes 3 x the largest size + 512 MiB (at least 1 GiB).
+  NVSHMEM_DISABLE_NCCL, when not set, becomes 1: the nvshmem column then measures NVSHMEM's own
+  collectives (NVSHMEM can route its on-stream collectives through NCCL); set it to 0 to allow.
+  scripts/nvshmrun puts libnccl.so on LD_LIBRARY_PATH; without NCCL use --impls ours,nvshmem.";
+
+/// What to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TestName {
+    /// All-reduce (sum): ours, NVSHMEM, NCCL
+    Allreduce,
+    /// All-gather: ours, NVSHMEM, NCCL
+    Allgather,
+    /// Every point-to-point test (p2p-latency, p2p-signal, p2p-bw, p2p-host, sendrecv)
+    P2p,
+    /// Device-initiated p/g and put/get latency at thread, warp and block scope
+    P2pLatency,
+    /// Put-with-signal ping-pong (and NCCL send/recv ping-pong)
+    P2pSignal,
+    /// Device-initiated put/get bandwidth over CTA counts (and NCCL send/recv)
+    P2pBw,
+    /// Host-initiated and on-stream put/get latency
+    P2pHost,
+    /// NCCL send/recv ping-pong and bandwidth only
+    Sendrecv,
+    /// Everything
+    All,
+}
+
+/// Element types of the collectives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    Bf16,
+    F32,
+}
+
+impl DType {
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Bf16 => "bf16",
+            DType::F32 => "f32",
+        }
+    }
+}
+
+/// Collective implementations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Impl {
+    /// nvshmem::Collectives (this crate's kernels)
+    Ours,
+    /// NVSHMEM's on-stream collectives
+    Nvshmem,
+    /// NCCL through cudarc
+    Nccl,
+}
+
+impl Impl {
+    pub fn name(self) -> &'static str {
+        match self {
+            Impl::Ours => "ours",
+            Impl::Nvshmem => "nvshmem",
+            Impl::Nccl => "nccl",
+        }
+    }
+}
+
+/// Launch modes of the collectives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// One launch per operation
+    Plain,
+    /// Operations captured into a CUDA graph, replayed
+    Graph,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::Graph => "graph",
+        }
+    }
+}
+
+#[derive(Parser, Debug, Clone)]
+#[command(name = "bench", version, about = ABOUT, long_about = LONG_ABOUT)]
+pub struct Args {
+    /// Tests to run, comma separated
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    pub tests: Vec<TestName>,
+
+    /// Element types of the collectives, comma separated
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "bf16,f32")]
+    pub dtypes: Vec<DType>,
+
+    /// Collective implementations, comma separated (NCCL point-to-point runs only with nccl)
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "ours,nvshmem,nccl"
+    )]
+    pub impls: Vec<Impl>,
+
+    /// Collective launch modes, comma separated
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "plain,graph")]
+    pub modes: Vec<Mode>,
+
+    /// Smallest message size (bytes; K, M, G suffixes are powers of 1024) [default: 8]
+    #[arg(short = 'b', long, value_parser = parse_size_arg)]
+    pub min_bytes: Option<usize>,
+
+    /// Largest message size [default: 256M; --quick: 16M]
+    #[arg(short = 'e', long, value_parser = parse_size_arg)]
+    pub max_bytes: Option<usize>,
+
+    /// Size multiplication factor between steps [default: 2; --quick: 8]
+    #[arg(short = 'f', long)]
+    pub step_factor: Option<usize>,
+
+    /// Explicit sizes, comma separated (instead of --min-bytes/--max-bytes/--step-factor)
+    #[arg(long, value_delimiter = ',', value_parser = parse_size_arg)]
+    pub sizes: Vec<usize>,
+
+    /// Largest size of the point-to-point latency tests [default: 1M; --quick: 64K]
+    #[arg(long, value_parser = parse_size_arg)]
+    pub lat_max_bytes: Option<usize>,
+
+    /// Timed iterations (collectives: operations or graph replays; p2p: launches or calls)
+    /// [default: 50; --quick: 10]
+    #[arg(short = 'n', long)]
+    pub iters: Option<usize>,
+
+    /// Untimed warm-up iterations before the timed ones [default: 10; --quick: 2]
+    #[arg(short = 'w', long)]
+    pub warmup: Option<usize>,
+
+    /// Operations captured per CUDA graph in graph mode [default: 10; --quick: 4]
+    #[arg(long)]
+    pub graph_ops: Option<usize>,
+
+    /// Repetitions inside one launch of a device latency or bandwidth kernel
+    /// [default: 100; --quick: 20]
+    #[arg(long)]
+    pub inner: Option<usize>,
+
+    /// CTA (block) counts of the bandwidth kernels, comma separated
+    /// [default: 1,8,32,128; --quick: 4,32]
+    #[arg(long, value_delimiter = ',')]
+    pub ctas: Vec<u32>,
+
+    /// Threads per block of block-scope and bandwidth kernels (multiple of 32, at most 1024)
+    #[arg(long, default_value_t = 512)]
+    pub block_threads: u32,
+
+    /// The PE that PE 0 talks to in the point-to-point tests
+    #[arg(long, default_value_t = 1)]
+    pub peer: usize,
+
+    /// Use --iters/--warmup/--inner for every size (no reduction for large sizes)
+    #[arg(long)]
+    pub fixed_iters: bool,
+
+    /// Short run: fewer sizes (8 B to 16 MiB, factor 8), iterations and CTA counts
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Output directory for bench.json, bench.csv, summary.txt and the SVG plots
+    #[arg(long, default_value = "bench-results")]
+    pub out: PathBuf,
+
+    /// Do not write SVG plots
+    #[arg(long)]
+    pub no_plots: bool,
+
+    /// Seed of the random test data
+    #[arg(long, default_value_t = 0x5eed)]
+    pub seed: u64,
+
+    /// Abort when one measurement makes no progress for this many seconds (0: never)
+    #[arg(long, default_value_t = 600)]
+    pub watchdog: u64,
+}
+
+/// Which tests are selected, after expanding `p2p` and `all`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Tests {
+    pub allreduce: bool,
+    pub allgather: bool,
+    pub p2p_latency: bool,
+    pub p2p_signal: bool,
+    pub p2p_bw: bool,
+    pub p2p_host: bool,
+    pub sendrecv: bool,
+}
+
+impl Tests {
+    pub fn from_names(names: &[TestName]) -> Tests {
+        let mut t = Tests::default();
+        for name in names {
+            match name {
+                TestName::Allreduce => t.allreduce = true,
+                TestName::Allgather => t.allgather = true,
+                TestName::P2pLatency => t.p2p_latency = true,
+                TestName::P2pSignal => t.p2p_signal = true,
+                TestName::P2pBw => t.p2p_bw = true,
+                TestName::P2pHost => t.p2p_host = true,
+                TestName::Sendrecv => t.sendrecv = true,
+                TestName::P2p | TestName::All => {
+                    t.p2p_latency = true;
+                    t.p2p_signal = true;
+                    t.p2p_bw = true;
+                    t.p2p_host = true;
+                    t.sendrecv = true;
+                    if *name == TestName::All {
+                        t.allreduce = true;
+                        t.allgather = true;
+                    }
+                }
+            }
+        }
+        t
+    }
+
+    pub fn any_collective(&self) -> bool {
+        self.allreduce || self.allgather
+    }
+
+    pub fn any_p2p(&self) -> bool {
+        self.p2p_latency || self.p2p_signal || self.p2p_bw || self.p2p_host || self.sendrecv
+    }
+
+    /// Whether device kernels of kernels/bench_p2p.cu are needed.
+    pub fn device_p2p(&self) -> bool {
+        self.p2p_latency || self.p2p_signal || self.p2p_bw
+    }
+}
+
+/// The resolved settings every PE runs with.
+#[derive(Debug, Clone, Serialize)]
+pub struct Config {
+    pub tests: Tests,
+    pub dtypes: Vec<DType>,
+    pub impls: Vec<Impl>,
+    pub modes: Vec<Mode>,
+    /// Sizes of the collectives and bandwidth tests.
+    pub sizes: Vec<usize>,
+    /// Sizes of the point-to-point latency tests.
+    pub lat_sizes: Vec<usize>,
+    pub iters: usize,
+    pub warmup: usize,
+    pub graph_ops: usize,
+    pub inner: usize,
+    pub ctas: Vec<u32>,
+    pub block_threads: u32,
+    pub peer: usize,
+    pub fixed_iters: bool,
+    pub quick: bool,
+    pub out: PathBuf,
+    pub plots: bool,
+    pub seed: u64,
+    pub watchdog_s: u64,
+}
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+
+fn dedup_sorted<T: Ord + Copy>(mut v: Vec<T>) -> Vec<T> {
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+impl Config {
+    /// Apply the defaults (full or `--quick`) and check the options.
+    pub fn from_args(a: Args) -> Result<Config, String> {
+        let q = a.quick;
+        let min = a.min_bytes.unwrap_or(8);
+        let max = a.max_bytes.unwrap_or(if q { 16 * MIB } else { 256 * MIB });
+        let factor = a.step_factor.unwrap_or(if q { 8 } else { 2 });
+        let lat_max = a.lat_max_bytes.unwrap_or(if q { 64 * KIB } else { MIB });
+        let iters = a.iters.unwrap_or(if q { 10 } else { 50 });
+        let warmup = a.warmup.unwrap_or(if q { 2 } else { 10 });
+        let graph_ops = a.graph_ops.unwrap_or(if q { 4 } else { 10 });
+        let inner = a.inner.unwrap_or(if q { 20 } else { 100 });
+        let ctas = if a.ctas.is_empty() {
+            if q {
+                vec![4, 32]
+            } else {
+                vec![1, 8, 32, 128]
+            }
+        } else {
+            dedup_sorted(a.ctas)
+        };
+        let sizes = if a.sizes.is_empty() {
+            size_list(min, max, factor)?
+        } else {
+            if a.sizes.contains(&0) {
+                return Err("--sizes: sizes must be at least 1 byte".into());
+            }
+            dedup_sorted(a.sizes)
+        };
+        if iters == 0 || graph_ops == 0 || inner == 0 {
+            return Err("--iters, --graph-ops and --inner must be at least 1".into());
+        }
+        if ctas.contains(&0) || ctas.iter().any(|&c| c > 65535) {
+            return Err("--ctas: CTA counts must be between 1 and 65535".into());
+        }
+        if a.block_threads == 0 || a.block_threads % 32 != 0 || a.block_threads > 1024 {
+            return Err(format!(
+                "--block-threads {}: must be a multiple of 32 between 32 and 1024",
+                a.block_threads
+            ));
+        }
+        if a.peer == 0 {
+            return Err("--peer: the peer of PE 0 must be another PE (1 or more)".into());
+        }
+        let tests = Tests::from_names(&a.tests);
+        let dtypes = dedup_sorted(a.dtypes);
+        let impls = dedup_sorted(a.impls);
+        let modes = dedup_sorted(a.modes);
+        if tests.any_collective() && (dtypes.is_empty() || impls.is_empty() || modes.is_empty()) {
+            return Err("--dtypes, --impls and --modes must each name at least one value".into());
+        }
+        let lat_sizes: Vec<usize> = sizes.iter().copied().filter(|&s| s <= lat_max).collect();
+        Ok(Config {
+            tests,
+            dtypes,
+            impls,
+            modes,
+            sizes,
+            lat_sizes,
+            iters,
+            warmup,
+            graph_ops,
+            inner,
+            ctas,
+            block_threads: a.block_threads,
+            peer: a.peer,
+            fixed_iters: a.fixed_iters,
+            quick: q,
+            out: a.out,
+            plots: !a.no_plots,
+            seed: a.seed,
+            watchdog_s: a.watchdog,
+        })
+    }
+
+    /// Whether NCCL is used at all.
+    pub fn needs_nccl(&self) -> bool {
+        self.impls.contains(&Impl::Nccl)
+            && (self.tests.any_collective()
+                || self.tests.p2p_signal
+                || self.tests.p2p_bw
+                || self.tests.sendrecv)
+    }
+
+    pub fn has_impl(&self, i: Impl) -> bool {
+        self.impls.contains(&i)
+    }
+
+    /// (warm-up, timed) iterations for a message of `bytes`.
+    pub fn iters_for(&self, bytes: usize) -> (usize, usize) {
+        let div = if self.fixed_iters || bytes <= 4 * MIB {
+            1
+        } else if bytes <= 32 * MIB {
+            2
+        } else {
+            5
+        };
+        let warm = if self.warmup == 0 {
+            0
+        } else {
+            (self.warmup / div).max(1)
+        };
+        (warm, (self.iters / div).max(self.iters.min(3)))
+    }
+
+    /// Repetitions inside one launch of a device latency kernel for a message of `bytes`.
+    pub fn inner_for(&self, bytes: usize) -> usize {
+        if self.fixed_iters {
+            return self.inner;
+        }
+        let div = (bytes / (64 * KIB)).max(1);
+        (self.inner / div).max(self.inner.min(5))
+    }
+
+    /// Repetitions inside one launch of a bandwidth kernel: enough for 64 MiB, at most --inner.
+    pub fn bw_reps_for(&self, bytes: usize) -> usize {
+        (64 * MIB / bytes.max(1)).clamp(1, self.inner)
+    }
+
+    /// The largest message any test uses.
+    pub fn max_size(&self) -> usize {
+        self.sizes
+            .iter()
+            .chain(self.lat_sizes.iter())
+            .copied()
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A fingerprint of the settings, to check that every PE got the same options.
+    pub fn fingerprint(&self) -> u64 {
+        let text = serde_json::to_string(self).unwrap_or_default();
+        crate::data::hash_bytes(text.as_bytes())
+    }
+}
+
+/// Parse a size: a number with an optional K/M/G/T suffix (powers of 1024), optionally
+/// followed by `B` or `iB` (`64`, `4K`, `1MiB`, `256M`, `2G`).
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let value: usize = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (examples: 8, 4K, 1M, 256MiB)"))?;
+    let unit = unit.trim().to_ascii_uppercase();
+    let unit = unit
+        .strip_suffix("IB")
+        .or_else(|| unit.strip_suffix('B'))
+        .unwrap_or(&unit);
+    let shift = match unit {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("`{text}`: unknown size unit (use K, M, G or T)")),
+    };
+    value
+        .checked_mul(1usize << shift)
+        .ok_or_else(|| format!("`{text}` is too large"))
+}
+
+fn parse_size_arg(text: &str) -> Result<usize, String> {
+    parse_size(text)
+}
+
+/// `min, min*factor, ...` up to and including `max` (as nccl-tests' -b/-e/-f).
+pub fn size_list(min: usize, max: usize, factor: usize) -> Result<Vec<usize>, String> {
+    if min == 0 {
+        return Err("--min-bytes must be at least 1".into());
+    }
+    if min > max {
+        return Err(format!(
+            "--min-bytes {min} is larger than --max-bytes {max}"
+        ));
+    }
+    if factor < 2 {
+        return Err("--step-factor must be at least 2".into());
+    }
+    let mut v = Vec::new();
+    let mut s = min;
+    while s <= max {
+        v.push(s);
+        match s.checked_mul(factor) {
+            Some(n) => s = n,
+            None => break,
+        }
+    }
+    Ok(v)
+}
+
+/// A size for people: `8 B`, `4 KiB`, `1.5 MiB`.
+pub fn format_size(bytes: usize) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut unit = 0;
+    let mut value = bytes as f64;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 {
+        format!("{} {}", value as u64, UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        let mut full = vec!["bench"];
+        full.extend_from_slice(args);
+        let a = Args::try_parse_from(full).map_err(|e| e.to_string())?;
+        Config::from_args(a)
+    }
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("8"), Ok(8));
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("256M"), Ok(256 << 20));
+        assert_eq!(parse_size("2GB"), Ok(2 << 30));
+        assert_eq!(parse_size(" 16 KiB "), Ok(16 << 10));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("1.5M").is_err());
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("99999999999999999999T").is_err());
+    }
+
+    #[test]
+    fn size_lists_follow_nccl_tests() {
+        assert_eq!(size_list(8, 64, 2).unwrap(), vec![8, 16, 32, 64]);
+        assert_eq!(size_list(8, 100, 2).unwrap(), vec![8, 16, 32, 64]);
+        assert_eq!(size_list(8, 8, 2).unwrap(), vec![8]);
+        let full = size_list(8, 256 << 20, 2).unwrap();
+        assert_eq!(full.len(), 26);
+        assert_eq!(*full.last().unwrap(), 256 << 20);
+        assert!(size_list(16, 8, 2).is_err());
+        assert!(size_list(0, 8, 2).is_err());
+        assert!(size_list(8, 64, 1).is_err());
+    }
+
+    #[test]
+    fn sizes_print_for_people() {
+        assert_eq!(format_size(8), "8 B");
+        assert_eq!(format_size(4096), "4 KiB");
+        assert_eq!(format_size(3 << 19), "1.5 MiB");
+        assert_eq!(format_size(256 << 20), "256 MiB");
+    }
+
+    #[test]
+    fn defaults_cover_everything() {
+        let c = parse(&[]).unwrap();
+        assert!(c.tests.allreduce && c.tests.allgather && c.tests.p2p_latency && c.tests.sendrecv);
+        assert_eq!(c.dtypes, vec![DType::Bf16, DType::F32]);
+        assert_eq!(c.impls, vec![Impl::Ours, Impl::Nvshmem, Impl::Nccl]);
+        assert_eq!(c.modes, vec![Mode::Plain, Mode::Graph]);
+        assert_eq!(c.sizes.first(), Some(&8));
+        assert_eq!(c.sizes.last(), Some(&(256 << 20)));
+        assert_eq!(c.lat_sizes.last(), Some(&(1 << 20)));
+        assert_eq!((c.iters, c.warmup, c.graph_ops, c.inner), (50, 10, 10, 100));
+        assert_eq!(c.ctas, vec![1, 8, 32, 128]);
+        assert_eq!(c.out, PathBuf::from("bench-results"));
+        assert!(c.needs_nccl() && c.plots);
+        assert_eq!(c.watchdog_s, 600);
+    }
+
+    #[test]
+    fn quick_shrinks_the_run_but_explicit_options_win() {
+        let c = parse(&["--quick"]).unwrap();
+        assert_eq!(
+            c.sizes,
+            vec![8, 64, 512, 4096, 32768, 262144, 2097152, 16777216]
+        );
+        assert_eq!((c.iters, c.warmup), (10, 2));
+        let c = parse(&["--quick", "--iters", "7", "--max-bytes", "1M", "-f", "4"]).unwrap();
+        assert_eq!(c.iters, 7);
+        // 8 * 4^k up to 1 MiB: the last is 512 KiB.
+        assert_eq!(*c.sizes.last().unwrap(), 512 << 10);
+        assert_eq!(c.sizes[1], 32);
+    }
+
+    #[test]
+    fn lists_and_test_groups_parse() {
+        let c = parse(&[
+            "--tests",
+            "allreduce,p2p-bw",
+            "--dtypes",
+            "f32",
+            "--impls",
+            "nccl,ours",
+        ])
+        .unwrap();
+        assert!(c.tests.allreduce && !c.tests.allgather && c.tests.p2p_bw && !c.tests.p2p_latency);
+        assert_eq!(c.dtypes, vec![DType::F32]);
+        assert_eq!(c.impls, vec![Impl::Ours, Impl::Nccl]);
+        let c = parse(&["--tests", "p2p", "--impls", "ours,nvshmem"]).unwrap();
+        assert!(!c.tests.allreduce && c.tests.p2p_host && c.tests.sendrecv);
+        assert!(!c.needs_nccl());
+        let c = parse(&["--sizes", "1K,8,1K,64"]).unwrap();
+        assert_eq!(c.sizes, vec![8, 64, 1024]);
+        let c = parse(&["--ctas", "32,1", "--min-bytes", "1K", "--max-bytes", "4K"]).unwrap();
+        assert_eq!(c.ctas, vec![1, 32]);
+        assert_eq!(c.sizes, vec![1024, 2048, 4096]);
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        assert!(parse(&["--tests", "bogus"]).is_err());
+        assert!(parse(&["--dtypes", "f64"]).is_err());
+        assert!(parse(&["--min-bytes", "1M", "--max-bytes", "1K"]).is_err());
+        assert!(parse(&["--iters", "0"]).is_err());
+        assert!(parse(&["--block-threads", "100"]).is_err());
+        assert!(parse(&["--ctas", "0"]).is_err());
+        assert!(parse(&["--peer", "0"]).is_err());
+        assert!(parse(&["--sizes", "0"]).is_err());
+    }
+
+    #[test]
+    fn large_sizes_get_fewer_iterations_unless_fixed() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.iters_for(1024), (10, 50));
+        assert_eq!(c.iters_for(16 << 20), (5, 25));
+        assert_eq!(c.iters_for(256 << 20), (2, 10));
+        assert_eq!(c.inner_for(8), 100);
+        assert_eq!(c.inner_for(1 << 20), 6);
+        assert_eq!(c.bw_reps_for(8), 100);
+        assert_eq!(c.bw_reps_for(256 << 20), 1);
+        let c = parse(&["--fixed-iters"]).unwrap();
+        assert_eq!(c.iters_for(256 << 20), (10, 50));
+        assert_eq!(c.inner_for(1 << 20), 100);
+    }
+
+    #[test]
+    fn fingerprints_differ_with_options() {
+        let a = parse(&[]).unwrap().fingerprint();
+        assert_eq!(a, parse(&[]).unwrap().fingerprint());
+        assert_ne!(a, parse(&["--seed", "3"]).unwrap().fingerprint());
+    }
+
+    #[test]
+    fn help_documents_the_options() {
+        use clap::CommandFactory;
+        let help = Args::command().render_long_help().to_string();
+        for word in [
+            "--tests",
+            "--min-bytes",
+            "--dtypes",
+            "--iters",
+            "--out",
+            "--quick",
+            "busbw",
+            "nvshmrun",
+        ] {
+            assert!(help.contains(word), "help lacks {word}");
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! Collectives: our kernels vs NVSHMEM's on-stream collectives vs NCCL, plain and in CUDA
+//! graphs, checked against a CPU reference at every size.
+
+use crate::cli::{format_size, Config, DType, Impl, Mode};
+use crate::coord::Coord;
+use crate::data::{self, BenchElem};
+use crate::error::{BenchError, CudaExt, Guard, Result};
+use crate::nccl::Nccl;
+use crate::report::{Record, Results, Status};
+use crate::stats::{self, busbw_factor, Collective};
+use crate::timing::{self, Timer};
+use crate::Progress;
+use cudarc::driver::CudaStream;
+use half::bf16;
+use nvshmem::{sys, AllGatherAlgo, AllReduceAlgo, Collectives, Nvshmem, ReduceOp, SymmetricBuffer};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// What the collective benchmarks run with.
+pub struct Ctx<'a> {
+    pub shmem: &'a Nvshmem,
+    pub coord: &'a Coord,
+    pub cfg: &'a Config,
+    pub stream: &'a Arc<CudaStream>,
+    pub ours: Option<&'a Collectives>,
+    pub nccl: Option<&'a Nccl>,
+    pub progress: &'a Progress,
+    /// CPU threads for the reference computation.
+    pub threads: usize,
+}
+
+/// Enqueues one operation of an implementation (copyable, so timing closures can hold it).
+#[derive(Clone, Copy)]
+struct Ops<'a> {
+    ours: Option<&'a Collectives>,
+    nccl: Option<&'a Nccl>,
+    /// NVSHMEM_TEAM_WORLD.
+    world: sys::nvshmem_team_t,
+}
+
+impl Ops<'_> {
+    /// Errors come back as text: a failure to enqueue is reported, and fatal only if the PEs
+    /// disagree.
+    fn enqueue<T: BenchElem>(
+        &self,
+        coll: Collective,
+        imp: Impl,
+        src: &SymmetricBuffer<T>,
+        dst: &SymmetricBuffer<T>,
+        stream: &CudaStream,
+    ) -> Result<(), String> {
+        match imp {
+            Impl::Ours => {
+                let ours = self.ours.ok_or("our collectives are not loaded")?;
+                let r = match coll {
+                    Collective::AllReduce => {
+                        ours.all_reduce(ReduceOp::Sum, src, dst, AllReduceAlgo::Auto, stream)
+                    }
+                    Collective::AllGather => ours.all_gather(src, dst, AllGatherAlgo::Auto, stream),
+                };
+                r.map_err(|e| e.to_string())
+            }
+            Impl::Nvshmem => {
+                let s = stream.cu_stream() as sys::cudaStream_t;
+                let world = self.world;
+                let (call, status) = unsafe {
+                    match coll {
+                        Collective::AllReduce => (
+                            "sum_reduce_on_stream",
+                            T::reduce_on_stream(
+                                ReduceOp::Sum,
+                                world,
+                                dst.as_ptr(),
+                                src.as_ptr(),
+                                src.len(),
+                                s,
+                            )
+                            .map_err(|e| e.to_string())?,
+                        ),
+                        Collective::AllGather => (
+                            "fcollect_on_stream",
+                            T::fcollect_on_stream(world, dst.as_ptr(), src.as_ptr(), src.len(), s),
+                        ),
+                    }
+                };
+                if status == 0 {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "nvshmemx_{}_{call} returned {status}",
+                        T::NVSHMEM_NAME
+                    ))
+                }
+            }
+            Impl::Nccl => {
+                let nccl = self.nccl.ok_or("NCCL is not initialised")?;
+                // SAFETY: the buffers hold src.len() and dst.len() elements of T, and
+                // dst.len() is src.len() (all-reduce) or src.len() * PEs (all-gather).
+                unsafe {
+                    match coll {
+                        Collective::AllReduce => nccl.all_reduce(
+                            src.device_ptr(),
+                            dst.device_ptr(),
+                            src.len(),
+                            T::NCCL,
+                            stream,
+                        ),
+                        Collective::AllGather => nccl.all_gather(
+                            src.device_ptr(),
+                            dst.device_ptr(),
+                            src.len(),
+                            T::NCCL,
+                            stream,
+                        ),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Implementations switched off after they failed: (collective, impl, dtype, mode or None
+/// for every mode).
+type Disabled = HashSet<(Collective, Impl, &'static str, Option<Mode>)>;
+
+pub fn run(ctx: &Ctx, timer: &mut Timer, results: &mut Results) -> Result<()> {
+    let mut disabled = Disabled::new();
+    for coll in [Collective::AllReduce, Collective::AllGather] {
+        let selected = match coll {
+            Collective::AllReduce => ctx.cfg.tests.allreduce,
+            Collective::AllGather => ctx.cfg.tests.allgather,
+        };
+        if !selected {
+            continue;
+        }
+        for &dtype in &ctx.cfg.dtypes {
+            match dtype {
+                DType::Bf16 => run_type::<bf16>(ctx, timer, results, &mut disabled, coll)?,
+                DType::F32 => run_type::<f32>(ctx, timer, results, &mut disabled, coll)?,
+            }
+        }
+    }
+    Ok(())
+}
+
+fn dtype_id(name: &str) -> u64 {
+    data::hash_bytes(name.as_bytes())
+}
+
+fn run_type<T: BenchElem>(
+    ctx: &Ctx,
+    timer: &mut Timer,
+    results: &mut Results,
+    disabled: &mut Disabled,
+    coll: Collective,
+) -> Result<()> {
+    let n = ctx.shmem.n_pes();
+    let me = ctx.shmem.my_pe();
+    let elem = std::mem::size_of::<T>();
+    let sizes = &ctx.cfg.sizes;
+    let mut skipped = Vec::new();
+    for (index, &size) in sizes.iter().enumerate() {
+        // nccl-tests: the size is the all-reduce buffer or the all-gather output.
+        let (count, bytes) = match coll {
+            Collective::AllReduce => (size / elem, (size / elem) * elem),
+            Collective::AllGather => (size / (elem * n), (size / (elem * n)) * elem * n),
+        };
+        if count == 0 {
+            skipped.push(size);
+            continue;
+        }
+        let key = data::key(
+            ctx.cfg.seed,
+            &[coll as u64, dtype_id(T::NAME), bytes as u64],
+        );
+        let (input, expected) = match coll {
+            Collective::AllReduce => data::allreduce_case::<T>(key, me, n, count, ctx.threads),
+            Collective::AllGather => data::allgather_case::<T>(key, me, n, count, ctx.threads),
+        };
+        let out_len = expected.len();
+        let src = Guard::new(ctx.shmem.malloc::<T>(count)?);
+        let dst = Guard::new(ctx.shmem.malloc::<T>(out_len)?);
+        let first = results.records.len();
+        for &imp in &ctx.cfg.impls {
+            for &mode in &ctx.cfg.modes {
+                if disabled.contains(&(coll, imp, T::NAME, None))
+                    || disabled.contains(&(coll, imp, T::NAME, Some(mode)))
+                {
+                    continue;
+                }
+                let rec = point(
+                    ctx, timer, disabled, coll, imp, mode, &src, &dst, bytes, count, &input,
+                    &expected,
+                )?;
+                results.push(rec);
+            }
+        }
+        ctx.progress.say(progress_line(
+            coll,
+            T::NAME,
+            index + 1,
+            sizes.len(),
+            bytes,
+            &results.records[first..],
+        ));
+        drop(dst);
+        drop(src);
+    }
+    if !skipped.is_empty() {
+        let note = format!(
+            "{} {}: sizes {} skipped (less than one element per PE)",
+            coll.name(),
+            T::NAME,
+            skipped
+                .iter()
+                .map(|&s| format_size(s))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        ctx.progress.say(&note);
+        results.notes.push(note);
+    }
+    Ok(())
+}
+
+fn progress_line(
+    coll: Collective,
+    dtype: &str,
+    i: usize,
+    total: usize,
+    bytes: usize,
+    recs: &[Record],
+) -> String {
+    let mut parts = Vec::new();
+    for imp in ["ours", "nvshmem", "nccl"] {
+        let times: Vec<String> = recs
+            .iter()
+            .filter(|r| r.implementation == imp)
+            .map(|r| match (r.status, r.median_us()) {
+                (Status::Ok, Some(t)) => format!("{} {t:.2}us", r.mode),
+                (Status::Failed, Some(t)) => format!("{} {t:.2}us WRONG", r.mode),
+                (Status::Unsupported, _) => format!("{} n/a", r.mode),
+                _ => format!("{} FAILED", r.mode),
+            })
+            .collect();
+        if !times.is_empty() {
+            parts.push(format!("{imp}: {}", times.join(", ")));
+        }
+    }
+    format!(
+        "{} {dtype} [{i}/{total}] {}: {}",
+        coll.name(),
+        format_size(bytes),
+        parts.join(" | ")
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn point<T: BenchElem>(
+    ctx: &Ctx,
+    timer: &mut Timer,
+    disabled: &mut Disabled,
+    coll: Collective,
+    imp: Impl,
+    mode: Mode,
+    src: &SymmetricBuffer<T>,
+    dst: &SymmetricBuffer<T>,
+    bytes: usize,
+    count: usize,
+    input: &[T],
+    expected: &[T],
+) -> Result<Record> {
+    let n = ctx.shmem.n_pes();
+    let stream = ctx.stream;
+    let ops = Ops {
+        ours: ctx.ours,
+        nccl: ctx.nccl,
+        world: ctx.shmem.team_world().handle(),
+    };
+    let (warm, iters) = ctx.cfg.iters_for(bytes);
+    let mut record = Record {
+        test: coll.name().into(),
+        variant: String::new(),
+        implementation: imp.name().into(),
+        mode: mode.name().into(),
+        dtype: T::NAME.into(),
+        bytes,
+        count,
+        n_pes: n,
+        time_us: None,
+        algbw_gbs: None,
+        busbw_gbs: None,
+        status: Status::Ok,
+        check: "ok".into(),
+    };
+    let what = format!(
+        "{} {} {} {} {}",
+        imp.name(),
+        coll.name(),
+        T::NAME,
+        mode.name(),
+        format_size(bytes)
+    );
+    let fatal = |e: String| BenchError::new(format!("{what}: {e}"));
+    timing::step(what.clone());
+
+    // This PE's input (again: no implementation may depend on what another left behind), a
+    // poisoned output, then start together.
+    src.copy_from_host(input)?;
+    ctx.shmem
+        .context()
+        .bind_to_thread()
+        .cuda("cuCtxSetCurrent")?;
+    unsafe {
+        cudarc::driver::result::memset_d8_async(
+            dst.device_ptr(),
+            0xff,
+            dst.num_bytes(),
+            stream.cu_stream(),
+        )
+    }
+    .cuda("cuMemsetD8Async")?;
+    stream.synchronize().cuda("cuStreamSynchronize")?;
+    ctx.coord.barrier()?;
+
+    // The first operation doubles as a probe: an implementation that refuses on every PE is
+    // reported and switched off; one that refuses on some PEs only leaves the others waiting.
+    let first = ops.enqueue(coll, imp, src, dst, stream);
+    let refused = ctx.coord.sum(first.is_err() as u64)?;
+    if refused > 0 {
+        let msg = first
+            .err()
+            .unwrap_or_else(|| "refused on another PE".into());
+        if refused as usize != n {
+            return Err(fatal(format!(
+                "failed on {refused} of {n} PEs ({msg}); the others cannot continue"
+            )));
+        }
+        disabled.insert((coll, imp, T::NAME, None));
+        record.status = Status::Failed;
+        record.check = format!("could not run: {msg}");
+        return Ok(record);
+    }
+
+    let samples = match mode {
+        Mode::Plain => {
+            for _ in 1..warm {
+                ops.enqueue(coll, imp, src, dst, stream).map_err(fatal)?;
+            }
+            timer.time_each(
+                stream,
+                iters,
+                1,
+                |_| Ok(()),
+                |_| ops.enqueue(coll, imp, src, dst, stream).map_err(fatal),
+            )?
+        }
+        Mode::Graph => {
+            let graph = timing::capture(stream, ctx.cfg.graph_ops, || {
+                ops.enqueue(coll, imp, src, dst, stream)
+            });
+            let failed = ctx.coord.sum(graph.is_err() as u64)?;
+            let graph = match graph {
+                Ok(g) if failed == 0 => g,
+                other => {
+                    let msg = other
+                        .err()
+                        .unwrap_or_else(|| "graph capture failed on another PE".into());
+                    disabled.insert((coll, imp, T::NAME, Some(Mode::Graph)));
+                    stream.synchronize().cuda("cuStreamSynchronize")?;
+                    // Our kernels must be capturable; the others are reported as not measured.
+                    record.status = if imp == Impl::Ours {
+                        Status::Failed
+                    } else {
+                        Status::Unsupported
+                    };
+                    record.check = format!("CUDA graph capture failed: {msg}");
+                    return Ok(record);
+                }
+            };
+            for _ in 0..warm.div_ceil(ctx.cfg.graph_ops).max(1) {
+                graph.launch().cuda("cuGraphLaunch")?;
+            }
+            timer.time_each(
+                stream,
+                iters,
+                ctx.cfg.graph_ops,
+                |_| Ok(()),
+                |_| graph.launch().cuda("cuGraphLaunch"),
+            )?
+        }
+    };
+
+    // Check the result of the last timed operation on every PE.
+    stream.synchronize().cuda("cuStreamSynchronize")?;
+    let got = dst.to_vec()?;
+    let mismatch = data::compare_elems(&got, expected);
+    let totals = ctx
+        .coord
+        .sums(&[mismatch.count, (mismatch.count > 0) as u64])?;
+    if totals[0] > 0 {
+        record.status = Status::Failed;
+        record.check = format!(
+            "{} wrong elements on {} PE(s); this PE: {}",
+            totals[0],
+            totals[1],
+            mismatch.describe()
+        );
+    }
+    record.time_us = stats::summarize(&samples);
+    if let Some(t) = record.time_us {
+        let alg = stats::algbw_gbs(bytes as f64, t.median);
+        record.algbw_gbs = Some(alg);
+        record.busbw_gbs = Some(alg * busbw_factor(coll, n));
+    }
+    Ok(record)
+}

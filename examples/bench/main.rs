@@ -1,0 +1,285 @@
+//! NVSHMEM vs NCCL benchmark suite: our collectives, NVSHMEM's own and NCCL's side by side,
+//! and point-to-point latency and bandwidth from devices, hosts and streams.
+//!
+//! ```text
+//! make bench NP=8 ARGS='--quick'
+//! scripts/nvshmrun -np 8 target/release/examples/bench --tests allreduce --dtypes bf16
+//! target/release/examples/bench --help
+//! ```
+
+mod cli;
+mod coll;
+mod coord;
+mod data;
+mod env;
+mod error;
+mod nccl;
+mod p2p;
+mod plot;
+mod report;
+mod stats;
+mod timing;
+
+use clap::Parser;
+use cli::{Config, Impl};
+use coord::Coord;
+use error::{BenchError, CudaExt, Guard, Result};
+use nvshmem::module::Module;
+use nvshmem::{Collectives, Nvshmem};
+use std::time::Instant;
+
+/// Progress lines on stderr, from PE 0 only.
+pub struct Progress {
+    lead: bool,
+    start: Instant,
+}
+
+impl Progress {
+    pub fn new(lead: bool) -> Self {
+        Progress {
+            lead,
+            start: Instant::now(),
+        }
+    }
+
+    pub fn say(&self, msg: impl AsRef<str>) {
+        if self.lead {
+            eprintln!(
+                "[{:>7.1}s] {}",
+                self.start.elapsed().as_secs_f64(),
+                msg.as_ref()
+            );
+        }
+    }
+}
+
+fn main() {
+    // A panic must not unwind into collective clean-up (freeing symmetric memory waits for
+    // every PE): report it and stop this process; the launcher stops the others.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("bench: internal error: {info}");
+        std::process::abort();
+    }));
+    let cfg = match Config::from_args(cli::Args::parse()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("bench: {e} (see --help)");
+            std::process::exit(2);
+        }
+    };
+    set_environment(&cfg);
+    if cfg.needs_nccl() {
+        if let Err(e) = nccl::check_library() {
+            eprintln!("bench: {e}");
+            std::process::exit(1);
+        }
+    }
+    timing::step("starting NVSHMEM");
+    let shmem = match Nvshmem::init() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("bench: cannot start NVSHMEM: {e}");
+            std::process::exit(1);
+        }
+    };
+    if cfg.watchdog_s > 0 {
+        timing::start_watchdog(
+            std::time::Duration::from_secs(cfg.watchdog_s),
+            shmem.my_pe(),
+        );
+    }
+    match run(&shmem, &cfg) {
+        Ok(all_passed) => {
+            // Every PE gets here: finalise together.
+            drop(shmem);
+            std::process::exit(if all_passed { 0 } else { 1 });
+        }
+        Err(e) => {
+            // Other PEs may be inside a collective: do not finalise, just stop.
+            eprintln!("bench: PE {}: {e}", shmem.my_pe());
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Defaults for NVSHMEM, unless the user chose (read by NVSHMEM at initialisation):
+/// a symmetric heap large enough for the largest size, and NVSHMEM's own collectives rather
+/// than NCCL under NVSHMEM's on-stream API (NVSHMEM loads libnccl.so.2 when it can).
+fn set_environment(cfg: &Config) {
+    if std::env::var_os("NVSHMEM_DISABLE_NCCL").is_none() {
+        std::env::set_var("NVSHMEM_DISABLE_NCCL", "1");
+    }
+    if std::env::var_os("NVSHMEM_SYMMETRIC_SIZE").is_some() {
+        return;
+    }
+    // Two buffers of the largest size, plus room for our collectives' workspace, NVSHMEM's own
+    // and allocation alignment.
+    let need = 3 * cfg.max_size() + (512 << 20);
+    let mib = need.max(1 << 30).div_ceil(1 << 20);
+    std::env::set_var("NVSHMEM_SYMMETRIC_SIZE", format!("{mib}M"));
+}
+
+/// The whole benchmark on this PE; `Ok(true)` when every check passed.
+fn run(shmem: &Nvshmem, cfg: &Config) -> Result<bool> {
+    let me = shmem.my_pe();
+    let n = shmem.n_pes();
+    let lead = me == 0;
+    let progress = Progress::new(lead);
+    let coord = Coord::new(shmem)?;
+    if !coord.all_equal(cfg.fingerprint())? {
+        return Err(BenchError::new(
+            "the PEs were started with different options; pass the same arguments to every PE",
+        ));
+    }
+
+    let nccl = match cfg.needs_nccl() {
+        true => {
+            progress.say("initialising NCCL");
+            timing::step("initialising NCCL");
+            Some(Guard::new(nccl::Nccl::new(shmem, &coord)?))
+        }
+        false => None,
+    };
+    let nccl_version = match nccl {
+        Some(_) => Some(nccl::version()?),
+        None => None,
+    };
+    timing::step("collecting the environment");
+    let probe = Guard::new(shmem.calloc::<u64>(1)?);
+    let environment = env::collect(shmem, &coord, &probe, nccl_version)?;
+    drop(probe);
+    let header = environment.render();
+    if lead {
+        println!("{header}");
+        println!(
+            "options      : tests {:?}\n               dtypes {:?}, impls {:?}, modes {:?}, sizes {} to {} ({} sizes; latency up to {}), \
+             iters {}, warm-up {}, graph ops {}, inner {}, CTAs {:?}, block threads {}, peer PE {}, seed {:#x}{}",
+            cfg.tests,
+            cfg.dtypes,
+            cfg.impls,
+            cfg.modes,
+            cli::format_size(cfg.sizes.first().copied().unwrap_or(0)),
+            cli::format_size(cfg.sizes.last().copied().unwrap_or(0)),
+            cfg.sizes.len(),
+            cli::format_size(cfg.lat_sizes.last().copied().unwrap_or(0)),
+            cfg.iters,
+            cfg.warmup,
+            cfg.graph_ops,
+            cfg.inner,
+            cfg.ctas,
+            cfg.block_threads,
+            cfg.peer,
+            cfg.seed,
+            if cfg.fixed_iters { ", fixed iterations" } else { "" }
+        );
+    }
+
+    let stream = shmem.new_stream()?;
+    let mut timer = timing::Timer::new(shmem.context().clone());
+    let mut results = report::Results::default();
+    let threads = std::thread::available_parallelism()
+        .map(|p| p.get())
+        .unwrap_or(1)
+        .div_ceil(shmem.node_n_pes())
+        .max(1);
+
+    if cfg.tests.any_collective() {
+        let ours = match cfg.has_impl(Impl::Ours) {
+            true => {
+                progress.say("loading our collectives");
+                timing::step("loading our collectives");
+                Some(Guard::new(Collectives::new(shmem)?))
+            }
+            false => None,
+        };
+        let ctx = coll::Ctx {
+            shmem,
+            coord: &coord,
+            cfg,
+            stream: &stream,
+            ours: ours.as_deref(),
+            nccl: nccl.as_deref(),
+            progress: &progress,
+            threads,
+        };
+        coll::run(&ctx, &mut timer, &mut results)?;
+    }
+
+    if cfg.tests.any_p2p() && !cfg.has_impl(Impl::Nccl) {
+        results
+            .notes
+            .push("NCCL point-to-point comparisons skipped: nccl is not in --impls".into());
+    }
+    if cfg.tests.any_p2p() {
+        if n < 2 || cfg.peer >= n {
+            let note = format!(
+                "point-to-point tests skipped: they need PE 0 and PE {} (there are {n} PEs; see --peer)",
+                cfg.peer
+            );
+            progress.say(&note);
+            results.notes.push(note);
+        } else {
+            let module = match cfg.tests.device_p2p() {
+                true => Some(Guard::new(Module::load(
+                    shmem,
+                    &nvshmem::kernels::BENCH_P2P,
+                )?)),
+                false => None,
+            };
+            p2p::run(
+                shmem,
+                &coord,
+                cfg,
+                &stream,
+                module.as_deref(),
+                nccl.as_deref(),
+                &progress,
+                &mut timer,
+                &mut results,
+            )?;
+        }
+    }
+
+    timing::step("finishing");
+    stream.synchronize().cuda("cuStreamSynchronize")?;
+    coord.barrier()?;
+    let passed = results.failed().count() == 0;
+
+    // PE 0 reports; every PE learns whether that worked before anyone finalises.
+    let written = if lead {
+        write_outputs(cfg, &results, &environment, &header)
+    } else {
+        Ok(())
+    };
+    let write_failed = coord.sum(written.is_err() as u64)?;
+    written?;
+    if write_failed > 0 {
+        return Err(BenchError::new("PE 0 could not write the results"));
+    }
+    progress.say(if passed {
+        "done: all checks passed"
+    } else {
+        "done: some checks FAILED"
+    });
+    Ok(passed)
+}
+
+fn write_outputs(
+    cfg: &Config,
+    results: &report::Results,
+    environment: &env::Environment,
+    header: &str,
+) -> Result<()> {
+    let tables = report::render_tables(results, cfg);
+    print!("{tables}");
+    let summary = format!("{header}\n{tables}");
+    let mut files = report::write_all(&cfg.out, results, cfg, Some(environment), &summary)?;
+    if cfg.plots {
+        files.extend(plot::write_plots(&cfg.out, &results.records, cfg)?);
+    }
+    println!("\nwrote {} files to {}:", files.len(), cfg.out.display());
+    for f in files {
+        println!("  {}", f.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,213 @@
+//! The NCCL baseline through cudarc's NCCL bindings: one communicator over all PEs, made from
+//! a unique id that PE 0 broadcasts through NVSHMEM.
+
+use crate::coord::Coord;
+use crate::error::{BenchError, CudaExt, Result};
+use cudarc::driver::CudaStream;
+use cudarc::nccl::result::{self as nr, NcclError};
+use cudarc::nccl::sys as ns;
+use nvshmem::Nvshmem;
+use std::ffi::{c_void, CStr};
+
+/// Fail early, with a fix, when libnccl.so cannot be loaded.
+pub fn check_library() -> Result<()> {
+    if unsafe { ns::is_culib_present() } {
+        return Ok(());
+    }
+    Err(BenchError::new(
+        "NCCL could not be loaded: cudarc looks for libnccl.so (the NCCL wheel ships only \
+         libnccl.so.2). Run through scripts/nvshmrun, which puts a libnccl.so link on \
+         LD_LIBRARY_PATH (after `make setup`), or add a directory with libnccl.so to \
+         LD_LIBRARY_PATH, or leave NCCL out with --impls ours,nvshmem",
+    ))
+}
+
+/// NCCL's version as `major.minor.patch`.
+pub fn version() -> Result<String> {
+    let v = nr::get_nccl_version().map_err(|e| nccl_error("ncclGetVersion", e))?;
+    Ok(if v >= 10000 {
+        format!("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100)
+    } else {
+        format!("{}.{}.{}", v / 1000, (v / 100) % 10, v % 100)
+    })
+}
+
+fn error_text(e: &NcclError) -> String {
+    let p = unsafe { ns::ncclGetErrorString(e.0) };
+    if p.is_null() {
+        format!("{:?}", e.0)
+    } else {
+        format!(
+            "{:?} ({})",
+            e.0,
+            unsafe { CStr::from_ptr(p) }.to_string_lossy()
+        )
+    }
+}
+
+pub fn nccl_error(call: &str, e: NcclError) -> BenchError {
+    BenchError::new(format!(
+        "{call} failed: {}; run with NCCL_DEBUG=WARN for NCCL's explanation",
+        error_text(&e)
+    ))
+}
+
+/// The same, as text (for failures that are reported rather than fatal).
+pub fn nccl_error_text(call: &str, e: NcclError) -> String {
+    format!("{call} failed: {}", error_text(&e))
+}
+
+/// A communicator over all PEs, rank = PE.
+pub struct Nccl {
+    comm: ns::ncclComm_t,
+}
+
+impl Nccl {
+    /// Collective over all PEs.
+    pub fn new(shmem: &Nvshmem, coord: &Coord) -> Result<Self> {
+        const ID: usize = 128;
+        let mine = if shmem.my_pe() == 0 {
+            let id = nr::get_uniqueid().map_err(|e| nccl_error("ncclGetUniqueId", e))?;
+            id.internal.iter().map(|&c| c as u8).collect::<Vec<u8>>()
+        } else {
+            vec![0u8; ID]
+        };
+        let bytes = coord.broadcast_bytes(&mine)?;
+        let mut id = ns::ncclUniqueId { internal: [0; ID] };
+        for (dst, &b) in id.internal.iter_mut().zip(&bytes) {
+            *dst = b as std::ffi::c_char;
+        }
+        shmem.context().bind_to_thread().cuda("cuCtxSetCurrent")?;
+        let mut comm: ns::ncclComm_t = std::ptr::null_mut();
+        unsafe { nr::comm_init_rank(&mut comm, shmem.n_pes() as i32, id, shmem.my_pe() as i32) }
+            .map_err(|e| nccl_error("ncclCommInitRank", e))?;
+        Ok(Nccl { comm })
+    }
+
+    fn stream(stream: &CudaStream) -> ns::cudaStream_t {
+        stream.cu_stream() as ns::cudaStream_t
+    }
+
+    /// Sum all-reduce of `count` elements.
+    ///
+    /// # Safety
+    /// `src` and `dst` must be device buffers of `count` elements of `dtype`.
+    pub unsafe fn all_reduce(
+        &self,
+        src: u64,
+        dst: u64,
+        count: usize,
+        dtype: ns::ncclDataType_t,
+        stream: &CudaStream,
+    ) -> Result<(), String> {
+        nr::all_reduce(
+            src as *const c_void,
+            dst as *mut c_void,
+            count,
+            dtype,
+            ns::ncclRedOp_t::ncclSum,
+            self.comm,
+            Self::stream(stream),
+        )
+        .map(|_| ())
+        .map_err(|e| nccl_error_text("ncclAllReduce", e))
+    }
+
+    /// All-gather of `count` elements per PE into `dst` (`count * PEs` elements).
+    ///
+    /// # Safety
+    /// `src` must hold `count` and `dst` `count * PEs` elements of `dtype`.
+    pub unsafe fn all_gather(
+        &self,
+        src: u64,
+        dst: u64,
+        count: usize,
+        dtype: ns::ncclDataType_t,
+        stream: &CudaStream,
+    ) -> Result<(), String> {
+        nr::all_gather(
+            src as *const c_void,
+            dst as *mut c_void,
+            count,
+            dtype,
+            self.comm,
+            Self::stream(stream),
+        )
+        .map(|_| ())
+        .map_err(|e| nccl_error_text("ncclAllGather", e))
+    }
+
+    /// Send `bytes` bytes to `peer`.
+    ///
+    /// # Safety
+    /// `src` must be a device buffer of at least `bytes` bytes.
+    pub unsafe fn send(
+        &self,
+        src: u64,
+        bytes: usize,
+        peer: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        nr::send(
+            src as *const c_void,
+            bytes,
+            ns::ncclDataType_t::ncclUint8,
+            peer as i32,
+            self.comm,
+            Self::stream(stream),
+        )
+        .map(|_| ())
+        .map_err(|e| nccl_error("ncclSend", e))
+    }
+
+    /// Receive `bytes` bytes from `peer`.
+    ///
+    /// # Safety
+    /// `dst` must be a device buffer of at least `bytes` bytes.
+    pub unsafe fn recv(
+        &self,
+        dst: u64,
+        bytes: usize,
+        peer: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        nr::recv(
+            dst as *mut c_void,
+            bytes,
+            ns::ncclDataType_t::ncclUint8,
+            peer as i32,
+            self.comm,
+            Self::stream(stream),
+        )
+        .map(|_| ())
+        .map_err(|e| nccl_error("ncclRecv", e))
+    }
+
+    /// Send to and receive from `peer` at once (one NCCL group).
+    ///
+    /// # Safety
+    /// As for [`send`](Self::send) and [`recv`](Self::recv).
+    pub unsafe fn send_recv(
+        &self,
+        src: u64,
+        dst: u64,
+        bytes: usize,
+        peer: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        nr::group_start().map_err(|e| nccl_error("ncclGroupStart", e))?;
+        let sent = self.send(src, bytes, peer, stream);
+        let received = self.recv(dst, bytes, peer, stream);
+        nr::group_end().map_err(|e| nccl_error("ncclGroupEnd", e))?;
+        sent?;
+        received
+    }
+}
+
+impl Drop for Nccl {
+    fn drop(&mut self) {
+        unsafe {
+            let _ = nr::comm_destroy(self.comm);
+        }
+    }
+}

@@ -1,0 +1,751 @@
+//! Results: records, tables for the terminal, JSON and CSV files.
+
+use crate::cli::{format_size, Config};
+use crate::env::Environment;
+use crate::error::{BenchError, Result};
+use crate::stats::Summary;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Outcome of a measurement's check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Output verified.
+    Ok,
+    /// Wrong output, or the operation failed.
+    Failed,
+    /// Not measured: the implementation cannot run this way (for example graph capture).
+    Unsupported,
+}
+
+/// One measured point.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    /// `allreduce`, `allgather`, `p`, `g`, `put`, `get`, `put_signal_pingpong`, `put_bw`,
+    /// `get_bw`, `host_put`, `host_get`, `stream_put`, `stream_get`, `nccl_pingpong`,
+    /// `nccl_sendrecv_bw`.
+    pub test: String,
+    /// Scope (`thread`, `warp`, `block`), direction and CTAs (`uni ctas=8`), or empty.
+    pub variant: String,
+    /// `ours`, `nvshmem` or `nccl`.
+    pub implementation: String,
+    /// `plain`, `graph` (collectives), `device`, `host`, `stream` (point-to-point).
+    pub mode: String,
+    /// `bf16`, `f32`, `u32` or `bytes`.
+    pub dtype: String,
+    /// Message size in bytes (all-gather: the output).
+    pub bytes: usize,
+    /// Elements per PE (all-gather: sent by each PE).
+    pub count: usize,
+    pub n_pes: usize,
+    /// Time per operation in microseconds (point-to-point latency: one way; bandwidth tests:
+    /// per message transfer).
+    pub time_us: Option<Summary>,
+    /// GB/s from the median time.
+    pub algbw_gbs: Option<f64>,
+    pub busbw_gbs: Option<f64>,
+    pub status: Status,
+    /// `ok`, or what went wrong.
+    pub check: String,
+}
+
+impl Record {
+    pub fn median_us(&self) -> Option<f64> {
+        self.time_us.map(|s| s.median)
+    }
+
+    pub fn key(&self) -> String {
+        let mut k = format!(
+            "{} {} {} {} {}",
+            self.test,
+            self.implementation,
+            self.mode,
+            self.dtype,
+            format_size(self.bytes)
+        );
+        if !self.variant.is_empty() {
+            k.push_str(&format!(" [{}]", self.variant));
+        }
+        k
+    }
+}
+
+/// Everything measured so far, and what failed.
+#[derive(Debug, Default, Serialize)]
+pub struct Results {
+    pub records: Vec<Record>,
+    /// Notes about skipped tests.
+    pub notes: Vec<String>,
+}
+
+impl Results {
+    pub fn push(&mut self, r: Record) {
+        self.records.push(r);
+    }
+
+    pub fn failed(&self) -> impl Iterator<Item = &Record> {
+        self.records.iter().filter(|r| r.status == Status::Failed)
+    }
+
+    pub fn unsupported(&self) -> impl Iterator<Item = &Record> {
+        self.records
+            .iter()
+            .filter(|r| r.status == Status::Unsupported)
+    }
+}
+
+/// A text table with right-aligned columns.
+#[derive(Debug, Default)]
+pub struct Table {
+    pub title: String,
+    pub headers: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    pub footer: Vec<String>,
+}
+
+impl Table {
+    pub fn render(&self) -> String {
+        let cols = self.headers.len();
+        let mut width: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (i, c) in row.iter().enumerate().take(cols) {
+                width[i] = width[i].max(c.chars().count());
+            }
+        }
+        let mut s = String::new();
+        let _ = writeln!(s, "\n## {}", self.title);
+        let line = |cells: &[String]| {
+            let mut l = String::new();
+            for (i, c) in cells.iter().enumerate().take(cols) {
+                if i > 0 {
+                    l.push_str("  ");
+                }
+                let pad = width[i].saturating_sub(c.chars().count());
+                l.push_str(&" ".repeat(pad));
+                l.push_str(c);
+            }
+            l.trim_end().to_string()
+        };
+        let _ = writeln!(s, "{}", line(&self.headers));
+        let total: usize = width.iter().sum::<usize>() + 2 * cols.saturating_sub(1);
+        let _ = writeln!(s, "{}", "-".repeat(total));
+        for row in &self.rows {
+            let _ = writeln!(s, "{}", line(row));
+        }
+        for f in &self.footer {
+            let _ = writeln!(s, "{f}");
+        }
+        s
+    }
+}
+
+fn fmt_us(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{v:.0}")
+    } else if v >= 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn fmt_gbs(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.1}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// A time cell: `12.34 ±3%`, `n/a`, or with `!` when the check failed.
+fn time_cell(r: Option<&Record>) -> String {
+    match r {
+        None => "-".into(),
+        Some(r) => match (r.status, r.time_us) {
+            (Status::Unsupported, _) => "n/a".into(),
+            (_, None) => "FAIL".into(),
+            (st, Some(t)) => {
+                let mark = if st == Status::Failed { "!" } else { "" };
+                format!("{}{mark} ±{:.0}%", fmt_us(t.median), t.spread_percent())
+            }
+        },
+    }
+}
+
+fn bw_cell(r: Option<&Record>, bus: bool) -> String {
+    match r.and_then(|r| if bus { r.busbw_gbs } else { r.algbw_gbs }) {
+        Some(v) => fmt_gbs(v),
+        None => "-".into(),
+    }
+}
+
+fn speedup(ours: Option<&Record>, other: Option<&Record>) -> String {
+    match (
+        ours.and_then(|r| r.median_us()),
+        other.and_then(|r| r.median_us()),
+    ) {
+        (Some(a), Some(b)) if a > 0.0 => format!("{:.2}x", b / a),
+        _ => "-".into(),
+    }
+}
+
+fn sizes_of<'a>(records: impl Iterator<Item = &'a Record>) -> Vec<usize> {
+    let mut v: Vec<usize> = records.map(|r| r.bytes).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn find(records: &[Record], f: impl Fn(&Record) -> bool) -> Option<&Record> {
+    records.iter().find(|r| f(r))
+}
+
+/// One table per collective, data type and mode: ours vs NVSHMEM vs NCCL.
+pub fn collective_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
+    let mut out = Vec::new();
+    for (test, title) in [
+        ("allreduce", "all-reduce (sum)"),
+        ("allgather", "all-gather"),
+    ] {
+        for dtype in &cfg.dtypes {
+            for mode in &cfg.modes {
+                let sel: Vec<&Record> = records
+                    .iter()
+                    .filter(|r| r.test == test && r.dtype == dtype.name() && r.mode == mode.name())
+                    .collect();
+                if sel.is_empty() {
+                    continue;
+                }
+                let n_pes = sel[0].n_pes;
+                let mut headers = vec!["size".to_string(), "count/PE".to_string()];
+                let impls: Vec<&str> = cfg.impls.iter().map(|i| i.name()).collect();
+                for i in &impls {
+                    headers.push(format!("{i} us"));
+                    headers.push(format!("{i} busbw"));
+                }
+                let has = |name: &str| impls.contains(&name);
+                if has("ours") && has("nccl") {
+                    headers.push("ours vs nccl".into());
+                }
+                if has("ours") && has("nvshmem") {
+                    headers.push("ours vs nvshmem".into());
+                }
+                let mut rows = Vec::new();
+                for bytes in sizes_of(sel.iter().copied()) {
+                    let get = |imp: &str| {
+                        sel.iter()
+                            .copied()
+                            .find(|r| r.bytes == bytes && r.implementation == imp)
+                    };
+                    let count = sel
+                        .iter()
+                        .find(|r| r.bytes == bytes)
+                        .map(|r| r.count)
+                        .unwrap_or(0);
+                    let mut row = vec![format_size(bytes), count.to_string()];
+                    for i in &impls {
+                        row.push(time_cell(get(i)));
+                        row.push(bw_cell(get(i), true));
+                    }
+                    if has("ours") && has("nccl") {
+                        row.push(speedup(get("ours"), get("nccl")));
+                    }
+                    if has("ours") && has("nvshmem") {
+                        row.push(speedup(get("ours"), get("nvshmem")));
+                    }
+                    rows.push(row);
+                }
+                let mode_text = if mode.name() == "graph" {
+                    format!("CUDA graph of {} ops", cfg.graph_ops)
+                } else {
+                    "plain launches".to_string()
+                };
+                out.push(Table {
+                    title: format!("{title}, {}, {mode_text}, {n_pes} PEs", dtype.name()),
+                    headers,
+                    rows,
+                    footer: vec![
+                        "us = median time per operation ± half the p10-p90 range; busbw in GB/s (nccl-tests); \
+                         \"ours vs X\" = time of X / time of ours (> 1: ours is faster); ! = check failed"
+                            .into(),
+                    ],
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A table column: its header and which records belong in it.
+type Column = (String, Box<dyn Fn(&Record) -> bool>);
+
+/// Point-to-point tables: latency by scope, ping-pong, host/stream, bandwidth.
+pub fn p2p_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
+    let mut out = Vec::new();
+    let p2p: Vec<Record> = records
+        .iter()
+        .filter(|r| r.test != "allreduce" && r.test != "allgather")
+        .cloned()
+        .collect();
+    if p2p.is_empty() {
+        return out;
+    }
+    let peer = cfg.peer;
+    let note_spread = "us = median ± half the p10-p90 range; ! = check failed".to_string();
+
+    // Single-element p and g.
+    let single: Vec<&Record> = p2p
+        .iter()
+        .filter(|r| r.test == "p" || r.test == "g")
+        .collect();
+    if !single.is_empty() {
+        out.push(Table {
+            title: format!("device p/g latency (one uint32, one thread), PE 0 -> PE {peer}"),
+            headers: vec!["operation".into(), "us".into()],
+            rows: single
+                .iter()
+                .map(|r| {
+                    let what = if r.test == "p" {
+                        "nvshmem_uint32_p + quiet"
+                    } else {
+                        "nvshmem_uint32_g"
+                    };
+                    vec![what.to_string(), time_cell(Some(r))]
+                })
+                .collect(),
+            footer: vec![note_spread.clone()],
+        });
+    }
+
+    // Column-wise tables over sizes.
+    let column_table =
+        |title: String, columns: Vec<Column>, bw: bool, footer: String| -> Option<Table> {
+            let sel: Vec<&Record> = p2p
+                .iter()
+                .filter(|r| columns.iter().any(|(_, f)| f(r)))
+                .collect();
+            if sel.is_empty() {
+                return None;
+            }
+            let mut headers = vec!["size".to_string()];
+            let present: Vec<&Column> = columns
+                .iter()
+                .filter(|(_, f)| sel.iter().any(|r| f(r)))
+                .collect();
+            headers.extend(present.iter().map(|(h, _)| h.clone()));
+            let rows = sizes_of(sel.iter().copied())
+                .into_iter()
+                .map(|bytes| {
+                    let mut row = vec![format_size(bytes)];
+                    for (_, f) in &present {
+                        let r = find(&p2p, |r| r.bytes == bytes && f(r));
+                        row.push(if bw { bw_cell(r, false) } else { time_cell(r) });
+                    }
+                    row
+                })
+                .collect();
+            Some(Table {
+                title,
+                headers,
+                rows,
+                footer: vec![footer],
+            })
+        };
+
+    let scoped = |test: &'static str, scope: &'static str| -> Box<dyn Fn(&Record) -> bool> {
+        Box::new(move |r: &Record| r.test == test && r.variant == scope)
+    };
+    let plain = |test: &'static str| -> Box<dyn Fn(&Record) -> bool> {
+        Box::new(move |r: &Record| r.test == test)
+    };
+
+    let mut cols: Vec<Column> = Vec::new();
+    for test in ["put", "get"] {
+        for scope in ["thread", "warp", "block"] {
+            cols.push((format!("{test} {scope}"), scoped(test, scope)));
+        }
+    }
+    out.extend(column_table(
+        format!("device-initiated put/get latency (us), PE 0 -> PE {peer}"),
+        cols,
+        false,
+        format!("put = nvshmem[x]_putmem[_warp|_block] + nvshmem_quiet; get = nvshmem[x]_getmem[...]; {note_spread}"),
+    ));
+
+    let mut cols: Vec<Column> = Vec::new();
+    for scope in ["thread", "warp", "block"] {
+        cols.push((
+            format!("signal {scope}"),
+            scoped("put_signal_pingpong", scope),
+        ));
+    }
+    cols.push(("nccl send/recv".into(), plain("nccl_pingpong")));
+    out.extend(column_table(
+        format!("ping-pong latency, one way (us), PE 0 <-> PE {peer}"),
+        cols,
+        false,
+        format!("round trip / 2; signal = put-with-signal + signal_wait_until; {note_spread}"),
+    ));
+
+    let cols: Vec<Column> = vec![
+        ("host put".into(), plain("host_put")),
+        ("host get".into(), plain("host_get")),
+        ("stream put".into(), plain("stream_put")),
+        ("stream get".into(), plain("stream_get")),
+    ];
+    out.extend(column_table(
+        format!("host-initiated and on-stream latency (us), PE 0 -> PE {peer}"),
+        cols,
+        false,
+        format!("host: nvshmem_putmem + nvshmem_quiet / nvshmem_getmem; stream: *_on_stream (+ quiet_on_stream); {note_spread}"),
+    ));
+
+    for (dir, label) in [("uni", "one way"), ("bidir", "both ways")] {
+        let mut cols: Vec<Column> = Vec::new();
+        for test in ["put_bw", "get_bw"] {
+            for &ctas in &cfg.ctas {
+                let variant = format!("{dir} ctas={ctas}");
+                let name = test.trim_end_matches("_bw");
+                cols.push((
+                    format!("{name} {ctas}c"),
+                    Box::new(move |r: &Record| r.test == test && r.variant == variant),
+                ));
+            }
+        }
+        let dir_s = dir.to_string();
+        cols.push((
+            "nccl".into(),
+            Box::new(move |r: &Record| r.test == "nccl_sendrecv_bw" && r.variant == dir_s),
+        ));
+        out.extend(column_table(
+            format!("bandwidth {label} (GB/s), PE 0 {} PE {peer}", if dir == "uni" { "->" } else { "<->" }),
+            cols,
+            true,
+            "GB/s = 10^9 bytes/s from the median time; Nc = N CTAs; both ways counts the bytes of both directions"
+                .into(),
+        ));
+    }
+    out
+}
+
+/// Everything PE 0 prints after the header.
+pub fn render_tables(results: &Results, cfg: &Config) -> String {
+    let mut s = String::new();
+    for t in collective_tables(&results.records, cfg) {
+        s.push_str(&t.render());
+    }
+    for t in p2p_tables(&results.records, cfg) {
+        s.push_str(&t.render());
+    }
+    if !results.notes.is_empty() {
+        s.push_str("\n## notes\n");
+        for n in &results.notes {
+            let _ = writeln!(s, "- {n}");
+        }
+    }
+    let unsupported: Vec<&Record> = results.unsupported().collect();
+    if !unsupported.is_empty() {
+        s.push_str("\n## not measured\n");
+        for r in unsupported {
+            let _ = writeln!(s, "- {}: {}", r.key(), r.check);
+        }
+    }
+    let failed: Vec<&Record> = results.failed().collect();
+    if failed.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nall {} checks passed",
+            results
+                .records
+                .iter()
+                .filter(|r| r.status == Status::Ok)
+                .count()
+        );
+    } else {
+        let _ = writeln!(s, "\n## FAILED ({})", failed.len());
+        for r in failed {
+            let _ = writeln!(s, "- {}: {}", r.key(), r.check);
+        }
+    }
+    s
+}
+
+/// The CSV header and rows.
+pub const CSV_HEADER: &str = "test,variant,implementation,mode,dtype,bytes,count,n_pes,samples,median_us,mean_us,min_us,max_us,p10_us,p90_us,algbw_gbs,busbw_gbs,status,check";
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map(|x| format!("{x}")).unwrap_or_default()
+}
+
+pub fn to_csv(records: &[Record]) -> String {
+    let mut s = String::from(CSV_HEADER);
+    s.push('\n');
+    for r in records {
+        let t = r.time_us;
+        let status = match r.status {
+            Status::Ok => "ok",
+            Status::Failed => "failed",
+            Status::Unsupported => "unsupported",
+        };
+        let fields = [
+            csv_field(&r.test),
+            csv_field(&r.variant),
+            csv_field(&r.implementation),
+            csv_field(&r.mode),
+            csv_field(&r.dtype),
+            r.bytes.to_string(),
+            r.count.to_string(),
+            r.n_pes.to_string(),
+            t.map(|t| t.n.to_string()).unwrap_or_default(),
+            opt(t.map(|t| t.median)),
+            opt(t.map(|t| t.mean)),
+            opt(t.map(|t| t.min)),
+            opt(t.map(|t| t.max)),
+            opt(t.map(|t| t.p10)),
+            opt(t.map(|t| t.p90)),
+            opt(r.algbw_gbs),
+            opt(r.busbw_gbs),
+            status.to_string(),
+            csv_field(&r.check),
+        ];
+        s.push_str(&fields.join(","));
+        s.push('\n');
+    }
+    s
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    schema: &'static str,
+    environment: Option<&'a Environment>,
+    config: &'a Config,
+    results: &'a [Record],
+    notes: &'a [String],
+    failed: usize,
+}
+
+pub fn to_json(results: &Results, cfg: &Config, env: Option<&Environment>) -> Result<String> {
+    let report = JsonReport {
+        schema: "nvshmem-bench/1",
+        environment: env,
+        config: cfg,
+        results: &results.records,
+        notes: &results.notes,
+        failed: results.failed().count(),
+    };
+    serde_json::to_string_pretty(&report)
+        .map_err(|e| BenchError::new(format!("JSON encoding failed: {e}")))
+}
+
+pub fn write_file(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text)
+        .map_err(|e| BenchError::new(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Write bench.json, bench.csv and summary.txt into `dir`; returns the paths.
+pub fn write_all(
+    dir: &Path,
+    results: &Results,
+    cfg: &Config,
+    env: Option<&Environment>,
+    summary: &str,
+) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| BenchError::new(format!("cannot create {}: {e}", dir.display())))?;
+    let json = dir.join("bench.json");
+    write_file(&json, &to_json(results, cfg, env)?)?;
+    let csv = dir.join("bench.csv");
+    write_file(&csv, &to_csv(&results.records))?;
+    let txt = dir.join("summary.txt");
+    write_file(&txt, summary)?;
+    Ok(vec![json, csv, txt])
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+    use crate::cli::{Args, Config};
+    use clap::Parser;
+
+    pub fn record(
+        test: &str,
+        imp: &str,
+        mode: &str,
+        bytes: usize,
+        median: f64,
+        status: Status,
+    ) -> Record {
+        Record {
+            test: test.into(),
+            variant: String::new(),
+            implementation: imp.into(),
+            mode: mode.into(),
+            dtype: "f32".into(),
+            bytes,
+            count: bytes / 4,
+            n_pes: 8,
+            time_us: Some(Summary {
+                n: 3,
+                median,
+                mean: median,
+                min: median * 0.9,
+                max: median * 1.1,
+                p10: median * 0.95,
+                p90: median * 1.05,
+            }),
+            algbw_gbs: Some(bytes as f64 / median / 1e3),
+            busbw_gbs: Some(bytes as f64 / median / 1e3 * 1.75),
+            status,
+            check: if status == Status::Ok {
+                "ok".into()
+            } else {
+                "3 wrong, \"first\", at 1".into()
+            },
+        }
+    }
+
+    fn cfg(args: &[&str]) -> Config {
+        let mut v = vec!["bench"];
+        v.extend_from_slice(args);
+        Config::from_args(Args::try_parse_from(v).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn csv_has_a_header_and_quotes_awkward_fields() {
+        let rows = vec![
+            record("allreduce", "ours", "plain", 1024, 10.0, Status::Ok),
+            record("allreduce", "nccl", "plain", 1024, 20.0, Status::Failed),
+        ];
+        let csv = to_csv(&rows);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines[0], CSV_HEADER);
+        assert_eq!(lines.len(), 3);
+        let cols = CSV_HEADER.split(',').count();
+        assert!(lines[1].starts_with("allreduce,,ours,plain,f32,1024,256,8,3,10,"));
+        assert_eq!(lines[1].split(',').count(), cols);
+        assert!(
+            lines[2].ends_with(",failed,\"3 wrong, \"\"first\"\", at 1\""),
+            "{}",
+            lines[2]
+        );
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("plain"), "plain");
+    }
+
+    #[test]
+    fn json_holds_config_results_and_failures() {
+        let c = cfg(&["--quick"]);
+        let mut res = Results::default();
+        res.push(record(
+            "allgather",
+            "nvshmem",
+            "graph",
+            4096,
+            5.0,
+            Status::Ok,
+        ));
+        res.push(record(
+            "allgather",
+            "ours",
+            "graph",
+            4096,
+            4.0,
+            Status::Failed,
+        ));
+        res.notes.push("p2p skipped".into());
+        let text = to_json(&res, &c, None).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["schema"], "nvshmem-bench/1");
+        assert_eq!(v["failed"], 1);
+        assert_eq!(v["results"].as_array().unwrap().len(), 2);
+        assert_eq!(v["results"][0]["time_us"]["median"], 5.0);
+        assert_eq!(v["results"][1]["status"], "failed");
+        assert_eq!(v["config"]["iters"], 10);
+        assert_eq!(v["notes"][0], "p2p skipped");
+    }
+
+    #[test]
+    fn files_are_written_to_the_output_directory() {
+        let dir = std::env::temp_dir().join(format!("bench-report-test-{}", std::process::id()));
+        let c = cfg(&[]);
+        let mut res = Results::default();
+        res.push(record("allreduce", "ours", "plain", 8, 3.0, Status::Ok));
+        let paths = write_all(&dir, &res, &c, None, "summary").unwrap();
+        assert_eq!(paths.len(), 3);
+        let csv = std::fs::read_to_string(dir.join("bench.csv")).unwrap();
+        assert!(csv.starts_with(CSV_HEADER));
+        assert_eq!(
+            std::fs::read_to_string(dir.join("summary.txt")).unwrap(),
+            "summary"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn collective_table_puts_implementations_side_by_side() {
+        let c = cfg(&["--dtypes", "f32", "--modes", "plain"]);
+        let rows = vec![
+            record("allreduce", "ours", "plain", 1 << 20, 10.0, Status::Ok),
+            record("allreduce", "nvshmem", "plain", 1 << 20, 30.0, Status::Ok),
+            record("allreduce", "nccl", "plain", 1 << 20, 20.0, Status::Ok),
+        ];
+        let tables = collective_tables(&rows, &c);
+        assert_eq!(tables.len(), 1);
+        let text = tables[0].render();
+        assert!(
+            text.contains("ours vs nccl") && text.contains("ours vs nvshmem"),
+            "{text}"
+        );
+        assert!(text.contains("2.00x") && text.contains("3.00x"), "{text}");
+        assert!(
+            text.contains("1 MiB") && text.contains("10.00 ±5%"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn summary_lists_failures() {
+        let c = cfg(&[]);
+        let mut res = Results::default();
+        res.push(record(
+            "allreduce",
+            "ours",
+            "plain",
+            64,
+            1.0,
+            Status::Failed,
+        ));
+        let mut r = record("put", "nvshmem", "device", 64, 2.0, Status::Ok);
+        r.variant = "warp".into();
+        res.push(r);
+        let text = render_tables(&res, &c);
+        assert!(text.contains("FAILED (1)"), "{text}");
+        assert!(text.contains("put warp"), "{text}");
+    }
+
+    #[test]
+    fn tables_align_columns() {
+        let t = Table {
+            title: "t".into(),
+            headers: vec!["a".into(), "bbb".into()],
+            rows: vec![vec!["1234".into(), "5".into()]],
+            footer: vec![],
+        };
+        let text = t.render();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[2], "   a  bbb");
+        assert_eq!(lines[4], "1234    5");
+    }
+}

@@ -1,0 +1,212 @@
+// Device-initiated point-to-point benchmarks (used by examples/bench).
+//
+// Latency kernels run one thread, one warp or one block, repeat an operation `warmup + iters`
+// times and write the time of the last `iters` repetitions (read from %globaltimer, in ns) to
+// `*elapsed`. Bandwidth kernels split a message over the blocks of the grid and are timed with
+// CUDA events by the host. Every kernel takes device addresses of symmetric buffers.
+#include <nvshmem.h>
+#include <nvshmemx.h>
+#include <stdint.h>
+
+namespace {
+
+enum Scope { THREAD = 0, WARP = 1, BLOCK = 2 };
+
+__device__ __forceinline__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+template <int S>
+__device__ __forceinline__ void scope_sync() {
+    if constexpr (S == WARP) {
+        __syncwarp();
+    } else if constexpr (S == BLOCK) {
+        __syncthreads();
+    }
+}
+
+template <int S>
+__device__ __forceinline__ void put_scoped(void *dst, const void *src, size_t bytes, int pe) {
+    if constexpr (S == THREAD) {
+        nvshmem_putmem(dst, src, bytes, pe);
+    } else if constexpr (S == WARP) {
+        nvshmemx_putmem_warp(dst, src, bytes, pe);
+    } else {
+        nvshmemx_putmem_block(dst, src, bytes, pe);
+    }
+}
+
+template <int S>
+__device__ __forceinline__ void get_scoped(void *dst, const void *src, size_t bytes, int pe) {
+    if constexpr (S == THREAD) {
+        nvshmem_getmem(dst, src, bytes, pe);
+    } else if constexpr (S == WARP) {
+        nvshmemx_getmem_warp(dst, src, bytes, pe);
+    } else {
+        nvshmemx_getmem_block(dst, src, bytes, pe);
+    }
+}
+
+template <int S>
+__device__ __forceinline__ void put_signal_scoped(void *dst, const void *src, size_t bytes, uint64_t *sig,
+                                                  uint64_t value, int pe) {
+    if constexpr (S == THREAD) {
+        nvshmem_putmem_signal(dst, src, bytes, sig, value, NVSHMEM_SIGNAL_SET, pe);
+    } else if constexpr (S == WARP) {
+        nvshmemx_putmem_signal_warp(dst, src, bytes, sig, value, NVSHMEM_SIGNAL_SET, pe);
+    } else {
+        nvshmemx_putmem_signal_block(dst, src, bytes, sig, value, NVSHMEM_SIGNAL_SET, pe);
+    }
+}
+
+// put + quiet, repeated: the time until the data is delivered at the peer.
+template <int S>
+__device__ void put_latency(void *dst, const void *src, size_t bytes, int peer, int warmup, int iters,
+                            unsigned long long *elapsed) {
+    unsigned long long t0 = 0;
+    for (int i = 0; i < warmup + iters; ++i) {
+        if (i == warmup) {
+            scope_sync<S>();
+            t0 = now_ns();
+        }
+        put_scoped<S>(dst, src, bytes, peer);
+        scope_sync<S>();
+        if (threadIdx.x == 0) nvshmem_quiet();
+        scope_sync<S>();
+    }
+    if (threadIdx.x == 0) *elapsed = now_ns() - t0;
+}
+
+// Blocking get, repeated: returns once the data is in local memory.
+template <int S>
+__device__ void get_latency(void *dst, const void *src, size_t bytes, int peer, int warmup, int iters,
+                            unsigned long long *elapsed) {
+    unsigned long long t0 = 0;
+    for (int i = 0; i < warmup + iters; ++i) {
+        if (i == warmup) {
+            scope_sync<S>();
+            t0 = now_ns();
+        }
+        get_scoped<S>(dst, src, bytes, peer);
+        scope_sync<S>();
+    }
+    if (threadIdx.x == 0) *elapsed = now_ns() - t0;
+}
+
+// Ping-pong with put-with-signal: the initiator sends `bytes` and the signal value i + 1, the
+// responder waits for it and answers the same way. `*elapsed` is the round-trip total.
+// `sig` must hold 0 on both PEs before the launch.
+template <int S>
+__device__ void put_signal_pingpong(void *dst, const void *src, size_t bytes, uint64_t *sig, int peer,
+                                    int initiator, int warmup, int iters, unsigned long long *elapsed) {
+    unsigned long long t0 = 0;
+    for (int i = 0; i < warmup + iters; ++i) {
+        if (i == warmup) {
+            scope_sync<S>();
+            t0 = now_ns();
+        }
+        const uint64_t value = (uint64_t)i + 1;
+        if (initiator) {
+            put_signal_scoped<S>(dst, src, bytes, sig, value, peer);
+            if (threadIdx.x == 0) nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, value);
+            scope_sync<S>();
+        } else {
+            if (threadIdx.x == 0) nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, value);
+            scope_sync<S>();
+            put_signal_scoped<S>(dst, src, bytes, sig, value, peer);
+        }
+    }
+    if (threadIdx.x == 0) *elapsed = now_ns() - t0;
+}
+
+// The part of a `bytes`-long message that this block moves: 16-byte aligned, contiguous pieces.
+__device__ __forceinline__ void block_piece(size_t bytes, size_t &offset, size_t &len) {
+    size_t chunk = (bytes + gridDim.x - 1) / gridDim.x;
+    chunk = (chunk + 15) & ~(size_t)15;
+    offset = (size_t)blockIdx.x * chunk;
+    len = offset < bytes ? (bytes - offset < chunk ? bytes - offset : chunk) : 0;
+}
+
+}  // namespace
+
+// ---- single-element put (p) and get (g), one thread -------------------------------------------
+
+// dst[i % 32] = token + i on `peer`, each followed by quiet.
+extern "C" __global__ void bench_p_latency(uint32_t *dst, int peer, uint32_t token, int warmup, int iters,
+                                           unsigned long long *elapsed) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    unsigned long long t0 = 0;
+    for (int i = 0; i < warmup + iters; ++i) {
+        if (i == warmup) t0 = now_ns();
+        nvshmem_uint32_p(dst + (i % 32), token + (uint32_t)i, peer);
+        nvshmem_quiet();
+    }
+    *elapsed = now_ns() - t0;
+}
+
+// Sum of src[i % 32] read from `peer` with nvshmem_g over all warmup + iters reads.
+extern "C" __global__ void bench_g_latency(const uint32_t *src, int peer, int warmup, int iters,
+                                           unsigned long long *sum_out, unsigned long long *elapsed) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    unsigned long long t0 = 0;
+    unsigned long long sum = 0;
+    for (int i = 0; i < warmup + iters; ++i) {
+        if (i == warmup) t0 = now_ns();
+        sum += nvshmem_uint32_g(src + (i % 32), peer);
+    }
+    *elapsed = now_ns() - t0;
+    *sum_out = sum;
+}
+
+// ---- put / get latency at thread, warp and block scope ----------------------------------------
+
+#define BENCH_LATENCY_KERNELS(NAME, SCOPE)                                                             \
+    extern "C" __global__ void bench_put_latency_##NAME(void *dst, const void *src, size_t bytes,      \
+                                                        int peer, int warmup, int iters,               \
+                                                        unsigned long long *elapsed) {                 \
+        put_latency<SCOPE>(dst, src, bytes, peer, warmup, iters, elapsed);                             \
+    }                                                                                                  \
+    extern "C" __global__ void bench_get_latency_##NAME(void *dst, const void *src, size_t bytes,      \
+                                                        int peer, int warmup, int iters,               \
+                                                        unsigned long long *elapsed) {                 \
+        get_latency<SCOPE>(dst, src, bytes, peer, warmup, iters, elapsed);                             \
+    }                                                                                                  \
+    extern "C" __global__ void bench_put_signal_pingpong_##NAME(                                       \
+        void *dst, const void *src, size_t bytes, uint64_t *sig, int peer, int initiator, int warmup,  \
+        int iters, unsigned long long *elapsed) {                                                      \
+        put_signal_pingpong<SCOPE>(dst, src, bytes, sig, peer, initiator, warmup, iters, elapsed);     \
+    }
+
+BENCH_LATENCY_KERNELS(thread, THREAD)
+BENCH_LATENCY_KERNELS(warp, WARP)
+BENCH_LATENCY_KERNELS(block, BLOCK)
+
+// ---- bandwidth: the message split over the grid's blocks --------------------------------------
+
+// Every block puts its piece `iters` times (non-blocking), then waits for completion.
+extern "C" __global__ void bench_put_bw(void *dst, const void *src, size_t bytes, int peer, int iters) {
+    size_t offset, len;
+    block_piece(bytes, offset, len);
+    if (len > 0) {
+        for (int i = 0; i < iters; ++i) {
+            nvshmemx_putmem_nbi_block((char *)dst + offset, (const char *)src + offset, len, peer);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) nvshmem_quiet();
+}
+
+// Every block gets its piece `iters` times (non-blocking), then waits for completion.
+extern "C" __global__ void bench_get_bw(void *dst, const void *src, size_t bytes, int peer, int iters) {
+    size_t offset, len;
+    block_piece(bytes, offset, len);
+    if (len > 0) {
+        for (int i = 0; i < iters; ++i) {
+            nvshmemx_getmem_nbi_block((char *)dst + offset, (const char *)src + offset, len, peer);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) nvshmem_quiet();
+}
