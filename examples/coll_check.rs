@@ -394,6 +394,7 @@ fn main() {
     };
     let sizes = [1usize, 7, 8, 13, 1000, 4099, 65536 + 3, 300_001];
     let algos = [
+        AllReduceAlgo::LowLatency,
         AllReduceAlgo::OneShot,
         AllReduceAlgo::TwoShot,
         AllReduceAlgo::Bandwidth,
@@ -402,6 +403,10 @@ fn main() {
     for algo in algos {
         for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
             for (i, &n) in sizes.iter().enumerate() {
+                // The low-latency path takes up to 1 MiB (twice that in staging).
+                if algo == AllReduceAlgo::LowLatency && n > 100_000 {
+                    continue;
+                }
                 let in_place = i % 2 == 1;
                 let tag = format!("all_reduce {algo:?} {op:?} n={n} in_place={in_place}");
                 c.check(&format!("{tag} f32"), |s, seed| {
@@ -425,6 +430,7 @@ fn main() {
         });
     }
     for algo in [
+        AllGatherAlgo::LowLatency,
         AllGatherAlgo::OneShot,
         AllGatherAlgo::Bandwidth,
         AllGatherAlgo::Auto,
@@ -444,6 +450,9 @@ fn main() {
     c.check("all_gather Auto n=8M bf16", |s, seed| {
         all_gather_case::<bf16>(s, &coll, seed, AllGatherAlgo::Auto, 8 << 20)
     });
+    c.check("back-to-back low-latency x20", |s, seed| {
+        back_to_back(s, &coll, seed, &[AllReduceAlgo::LowLatency], 4096, 20)
+    });
     c.check("back-to-back one-shot x20", |s, seed| {
         back_to_back(s, &coll, seed, &[AllReduceAlgo::OneShot], 4096, 20)
     });
@@ -453,21 +462,23 @@ fn main() {
     c.check("back-to-back bandwidth x20", |s, seed| {
         back_to_back(s, &coll, seed, &[AllReduceAlgo::Bandwidth], 1 << 20, 20)
     });
-    c.check("back-to-back mixed x21", |s, seed| {
+    c.check("back-to-back mixed x24", |s, seed| {
         back_to_back(
             s,
             &coll,
             seed,
             &[
+                AllReduceAlgo::LowLatency,
                 AllReduceAlgo::OneShot,
                 AllReduceAlgo::TwoShot,
                 AllReduceAlgo::Bandwidth,
             ],
             50_000,
-            21,
+            24,
         )
     });
     for algo in [
+        AllReduceAlgo::LowLatency,
         AllReduceAlgo::OneShot,
         AllReduceAlgo::TwoShot,
         AllReduceAlgo::Bandwidth,

@@ -26,8 +26,11 @@ use std::time::{Duration, Instant};
 /// What a check returns: any error (from NVSHMEM, CUDA or a wrong value) is a failure.
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-/// A check that runs longer than this is taken to hang: the PE reports it and exits.
+/// A check that runs longer than this is taken to hang: the PE reports it and aborts.
 const CHECK_TIME_LIMIT: Duration = Duration::from_secs(30);
+
+/// The most attempts any retry loop makes before it reports a failure.
+const MAX_ATTEMPTS: usize = 10_000;
 
 fn main() {
     let code = match run() {
@@ -401,10 +404,12 @@ impl<'c> Harness<'c> {
             let (name, since) = watched.lock().unwrap_or_else(|p| p.into_inner()).clone();
             if since.elapsed() > CHECK_TIME_LIMIT {
                 eprintln!(
-                    "[PE {me}] check `{name}` still running after {} s: taking it as hung, exiting",
+                    "[PE {me}] check `{name}` still running after {} s: taking it as hung, aborting",
                     CHECK_TIME_LIMIT.as_secs()
                 );
-                std::process::exit(1);
+                // Not exit(): its handlers would tear down CUDA and NVSHMEM under the check,
+                // which keeps running, failing on every call. Abort stops every thread at once.
+                std::process::abort();
             }
         });
         Harness {
@@ -1139,13 +1144,23 @@ fn check_compare_swap<T: Ones>(c: &Ctx) -> Result {
     }
     sh.barrier_all()?;
     const ROUNDS: usize = 3;
-    for _ in 0..ROUNDS {
-        loop {
+    for round in 0..ROUNDS {
+        // Bounded: a CAS that never succeeds is a failure, not a hang. `?` stops at the first
+        // error.
+        let mut done = false;
+        for _ in 0..MAX_ATTEMPTS {
             let cur = sh.atomic_fetch(&buf, 0, 0)?;
             let next = small::<T>(as_u64(cur) as usize + 1);
             if sh.atomic_compare_swap(&buf, 0, cur, next, 0)? == cur {
+                done = true;
                 break;
             }
+        }
+        if !done {
+            return Err(format!(
+                "CAS increment round {round} did not succeed in {MAX_ATTEMPTS} attempts"
+            )
+            .into());
         }
     }
     sh.quiet()?;

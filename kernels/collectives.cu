@@ -172,6 +172,47 @@ __device__ __forceinline__ void reduce_vectors(size_t begin, size_t end, size_t 
     }
 }
 
+// As reduce_vectors, with the PE count known at compile time so that every PE's loads for a
+// step are issued before the first is used (8 loads in flight per thread).
+template <typename T, typename Op, int NP, typename SrcOf>
+__device__ __forceinline__ void reduce_vectors_np(size_t begin, size_t end, size_t first, size_t stride, SrcOf src_of, uint4 *const *outs, int n_outs) {
+    constexpr int U = NP >= 8 ? 1 : 8 / NP;
+    const uint4 *srcs[NP];
+#pragma unroll
+    for (int p = 0; p < NP; p++) srcs[p] = src_of(p);
+    for (size_t base = begin + first; base < end; base += stride * U) {
+        uint4 raw[NP][U];
+#pragma unroll
+        for (int p = 0; p < NP; p++)
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                size_t i = base + u * stride;
+                raw[p][u] = i < end ? ld_cg(srcs[p] + i) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            size_t i = base + u * stride;
+            if (i >= end) continue;
+            Vec<T> acc;
+            acc.load(raw[0][u]);
+#pragma unroll
+            for (int p = 1; p < NP; p++) acc.template combine<Op>(raw[p][u]);
+            uint4 r = acc.store();
+            for (int o = 0; o < n_outs; o++) outs[o][i] = r;
+        }
+    }
+}
+
+template <typename T, typename Op, typename SrcOf>
+__device__ __forceinline__ void reduce_vectors_any(size_t begin, size_t end, size_t first, size_t stride, int npes, SrcOf src_of, uint4 *const *outs, int n_outs) {
+    switch (npes) {
+    case 2: reduce_vectors_np<T, Op, 2>(begin, end, first, stride, src_of, outs, n_outs); break;
+    case 4: reduce_vectors_np<T, Op, 4>(begin, end, first, stride, src_of, outs, n_outs); break;
+    case 8: reduce_vectors_np<T, Op, 8>(begin, end, first, stride, src_of, outs, n_outs); break;
+    default: reduce_vectors<T, Op>(begin, end, first, stride, npes, src_of, outs, n_outs);
+    }
+}
+
 // The scalar tail (n not a multiple of the vector width): elements [begin, end) reduced by
 // block 0, the same on every PE.
 template <typename T, typename Op, typename SrcOf>
@@ -276,7 +317,7 @@ __device__ void twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, ui
     auto src_of = [&](int p) -> const uint4 * {
         return p == me ? src4 : (const uint4 *)(base + (size_t)p * slot_bytes) - mb;
     };
-    reduce_vectors<T, Op>(mb, mend, first, stride, npes, src_of, peer_dst, npes);
+    reduce_vectors_any<T, Op>(mb, mend, first, stride, npes, src_of, peer_dst, npes);
     if (me == tail_owner) {
         auto src_of_t = [&](int p) -> const T * {
             return p == me ? src : (const T *)((const uint4 *)(base + (size_t)p * slot_bytes) + (te - tb)) - tail;
@@ -313,7 +354,7 @@ __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, 
     size_t mb, mend;
     part_of(nvec, me, npes, &mb, &mend);
     auto src_of = [&](int p) -> const uint4 * { return peer_src[p]; };
-    reduce_vectors<T, Op>(mb, mend, first, stride, npes, src_of, peer_dst, npes);
+    reduce_vectors_any<T, Op>(mb, mend, first, stride, npes, src_of, peer_dst, npes);
     if (me == npes - 1) {
         auto src_of_t = [&](int p) -> const T * { return (const T *)peer_src[p]; };
         __shared__ T *tail_outs[MAX_PES];
@@ -408,6 +449,121 @@ __device__ void bandwidth_allgather(const char *src, char *dst, size_t bytes, Ct
     finish_call(ctrl, e);
 }
 
+// ---- low-latency one-shot (flags packed with the data) ---------------------------------
+// Each 16-byte line carries 8 bytes of data and the call's epoch twice: {d0, e, d1, e}. A
+// reader polls the line itself until both epoch words match, so no fence and no separate
+// flag round are needed (NCCL's LL protocol relies on the same 8-byte store atomicity). Lines
+// live in the parity's staging slots; stale lines carry an older epoch. Twice the bytes move,
+// which is cheap for the small messages this path is for.
+__device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint32_t e) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(e), "r"(d1), "r"(e) : "memory");
+}
+
+__device__ __forceinline__ uint2 ld_line(const uint4 *p, uint32_t e) {
+    uint32_t d0, f0, d1, f1;
+    do {
+        asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1) : "l"(p) : "memory");
+    } while (f0 != e || f1 != e);
+    return make_uint2(d0, d1);
+}
+
+// 8 bytes of input at line j, zero-padded past the end.
+__device__ __forceinline__ uint2 load8(const char *src, size_t bytes, size_t j) {
+    if ((j + 1) * 8 <= bytes) return *(const uint2 *)(src + j * 8);
+    uint2 v = make_uint2(0, 0);
+    char *c = (char *)&v;
+    for (size_t k = j * 8; k < bytes; k++) c[k - j * 8] = src[k];
+    return v;
+}
+
+__device__ __forceinline__ void store8(char *dst, size_t bytes, size_t j, uint2 v) {
+    if ((j + 1) * 8 <= bytes && ((size_t)(dst + j * 8) & 7) == 0) {
+        *(uint2 *)(dst + j * 8) = v;
+        return;
+    }
+    const char *c = (const char *)&v;
+    for (size_t k = j * 8; k < bytes && k < (j + 1) * 8; k++) dst[k] = c[k - j * 8];
+}
+
+template <typename T> struct Vec8 {
+    static const int N = 8 / sizeof(T);
+    typename Acc<T>::type v[N];
+    __device__ __forceinline__ void load(uint2 raw) {
+        const T *t = reinterpret_cast<const T *>(&raw);
+#pragma unroll
+        for (int k = 0; k < N; k++) v[k] = to_acc<T>(t[k]);
+    }
+    template <typename Op> __device__ __forceinline__ void combine(uint2 raw) {
+        const T *t = reinterpret_cast<const T *>(&raw);
+#pragma unroll
+        for (int k = 0; k < N; k++) v[k] = Op::apply(v[k], to_acc<T>(t[k]));
+    }
+    __device__ __forceinline__ uint2 store() const {
+        uint2 raw;
+        T *t = reinterpret_cast<T *>(&raw);
+#pragma unroll
+        for (int k = 0; k < N; k++) t[k] = from_acc<T>(v[k]);
+        return raw;
+    }
+};
+
+template <typename T, typename Op>
+__device__ void ll_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes) {
+    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const uint64_t e = call_epoch(ctrl);
+    const uint32_t e32 = (uint32_t)e;
+    char *base = staging + (e & 1) * npes * slot_bytes;
+    __shared__ uint4 *peer_slot[MAX_PES];
+    for (int p = threadIdx.x; p < npes; p += blockDim.x)
+        peer_slot[p] = (uint4 *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
+    __syncthreads();
+    const size_t bytes = n * sizeof(T), lines = (bytes + 7) / 8;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t j = first; j < lines; j += stride) {
+        uint2 v = load8((const char *)src, bytes, j);
+        for (int p = 0; p < npes; p++)
+            if (p != me) st_line(peer_slot[p] + j, v.x, v.y, e32);
+    }
+    // Each thread reads back the lines it wrote, so no barrier is needed in between.
+    for (size_t j = first; j < lines; j += stride) {
+        Vec8<T> acc;
+        for (int p = 0; p < npes; p++) {
+            uint2 v = p == me ? load8((const char *)src, bytes, j) : ld_line((const uint4 *)(base + (size_t)p * slot_bytes) + j, e32);
+            if (p == 0)
+                acc.load(v);
+            else
+                acc.template combine<Op>(v);
+        }
+        store8((char *)dst, bytes, j, acc.store());
+    }
+    finish_call(ctrl, e);
+}
+
+__device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctrl, char *staging, size_t slot_bytes) {
+    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const uint64_t e = call_epoch(ctrl);
+    const uint32_t e32 = (uint32_t)e;
+    char *base = staging + (e & 1) * npes * slot_bytes;
+    __shared__ uint4 *peer_slot[MAX_PES];
+    for (int p = threadIdx.x; p < npes; p += blockDim.x)
+        peer_slot[p] = (uint4 *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
+    __syncthreads();
+    const size_t lines = (bytes + 7) / 8;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t j = first; j < lines; j += stride) {
+        uint2 v = load8(src, bytes, j);
+        for (int p = 0; p < npes; p++)
+            if (p != me) st_line(peer_slot[p] + j, v.x, v.y, e32);
+        store8(dst + (size_t)me * bytes, bytes, j, v);
+    }
+    for (size_t j = first; j < lines; j += stride)
+        for (int p = 0; p < npes; p++)
+            if (p != me) store8(dst + (size_t)p * bytes, bytes, j, ld_line((const uint4 *)(base + (size_t)p * slot_bytes) + j, e32));
+    finish_call(ctrl, e);
+}
+
 // ---- entry points -------------------------------------------------------------------------
 #define ALLREDUCE_ENTRIES(NAME, T, OPNAME, OP)                                                                   \
     extern "C" __global__ void __launch_bounds__(512) oneshot_allreduce_##NAME##_##OPNAME(                     \
@@ -417,6 +573,10 @@ __device__ void bandwidth_allgather(const char *src, char *dst, size_t bytes, Ct
     extern "C" __global__ void __launch_bounds__(512) twoshot_allreduce_##NAME##_##OPNAME(                     \
         const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {         \
         twoshot_allreduce<T, OP>(src, dst, n, ctrl, flags, staging, slot_bytes);                                 \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(512) ll_allreduce_##NAME##_##OPNAME(                          \
+        const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {         \
+        ll_allreduce<T, OP>(src, dst, n, ctrl, staging, slot_bytes);                                             \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(512) bandwidth_allreduce_##NAME##_##OPNAME(                   \
         const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {         \
@@ -441,4 +601,9 @@ extern "C" __global__ void __launch_bounds__(512) oneshot_allgather_bytes(
 extern "C" __global__ void __launch_bounds__(512) bandwidth_allgather_bytes(
     const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
     bandwidth_allgather(src, dst, bytes, ctrl, flags);
+}
+
+extern "C" __global__ void __launch_bounds__(512) ll_allgather_bytes(
+    const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
+    ll_allgather(src, dst, bytes, ctrl, staging, slot_bytes);
 }

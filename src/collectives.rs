@@ -33,6 +33,10 @@ use std::ffi::c_void;
 pub enum AllReduceAlgo {
     /// Chosen by size and PE count ([`CollectivesConfig`]).
     Auto,
+    /// One-shot with the flags packed into the data (each 16-byte store carries 8 bytes and
+    /// the call's epoch), so readers poll the data itself: no fence, no separate flag round.
+    /// Moves twice the bytes; for the smallest messages.
+    LowLatency,
     /// Every PE pushes its input to every peer, then reduces locally (small messages).
     OneShot,
     /// Reduce-scatter, then all-gather, through staging buffers (medium messages).
@@ -46,6 +50,8 @@ pub enum AllReduceAlgo {
 pub enum AllGatherAlgo {
     /// Chosen by size and PE count ([`CollectivesConfig`]).
     Auto,
+    /// One-shot push with the flags packed into the data (smallest messages).
+    LowLatency,
     /// One-shot push with signals into staging buffers (small messages).
     OneShot,
     /// Push straight into every PE's output over all SMs (large messages).
@@ -55,6 +61,7 @@ pub enum AllGatherAlgo {
 impl AllReduceAlgo {
     fn kernel_prefix(self) -> &'static str {
         match self {
+            AllReduceAlgo::LowLatency => "ll",
             AllReduceAlgo::OneShot => "oneshot",
             AllReduceAlgo::TwoShot => "twoshot",
             AllReduceAlgo::Bandwidth | AllReduceAlgo::Auto => "bandwidth",
@@ -65,11 +72,15 @@ impl AllReduceAlgo {
 /// Size thresholds of the automatic choice, and the staging space they need.
 #[derive(Debug, Clone)]
 pub struct CollectivesConfig {
-    /// All-reduce inputs up to this many bytes use one-shot.
+    /// All-reduce inputs up to this many bytes use the low-latency one-shot.
+    pub ll_max_bytes: usize,
+    /// All-reduce inputs up to this many bytes (above low-latency) use one-shot.
     pub oneshot_max_bytes: usize,
     /// All-reduce inputs up to this many bytes (above one-shot) use two-shot.
     pub twoshot_max_bytes: usize,
-    /// All-gather inputs (per PE) up to this many bytes use one-shot.
+    /// All-gather inputs (per PE) up to this many bytes use the low-latency one-shot.
+    pub allgather_ll_max_bytes: usize,
+    /// All-gather inputs (per PE) up to this many bytes (above low-latency) use one-shot.
     pub allgather_oneshot_max_bytes: usize,
 }
 
@@ -77,19 +88,25 @@ impl CollectivesConfig {
     /// Defaults measured on H200s connected by NVSwitch (see docs/).
     pub fn for_pes(n_pes: usize) -> Self {
         CollectivesConfig {
+            ll_max_bytes: 64 << 10,
+            allgather_ll_max_bytes: 64 << 10,
             oneshot_max_bytes: if n_pes <= 2 { 1 << 20 } else { 256 << 10 },
             twoshot_max_bytes: 8 << 20,
             allgather_oneshot_max_bytes: 256 << 10,
         }
     }
 
-    /// Bytes of one staging slot: one-shot inputs whole, two-shot inputs a part per PE.
+    /// Bytes of one staging slot: one-shot inputs whole, low-latency inputs twice over, two-shot
+    /// inputs a part per PE.
     fn slot_bytes(&self, n_pes: usize) -> usize {
         let twoshot_part = self.twoshot_max_bytes.div_ceil(n_pes.max(1)) + 16;
+        // Low-latency lines carry 8 bytes of data in 16.
+        let ll = 2 * self.ll_max_bytes.max(self.allgather_ll_max_bytes) + 16;
         let slot = self
             .oneshot_max_bytes
             .max(self.allgather_oneshot_max_bytes)
-            .max(twoshot_part);
+            .max(twoshot_part)
+            .max(ll);
         slot.div_ceil(256) * 256
     }
 }
@@ -101,6 +118,8 @@ const FLAG_SETS: usize = 3;
 const THREADS: u32 = 512;
 const UNROLL: usize = 4;
 const ONESHOT_MAX_BLOCKS: usize = 64;
+/// Low-latency lines hold 8 bytes of data each; smaller blocks spread them over more SMs.
+const LL_THREADS: u32 = 256;
 
 /// Our all-reduce and all-gather kernels over the world team, with their symmetric workspace.
 pub struct Collectives {
@@ -142,13 +161,14 @@ fn op_name(op: ReduceOp) -> Option<&'static str> {
 /// The kernel entry points of kernels/collectives.cu.
 pub fn kernel_names() -> Vec<String> {
     let mut names = Vec::new();
-    for algo in ["oneshot", "twoshot", "bandwidth"] {
+    for algo in ["ll", "oneshot", "twoshot", "bandwidth"] {
         for ty in ["f32", "f16", "bf16", "i32"] {
             for op in ["sum", "max", "min"] {
                 names.push(format!("{algo}_allreduce_{ty}_{op}"));
             }
         }
     }
+    names.push("ll_allgather_bytes".into());
     names.push("oneshot_allgather_bytes".into());
     names.push("bandwidth_allgather_bytes".into());
     names
@@ -222,7 +242,9 @@ impl Collectives {
 
     /// The algorithm `Auto` picks for an all-reduce of `bytes` per PE.
     pub fn choose_all_reduce(&self, bytes: usize) -> AllReduceAlgo {
-        if bytes <= self.config.oneshot_max_bytes {
+        if bytes <= self.config.ll_max_bytes {
+            AllReduceAlgo::LowLatency
+        } else if bytes <= self.config.oneshot_max_bytes {
             AllReduceAlgo::OneShot
         } else if bytes <= self.config.twoshot_max_bytes {
             AllReduceAlgo::TwoShot
@@ -233,7 +255,9 @@ impl Collectives {
 
     /// The algorithm `Auto` picks for an all-gather of `bytes` per PE.
     pub fn choose_all_gather(&self, bytes: usize) -> AllGatherAlgo {
-        if bytes <= self.config.allgather_oneshot_max_bytes {
+        if bytes <= self.config.allgather_ll_max_bytes {
+            AllGatherAlgo::LowLatency
+        } else if bytes <= self.config.allgather_oneshot_max_bytes {
             AllGatherAlgo::OneShot
         } else {
             AllGatherAlgo::Bandwidth
@@ -298,6 +322,14 @@ impl Collectives {
         let n_pes = self.shmem.n_pes();
         let nvec = bytes / 16;
         let (blocks, limit) = match algo {
+            AllReduceAlgo::LowLatency => (
+                blocks_for(
+                    bytes.div_ceil(8),
+                    LL_THREADS as usize,
+                    self.sm_count.min(MAX_BLOCKS),
+                ),
+                (self.slot_bytes - 16) / 2,
+            ),
             AllReduceAlgo::OneShot => (
                 blocks_for(nvec, THREADS as usize, ONESHOT_MAX_BLOCKS),
                 self.slot_bytes,
@@ -326,9 +358,13 @@ impl Collectives {
             )));
         }
         let name = format!("{}_allreduce_{ty}_{opn}", algo.kernel_prefix());
+        let threads = match algo {
+            AllReduceAlgo::LowLatency => LL_THREADS,
+            _ => THREADS,
+        };
         self.launch(
             &name,
-            blocks,
+            (blocks, threads),
             src.as_ptr() as u64,
             dst.as_ptr() as u64,
             src.len(),
@@ -369,7 +405,18 @@ impl Collectives {
             a => a,
         };
         let nvec = bytes.div_ceil(16);
-        let (name, blocks) = match algo {
+        let (name, grid) = match algo {
+            AllGatherAlgo::LowLatency => {
+                let limit = (self.slot_bytes - 16) / 2;
+                if bytes > limit {
+                    return Err(Error::InvalidArgument(format!(
+                        "low-latency all-gather of {bytes} bytes per PE exceeds its staging slot ({limit} bytes); use Bandwidth"
+                    )));
+                }
+                let lines = bytes.div_ceil(8);
+                let blocks = blocks_for(lines, LL_THREADS as usize, self.sm_count.min(MAX_BLOCKS));
+                ("ll_allgather_bytes", (blocks, LL_THREADS))
+            }
             AllGatherAlgo::OneShot => {
                 if bytes > self.slot_bytes {
                     return Err(Error::InvalidArgument(format!(
@@ -379,21 +426,27 @@ impl Collectives {
                 }
                 (
                     "oneshot_allgather_bytes",
-                    blocks_for(nvec, THREADS as usize, ONESHOT_MAX_BLOCKS),
+                    (
+                        blocks_for(nvec, THREADS as usize, ONESHOT_MAX_BLOCKS),
+                        THREADS,
+                    ),
                 )
             }
             _ => (
                 "bandwidth_allgather_bytes",
-                blocks_for(
-                    nvec,
-                    THREADS as usize * UNROLL,
-                    self.sm_count.min(MAX_BLOCKS),
+                (
+                    blocks_for(
+                        nvec,
+                        THREADS as usize * UNROLL,
+                        self.sm_count.min(MAX_BLOCKS),
+                    ),
+                    THREADS,
                 ),
             ),
         };
         self.launch(
             name,
-            blocks,
+            grid,
             src.as_ptr() as u64,
             dst.as_ptr() as u64,
             bytes,
@@ -401,10 +454,11 @@ impl Collectives {
         )
     }
 
+    /// Launch `name` with `grid = (blocks, threads per block)`.
     fn launch(
         &self,
         name: &str,
-        blocks: u32,
+        grid: (u32, u32),
         src: u64,
         dst: u64,
         n: usize,
@@ -430,12 +484,12 @@ impl Collectives {
         self.shmem.enter()?;
         // Blocks of a call wait on each other's peers: they must all be resident. At most
         // one block per SM is asked for, and a 512-thread block always fits.
-        debug_assert!(blocks as usize <= MAX_BLOCKS);
+        debug_assert!(grid.0 as usize <= MAX_BLOCKS);
         unsafe {
             cu::launch_kernel(
                 f,
-                (blocks, 1, 1),
-                (THREADS, 1, 1),
+                (grid.0, 1, 1),
+                (grid.1, 1, 1),
                 0,
                 stream.cu_stream(),
                 &mut params,
@@ -469,7 +523,7 @@ mod tests {
     #[test]
     fn kernel_names_cover_types_ops_and_algorithms() {
         let names = kernel_names();
-        assert_eq!(names.len(), 3 * 4 * 3 + 2);
+        assert_eq!(names.len(), 4 * 4 * 3 + 3);
         assert!(names.contains(&"oneshot_allreduce_bf16_sum".to_string()));
         assert!(names.contains(&"bandwidth_allreduce_i32_min".to_string()));
     }

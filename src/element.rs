@@ -133,33 +133,20 @@ pub unsafe trait Element:
 
 /// Types with host-side remote atomics: fetch, set and swap (`i32`, `i64`, `u32`, `u64`,
 /// `f32`, `f64`).
+///
+/// The atomics run in a kernel (see [`crate::atomic`]), which takes each operand as the bits
+/// of an unsigned integer of the type's width; these convert to and from those bits.
 pub trait AtomicElement: Element {
+    /// The value's bits, zero-extended to 64.
     #[doc(hidden)]
-    unsafe fn atomic_fetch(src: *const Self, pe: i32) -> Self;
+    fn to_amo_bits(self) -> u64;
+    /// The value whose bits are the low bytes of `bits` (the rest is ignored).
     #[doc(hidden)]
-    unsafe fn atomic_set(dest: *mut Self, value: Self, pe: i32);
-    #[doc(hidden)]
-    unsafe fn atomic_swap(dest: *mut Self, value: Self, pe: i32) -> Self;
+    fn from_amo_bits(bits: u64) -> Self;
 }
 
 /// Integer types with the full set of remote atomics (`i32`, `i64`, `u32`, `u64`).
 pub trait AtomicInteger: AtomicElement {
-    #[doc(hidden)]
-    unsafe fn atomic_compare_swap(dest: *mut Self, cond: Self, value: Self, pe: i32) -> Self;
-    #[doc(hidden)]
-    unsafe fn atomic_fetch_add(dest: *mut Self, value: Self, pe: i32) -> Self;
-    #[doc(hidden)]
-    unsafe fn atomic_add(dest: *mut Self, value: Self, pe: i32);
-    #[doc(hidden)]
-    unsafe fn atomic_fetch_inc(dest: *mut Self, pe: i32) -> Self;
-    #[doc(hidden)]
-    unsafe fn atomic_inc(dest: *mut Self, pe: i32);
-    #[doc(hidden)]
-    unsafe fn atomic_fetch_and(dest: *mut Self, value: Self, pe: i32) -> Self;
-    #[doc(hidden)]
-    unsafe fn atomic_fetch_or(dest: *mut Self, value: Self, pe: i32) -> Self;
-    #[doc(hidden)]
-    unsafe fn atomic_fetch_xor(dest: *mut Self, value: Self, pe: i32) -> Self;
     #[doc(hidden)]
     unsafe fn wait_until_on_stream(ivar: *mut Self, cmp: i32, value: Self, stream: cudaStream_t);
 }
@@ -286,49 +273,22 @@ element!(
 );
 
 macro_rules! atomic {
-    ($t:ty, $name:ident) => {
+    ($t:ty, to = $to:expr, from = $from:expr) => {
         impl AtomicElement for $t {
-            unsafe fn atomic_fetch(src: *const Self, pe: i32) -> Self {
-                paste::paste! { sys::[<nvshmem_ $name _atomic_fetch>](src, pe) }
+            fn to_amo_bits(self) -> u64 {
+                ($to)(self)
             }
-            unsafe fn atomic_set(dest: *mut Self, value: Self, pe: i32) {
-                paste::paste! { sys::[<nvshmem_ $name _atomic_set>](dest, value, pe) }
-            }
-            unsafe fn atomic_swap(dest: *mut Self, value: Self, pe: i32) -> Self {
-                paste::paste! { sys::[<nvshmem_ $name _atomic_swap>](dest, value, pe) }
+            fn from_amo_bits(bits: u64) -> Self {
+                ($from)(bits)
             }
         }
     };
 }
 
 macro_rules! atomic_integer {
-    ($t:ty, $name:ident) => {
-        atomic!($t, $name);
+    ($t:ty, $name:ident, to = $to:expr, from = $from:expr) => {
+        atomic!($t, to = $to, from = $from);
         impl AtomicInteger for $t {
-            unsafe fn atomic_compare_swap(dest: *mut Self, cond: Self, value: Self, pe: i32) -> Self {
-                paste::paste! { sys::[<nvshmem_ $name _atomic_compare_swap>](dest, cond, value, pe) }
-            }
-            unsafe fn atomic_fetch_add(dest: *mut Self, value: Self, pe: i32) -> Self {
-                paste::paste! { sys::[<nvshmem_ $name _atomic_fetch_add>](dest, value, pe) }
-            }
-            unsafe fn atomic_add(dest: *mut Self, value: Self, pe: i32) {
-                paste::paste! { sys::[<nvshmem_ $name _atomic_add>](dest, value, pe) }
-            }
-            unsafe fn atomic_fetch_inc(dest: *mut Self, pe: i32) -> Self {
-                paste::paste! { sys::[<nvshmem_ $name _atomic_fetch_inc>](dest, pe) }
-            }
-            unsafe fn atomic_inc(dest: *mut Self, pe: i32) {
-                paste::paste! { sys::[<nvshmem_ $name _atomic_inc>](dest, pe) }
-            }
-            unsafe fn atomic_fetch_and(dest: *mut Self, value: Self, pe: i32) -> Self {
-                paste::paste! { sys::[<nvshmem_ $name _atomic_fetch_and>](dest, value, pe) }
-            }
-            unsafe fn atomic_fetch_or(dest: *mut Self, value: Self, pe: i32) -> Self {
-                paste::paste! { sys::[<nvshmem_ $name _atomic_fetch_or>](dest, value, pe) }
-            }
-            unsafe fn atomic_fetch_xor(dest: *mut Self, value: Self, pe: i32) -> Self {
-                paste::paste! { sys::[<nvshmem_ $name _atomic_fetch_xor>](dest, value, pe) }
-            }
             unsafe fn wait_until_on_stream(ivar: *mut Self, cmp: i32, value: Self, stream: cudaStream_t) {
                 paste::paste! { sys::[<nvshmemx_ $name _wait_until_on_stream>](ivar, cmp, value, stream) }
             }
@@ -336,12 +296,30 @@ macro_rules! atomic_integer {
     };
 }
 
-atomic_integer!(i32, int32);
-atomic_integer!(i64, int64);
-atomic_integer!(u32, uint32);
-atomic_integer!(u64, uint64);
-atomic!(f32, float);
-atomic!(f64, double);
+atomic_integer!(
+    i32,
+    int32,
+    to = |v: i32| v as u32 as u64,
+    from = |b: u64| b as u32 as i32
+);
+atomic_integer!(i64, int64, to = |v: i64| v as u64, from = |b: u64| b as i64);
+atomic_integer!(
+    u32,
+    uint32,
+    to = |v: u32| v as u64,
+    from = |b: u64| b as u32
+);
+atomic_integer!(u64, uint64, to = |v: u64| v, from = |b: u64| b);
+atomic!(
+    f32,
+    to = |v: f32| v.to_bits() as u64,
+    from = |b: u64| f32::from_bits(b as u32)
+);
+atomic!(
+    f64,
+    to = |v: f64| v.to_bits(),
+    from = |b: u64| f64::from_bits(b)
+);
 
 #[cfg(test)]
 mod tests {
@@ -409,5 +387,21 @@ mod tests {
             std::mem::size_of::<half::bf16>(),
             std::mem::size_of::<sys::__nv_bfloat16>()
         );
+    }
+
+    #[test]
+    fn atomic_operands_travel_as_zero_extended_bits() {
+        assert_eq!((-1i32).to_amo_bits(), 0xFFFF_FFFF);
+        assert_eq!(i32::from_amo_bits(0xFFFF_FFFF), -1);
+        assert_eq!(i32::from_amo_bits(0xDEAD_BEEF_8000_0000), i32::MIN);
+        assert_eq!((-2i64).to_amo_bits(), u64::MAX - 1);
+        assert_eq!(i64::from_amo_bits(u64::MAX), -1);
+        assert_eq!(u32::MAX.to_amo_bits(), 0xFFFF_FFFF);
+        assert_eq!(u32::from_amo_bits(0x1_0000_0002), 2);
+        assert_eq!(u64::from_amo_bits(u64::MAX.to_amo_bits()), u64::MAX);
+        assert_eq!((-1.5f32).to_amo_bits(), (-1.5f32).to_bits() as u64);
+        assert_eq!(f32::from_amo_bits(2.5f32.to_bits() as u64), 2.5);
+        assert_eq!(f64::from_amo_bits((-0.25f64).to_amo_bits()), -0.25);
+        assert!(f32::from_amo_bits(f32::NAN.to_amo_bits()).is_nan());
     }
 }

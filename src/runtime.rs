@@ -113,12 +113,21 @@ pub(crate) struct Runtime {
     pub(crate) heap_size: usize,
     pub(crate) heap_in_use: AtomicUsize,
     pub(crate) alloc_check: Mutex<Option<crate::buffer::AllocCheck>>,
+    /// The kernel behind the host atomics, loaded on first use; dropped before finalize.
+    pub(crate) host_amo: Mutex<Option<crate::atomic::HostAmo>>,
 }
 
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
         let _ = self.stream.synchronize();
+        // Unregister and unload the atomics kernel while NVSHMEM still runs.
+        drop(
+            self.host_amo
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
         if let Ok(mut check) = self.alloc_check.lock() {
             if let Some(c) = check.take() {
                 c.release();
@@ -341,6 +350,7 @@ impl Nvshmem {
                 heap_size,
                 heap_in_use: AtomicUsize::new(0),
                 alloc_check: Mutex::new(None),
+                host_amo: Mutex::new(None),
             })
         })();
         let runtime = match started {

@@ -56,6 +56,11 @@ fn collectives_cubin_has_every_algorithm_type_and_operator() {
 }
 
 #[test]
+fn atomics_cubin_has_the_host_atomics_kernel() {
+    check_set(&nvshmem::kernels::ATOMICS, &["host_amo".to_string()]);
+}
+
+#[test]
 fn cubins_are_built_for_hopper_unless_told_otherwise() {
     // The same variable the build script reads, seen when this test was compiled.
     let expected: Vec<u32> = match option_env!("NVSHMEM_RS_CUDA_ARCHS") {
@@ -71,7 +76,11 @@ fn cubins_are_built_for_hopper_unless_told_otherwise() {
             })
             .collect(),
     };
-    for set in [&nvshmem::kernels::RING, &nvshmem::kernels::COLLECTIVES] {
+    for set in [
+        &nvshmem::kernels::RING,
+        &nvshmem::kernels::COLLECTIVES,
+        &nvshmem::kernels::ATOMICS,
+    ] {
         let caps: Vec<u32> = set.images().iter().map(|i| i.capability).collect();
         assert_eq!(caps, expected, "{}", set.name());
     }

@@ -117,6 +117,19 @@ impl DType {
     }
 }
 
+/// Which algorithm our kernels use (`auto` picks by size, as users get by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OursAlgo {
+    Auto,
+    /// Low-latency one-shot (flags packed with the data)
+    Ll,
+    Oneshot,
+    /// All-reduce only (all-gather uses bandwidth)
+    Twoshot,
+    Bandwidth,
+}
+
 /// Collective implementations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -177,6 +190,10 @@ pub struct Args {
         default_value = "ours,nvshmem,nccl"
     )]
     pub impls: Vec<Impl>,
+
+    /// Algorithm of our kernels: auto (by size) or one forced, to compare algorithms
+    #[arg(long, value_enum, default_value = "auto")]
+    pub algo: OursAlgo,
 
     /// Collective launch modes, comma separated
     #[arg(long, value_enum, value_delimiter = ',', default_value = "plain,graph")]
@@ -318,6 +335,7 @@ pub struct Config {
     pub tests: Tests,
     pub dtypes: Vec<DType>,
     pub impls: Vec<Impl>,
+    pub algo: OursAlgo,
     pub modes: Vec<Mode>,
     /// Sizes of the collectives and bandwidth tests.
     pub sizes: Vec<usize>,
@@ -403,6 +421,7 @@ impl Config {
             tests,
             dtypes,
             impls,
+            algo: a.algo,
             modes,
             sizes,
             lat_sizes,

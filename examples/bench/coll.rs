@@ -1,7 +1,7 @@
 //! Collectives: our kernels vs NVSHMEM's on-stream collectives vs NCCL, plain and in CUDA
 //! graphs, checked against a CPU reference at every size.
 
-use crate::cli::{format_size, Config, DType, Impl, Mode};
+use crate::cli::{format_size, Config, DType, Impl, Mode, OursAlgo};
 use crate::coord::Coord;
 use crate::data::{self, BenchElem};
 use crate::error::{BenchError, CudaExt, Guard, Result};
@@ -33,6 +33,7 @@ pub struct Ctx<'a> {
 #[derive(Clone, Copy)]
 struct Ops<'a> {
     ours: Option<&'a Collectives>,
+    algo: OursAlgo,
     nccl: Option<&'a Nccl>,
     /// NVSHMEM_TEAM_WORLD.
     world: sys::nvshmem_team_t,
@@ -54,9 +55,24 @@ impl Ops<'_> {
                 let ours = self.ours.ok_or("our collectives are not loaded")?;
                 let r = match coll {
                     Collective::AllReduce => {
-                        ours.all_reduce(ReduceOp::Sum, src, dst, AllReduceAlgo::Auto, stream)
+                        let algo = match self.algo {
+                            OursAlgo::Auto => AllReduceAlgo::Auto,
+                            OursAlgo::Ll => AllReduceAlgo::LowLatency,
+                            OursAlgo::Oneshot => AllReduceAlgo::OneShot,
+                            OursAlgo::Twoshot => AllReduceAlgo::TwoShot,
+                            OursAlgo::Bandwidth => AllReduceAlgo::Bandwidth,
+                        };
+                        ours.all_reduce(ReduceOp::Sum, src, dst, algo, stream)
                     }
-                    Collective::AllGather => ours.all_gather(src, dst, AllGatherAlgo::Auto, stream),
+                    Collective::AllGather => {
+                        let algo = match self.algo {
+                            OursAlgo::Auto => AllGatherAlgo::Auto,
+                            OursAlgo::Ll => AllGatherAlgo::LowLatency,
+                            OursAlgo::Oneshot => AllGatherAlgo::OneShot,
+                            OursAlgo::Twoshot | OursAlgo::Bandwidth => AllGatherAlgo::Bandwidth,
+                        };
+                        ours.all_gather(src, dst, algo, stream)
+                    }
                 };
                 r.map_err(|e| e.to_string())
             }
@@ -274,6 +290,7 @@ fn point<T: BenchElem>(
     let stream = ctx.stream;
     let ops = Ops {
         ours: ctx.ours,
+        algo: ctx.cfg.algo,
         nccl: ctx.nccl,
         world: ctx.shmem.team_world().handle(),
     };
