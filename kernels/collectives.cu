@@ -27,6 +27,16 @@
 #define FLAGS_START 2  // bandwidth start barrier
 #define FLAG_SETS 3
 
+// Where this PE's slot of the staging area lives on every PE (host-computed nvshmem_ptr),
+// passed by value so the low-latency kernels read it from the constant bank instead of
+// NVSHMEM's device state.
+#define LL_MAX_PES 16
+struct Peers {
+    char *slot[LL_MAX_PES];  // PE p's staging base (both parities) as mapped here
+    int me;
+    int npes;
+};
+
 struct Ctrl {
     unsigned long long epoch;
     unsigned int done;
@@ -508,22 +518,19 @@ template <typename T> struct Vec8 {
 };
 
 template <typename T, typename Op>
-__device__ void ll_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+__device__ void ll_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    const int me = peers.me, npes = peers.npes;
     const uint64_t e = call_epoch(ctrl);
     const uint32_t e32 = (uint32_t)e;
+    const size_t offset = (e & 1) * npes * slot_bytes + (size_t)me * slot_bytes;
     char *base = staging + (e & 1) * npes * slot_bytes;
-    __shared__ uint4 *peer_slot[MAX_PES];
-    for (int p = threadIdx.x; p < npes; p += blockDim.x)
-        peer_slot[p] = (uint4 *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
-    __syncthreads();
     const size_t bytes = n * sizeof(T), lines = (bytes + 7) / 8;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t j = first; j < lines; j += stride) {
         uint2 v = load8((const char *)src, bytes, j);
         for (int p = 0; p < npes; p++)
-            if (p != me) st_line(peer_slot[p] + j, v.x, v.y, e32);
+            if (p != me) st_line((uint4 *)(peers.slot[p] + offset) + j, v.x, v.y, e32);
     }
     // Each thread reads back the lines it wrote, so no barrier is needed in between.
     for (size_t j = first; j < lines; j += stride) {
@@ -540,22 +547,19 @@ __device__ void ll_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *s
     finish_call(ctrl, e);
 }
 
-__device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctrl, char *staging, size_t slot_bytes) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+__device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    const int me = peers.me, npes = peers.npes;
     const uint64_t e = call_epoch(ctrl);
     const uint32_t e32 = (uint32_t)e;
+    const size_t offset = (e & 1) * npes * slot_bytes + (size_t)me * slot_bytes;
     char *base = staging + (e & 1) * npes * slot_bytes;
-    __shared__ uint4 *peer_slot[MAX_PES];
-    for (int p = threadIdx.x; p < npes; p += blockDim.x)
-        peer_slot[p] = (uint4 *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
-    __syncthreads();
     const size_t lines = (bytes + 7) / 8;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t j = first; j < lines; j += stride) {
         uint2 v = load8(src, bytes, j);
         for (int p = 0; p < npes; p++)
-            if (p != me) st_line(peer_slot[p] + j, v.x, v.y, e32);
+            if (p != me) st_line((uint4 *)(peers.slot[p] + offset) + j, v.x, v.y, e32);
         store8(dst + (size_t)me * bytes, bytes, j, v);
     }
     for (size_t j = first; j < lines; j += stride)
@@ -575,8 +579,9 @@ __device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctr
         twoshot_allreduce<T, OP>(src, dst, n, ctrl, flags, staging, slot_bytes);                                 \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(512) ll_allreduce_##NAME##_##OPNAME(                          \
-        const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {         \
-        ll_allreduce<T, OP>(src, dst, n, ctrl, staging, slot_bytes);                                             \
+        const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,           \
+        const Peers peers) {                                                                                     \
+        ll_allreduce<T, OP>(src, dst, n, ctrl, staging, slot_bytes, peers);                                      \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(512) bandwidth_allreduce_##NAME##_##OPNAME(                   \
         const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {         \
@@ -604,6 +609,7 @@ extern "C" __global__ void __launch_bounds__(512) bandwidth_allgather_bytes(
 }
 
 extern "C" __global__ void __launch_bounds__(512) ll_allgather_bytes(
-    const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
-    ll_allgather(src, dst, bytes, ctrl, staging, slot_bytes);
+    const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,
+    const Peers peers) {
+    ll_allgather(src, dst, bytes, ctrl, staging, slot_bytes, peers);
 }

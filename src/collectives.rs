@@ -87,12 +87,26 @@ pub struct CollectivesConfig {
 impl CollectivesConfig {
     /// Defaults measured on H200s connected by NVSwitch (see docs/).
     pub fn for_pes(n_pes: usize) -> Self {
-        CollectivesConfig {
-            ll_max_bytes: 64 << 10,
-            allgather_ll_max_bytes: 64 << 10,
-            oneshot_max_bytes: if n_pes <= 2 { 1 << 20 } else { 256 << 10 },
-            twoshot_max_bytes: 8 << 20,
-            allgather_oneshot_max_bytes: 256 << 10,
+        if n_pes <= 2 {
+            // 2 PEs: one-shot moves no more than two-shot, so it runs longer.
+            CollectivesConfig {
+                ll_max_bytes: 64 << 10,
+                oneshot_max_bytes: 1 << 20,
+                twoshot_max_bytes: 8 << 20,
+                allgather_ll_max_bytes: 128 << 10,
+                allgather_oneshot_max_bytes: 256 << 10,
+            }
+        } else {
+            // 4 PEs (graph replays, bf16): low-latency wins to 128 KiB; the flag one-shot at
+            // 256 KiB; from 512 KiB the pull/push two-shot (`Bandwidth`) beat the staged
+            // two-shot at every size measured, so Auto skips the latter.
+            CollectivesConfig {
+                ll_max_bytes: 128 << 10,
+                oneshot_max_bytes: 256 << 10,
+                twoshot_max_bytes: 256 << 10,
+                allgather_ll_max_bytes: 128 << 10,
+                allgather_oneshot_max_bytes: 128 << 10,
+            }
         }
     }
 
@@ -106,7 +120,9 @@ impl CollectivesConfig {
             .oneshot_max_bytes
             .max(self.allgather_oneshot_max_bytes)
             .max(twoshot_part)
-            .max(ll);
+            .max(ll)
+            // Room for explicitly chosen algorithms up to a few MiB.
+            .max(2 << 20);
         slot.div_ceil(256) * 256
     }
 }
@@ -119,7 +135,18 @@ const THREADS: u32 = 512;
 const UNROLL: usize = 4;
 const ONESHOT_MAX_BLOCKS: usize = 64;
 /// Low-latency lines hold 8 bytes of data each; smaller blocks spread them over more SMs.
-const LL_THREADS: u32 = 256;
+const LL_THREADS: u32 = 128;
+/// PEs whose staging addresses fit the low-latency kernels' by-value table (`Peers`).
+const LL_MAX_PES: usize = 16;
+
+/// Must match `struct Peers` in kernels/collectives.cu.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Peers {
+    slot: [u64; LL_MAX_PES],
+    me: i32,
+    npes: i32,
+}
 
 /// Our all-reduce and all-gather kernels over the world team, with their symmetric workspace.
 pub struct Collectives {
@@ -131,6 +158,9 @@ pub struct Collectives {
     staging: SymmetricBuffer<u8>,
     slot_bytes: usize,
     sm_count: usize,
+    /// Every PE's staging base as mapped here, for the low-latency kernels; `None` above
+    /// `LL_MAX_PES` PEs.
+    peers: Option<Peers>,
     functions: HashMap<String, cusys::CUfunction>,
     // Last: unloaded after the functions above are no longer used.
     _module: Module,
@@ -215,6 +245,16 @@ impl Collectives {
                 )));
             }
         }
+        let peers = if n <= LL_MAX_PES {
+            let mut table = Peers { slot: [0; LL_MAX_PES], me: shmem.my_pe() as i32, npes: n as i32 };
+            for pe in 0..n {
+                // Reachability was checked above.
+                table.slot[pe] = staging.peer_ptr(pe)?.map_or(0, |p| p as u64);
+            }
+            Some(table)
+        } else {
+            None
+        };
         let sm_count = shmem
             .context()
             .attribute(cusys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
@@ -230,6 +270,7 @@ impl Collectives {
             staging,
             slot_bytes,
             sm_count,
+            peers,
             functions,
             _module: module,
         })
@@ -242,7 +283,7 @@ impl Collectives {
 
     /// The algorithm `Auto` picks for an all-reduce of `bytes` per PE.
     pub fn choose_all_reduce(&self, bytes: usize) -> AllReduceAlgo {
-        if bytes <= self.config.ll_max_bytes {
+        if bytes <= self.config.ll_max_bytes && self.peers.is_some() {
             AllReduceAlgo::LowLatency
         } else if bytes <= self.config.oneshot_max_bytes {
             AllReduceAlgo::OneShot
@@ -255,7 +296,7 @@ impl Collectives {
 
     /// The algorithm `Auto` picks for an all-gather of `bytes` per PE.
     pub fn choose_all_gather(&self, bytes: usize) -> AllGatherAlgo {
-        if bytes <= self.config.allgather_ll_max_bytes {
+        if bytes <= self.config.allgather_ll_max_bytes && self.peers.is_some() {
             AllGatherAlgo::LowLatency
         } else if bytes <= self.config.allgather_oneshot_max_bytes {
             AllGatherAlgo::OneShot
@@ -472,7 +513,14 @@ impl Collectives {
         let mut staging = self.staging.as_ptr() as u64;
         let mut slot = self.slot_bytes;
         let (mut src, mut dst, mut n) = (src, dst, n);
-        let mut params: [*mut c_void; 7] = [
+        let low_latency = name.starts_with("ll_");
+        if low_latency && self.peers.is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "the low-latency algorithms support up to {LL_MAX_PES} PEs"
+            )));
+        }
+        let mut peers = self.peers.unwrap_or(Peers { slot: [0; LL_MAX_PES], me: 0, npes: 0 });
+        let mut params: [*mut c_void; 8] = [
             &mut src as *mut u64 as *mut c_void,
             &mut dst as *mut u64 as *mut c_void,
             &mut n as *mut usize as *mut c_void,
@@ -480,7 +528,10 @@ impl Collectives {
             &mut flags as *mut u64 as *mut c_void,
             &mut staging as *mut u64 as *mut c_void,
             &mut slot as *mut usize as *mut c_void,
+            // Only the low-latency kernels take the table; the others ignore the extra slot.
+            std::ptr::addr_of_mut!(peers) as *mut c_void,
         ];
+        let n_params = if low_latency { 8 } else { 7 };
         self.shmem.enter()?;
         // Blocks of a call wait on each other's peers: they must all be resident. At most
         // one block per SM is asked for, and a 512-thread block always fits.
@@ -492,7 +543,7 @@ impl Collectives {
                 (grid.1, 1, 1),
                 0,
                 stream.cu_stream(),
-                &mut params,
+                &mut params[..n_params],
             )
         }
         .map_err(|e| Error::Module(format!("launch of {name} failed: {e:?}")))
@@ -504,13 +555,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn auto_thresholds_cover_every_size_in_order() {
-        let c = CollectivesConfig::for_pes(4);
-        assert!(c.oneshot_max_bytes < c.twoshot_max_bytes);
-        // A slot holds a one-shot input and a two-shot part.
-        let slot = c.slot_bytes(4);
-        assert!(slot >= c.oneshot_max_bytes && slot >= c.twoshot_max_bytes / 4 + 16);
-        assert_eq!(slot % 256, 0);
+    fn auto_thresholds_are_ordered_and_fit_the_staging_slot() {
+        for n in [1, 2, 4, 8] {
+            let c = CollectivesConfig::for_pes(n);
+            assert!(c.ll_max_bytes <= c.oneshot_max_bytes && c.oneshot_max_bytes <= c.twoshot_max_bytes);
+            assert!(c.allgather_ll_max_bytes <= c.allgather_oneshot_max_bytes);
+            // A slot holds a one-shot input, a low-latency input twice over, a two-shot part.
+            let slot = c.slot_bytes(n);
+            assert!(slot >= c.oneshot_max_bytes && slot >= 2 * c.ll_max_bytes);
+            assert!(slot >= c.twoshot_max_bytes / n + 16);
+            assert_eq!(slot % 256, 0);
+        }
     }
 
     #[test]
