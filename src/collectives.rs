@@ -246,7 +246,11 @@ impl Collectives {
             }
         }
         let peers = if n <= LL_MAX_PES {
-            let mut table = Peers { slot: [0; LL_MAX_PES], me: shmem.my_pe() as i32, npes: n as i32 };
+            let mut table = Peers {
+                slot: [0; LL_MAX_PES],
+                me: shmem.my_pe() as i32,
+                npes: n as i32,
+            };
             for pe in 0..n {
                 // Reachability was checked above.
                 table.slot[pe] = staging.peer_ptr(pe)?.map_or(0, |p| p as u64);
@@ -519,7 +523,11 @@ impl Collectives {
                 "the low-latency algorithms support up to {LL_MAX_PES} PEs"
             )));
         }
-        let mut peers = self.peers.unwrap_or(Peers { slot: [0; LL_MAX_PES], me: 0, npes: 0 });
+        let mut peers = self.peers.unwrap_or(Peers {
+            slot: [0; LL_MAX_PES],
+            me: 0,
+            npes: 0,
+        });
         let mut params: [*mut c_void; 8] = [
             &mut src as *mut u64 as *mut c_void,
             &mut dst as *mut u64 as *mut c_void,
@@ -558,7 +566,9 @@ mod tests {
     fn auto_thresholds_are_ordered_and_fit_the_staging_slot() {
         for n in [1, 2, 4, 8] {
             let c = CollectivesConfig::for_pes(n);
-            assert!(c.ll_max_bytes <= c.oneshot_max_bytes && c.oneshot_max_bytes <= c.twoshot_max_bytes);
+            assert!(
+                c.ll_max_bytes <= c.oneshot_max_bytes && c.oneshot_max_bytes <= c.twoshot_max_bytes
+            );
             assert!(c.allgather_ll_max_bytes <= c.allgather_oneshot_max_bytes);
             // A slot holds a one-shot input, a low-latency input twice over, a two-shot part.
             let slot = c.slot_bytes(n);

@@ -79,17 +79,22 @@ fn nvidia_driver() -> String {
     if let Ok(text) = std::fs::read_to_string("/proc/driver/nvidia/version") {
         // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul ..."
         if let Some(line) = text.lines().next() {
-            let words: Vec<&str> = line.split_whitespace().collect();
-            if let Some(i) = words.iter().position(|w| *w == "Module") {
-                if let Some(v) = words.get(i + 1) {
-                    return v.to_string();
-                }
+            // The first dotted number: open and proprietary modules word the line differently
+            // ("Kernel Module  580.65.06", "Open Kernel Module for x86_64  580.159.04").
+            if let Some(v) = driver_version_in(line) {
+                return v;
             }
         }
     }
     run_nvidia_smi(&["--query-gpu=driver_version", "--format=csv,noheader"])
         .and_then(|s| s.lines().next().map(|l| l.trim().to_string()))
         .unwrap_or_else(|| "unknown".into())
+}
+
+fn driver_version_in(line: &str) -> Option<String> {
+    line.split_whitespace()
+        .find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .map(str::to_string)
 }
 
 fn run_nvidia_smi(args: &[&str]) -> Option<String> {
@@ -389,6 +394,21 @@ impl Environment {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn driver_versions_are_read_from_both_module_wordings() {
+        let open =
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build";
+        let closed = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 2025";
+        assert_eq!(
+            super::driver_version_in(open).as_deref(),
+            Some("580.159.04")
+        );
+        assert_eq!(
+            super::driver_version_in(closed).as_deref(),
+            Some("580.65.06")
+        );
+    }
+
     use super::*;
 
     #[test]
