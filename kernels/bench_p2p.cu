@@ -146,15 +146,25 @@ extern "C" __global__ void bench_p_latency(uint32_t *dst, int peer, uint32_t tok
     *elapsed = now_ns() - t0;
 }
 
-// Sum of src[i % 32] read from `peer` with nvshmem_g over all warmup + iters reads.
+// Sum of nvshmem_uint32_g reads from `peer`. Read i is at word ((i * G_STEP) % G_SLOTS) *
+// G_STRIDE: a different 128-byte line each time over 8 MiB, so no cache serves it, and its
+// address depends on the previous read's value (one word further when it equals G_MAGIC, which
+// the host replays exactly), so reads cannot overlap: the time is the latency of one remote read.
+#define G_SLOTS 65536
+#define G_STRIDE 32
+#define G_STEP 40503
+#define G_MAGIC 0x9E3779B9u
 extern "C" __global__ void bench_g_latency(const uint32_t *src, int peer, int warmup, int iters,
                                            unsigned long long *sum_out, unsigned long long *elapsed) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     unsigned long long t0 = 0;
     unsigned long long sum = 0;
+    uint32_t v = 0;
     for (int i = 0; i < warmup + iters; ++i) {
         if (i == warmup) t0 = now_ns();
-        sum += nvshmem_uint32_g(src + (i % 32), peer);
+        const size_t word = (((size_t)i * G_STEP) % G_SLOTS) * G_STRIDE + (v == G_MAGIC ? 1 : 0);
+        v = nvshmem_uint32_g(src + word, peer);
+        sum += v;
     }
     *elapsed = now_ns() - t0;
     *sum_out = sum;

@@ -62,9 +62,27 @@ pub fn p_expected(token: u32, total: usize) -> Vec<u32> {
         .collect()
 }
 
-/// The sum the `g` kernel computes over `total` reads of `values[i % 32]`.
+/// Words the `g` kernel reads: one per 128-byte line over 8 MiB, visited in a scattered
+/// order, so no read is served by a cache (`G_*` in bench_p2p.cu).
+const G_SLOTS: usize = 65536;
+const G_STRIDE: usize = 32;
+const G_STEP: usize = 40503;
+/// A read returning this moves the next read one word on (a data dependency).
+const G_MAGIC: u32 = 0x9E37_79B9;
+
+/// The word of the `g` kernel's `i`-th read.
+pub fn g_index(i: usize) -> usize {
+    (i * G_STEP) % G_SLOTS * G_STRIDE
+}
+
+/// The sum the `g` kernel computes over `total` dependent reads, replayed.
 pub fn g_expected(values: &[u32], total: usize) -> u64 {
-    (0..total).map(|i| values[i % P_SLOTS] as u64).sum()
+    let (mut v, mut sum) = (0u32, 0u64);
+    for i in 0..total {
+        v = values[g_index(i) + usize::from(v == G_MAGIC)];
+        sum += v as u64;
+    }
+    sum
 }
 
 /// In-kernel warm-up repetitions for `inner` timed ones.
@@ -98,6 +116,8 @@ pub struct P2p<'a> {
     times: Guard<SymmetricBuffer<u64>>,
     words: Guard<SymmetricBuffer<u32>>,
     gsum: Guard<SymmetricBuffer<u64>>,
+    /// The `g` kernel's 8 MiB of scattered words.
+    gwords: Guard<SymmetricBuffer<u32>>,
 }
 
 /// Run the selected point-to-point tests (collective over all PEs).
@@ -130,6 +150,7 @@ pub fn run(
         times: Guard::new(shmem.calloc::<u64>(cfg.warmup + cfg.iters + 1)?),
         words: Guard::new(shmem.calloc::<u32>(2 * P_SLOTS)?),
         gsum: Guard::new(shmem.calloc::<u64>(1)?),
+        gwords: Guard::new(shmem.calloc::<u32>(G_SLOTS * G_STRIDE)?),
     };
     let t = cfg.tests;
     if t.p2p_latency {
@@ -415,18 +436,18 @@ impl P2p<'_> {
         let samples = self.kernel_samples(warm, launches, inner, 1.0)?;
         results.push(self.record("p", "thread", "device", "u32", 4, &samples, 1.0, check));
 
-        // g: PE 0 reads the target's words[32 + i % 32] and sums them.
+        // g: PE 0 reads the target's gwords[g_index(i)], each read's address depending on the
+        // previous read's value, and sums them.
         let key = data::key(self.cfg.seed, &[K_G]);
-        let mut mine = vec![0u32; P_SLOTS];
-        mine.extend(data::words32(key, self.me, P_SLOTS));
-        self.words.copy_from_host(&mine)?;
+        self.gwords
+            .copy_from_host(&data::words32(key, self.me, G_SLOTS * G_STRIDE))?;
         self.gsum.copy_from_host(&[0])?;
         self.coord.barrier()?;
         if self.is_initiator() {
             let f = self.function("bench_g_latency")?;
             for s in 0..warm + launches {
                 let mut args = KernelArgs::new();
-                args.value(words + 4 * P_SLOTS as u64)
+                args.value(self.gwords.device_ptr())
                     .value(self.peer as i32)
                     .value(inner_warm as i32)
                     .value(inner as i32)
@@ -439,7 +460,7 @@ impl P2p<'_> {
         self.finish()?;
         let local = if self.is_initiator() {
             let got = self.gsum.to_vec()?;
-            let want = g_expected(&data::words32(key, self.peer, P_SLOTS), total);
+            let want = g_expected(&data::words32(key, self.peer, G_SLOTS * G_STRIDE), total);
             data::compare_plain(&got, &[want])
         } else {
             Mismatch::default()
@@ -884,9 +905,18 @@ mod tests {
     #[test]
     fn g_kernel_sums_cyclically() {
         let values: Vec<u32> = (0..32).collect();
-        assert_eq!(g_expected(&values, 32), (0..32).sum::<u64>());
-        assert_eq!(g_expected(&values, 34), (0..32).sum::<u64>() + 1);
-        assert_eq!(g_expected(&[u32::MAX; 32], 64), 64 * u32::MAX as u64);
+        // Every read is a different 128-byte line until the 65536 lines are used up.
+        let lines: std::collections::HashSet<usize> = (0..G_SLOTS).map(g_index).collect();
+        assert_eq!(lines.len(), G_SLOTS);
+        assert!(lines.iter().all(|w| w % G_STRIDE == 0 && *w < G_SLOTS * G_STRIDE));
+        let big: Vec<u32> = (0..(G_SLOTS * G_STRIDE) as u32).collect();
+        assert_eq!(g_expected(&big, 3), (0 + G_STEP * G_STRIDE + (2 * G_STEP % G_SLOTS) * G_STRIDE) as u64);
+        assert_eq!(g_expected(&vec![u32::MAX; G_SLOTS * G_STRIDE], 64), 64 * u32::MAX as u64);
+        // The magic value shifts the next read by one word.
+        let mut magic = big.clone();
+        magic[0] = G_MAGIC;
+        let shifted = G_MAGIC as u64 + (G_STEP * G_STRIDE + 1) as u64 + ((2 * G_STEP % G_SLOTS) * G_STRIDE) as u64;
+        assert_eq!(g_expected(&magic, 3), shifted);
     }
 
     #[test]
