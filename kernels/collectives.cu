@@ -121,30 +121,32 @@ struct OpMin {
     __device__ __forceinline__ static int32_t apply(int32_t a, int32_t b) { return min(a, b); }
 };
 
-// A 16-byte vector of T, reduced in the accumulator type.
-template <typename T> struct Vec {
-    static const int N = 16 / sizeof(T);
-    typedef typename Acc<T>::type A;
-    A v[N];
+// The elements of one raw vector (uint4: 16 bytes, uint2: 8), reduced in the accumulator type.
+template <typename T, typename Raw> struct Packed {
+    static const int N = sizeof(Raw) / sizeof(T);
+    typename Acc<T>::type v[N];
 
-    __device__ __forceinline__ void load(uint4 raw) {
+    __device__ __forceinline__ void load(Raw raw) {
         const T *t = reinterpret_cast<const T *>(&raw);
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] = to_acc<T>(t[k]);
     }
-    template <typename Op> __device__ __forceinline__ void combine(uint4 raw) {
+    template <typename Op> __device__ __forceinline__ void combine(Raw raw) {
         const T *t = reinterpret_cast<const T *>(&raw);
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] = Op::apply(v[k], to_acc<T>(t[k]));
     }
-    __device__ __forceinline__ uint4 store() const {
-        uint4 raw;
+    __device__ __forceinline__ Raw store() const {
+        Raw raw;
         T *t = reinterpret_cast<T *>(&raw);
 #pragma unroll
         for (int k = 0; k < N; k++) t[k] = from_acc<T>(v[k]);
         return raw;
     }
 };
+
+template <typename T> using Vec = Packed<T, uint4>;
+template <typename T> using Vec8 = Packed<T, uint2>;
 
 __device__ __forceinline__ uint4 ld_cg(const uint4 *p) { return __ldcg(p); }
 
@@ -494,28 +496,6 @@ __device__ __forceinline__ void store8(char *dst, size_t bytes, size_t j, uint2 
     const char *c = (const char *)&v;
     for (size_t k = j * 8; k < bytes && k < (j + 1) * 8; k++) dst[k] = c[k - j * 8];
 }
-
-template <typename T> struct Vec8 {
-    static const int N = 8 / sizeof(T);
-    typename Acc<T>::type v[N];
-    __device__ __forceinline__ void load(uint2 raw) {
-        const T *t = reinterpret_cast<const T *>(&raw);
-#pragma unroll
-        for (int k = 0; k < N; k++) v[k] = to_acc<T>(t[k]);
-    }
-    template <typename Op> __device__ __forceinline__ void combine(uint2 raw) {
-        const T *t = reinterpret_cast<const T *>(&raw);
-#pragma unroll
-        for (int k = 0; k < N; k++) v[k] = Op::apply(v[k], to_acc<T>(t[k]));
-    }
-    __device__ __forceinline__ uint2 store() const {
-        uint2 raw;
-        T *t = reinterpret_cast<T *>(&raw);
-#pragma unroll
-        for (int k = 0; k < N; k++) t[k] = from_acc<T>(v[k]);
-        return raw;
-    }
-};
 
 template <typename T, typename Op>
 __device__ void ll_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
