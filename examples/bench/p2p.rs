@@ -908,14 +908,24 @@ mod tests {
         // Every read is a different 128-byte line until the 65536 lines are used up.
         let lines: std::collections::HashSet<usize> = (0..G_SLOTS).map(g_index).collect();
         assert_eq!(lines.len(), G_SLOTS);
-        assert!(lines.iter().all(|w| w % G_STRIDE == 0 && *w < G_SLOTS * G_STRIDE));
+        assert!(lines
+            .iter()
+            .all(|w| w % G_STRIDE == 0 && *w < G_SLOTS * G_STRIDE));
         let big: Vec<u32> = (0..(G_SLOTS * G_STRIDE) as u32).collect();
-        assert_eq!(g_expected(&big, 3), (0 + G_STEP * G_STRIDE + (2 * G_STEP % G_SLOTS) * G_STRIDE) as u64);
-        assert_eq!(g_expected(&vec![u32::MAX; G_SLOTS * G_STRIDE], 64), 64 * u32::MAX as u64);
+        assert_eq!(
+            g_expected(&big, 3),
+            (G_STEP * G_STRIDE + (2 * G_STEP % G_SLOTS) * G_STRIDE) as u64
+        );
+        assert_eq!(
+            g_expected(&vec![u32::MAX; G_SLOTS * G_STRIDE], 64),
+            64 * u32::MAX as u64
+        );
         // The magic value shifts the next read by one word.
         let mut magic = big.clone();
         magic[0] = G_MAGIC;
-        let shifted = G_MAGIC as u64 + (G_STEP * G_STRIDE + 1) as u64 + ((2 * G_STEP % G_SLOTS) * G_STRIDE) as u64;
+        let shifted = G_MAGIC as u64
+            + (G_STEP * G_STRIDE + 1) as u64
+            + ((2 * G_STEP % G_SLOTS) * G_STRIDE) as u64;
         assert_eq!(g_expected(&magic, 3), shifted);
     }
 
