@@ -3,7 +3,8 @@
 #   make setup     pinned CUDA compiler, NVSHMEM, NCCL and MPICH wheels into .venv (+ libclang)
 #   make test      CPU tests (no GPU needed)
 #   make run EXAMPLE=hello NP=2
-#   make check     GPU checks with 2 and 4 PEs
+#   make check     GPU checks (our collectives, the host API, the ring-pipeline user crate)
+#                  with 2 and 4 PEs
 #   make bench     the benchmark suite against NCCL, one PE per local GPU
 
 SHELL := /bin/bash
@@ -50,6 +51,8 @@ check: build
 	scripts/nvshmrun -np 4 target/release/examples/coll_check
 	scripts/nvshmrun -np 2 target/release/examples/gpu_check $(ARGS)
 	scripts/nvshmrun -np 4 target/release/examples/gpu_check $(ARGS)
+	scripts/nvshmrun -np 2 target/release/ring-pipeline
+	scripts/nvshmrun -np 4 target/release/ring-pipeline
 
 bench: build
 	scripts/nvshmrun $(if $(NP),-np $(NP)) target/release/examples/bench $(ARGS)
