@@ -90,6 +90,30 @@ impl Nvshmem {
         })
     }
 
+    /// The shared path of every put and get: check the arguments (and the stream), skip an
+    /// empty transfer, bind the context, then issue `call` (the stream is null for the host
+    /// forms).
+    fn rma<T: Element>(
+        &self,
+        dest: SymmetricView<'_, T>,
+        src: SymmetricView<'_, T>,
+        pe: usize,
+        stream: Option<&CudaStream>,
+        call: impl FnOnce(&Transfer, sys::cudaStream_t),
+    ) -> Result<()> {
+        let t = self.transfer(dest, src, pe)?;
+        let s = match stream {
+            Some(stream) => self.raw_stream(stream)?,
+            None => std::ptr::null_mut(),
+        };
+        if t.bytes == 0 {
+            return Ok(());
+        }
+        self.enter()?;
+        call(&t, s);
+        Ok(())
+    }
+
     /// Check and lower the arguments of a `p` or `g`: the element's address and the PE.
     fn element_at<T: Element>(
         &self,
@@ -123,13 +147,9 @@ impl Nvshmem {
         src: impl Into<SymmetricView<'a, T>>,
         pe: usize,
     ) -> Result<()> {
-        let t = self.transfer(dest.into(), src.into(), pe)?;
-        if t.bytes == 0 {
-            return Ok(());
-        }
-        self.enter()?;
-        unsafe { sys::nvshmem_putmem(t.dest, t.src, t.bytes, t.pe) };
-        Ok(())
+        self.rma(dest.into(), src.into(), pe, None, |t, _| unsafe {
+            sys::nvshmem_putmem(t.dest, t.src, t.bytes, t.pe)
+        })
     }
 
     /// [`put`](Self::put) without waiting for `src` to be reusable: do not change `src` (or
@@ -140,13 +160,9 @@ impl Nvshmem {
         src: impl Into<SymmetricView<'a, T>>,
         pe: usize,
     ) -> Result<()> {
-        let t = self.transfer(dest.into(), src.into(), pe)?;
-        if t.bytes == 0 {
-            return Ok(());
-        }
-        self.enter()?;
-        unsafe { sys::nvshmem_putmem_nbi(t.dest, t.src, t.bytes, t.pe) };
-        Ok(())
+        self.rma(dest.into(), src.into(), pe, None, |t, _| unsafe {
+            sys::nvshmem_putmem_nbi(t.dest, t.src, t.bytes, t.pe)
+        })
     }
 
     /// [`put`](Self::put) enqueued on `stream`: it runs after the work before it on the stream.
@@ -168,14 +184,9 @@ impl Nvshmem {
         pe: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        let t = self.transfer(dest.into(), src.into(), pe)?;
-        let s = self.raw_stream(stream)?;
-        if t.bytes == 0 {
-            return Ok(());
-        }
-        self.enter()?;
-        unsafe { sys::nvshmemx_putmem_on_stream(t.dest, t.src, t.bytes, t.pe, s) };
-        Ok(())
+        self.rma(dest.into(), src.into(), pe, Some(stream), |t, s| unsafe {
+            sys::nvshmemx_putmem_on_stream(t.dest, t.src, t.bytes, t.pe, s)
+        })
     }
 
     /// [`put_nbi`](Self::put_nbi) enqueued on `stream`; `quiet_on_stream` completes it.
@@ -186,14 +197,9 @@ impl Nvshmem {
         pe: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        let t = self.transfer(dest.into(), src.into(), pe)?;
-        let s = self.raw_stream(stream)?;
-        if t.bytes == 0 {
-            return Ok(());
-        }
-        self.enter()?;
-        unsafe { sys::nvshmemx_putmem_nbi_on_stream(t.dest, t.src, t.bytes, t.pe, s) };
-        Ok(())
+        self.rma(dest.into(), src.into(), pe, Some(stream), |t, s| unsafe {
+            sys::nvshmemx_putmem_nbi_on_stream(t.dest, t.src, t.bytes, t.pe, s)
+        })
     }
 
     /// Copy `src` on PE `pe` into `dest` (this PE's copy). Returns with the data in `dest`.
@@ -214,13 +220,9 @@ impl Nvshmem {
         src: impl Into<SymmetricView<'a, T>>,
         pe: usize,
     ) -> Result<()> {
-        let t = self.transfer(dest.into(), src.into(), pe)?;
-        if t.bytes == 0 {
-            return Ok(());
-        }
-        self.enter()?;
-        unsafe { sys::nvshmem_getmem(t.dest, t.src, t.bytes, t.pe) };
-        Ok(())
+        self.rma(dest.into(), src.into(), pe, None, |t, _| unsafe {
+            sys::nvshmem_getmem(t.dest, t.src, t.bytes, t.pe)
+        })
     }
 
     /// [`get`](Self::get) that returns at once; `dest` holds the data after
@@ -231,13 +233,9 @@ impl Nvshmem {
         src: impl Into<SymmetricView<'a, T>>,
         pe: usize,
     ) -> Result<()> {
-        let t = self.transfer(dest.into(), src.into(), pe)?;
-        if t.bytes == 0 {
-            return Ok(());
-        }
-        self.enter()?;
-        unsafe { sys::nvshmem_getmem_nbi(t.dest, t.src, t.bytes, t.pe) };
-        Ok(())
+        self.rma(dest.into(), src.into(), pe, None, |t, _| unsafe {
+            sys::nvshmem_getmem_nbi(t.dest, t.src, t.bytes, t.pe)
+        })
     }
 
     /// [`get`](Self::get) enqueued on `stream`: `dest` holds the data for the work after it.
@@ -248,14 +246,9 @@ impl Nvshmem {
         pe: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        let t = self.transfer(dest.into(), src.into(), pe)?;
-        let s = self.raw_stream(stream)?;
-        if t.bytes == 0 {
-            return Ok(());
-        }
-        self.enter()?;
-        unsafe { sys::nvshmemx_getmem_on_stream(t.dest, t.src, t.bytes, t.pe, s) };
-        Ok(())
+        self.rma(dest.into(), src.into(), pe, Some(stream), |t, s| unsafe {
+            sys::nvshmemx_getmem_on_stream(t.dest, t.src, t.bytes, t.pe, s)
+        })
     }
 
     /// [`get_nbi`](Self::get_nbi) enqueued on `stream`; `quiet_on_stream` completes it.
@@ -266,14 +259,9 @@ impl Nvshmem {
         pe: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        let t = self.transfer(dest.into(), src.into(), pe)?;
-        let s = self.raw_stream(stream)?;
-        if t.bytes == 0 {
-            return Ok(());
-        }
-        self.enter()?;
-        unsafe { sys::nvshmemx_getmem_nbi_on_stream(t.dest, t.src, t.bytes, t.pe, s) };
-        Ok(())
+        self.rma(dest.into(), src.into(), pe, Some(stream), |t, s| unsafe {
+            sys::nvshmemx_getmem_nbi_on_stream(t.dest, t.src, t.bytes, t.pe, s)
+        })
     }
 
     /// Write one element: `dest[index] = value` on PE `pe`. Like [`put`](Self::put), the
