@@ -429,6 +429,33 @@ fn main() {
             all_reduce_case::<bf16>(s, &coll, seed, ReduceOp::Sum, AllReduceAlgo::Auto, n, false)
         });
     }
+    // The bandwidth path over many rounds of its chunk ring (each block reuses its slots).
+    let many_rounds = (16 << 20) + 5;
+    for (op, in_place) in [(ReduceOp::Sum, false), (ReduceOp::Max, true)] {
+        let tag = format!("all_reduce Bandwidth {op:?} n={many_rounds} in_place={in_place}");
+        c.check(&format!("{tag} f32"), |s, seed| {
+            all_reduce_case::<f32>(
+                s,
+                &coll,
+                seed,
+                op,
+                AllReduceAlgo::Bandwidth,
+                many_rounds,
+                in_place,
+            )
+        });
+        c.check(&format!("{tag} bf16"), |s, seed| {
+            all_reduce_case::<bf16>(
+                s,
+                &coll,
+                seed,
+                op,
+                AllReduceAlgo::Bandwidth,
+                many_rounds,
+                in_place,
+            )
+        });
+    }
     for algo in [
         AllGatherAlgo::LowLatency,
         AllGatherAlgo::OneShot,
@@ -459,6 +486,9 @@ fn main() {
     c.check("back-to-back two-shot x20", |s, seed| {
         back_to_back(s, &coll, seed, &[AllReduceAlgo::TwoShot], 100_000, 20)
     });
+    c.check("back-to-back bandwidth, many rounds, x8", |s, seed| {
+        back_to_back(s, &coll, seed, &[AllReduceAlgo::Bandwidth], 6 << 20, 8)
+    });
     c.check("back-to-back bandwidth x20", |s, seed| {
         back_to_back(s, &coll, seed, &[AllReduceAlgo::Bandwidth], 1 << 20, 20)
     });
@@ -487,6 +517,9 @@ fn main() {
             graph_replay(s, &coll, seed, algo, 20_000)
         });
     }
+    c.check("graph replay Bandwidth, many rounds", |s, seed| {
+        graph_replay(s, &coll, seed, AllReduceAlgo::Bandwidth, 5 << 20)
+    });
     c.check("errors: length, type, op, overlap, staging", |s, _| {
         let a = s.malloc::<f32>(64)?;
         let b = s.malloc::<f32>(32)?;

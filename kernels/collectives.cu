@@ -2,8 +2,8 @@
 //
 // Every PE's buffers are symmetric, so a peer's copy is reached with a plain load or store
 // through nvshmem_ptr(). Synchronisation uses per-block flags in the symmetric heap:
-//   - each call has an epoch e (a per-PE counter in device memory, advanced by the last block
-//     to finish, so a CUDA graph replays correctly: nothing is baked in at capture);
+//   - each call has an epoch e (a per-PE counter in device memory, advanced at the end of
+//     every call, so a CUDA graph replays correctly: nothing is baked in at capture);
 //   - flags only grow, a block waits for flag >= e, and writes them with st.release.sys after
 //     its data stores; the waiter reads with ld.acquire.sys;
 //   - staging buffers are double-buffered by the parity of e. A PE cannot be two calls ahead
@@ -17,15 +17,16 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#define MAX_BLOCKS 256
+#define MAX_BLOCKS 512
 #define MAX_PES 64
 #define UNROLL 4
 
 // Flag sets, each MAX_BLOCKS x n_pes words.
-#define FLAGS_DATA 0   // one-shot data / two-shot phase 1 landed
-#define FLAGS_DONE 1   // two-shot phase 2 landed / bandwidth end barrier
-#define FLAGS_START 2  // bandwidth start barrier
-#define FLAG_SETS 3
+#define FLAGS_DATA 0     // one-shot data landed
+#define FLAGS_DONE 1     // two-shot / all-gather bandwidth end barrier
+#define FLAGS_START 2    // two-shot / all-gather bandwidth start barrier
+#define FLAGS_BW 3       // bandwidth all-reduce: rounds of chunks (see there)
+#define FLAG_SETS 4
 
 // Where this PE's slot of the staging area lives on every PE (host-computed nvshmem_ptr),
 // passed by value so the low-latency kernels read it from the constant bank instead of
@@ -37,10 +38,12 @@ struct Peers {
     int npes;
 };
 
+// The epoch, one copy per block index: block b reads copy b when it starts and, when it ends,
+// writes the new epoch into copies b, b + gridDim.x, ... Blocks of one call touch disjoint
+// copies, so no atomics or fences are needed, and after every call all copies agree whatever
+// the grid size of the next call. Kernel completion publishes the stores to the next call.
 struct Ctrl {
-    unsigned long long epoch;
-    unsigned int done;
-    unsigned int pad;
+    unsigned long long epoch[MAX_BLOCKS];
 };
 
 __device__ __forceinline__ void st_release_sys(uint64_t *p, uint64_t v) {
@@ -57,23 +60,16 @@ __device__ __forceinline__ uint64_t *flag_at(uint64_t *flags, int set, int block
     return flags + ((size_t)set * MAX_BLOCKS + block) * npes + pe;
 }
 
-// The epoch of this call, read by every block at its start.
-__device__ __forceinline__ uint64_t call_epoch(Ctrl *ctrl) {
-    return *((volatile unsigned long long *)&ctrl->epoch) + 1;
+// The epoch of this call.
+__device__ __forceinline__ uint64_t call_epoch(const Ctrl *ctrl) {
+    return ctrl->epoch[blockIdx.x] + 1;
 }
 
-// The last block out publishes the epoch for the next call on this PE.
+// Publish the epoch for the next call on this PE (see Ctrl).
 __device__ __forceinline__ void finish_call(Ctrl *ctrl, uint64_t e) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        unsigned int prev = atomicAdd(&ctrl->done, 1u);
-        if (prev == gridDim.x - 1) {
-            ctrl->done = 0;
-            *((volatile unsigned long long *)&ctrl->epoch) = e;
-            __threadfence();
-        }
-    }
+    __syncthreads();  // every thread of this block has read its copy
+    for (unsigned int i = blockIdx.x + threadIdx.x * gridDim.x; i < MAX_BLOCKS; i += blockDim.x * gridDim.x)
+        ctrl->epoch[i] = e;
 }
 
 // Tell every other PE's block `blockIdx.x` that this block's stores to it are done, then wait
@@ -279,76 +275,17 @@ __device__ void oneshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, ui
 }
 
 // ---- two-shot all-reduce ------------------------------------------------------------------
-// PE q owns part q. Phase 1 pushes each part to its owner's staging; the owner reduces and
-// pushes the result into every PE's dst (no barrier needed before writing a peer's dst: the
-// peer already entered this call, it sent us its phase-1 data).
+// No staging: after a start barrier (every PE's src ready and dst free), PE q reads part q of
+// every PE's src (remote loads), reduces, and writes the result into every PE's dst; an end
+// barrier keeps src alive until all reads are done and makes dst complete. PE q owns vectors
+// [nvec * q / npes, nvec * (q + 1) / npes).
 __device__ __forceinline__ void part_of(size_t nvec, int q, int npes, size_t *b, size_t *e) {
     *b = nvec * q / npes;
     *e = nvec * (q + 1) / npes;
 }
 
 template <typename T, typename Op>
-__device__ void twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
-    const uint64_t e = call_epoch(ctrl);
-    char *base = staging + (e & 1) * npes * slot_bytes;
-    __shared__ uint4 *peer_slot[MAX_PES];
-    __shared__ uint4 *peer_dst[MAX_PES];
-    for (int p = threadIdx.x; p < npes; p += blockDim.x) {
-        peer_slot[p] = (uint4 *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
-        peer_dst[p] = (uint4 *)nvshmem_ptr(dst, p);
-    }
-    __syncthreads();
-
-    const size_t nvec = n / Vec<T>::N;
-    const size_t tail = nvec * Vec<T>::N;
-    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    const uint4 *src4 = (const uint4 *)src;
-    // Phase 1: part q of my input to owner q, at offset (i - start of part q) in its slot.
-    for (int q = 0; q < npes; q++) {
-        if (q == me) continue;
-        size_t pb, pe_;
-        part_of(nvec, q, npes, &pb, &pe_);
-        uint4 *to = peer_slot[q] - pb;
-        for (size_t i = pb + first; i < pe_; i += stride) to[i] = __ldg(src4 + i);
-    }
-    // The scalar tail belongs to the last PE; it goes after that PE's vector part.
-    const int tail_owner = npes - 1;
-    size_t tb, te;
-    part_of(nvec, tail_owner, npes, &tb, &te);
-    if (blockIdx.x == 0 && me != tail_owner) {
-        T *to = (T *)(peer_slot[tail_owner] + (te - tb)) - tail;
-        for (size_t i = tail + threadIdx.x; i < n; i += blockDim.x) to[i] = src[i];
-    }
-    signal_and_wait(flags, FLAGS_DATA, me, npes, e);
-
-    // Reduce my part, store it locally and into every peer's dst.
-    size_t mb, mend;
-    part_of(nvec, me, npes, &mb, &mend);
-    auto src_of = [&](int p) -> const uint4 * {
-        return p == me ? src4 : (const uint4 *)(base + (size_t)p * slot_bytes) - mb;
-    };
-    reduce_vectors_any<T, Op>(mb, mend, first, stride, npes, src_of, peer_dst, npes);
-    if (me == tail_owner) {
-        auto src_of_t = [&](int p) -> const T * {
-            return p == me ? src : (const T *)((const uint4 *)(base + (size_t)p * slot_bytes) + (te - tb)) - tail;
-        };
-        __shared__ T *tail_outs[MAX_PES];
-        for (int p = threadIdx.x; p < npes; p += blockDim.x) tail_outs[p] = (T *)peer_dst[p];
-        __syncthreads();
-        reduce_tail<T, Op>(tail, n, npes, src_of_t, tail_outs, npes);
-    }
-    signal_and_wait(flags, FLAGS_DONE, me, npes, e);
-    finish_call(ctrl, e);
-}
-
-// ---- bandwidth all-reduce -----------------------------------------------------------------
-// No staging: after a start barrier (every PE's src ready and dst free), PE q reads part q of
-// every PE's src, reduces, and writes the result into every PE's dst; an end barrier keeps src
-// alive until all reads are done and makes dst complete.
-template <typename T, typename Op>
-__device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags) {
+__device__ void twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags) {
     const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
     const uint64_t e = call_epoch(ctrl);
     __shared__ const uint4 *peer_src[MAX_PES];
@@ -375,6 +312,136 @@ __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, 
         reduce_tail<T, Op>(tail, n, npes, src_of_t, tail_outs, npes);
     }
     signal_and_wait(flags, FLAGS_DONE, me, npes, e);
+    finish_call(ctrl, e);
+}
+
+// ---- bandwidth all-reduce ----------------------------------------------------------------
+// PE q owns part q of the vectors. Each part is cut into chunks dealt round-robin to the
+// blocks: in round r, block b handles chunk r * gridDim.x + b of every part. A block pushes
+// its round-r chunk of part q into owner q's staging (stores only, never remote loads); in
+// round r it waits for every source's chunk of its own part, reduces it, stores the result
+// into every PE's dst, pushes its round r + 1 chunks, and then sends each peer one flag that
+// says three things: "my round r + 1 chunk is in your staging", "your round-r result is in
+// your dst" and "my staging slot for your round-r chunk is free". Flag values are
+// round_tag(e, r) = (epoch << 32 | r + 1), so they grow across rounds and calls: tag(0)
+// announces round 0, tag(r + 1) the above, tag(rounds) the last results.
+// With at least two chunk slots, the wait for round r's data (tag r from every peer) also
+// covers the slot that round r + 1 reuses (freed in round r + 1 - slots <= r - 1).
+// Only stores cross NVLink (the two-shot above reads its peers' inputs with remote loads,
+// which the fabric carries less efficiently), and two blocks per SM overlap one's flag
+// handshake with the other's copies.
+//
+// Staging: parity [source PE][slot plan.slots][block gridDim.x][plan.chunk_vecs x 16 bytes],
+// which the host fits into one staging slot per source. Calls of the same parity are two
+// apart, and a PE in call e + 2 has seen every owner's last flag of call e + 1, so every owner
+// has finished reading call e's staging.
+struct BandwidthPlan {
+    unsigned int chunk_vecs;  // vectors per chunk, at most
+    unsigned int slots;       // chunk slots per block and source, at least 2
+};
+
+__device__ __forceinline__ uint64_t round_tag(uint64_t e, int r) { return (e << 32) | (uint64_t)(r + 1); }
+
+template <typename T, typename Op>
+__device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes, BandwidthPlan plan) {
+    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const uint64_t e = call_epoch(ctrl);
+    char *base = staging + (e & 1) * npes * slot_bytes;
+    __shared__ char *peer_in[MAX_PES];   // my source region in PE q's staging
+    __shared__ uint4 *peer_dst[MAX_PES];  // PE q's dst
+    __shared__ const T *peer_src[MAX_PES];
+    __shared__ uint64_t *peer_flag[MAX_PES];  // my flag word at PE q
+    uint64_t *my_flags = flag_at(flags, FLAGS_BW, blockIdx.x, 0, npes);  // [source PE]
+    for (int p = threadIdx.x; p < npes; p += blockDim.x) {
+        peer_in[p] = (char *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
+        peer_dst[p] = (uint4 *)nvshmem_ptr(dst, p);
+        peer_src[p] = (const T *)nvshmem_ptr(src, p);
+        peer_flag[p] = (uint64_t *)nvshmem_ptr(my_flags + me, p);
+    }
+    __syncthreads();
+
+    const size_t nvec = n / Vec<T>::N;
+    const size_t tail = nvec * Vec<T>::N;
+    const size_t max_part = (nvec + npes - 1) / npes;
+    const size_t G = gridDim.x, b = blockIdx.x;
+    // As few rounds as the chunk ring allows, then chunks evened out over them (no short
+    // last round).
+    const size_t cap = (size_t)plan.chunk_vecs * G;
+    const int rounds = max_part == 0 ? 1 : (int)((max_part + cap - 1) / cap);
+    size_t chunk = (max_part + G * rounds - 1) / (G * rounds);
+    if (chunk == 0) chunk = 1;
+    const uint4 *src4 = (const uint4 *)src;
+    size_t mb, mend;
+    part_of(nvec, me, npes, &mb, &mend);
+    auto slot_off = [&](int r) -> size_t { return ((size_t)(r % plan.slots) * G + b) * plan.chunk_vecs * 16; };
+
+    // My round-r chunk of every other PE's part into that PE's staging.
+    auto push = [&](int r) {
+        const size_t c0 = ((size_t)r * G + b) * chunk;
+        for (int q = 0; q < npes; q++) {
+            if (q == me) continue;
+            size_t pb, pend;
+            part_of(nvec, q, npes, &pb, &pend);
+            const size_t lo = pb + c0, hi = pb + c0 + chunk < pend ? pb + c0 + chunk : pend;
+            uint4 *to = (uint4 *)(peer_in[q] + slot_off(r)) - lo;
+            // All loads of a step before its stores (the compiler cannot tell they don't alias).
+            for (size_t i0 = lo + threadIdx.x; i0 < hi; i0 += (size_t)blockDim.x * UNROLL) {
+                uint4 v[UNROLL];
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++) {
+                    const size_t i = i0 + (size_t)u * blockDim.x;
+                    if (i < hi) v[u] = __ldg(src4 + i);
+                }
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++) {
+                    const size_t i = i0 + (size_t)u * blockDim.x;
+                    if (i < hi) to[i] = v[u];
+                }
+            }
+        }
+    };
+    // After every thread's stores: one flag to each peer.
+    auto tell_all = [&](uint64_t v) {
+        __syncthreads();
+        for (int q = threadIdx.x; q < npes; q += blockDim.x)
+            if (q != me) st_release_sys(peer_flag[q], v);
+    };
+    auto wait_all = [&](uint64_t v) {
+        for (int p = threadIdx.x; p < npes; p += blockDim.x)
+            if (p != me)
+                while (ld_acquire_sys(my_flags + p) < v) {
+                }
+        __syncthreads();
+    };
+
+    push(0);
+    tell_all(round_tag(e, 0));
+    for (int r = 0; r < rounds; r++) {
+        wait_all(round_tag(e, r));
+        // Reduce my part's round-r chunk (PE order) into every PE's dst.
+        const size_t c0 = ((size_t)r * G + b) * chunk;
+        const size_t lo = mb + c0, hi = mb + c0 + chunk < mend ? mb + c0 + chunk : mend;
+        if (lo < hi) {
+            const size_t off = slot_off(r);
+            auto src_of = [&](int p) -> const uint4 * {
+                return p == me ? src4 : (const uint4 *)(base + (size_t)p * slot_bytes + off) - lo;
+            };
+            reduce_vectors_any<T, Op>(lo, hi, threadIdx.x, blockDim.x, npes, src_of, peer_dst, npes);
+        }
+        // The scalar tail: the last PE reads it from every PE's src (all PEs are in this call,
+        // and none leaves before this block's last flag).
+        if (r == rounds - 1 && b == 0 && me == npes - 1 && threadIdx.x < n - tail) {
+            const size_t i = tail + threadIdx.x;
+            typename Acc<T>::type a = to_acc<T>(peer_src[0][i]);
+            for (int p = 1; p < npes; p++) a = Op::apply(a, to_acc<T>(peer_src[p][i]));
+            const T v = from_acc<T>(a);
+            for (int p = 0; p < npes; p++) ((T *)peer_dst[p])[i] = v;
+        }
+        if (r + 1 < rounds) push(r + 1);
+        tell_all(round_tag(e, r + 1));
+    }
+    // Every owner's results of this block's chunks are in my dst.
+    wait_all(round_tag(e, rounds));
     finish_call(ctrl, e);
 }
 
@@ -556,7 +623,7 @@ __device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctr
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(512) twoshot_allreduce_##NAME##_##OPNAME(                     \
         const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {         \
-        twoshot_allreduce<T, OP>(src, dst, n, ctrl, flags, staging, slot_bytes);                                 \
+        twoshot_allreduce<T, OP>(src, dst, n, ctrl, flags);                                                      \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(512) ll_allreduce_##NAME##_##OPNAME(                          \
         const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,           \
@@ -564,8 +631,9 @@ __device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctr
         ll_allreduce<T, OP>(src, dst, n, ctrl, staging, slot_bytes, peers);                                      \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(512) bandwidth_allreduce_##NAME##_##OPNAME(                   \
-        const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {         \
-        bandwidth_allreduce<T, OP>(src, dst, n, ctrl, flags);                                                    \
+        const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,           \
+        const BandwidthPlan plan) {                                                                              \
+        bandwidth_allreduce<T, OP>(src, dst, n, ctrl, flags, staging, slot_bytes, plan);                         \
     }
 
 #define ALLREDUCE_TYPE(NAME, T)              \

@@ -39,9 +39,13 @@ pub enum AllReduceAlgo {
     LowLatency,
     /// Every PE pushes its input to every peer, then reduces locally (small messages).
     OneShot,
-    /// Reduce-scatter, then all-gather, through staging buffers (medium messages).
+    /// Reduce-scatter, then all-gather, with no staging: each PE reads its part of every
+    /// peer's input, reduces it and stores the result into every PE's output (medium
+    /// messages).
     TwoShot,
-    /// Pull-based reduce-scatter and push all-gather over all SMs, no staging (large messages).
+    /// Reduce-scatter, then all-gather, with stores only: each PE pushes every part of its
+    /// input to the part's owner through chunked staging, the owner reduces and pushes the
+    /// result to every PE, pipelined over rounds of chunks (large messages).
     Bandwidth,
 }
 
@@ -88,39 +92,39 @@ impl CollectivesConfig {
     /// Defaults measured on H200s connected by NVSwitch (see docs/).
     pub fn for_pes(n_pes: usize) -> Self {
         if n_pes <= 2 {
-            // 2 PEs: one-shot moves no more than two-shot, so it runs longer.
+            // 2 PEs: one-shot moves no more than two-shot, so it runs longer; the two-shot
+            // to 32 MiB, the store-only bandwidth path above.
             CollectivesConfig {
                 ll_max_bytes: 64 << 10,
                 oneshot_max_bytes: 1 << 20,
-                twoshot_max_bytes: 8 << 20,
+                twoshot_max_bytes: 32 << 20,
                 allgather_ll_max_bytes: 128 << 10,
                 allgather_oneshot_max_bytes: 256 << 10,
             }
         } else {
-            // 4 PEs (graph replays, bf16): low-latency wins to 128 KiB; the flag one-shot at
-            // 256 KiB; from 512 KiB the pull/push two-shot (`Bandwidth`) beat the staged
-            // two-shot at every size measured, so Auto skips the latter.
+            // 4 PEs (graph replays, bf16): low-latency wins to 128 KiB, the flag one-shot at
+            // 256 KiB, the two-shot from 512 KiB to 32 MiB, the store-only bandwidth path
+            // above (the same from 64 MiB on 2 PEs).
             CollectivesConfig {
                 ll_max_bytes: 128 << 10,
                 oneshot_max_bytes: 256 << 10,
-                twoshot_max_bytes: 256 << 10,
+                twoshot_max_bytes: 32 << 20,
                 allgather_ll_max_bytes: 128 << 10,
                 allgather_oneshot_max_bytes: 128 << 10,
             }
         }
     }
 
-    /// Bytes of one staging slot: one-shot inputs whole, low-latency inputs twice over, two-shot
-    /// inputs a part per PE.
-    fn slot_bytes(&self, n_pes: usize) -> usize {
-        let twoshot_part = self.twoshot_max_bytes.div_ceil(n_pes.max(1)) + 16;
+    /// Bytes of one staging slot (there is one per PE and epoch parity): one-shot inputs
+    /// whole, low-latency inputs twice over, and the bandwidth all-reduce's chunk ring.
+    fn slot_bytes(&self) -> usize {
         // Low-latency lines carry 8 bytes of data in 16.
         let ll = 2 * self.ll_max_bytes.max(self.allgather_ll_max_bytes) + 16;
         let slot = self
             .oneshot_max_bytes
             .max(self.allgather_oneshot_max_bytes)
-            .max(twoshot_part)
             .max(ll)
+            .max(BW_STAGING_BYTES)
             // Room for explicitly chosen algorithms up to a few MiB.
             .max(2 << 20);
         slot.div_ceil(256) * 256
@@ -128,12 +132,48 @@ impl CollectivesConfig {
 }
 
 /// Must match `kernels/collectives.cu`.
-const MAX_BLOCKS: usize = 256;
+const MAX_BLOCKS: usize = 512;
 const MAX_PES: usize = 64;
-const FLAG_SETS: usize = 3;
+const FLAG_SETS: usize = 4;
+/// The bandwidth all-reduce's chunk ring per source PE (slots x blocks x chunk) fits in this
+/// much of a staging slot.
+const BW_STAGING_BYTES: usize = 4 << 20;
+/// Threads per block of the bandwidth all-reduce; it runs up to two blocks per SM, so that
+/// one block's flag handshake overlaps another's copies.
+const BW_THREADS: u32 = 256;
+const BW_BLOCKS_PER_SM: usize = 2;
+/// Chunk slots per block and source: a block runs this many rounds ahead of an owner.
+const BW_SLOTS: usize = 2;
+/// Smallest chunk, in 16-byte vectors: below it, fewer blocks are launched.
+const BW_MIN_CHUNK_VECS: usize = 256;
+
+/// How a bandwidth all-reduce cuts its parts into chunks (`BandwidthPlan` in the kernels).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BandwidthPlan {
+    chunk_vecs: u32,
+    slots: u32,
+}
+
+/// Blocks and plan of a bandwidth all-reduce over `nvec` vectors: enough blocks for chunks of
+/// at least `BW_MIN_CHUNK_VECS`, up to `max_blocks`, and chunks that fill the ring (measured
+/// on 4 H200s: two 256-thread blocks per SM with 8 KiB chunks beat one block per SM with
+/// larger chunks by up to 15%, and three or four smaller blocks per SM).
+fn bandwidth_plan(nvec: usize, n_pes: usize, max_blocks: usize) -> (u32, BandwidthPlan) {
+    let part = nvec.div_ceil(n_pes.max(1));
+    let blocks = blocks_for(part, BW_MIN_CHUNK_VECS, max_blocks.clamp(1, MAX_BLOCKS));
+    let plan = BandwidthPlan {
+        chunk_vecs: (BW_STAGING_BYTES / 16 / (BW_SLOTS * blocks as usize)) as u32,
+        slots: BW_SLOTS as u32,
+    };
+    (blocks, plan)
+}
 const THREADS: u32 = 512;
 const UNROLL: usize = 4;
-const ONESHOT_MAX_BLOCKS: usize = 64;
+/// One-shot all-reduce grid: small blocks over many SMs spread the pushes (measured on 4
+/// H200s, 128 x 128 beat 64 x 512 by 0.3 to 1.5 us from 64 KiB to 512 KiB).
+const ONESHOT_MAX_BLOCKS: usize = 128;
+const ONESHOT_THREADS: u32 = 128;
 /// Low-latency lines hold 8 bytes of data each; smaller blocks spread them over more SMs.
 const LL_THREADS: u32 = 128;
 /// PEs whose staging addresses fit the low-latency kernels' by-value table (`Peers`).
@@ -152,12 +192,15 @@ struct Peers {
 pub struct Collectives {
     shmem: Nvshmem,
     config: CollectivesConfig,
-    /// `[epoch, done]` of this PE's calls.
+    /// The epoch of this PE's calls, one copy per block index.
     ctrl: SymmetricBuffer<u64>,
     flags: SymmetricBuffer<u64>,
     staging: SymmetricBuffer<u8>,
     slot_bytes: usize,
     sm_count: usize,
+    /// Blocks of a bandwidth all-reduce that are resident at once (its blocks wait on each
+    /// other's peers).
+    bandwidth_max_blocks: usize,
     /// Every PE's staging base as mapped here, for the low-latency kernels; `None` above
     /// `LL_MAX_PES` PEs.
     peers: Option<Peers>,
@@ -230,8 +273,9 @@ impl Collectives {
             let f = module.function(&name)?.cu_function();
             functions.insert(name, f);
         }
-        let slot_bytes = config.slot_bytes(n);
-        let ctrl = shmem.calloc::<u64>(2)?;
+        let slot_bytes = config.slot_bytes();
+        // One epoch copy per block index (see `Ctrl` in the kernels).
+        let ctrl = shmem.calloc::<u64>(MAX_BLOCKS)?;
         let flags = shmem.calloc::<u64>(FLAG_SETS * MAX_BLOCKS * n)?;
         let staging = shmem.malloc::<u8>(2 * n * slot_bytes)?;
         // Every peer must be load/store reachable (one node, NVLink or PCIe peer access).
@@ -263,6 +307,18 @@ impl Collectives {
             .context()
             .attribute(cusys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .during("cuDeviceGetAttribute")? as usize;
+        let mut per_sm = BW_BLOCKS_PER_SM;
+        for (name, &f) in &functions {
+            if name.starts_with("bandwidth_allreduce_") {
+                // SAFETY: `f` is a function of the loaded module.
+                let fit = unsafe {
+                    cu::occupancy::max_active_block_per_multiprocessor(f, BW_THREADS as i32, 0)
+                }
+                .during("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+                per_sm = per_sm.min(fit.max(1) as usize);
+            }
+        }
+        let bandwidth_max_blocks = (sm_count * per_sm).min(MAX_BLOCKS);
         // Flags and the epoch must be zero everywhere before anyone signals.
         shmem.enter()?;
         unsafe { nvshmem_sys::nvshmem_barrier_all() };
@@ -274,6 +330,7 @@ impl Collectives {
             staging,
             slot_bytes,
             sm_count,
+            bandwidth_max_blocks,
             peers,
             functions,
             _module: module,
@@ -366,35 +423,30 @@ impl Collectives {
         };
         let n_pes = self.shmem.n_pes();
         let nvec = bytes / 16;
-        let (blocks, limit) = match algo {
+        let max_blocks = self.sm_count.min(MAX_BLOCKS);
+        let (blocks, threads, limit, extra) = match algo {
             AllReduceAlgo::LowLatency => (
-                blocks_for(
-                    bytes.div_ceil(8),
-                    LL_THREADS as usize,
-                    self.sm_count.min(MAX_BLOCKS),
-                ),
+                blocks_for(bytes.div_ceil(8), LL_THREADS as usize, max_blocks),
+                LL_THREADS,
                 (self.slot_bytes - 16) / 2,
+                Extra::Peers,
             ),
             AllReduceAlgo::OneShot => (
-                blocks_for(nvec, THREADS as usize, ONESHOT_MAX_BLOCKS),
+                blocks_for(nvec, ONESHOT_THREADS as usize, ONESHOT_MAX_BLOCKS),
+                ONESHOT_THREADS,
                 self.slot_bytes,
+                Extra::None,
             ),
             AllReduceAlgo::TwoShot => (
-                blocks_for(
-                    nvec.div_ceil(n_pes),
-                    THREADS as usize,
-                    self.sm_count.min(MAX_BLOCKS),
-                ),
-                (self.slot_bytes - 16) * n_pes,
-            ),
-            _ => (
-                blocks_for(
-                    nvec.div_ceil(n_pes),
-                    THREADS as usize * UNROLL,
-                    self.sm_count.min(MAX_BLOCKS),
-                ),
+                blocks_for(nvec.div_ceil(n_pes), THREADS as usize * UNROLL, max_blocks),
+                THREADS,
                 usize::MAX,
+                Extra::None,
             ),
+            _ => {
+                let (blocks, plan) = bandwidth_plan(nvec, n_pes, self.bandwidth_max_blocks);
+                (blocks, BW_THREADS, usize::MAX, Extra::Plan(plan))
+            }
         };
         if bytes > limit {
             return Err(Error::InvalidArgument(format!(
@@ -403,13 +455,10 @@ impl Collectives {
             )));
         }
         let name = format!("{}_allreduce_{ty}_{opn}", algo.kernel_prefix());
-        let threads = match algo {
-            AllReduceAlgo::LowLatency => LL_THREADS,
-            _ => THREADS,
-        };
         self.launch(
             &name,
             (blocks, threads),
+            extra,
             src.as_ptr() as u64,
             dst.as_ptr() as u64,
             src.len(),
@@ -450,7 +499,7 @@ impl Collectives {
             a => a,
         };
         let nvec = bytes.div_ceil(16);
-        let (name, grid) = match algo {
+        let (name, grid, extra) = match algo {
             AllGatherAlgo::LowLatency => {
                 let limit = (self.slot_bytes - 16) / 2;
                 if bytes > limit {
@@ -460,7 +509,7 @@ impl Collectives {
                 }
                 let lines = bytes.div_ceil(8);
                 let blocks = blocks_for(lines, LL_THREADS as usize, self.sm_count.min(MAX_BLOCKS));
-                ("ll_allgather_bytes", (blocks, LL_THREADS))
+                ("ll_allgather_bytes", (blocks, LL_THREADS), Extra::Peers)
             }
             AllGatherAlgo::OneShot => {
                 if bytes > self.slot_bytes {
@@ -472,9 +521,10 @@ impl Collectives {
                 (
                     "oneshot_allgather_bytes",
                     (
-                        blocks_for(nvec, THREADS as usize, ONESHOT_MAX_BLOCKS),
-                        THREADS,
+                        blocks_for(nvec, ONESHOT_THREADS as usize, ONESHOT_MAX_BLOCKS),
+                        ONESHOT_THREADS,
                     ),
+                    Extra::None,
                 )
             }
             _ => (
@@ -487,11 +537,13 @@ impl Collectives {
                     ),
                     THREADS,
                 ),
+                Extra::None,
             ),
         };
         self.launch(
             name,
             grid,
+            extra,
             src.as_ptr() as u64,
             dst.as_ptr() as u64,
             bytes,
@@ -499,11 +551,14 @@ impl Collectives {
         )
     }
 
-    /// Launch `name` with `grid = (blocks, threads per block)`.
+    /// Launch `name` with `grid = (blocks, threads per block)`: the common parameters, then
+    /// the algorithm's `extra` one.
+    #[allow(clippy::too_many_arguments)]
     fn launch(
         &self,
         name: &str,
         grid: (u32, u32),
+        extra: Extra,
         src: u64,
         dst: u64,
         n: usize,
@@ -517,17 +572,26 @@ impl Collectives {
         let mut staging = self.staging.as_ptr() as u64;
         let mut slot = self.slot_bytes;
         let (mut src, mut dst, mut n) = (src, dst, n);
-        let low_latency = name.starts_with("ll_");
-        if low_latency && self.peers.is_none() {
-            return Err(Error::InvalidArgument(format!(
-                "the low-latency algorithms support up to {LL_MAX_PES} PEs"
-            )));
-        }
-        let mut peers = self.peers.unwrap_or(Peers {
-            slot: [0; LL_MAX_PES],
-            me: 0,
-            npes: 0,
-        });
+        let mut peers = match (extra, self.peers) {
+            (Extra::Peers, None) => {
+                return Err(Error::InvalidArgument(format!(
+                    "the low-latency algorithms support up to {LL_MAX_PES} PEs"
+                )))
+            }
+            (_, Some(p)) => p,
+            (_, None) => Peers {
+                slot: [0; LL_MAX_PES],
+                me: 0,
+                npes: 0,
+            },
+        };
+        let mut plan = match extra {
+            Extra::Plan(p) => p,
+            _ => BandwidthPlan {
+                chunk_vecs: 0,
+                slots: 0,
+            },
+        };
         let mut params: [*mut c_void; 8] = [
             &mut src as *mut u64 as *mut c_void,
             &mut dst as *mut u64 as *mut c_void,
@@ -536,10 +600,12 @@ impl Collectives {
             &mut flags as *mut u64 as *mut c_void,
             &mut staging as *mut u64 as *mut c_void,
             &mut slot as *mut usize as *mut c_void,
-            // Only the low-latency kernels take the table; the others ignore the extra slot.
-            std::ptr::addr_of_mut!(peers) as *mut c_void,
+            match extra {
+                Extra::Plan(_) => std::ptr::addr_of_mut!(plan) as *mut c_void,
+                _ => std::ptr::addr_of_mut!(peers) as *mut c_void,
+            },
         ];
-        let n_params = if low_latency { 8 } else { 7 };
+        let n_params = if extra == Extra::None { 7 } else { 8 };
         self.shmem.enter()?;
         // Blocks of a call wait on each other's peers: they must all be resident. At most
         // one block per SM is asked for, and a 512-thread block always fits.
@@ -558,6 +624,16 @@ impl Collectives {
     }
 }
 
+/// The parameter after the common ones, by algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Extra {
+    None,
+    /// The low-latency kernels' staging table.
+    Peers,
+    /// The bandwidth all-reduce's chunking.
+    Plan(BandwidthPlan),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -570,12 +646,32 @@ mod tests {
                 c.ll_max_bytes <= c.oneshot_max_bytes && c.oneshot_max_bytes <= c.twoshot_max_bytes
             );
             assert!(c.allgather_ll_max_bytes <= c.allgather_oneshot_max_bytes);
-            // A slot holds a one-shot input, a low-latency input twice over, a two-shot part.
-            let slot = c.slot_bytes(n);
+            // A slot holds a one-shot input, a low-latency input twice over, the chunk ring.
+            let slot = c.slot_bytes();
             assert!(slot >= c.oneshot_max_bytes && slot >= 2 * c.ll_max_bytes);
-            assert!(slot >= c.twoshot_max_bytes / n + 16);
+            assert!(slot >= BW_STAGING_BYTES);
             assert_eq!(slot % 256, 0);
         }
+    }
+
+    #[test]
+    fn bandwidth_rings_fit_the_staging_slot() {
+        for n_pes in [1, 2, 4, 8] {
+            for nvec in [0, 1, 255, 4096, 1 << 20, 1 << 24] {
+                for max_blocks in [1, 64, 132, 256] {
+                    let (blocks, plan) = bandwidth_plan(nvec, n_pes, max_blocks);
+                    let blocks = blocks as usize;
+                    assert!(blocks >= 1 && blocks <= max_blocks.min(MAX_BLOCKS));
+                    assert!(plan.slots >= 1 && plan.chunk_vecs >= 1);
+                    let ring = plan.slots as usize * blocks * plan.chunk_vecs as usize * 16;
+                    assert!(ring <= BW_STAGING_BYTES, "{nvec} {n_pes} {max_blocks}");
+                }
+            }
+        }
+        // Small parts use few blocks, large ones all of them.
+        assert_eq!(bandwidth_plan(4096, 4, 132).0, 4);
+        let (blocks, plan) = bandwidth_plan(1 << 24, 4, 264);
+        assert_eq!((blocks, plan.chunk_vecs, plan.slots), (264, 496, 2));
     }
 
     #[test]
