@@ -79,17 +79,19 @@ __device__ void put_latency(void *dst, const void *src, size_t bytes, int peer, 
     if (threadIdx.x == 0) *elapsed = now_ns() - t0;
 }
 
-// Blocking get, repeated: returns once the data is in local memory.
+// Blocking get, repeated: returns once the data is in local memory. Repetition i of the
+// launch reads slot (first + i) % nslots of the peer's source region, so no repetition finds
+// the bytes of an earlier one in this GPU's caches.
 template <int S>
-__device__ void get_latency(void *dst, const void *src, size_t bytes, int peer, int warmup, int iters,
-                            unsigned long long *elapsed) {
+__device__ void get_latency(void *dst, const char *src, size_t slot_bytes, size_t nslots, size_t first,
+                            size_t bytes, int peer, int warmup, int iters, unsigned long long *elapsed) {
     unsigned long long t0 = 0;
     for (int i = 0; i < warmup + iters; ++i) {
         if (i == warmup) {
             scope_sync<S>();
             t0 = now_ns();
         }
-        get_scoped<S>(dst, src, bytes, peer);
+        get_scoped<S>(dst, src + ((first + i) % nslots) * slot_bytes, bytes, peer);
         scope_sync<S>();
     }
     if (threadIdx.x == 0) *elapsed = now_ns() - t0;
@@ -178,10 +180,10 @@ extern "C" __global__ void bench_g_latency(const uint32_t *src, int peer, int wa
                                                         unsigned long long *elapsed) {                 \
         put_latency<SCOPE>(dst, src, bytes, peer, warmup, iters, elapsed);                             \
     }                                                                                                  \
-    extern "C" __global__ void bench_get_latency_##NAME(void *dst, const void *src, size_t bytes,      \
-                                                        int peer, int warmup, int iters,               \
-                                                        unsigned long long *elapsed) {                 \
-        get_latency<SCOPE>(dst, src, bytes, peer, warmup, iters, elapsed);                             \
+    extern "C" __global__ void bench_get_latency_##NAME(                                               \
+        void *dst, const char *src, size_t slot_bytes, size_t nslots, size_t first, size_t bytes,      \
+        int peer, int warmup, int iters, unsigned long long *elapsed) {                                \
+        get_latency<SCOPE>(dst, src, slot_bytes, nslots, first, bytes, peer, warmup, iters, elapsed);  \
     }                                                                                                  \
     extern "C" __global__ void bench_put_signal_pingpong_##NAME(                                       \
         void *dst, const void *src, size_t bytes, uint64_t *sig, int peer, int initiator, int warmup,  \
@@ -195,28 +197,53 @@ BENCH_LATENCY_KERNELS(block, BLOCK)
 
 // ---- bandwidth: the message split over the grid's blocks --------------------------------------
 
-// Every block puts its piece `iters` times (non-blocking), then waits for completion.
-extern "C" __global__ void bench_put_bw(void *dst, const void *src, size_t bytes, int peer, int iters) {
+// Every block puts its piece into slot (first + i) % nslots of the peer's destination region
+// for i < iters (non-blocking), then waits for completion. Writing fresh lines each time keeps
+// the caches from merging repetitions, so every one crosses the link.
+extern "C" __global__ void bench_put_bw(char *dst, const char *src, size_t slot_bytes, size_t nslots, size_t first,
+                                        size_t bytes, int peer, int iters) {
     size_t offset, len;
     block_piece(bytes, offset, len);
     if (len > 0) {
         for (int i = 0; i < iters; ++i) {
-            nvshmemx_putmem_nbi_block((char *)dst + offset, (const char *)src + offset, len, peer);
+            char *to = dst + ((first + i) % nslots) * slot_bytes;
+            nvshmemx_putmem_nbi_block(to + offset, src + offset, len, peer);
         }
     }
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_quiet();
 }
 
-// Every block gets its piece `iters` times (non-blocking), then waits for completion.
-extern "C" __global__ void bench_get_bw(void *dst, const void *src, size_t bytes, int peer, int iters) {
+// Every block gets its piece of slot (first + i) % nslots of the peer's source region for
+// i < iters (non-blocking, fresh lines each time, as in get_latency), then waits for
+// completion. Over NVLink a block's gets are its own threads' loads and stores, so the last
+// repetition's bytes are what `dst` holds at the end.
+extern "C" __global__ void bench_get_bw(char *dst, const char *src, size_t slot_bytes, size_t nslots, size_t first,
+                                        size_t bytes, int peer, int iters) {
     size_t offset, len;
     block_piece(bytes, offset, len);
     if (len > 0) {
         for (int i = 0; i < iters; ++i) {
-            nvshmemx_getmem_nbi_block((char *)dst + offset, (const char *)src + offset, len, peer);
+            const char *from = src + ((first + i) % nslots) * slot_bytes;
+            nvshmemx_getmem_nbi_block(dst + offset, from + offset, len, peer);
         }
     }
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_quiet();
+}
+
+// ---- test data ---------------------------------------------------------------------------------
+
+// dst[i] = mix(base + i): the benchmark's counter-based random words (data.rs, `mix`), made
+// on the GPU so that large source regions are refreshed for every case at no host cost.
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+extern "C" __global__ void bench_fill_random(uint64_t *dst, size_t words, uint64_t base) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = mix64(base + i);
 }

@@ -161,7 +161,15 @@ pub fn allgather_case<T: BenchElem>(
 
 /// `len` random bytes of PE `pe` in case `key`.
 pub fn bytes(key: u64, pe: usize, len: usize) -> Vec<u8> {
-    let base = pe_base(key, pe);
+    bytes_at(key, pe, 0, len)
+}
+
+/// `len` bytes of [`bytes`]'s stream starting at byte `offset` (a multiple of 8), i.e.
+/// `bytes(key, pe, offset + len)[offset..]` without the prefix; what `bench_fill_random`
+/// writes on the GPU.
+pub fn bytes_at(key: u64, pe: usize, offset: usize, len: usize) -> Vec<u8> {
+    assert_eq!(offset % 8, 0, "bytes_at offsets are whole words");
+    let base = pe_base(key, pe).wrapping_add((offset / 8) as u64);
     let mut out = vec![0u8; len];
     for (i, chunk) in out.chunks_mut(8).enumerate() {
         let w = mix(base.wrapping_add(i as u64)).to_le_bytes();

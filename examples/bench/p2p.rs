@@ -85,6 +85,46 @@ pub fn g_expected(values: &[u32], total: usize) -> u64 {
     sum
 }
 
+/// The region that get tests read from and put-bandwidth tests write to, cycling, larger than
+/// any GPU's L2 cache.
+const REGION: usize = 128 << 20;
+
+/// Where the repetitions of a test land: repetition `rep` (counted over the whole test) uses
+/// slot `rep % nslots` of the remote region, so no repetition finds an earlier one's bytes in
+/// a cache (a get) or merges with them there (a put), and each moves its bytes over the link
+/// (`first`/`nslots` in bench_p2p.cu).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slots {
+    pub slot_bytes: usize,
+    pub nslots: usize,
+}
+
+impl Slots {
+    /// Slots of `bytes` (rounded up to 256) in a region of `region` bytes.
+    pub fn new(bytes: usize, region: usize) -> Self {
+        let slot_bytes = bytes.max(1).div_ceil(256) * 256;
+        Slots {
+            slot_bytes,
+            nslots: (region / slot_bytes).max(1),
+        }
+    }
+
+    /// Bytes of the region that `total` repetitions use.
+    pub fn used_bytes(&self, total: usize) -> usize {
+        self.nslots.min(total.max(1)) * self.slot_bytes
+    }
+
+    /// Byte offset of the slot that repetition `rep` uses.
+    pub fn offset(&self, rep: usize) -> usize {
+        (rep % self.nslots) * self.slot_bytes
+    }
+}
+
+/// The source and destination buffers' length: the largest message, and at least the region.
+pub fn region_len(max_bytes: usize) -> usize {
+    max_bytes.max(REGION).div_ceil(256) * 256
+}
+
 /// In-kernel warm-up repetitions for `inner` timed ones.
 pub fn inner_warmup(inner: usize) -> usize {
     (inner / 10).max(1)
@@ -144,8 +184,8 @@ pub fn run(
         progress,
         me: shmem.my_pe(),
         peer: cfg.peer,
-        src: Guard::new(shmem.malloc::<u8>(max_bytes)?),
-        dst: Guard::new(shmem.calloc::<u8>(max_bytes)?),
+        src: Guard::new(shmem.malloc::<u8>(region_len(max_bytes))?),
+        dst: Guard::new(shmem.calloc::<u8>(region_len(max_bytes))?),
         sig: Guard::new(shmem.calloc::<u64>(8)?),
         times: Guard::new(shmem.calloc::<u64>(cfg.warmup + cfg.iters + 1)?),
         words: Guard::new(shmem.calloc::<u32>(2 * P_SLOTS)?),
@@ -288,21 +328,72 @@ impl P2p<'_> {
 
     /// Fresh random source bytes on every PE and a zeroed destination, then a barrier.
     fn prepare(&self, key: u64, bytes: usize) -> Result<()> {
+        self.prepare_put(key, bytes, bytes)
+    }
+
+    /// As [`P2p::prepare`], with the first `zero` bytes of the destination zeroed (the slots
+    /// a put-bandwidth test writes).
+    fn prepare_put(&self, key: u64, bytes: usize, zero: usize) -> Result<()> {
         self.src
             .view(0..bytes)
             .copy_from_host(&data::bytes(key, self.me, bytes))?;
+        self.zero_dst_and_sync(zero)
+    }
+
+    /// For a get test: fresh random words over the first `used` bytes of every PE's source
+    /// region (made on the GPU, `data::bytes_at` on the host), a zeroed destination, a barrier.
+    fn prepare_get(&self, key: u64, bytes: usize, used: usize) -> Result<()> {
+        self.bind()?;
+        let f = self.function("bench_fill_random")?;
+        let words = used / 8;
+        let mut args = KernelArgs::new();
+        args.value(self.src.device_ptr())
+            .value(words)
+            .value(data::pe_base(key, self.me));
+        let cfg = LaunchConfig {
+            grid_dim: (words.div_ceil(256).clamp(1, 1024) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches bench_fill_random(uint64_t*, size_t, uint64_t); `used` <= the source
+        // buffer's length (Slots never exceeds the region).
+        unsafe { f.launch(cfg, self.stream, &mut args)? };
+        self.zero_dst_and_sync(bytes)
+    }
+
+    /// Zero the first `len` bytes of the destination, wait for the stream, then for every PE.
+    fn zero_dst_and_sync(&self, len: usize) -> Result<()> {
         self.bind()?;
         unsafe {
             cudarc::driver::result::memset_d8_async(
                 self.dst.device_ptr(),
                 0,
-                bytes,
+                len,
                 self.stream.cu_stream(),
             )
         }
         .cuda("cuMemsetD8Async")?;
         self.stream.synchronize().cuda("cuStreamSynchronize")?;
         self.coord.barrier()
+    }
+
+    /// Compare the last repetition's bytes with `from`'s source: for a get, `dst[..bytes]`
+    /// against `from`'s region at `offset`; for a put, `dst[offset..]` against its message.
+    fn check_slot(
+        &self,
+        key: u64,
+        from: usize,
+        get: bool,
+        offset: usize,
+        bytes: usize,
+    ) -> Result<Mismatch> {
+        let (at, want) = if get {
+            (0, data::bytes_at(key, from, offset, bytes))
+        } else {
+            (offset, data::bytes(key, from, bytes))
+        };
+        let got = self.dst.view(at..at + bytes).to_vec()?;
+        Ok(data::compare_plain(&got, &want))
     }
 
     /// Wait for this PE's stream, then for every PE.
@@ -494,7 +585,14 @@ impl P2p<'_> {
             self.cfg.seed,
             &[K_RMA, get as u64, scope as u64, bytes as u64],
         );
-        self.prepare(key, bytes)?;
+        let per_launch = inner_warmup(inner) + inner;
+        let total = (warm + launches) * per_launch;
+        let slots = Slots::new(bytes, self.src.len());
+        if get {
+            self.prepare_get(key, bytes, slots.used_bytes(total))?;
+        } else {
+            self.prepare(key, bytes)?;
+        }
         if self.is_initiator() {
             let name = format!(
                 "bench_{}_latency_{}",
@@ -505,23 +603,33 @@ impl P2p<'_> {
             let cfg = Self::one_block(scope.threads(self.cfg.block_threads));
             for s in 0..warm + launches {
                 let mut args = KernelArgs::new();
-                // put: dst on the peer <- local src; get: local dst <- src on the peer.
+                // put: dst on the peer <- local src; get: local dst <- slots of src on the peer.
                 args.value(self.dst.device_ptr())
-                    .value(self.src.device_ptr())
-                    .value(bytes)
+                    .value(self.src.device_ptr());
+                if get {
+                    args.value(slots.slot_bytes)
+                        .value(slots.nslots)
+                        .value(s * per_launch);
+                }
+                args.value(bytes)
                     .value(self.peer as i32)
                     .value(inner_warmup(inner) as i32)
                     .value(inner as i32)
                     .value(self.times_ptr(s));
-                // SAFETY: matches bench_{put,get}_latency_*(void*, const void*, size_t, int, int,
-                // int, u64*); both buffers hold at least `bytes` bytes on every PE.
+                // SAFETY: matches bench_put_latency_*(void*, const void*, size_t, int, int, int,
+                // u64*) and bench_get_latency_*(void*, const char*, size_t, size_t, size_t,
+                // size_t, int, int, int, u64*); both buffers hold at least `bytes` bytes on
+                // every PE and the slots lie within the source buffer.
                 unsafe { f.launch(cfg, self.stream, &mut args)? };
             }
         }
         self.finish()?;
         let local = match (get, self.is_initiator(), self.is_target()) {
             (false, _, true) => self.check_dst(key, 0, bytes)?,
-            (true, true, _) => self.check_dst(key, self.peer, bytes)?,
+            // The last repetition's slot.
+            (true, true, _) => {
+                self.check_slot(key, self.peer, true, slots.offset(total - 1), bytes)?
+            }
             _ => Mismatch::default(),
         };
         let check = self.agree(local)?;
@@ -627,7 +735,13 @@ impl P2p<'_> {
             self.cfg.seed,
             &[K_BW, get as u64, bidir as u64, ctas as u64, bytes as u64],
         );
-        self.prepare(key, bytes)?;
+        let total = (warm + launches) * reps;
+        let slots = Slots::new(bytes, self.src.len().min(self.dst.len()));
+        if get {
+            self.prepare_get(key, bytes, slots.used_bytes(total))?;
+        } else {
+            self.prepare_put(key, bytes, slots.used_bytes(total))?;
+        }
         let active = self.is_initiator() || (bidir && self.is_target());
         let f = if active {
             Some(self.function(if get { "bench_get_bw" } else { "bench_put_bw" })?)
@@ -639,12 +753,6 @@ impl P2p<'_> {
             block_dim: (self.cfg.block_threads, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut args = KernelArgs::new();
-        args.value(self.dst.device_ptr())
-            .value(self.src.device_ptr())
-            .value(bytes)
-            .value(self.other() as i32)
-            .value(reps as i32);
         let raw = self.raw_stream();
         let samples = timer.time_each(
             self.stream,
@@ -658,10 +766,19 @@ impl P2p<'_> {
                 }
                 Ok(())
             },
-            |_| match &f {
-                // SAFETY: matches bench_{put,get}_bw(void*, const void*, size_t, int, int); both
-                // buffers hold at least `bytes` bytes on every PE.
+            |launch| match &f {
                 Some(f) => {
+                    let mut args = KernelArgs::new();
+                    args.value(self.dst.device_ptr())
+                        .value(self.src.device_ptr())
+                        .value(slots.slot_bytes)
+                        .value(slots.nslots)
+                        .value(launch * reps)
+                        .value(bytes)
+                        .value(self.other() as i32)
+                        .value(reps as i32);
+                    // SAFETY: matches bench_{put,get}_bw(char*, const char*, size_t, size_t,
+                    // size_t, size_t, int, int); the slots lie within both buffers on every PE.
                     unsafe { f.launch(cfg, self.stream, &mut args)? };
                     Ok(())
                 }
@@ -669,14 +786,15 @@ impl P2p<'_> {
             },
         )?;
         self.finish()?;
-        // put: the target receives PE 0's bytes (and PE 0 the target's when both ways);
-        // get: PE 0 fetches the target's bytes (and the target PE 0's when both ways).
+        // put: the target receives PE 0's bytes (and PE 0 the target's when both ways) in the
+        // last repetition's slot; get: PE 0 fetches the target's bytes (and the target PE
+        // 0's when both ways) from the last repetition's slot.
         let receives = match get {
             false => self.is_target() || (bidir && self.is_initiator()),
             true => self.is_initiator() || (bidir && self.is_target()),
         };
         let local = if receives {
-            self.check_dst(key, self.other(), bytes)?
+            self.check_slot(key, self.other(), get, slots.offset(total - 1), bytes)?
         } else {
             Mismatch::default()
         };
@@ -926,6 +1044,38 @@ mod tests {
             + (G_STEP * G_STRIDE + 1) as u64
             + ((2 * G_STEP % G_SLOTS) * G_STRIDE) as u64;
         assert_eq!(g_expected(&magic, 3), shifted);
+    }
+
+    #[test]
+    fn get_slots_stay_in_the_region_and_do_not_repeat_within_it() {
+        // Small messages: 256-byte slots, every repetition of a test a new slot.
+        let small = Slots::new(8, REGION);
+        assert_eq!(small.slot_bytes, 256);
+        assert_eq!(small.nslots, REGION / 256);
+        assert_eq!(small.used_bytes(6600), 6600 * 256);
+        let offsets: std::collections::HashSet<usize> =
+            (0..6600).map(|r| small.offset(r)).collect();
+        assert_eq!(offsets.len(), 6600);
+        // Large messages wrap around a region larger than any L2, never past its end.
+        let region = region_len(REGION);
+        let big = Slots::new(40 << 20, region);
+        assert_eq!((big.slot_bytes, big.nslots), (40 << 20, 3));
+        assert_eq!(big.used_bytes(1000), 120 << 20);
+        assert_eq!(big.offset(4), 40 << 20);
+        assert!((0..1000).all(|r| big.offset(r) + (40 << 20) <= region));
+        // A message as large as the buffer: one slot, rounded sizes still fit.
+        let len = region_len((256 << 20) + 3);
+        let whole = Slots::new((256 << 20) + 3, len);
+        assert_eq!(whole.nslots, 1);
+        assert!(whole.used_bytes(10) <= len);
+    }
+
+    #[test]
+    fn fill_stream_offsets_match_the_whole_stream() {
+        let k = data::key(9, &[1]);
+        let whole = data::bytes(k, 3, 4096);
+        assert_eq!(data::bytes_at(k, 3, 256, 100), whole[256..356].to_vec());
+        assert_eq!(data::bytes_at(k, 3, 0, 13), whole[..13].to_vec());
     }
 
     #[test]
