@@ -56,10 +56,15 @@ POINT-TO-POINT (--tests p2p, or a subset), PE 0 and --peer (default PE 1); other
   sendrecv     only the NCCL send/recv comparisons above
   Latency tests use the sizes up to --lat-max-bytes, bandwidth tests all sizes. Bandwidth in GB/s = 10^9 bytes/s, as the
   NVSHMEM perftests. Check: the destination must hold the sender's random bytes afterwards.
+  No repetition reuses bytes a cache could serve: every get reads, and every put-bandwidth
+  repetition writes, its own slot of a 128 MiB region (the last one's is checked); g follows
+  dependent reads over 8 MiB of distinct lines.
 
 ITERATIONS
   Unless --fixed-iters: iterations and warm-ups are halved above 4 MiB and divided by five
   above 32 MiB; in-kernel repetitions of latency kernels shrink with size above 64 KiB.
+  A collective case whose first operation shows it would take more than --case-budget
+  seconds runs fewer iterations (and smaller graphs), never below 1 warm-up and 3 samples.
 
 OUTPUT (PE 0)
   stdout: environment header (GPUs, driver, CUDA, NVSHMEM and NCCL versions, peer access
@@ -254,6 +259,12 @@ pub struct Args {
     #[arg(long)]
     pub fixed_iters: bool,
 
+    /// Seconds a collective case may take: slower ones (NVSHMEM's large on-stream collectives
+    /// take hundreds of ms per operation) run fewer iterations, and smaller graphs, down to
+    /// 1 warm-up and 3 timed samples (0: no limit)
+    #[arg(long, default_value_t = 2.0)]
+    pub case_budget: f64,
+
     /// Short run: fewer sizes (8 B to 16 MiB, factor 8), iterations and CTA counts
     #[arg(long)]
     pub quick: bool,
@@ -349,6 +360,8 @@ pub struct Config {
     pub block_threads: u32,
     pub peer: usize,
     pub fixed_iters: bool,
+    /// Seconds a collective case may take (0: no limit).
+    pub case_budget_s: f64,
     pub quick: bool,
     pub out: PathBuf,
     pub plots: bool,
@@ -397,6 +410,9 @@ impl Config {
         if iters == 0 || graph_ops == 0 || inner == 0 {
             return Err("--iters, --graph-ops and --inner must be at least 1".into());
         }
+        if !(a.case_budget >= 0.0 && a.case_budget.is_finite()) {
+            return Err("--case-budget: seconds must be 0 (no limit) or more".into());
+        }
         if ctas.contains(&0) || ctas.iter().any(|&c| c > 65535) {
             return Err("--ctas: CTA counts must be between 1 and 65535".into());
         }
@@ -433,6 +449,7 @@ impl Config {
             block_threads: a.block_threads,
             peer: a.peer,
             fixed_iters: a.fixed_iters,
+            case_budget_s: a.case_budget,
             quick: q,
             out: a.out,
             plots: !a.no_plots,
@@ -469,6 +486,38 @@ impl Config {
             (self.warmup / div).max(1)
         };
         (warm, (self.iters / div).max(self.iters.min(3)))
+    }
+
+    /// (warm-up operations, timed samples, operations per graph) of a collective case of
+    /// `bytes` whose first operation took `op_us`: [`Config::iters_for`] and `--graph-ops`,
+    /// cut so that the whole case fits `--case-budget`, keeping at least 1 warm-up and 3
+    /// timed samples. `graph` counts a sample as one replay of the graph.
+    pub fn budgeted(&self, bytes: usize, op_us: f64, graph: bool) -> (usize, usize, usize) {
+        let (warm, iters) = self.iters_for(bytes);
+        let ops = if graph { self.graph_ops } else { 1 };
+        if self.case_budget_s <= 0.0 || op_us.is_nan() || op_us <= 0.0 {
+            return (warm, iters, ops);
+        }
+        let allowed = (self.case_budget_s * 1e6 / op_us).floor().max(0.0) as usize;
+        // Warm-up operations count whole graphs in graph mode (see coll.rs).
+        let cost = |warm: usize, iters: usize, ops: usize| {
+            (if graph {
+                warm.div_ceil(ops).max(1) * ops
+            } else {
+                warm
+            }) + iters * ops
+        };
+        if cost(warm, iters, ops) <= allowed {
+            return (warm, iters, ops);
+        }
+        let ops = if graph {
+            (allowed / 4).clamp(1, self.graph_ops)
+        } else {
+            1
+        };
+        let warm = warm.min(if graph { ops } else { 1 }).max(1);
+        let iters = (allowed.saturating_sub(cost(warm, 0, ops)) / ops).clamp(3, iters.max(3));
+        (warm, iters, ops)
     }
 
     /// Repetitions inside one launch of a device latency kernel for a message of `bytes`.
@@ -636,6 +685,25 @@ mod tests {
         assert_eq!(c.out, PathBuf::from("bench-results"));
         assert!(c.needs_nccl() && c.plots);
         assert_eq!(c.watchdog_s, 600);
+        assert_eq!(c.case_budget_s, 2.0);
+    }
+
+    #[test]
+    fn slow_cases_are_cut_to_the_budget() {
+        let c = parse(&[]).unwrap();
+        // Fast operations keep the configured counts.
+        assert_eq!(c.budgeted(4096, 10.0, true), (10, 50, 10));
+        assert_eq!(c.budgeted(4096, 10.0, false), (10, 50, 1));
+        // 381 ms per operation, 2 s budget: 5 operations in all, graphs of one.
+        assert_eq!(c.budgeted(256 << 20, 381_000.0, true), (1, 4, 1));
+        assert_eq!(c.budgeted(256 << 20, 381_000.0, false), (1, 4, 1));
+        // 20 ms at 64 MiB: 100 operations; (2, 10) x 10-op graphs would be 110.
+        assert_eq!(c.budgeted(64 << 20, 20_000.0, true), (2, 9, 10));
+        // Never below 3 timed samples; no budget, no cut.
+        assert_eq!(c.budgeted(256 << 20, 5e6, true), (1, 3, 1));
+        let unlimited = parse(&["--case-budget", "0"]).unwrap();
+        assert_eq!(unlimited.budgeted(256 << 20, 5e6, true), (2, 10, 10));
+        assert!(parse(&["--case-budget", "-1"]).is_err());
     }
 
     #[test]
