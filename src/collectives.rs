@@ -157,8 +157,8 @@ struct BandwidthPlan {
 
 /// Blocks and plan of a bandwidth all-reduce over `nvec` vectors: enough blocks for chunks of
 /// at least `BW_MIN_CHUNK_VECS`, up to `max_blocks`, and chunks that fill the ring (measured
-/// on 4 H200s: two 256-thread blocks per SM with 8 KiB chunks beat one block per SM with
-/// larger chunks by up to 15%, and three or four smaller blocks per SM).
+/// on 4 H200s at 256 MiB: two 256-thread blocks per SM with 8 KiB chunks beat one 512-thread
+/// block per SM with 16 to 64 KiB chunks by 2 to 16%, and three or four blocks per SM).
 fn bandwidth_plan(nvec: usize, n_pes: usize, max_blocks: usize) -> (u32, BandwidthPlan) {
     let part = nvec.div_ceil(n_pes.max(1));
     let blocks = blocks_for(part, BW_MIN_CHUNK_VECS, max_blocks.clamp(1, MAX_BLOCKS));
@@ -171,7 +171,7 @@ fn bandwidth_plan(nvec: usize, n_pes: usize, max_blocks: usize) -> (u32, Bandwid
 const THREADS: u32 = 512;
 const UNROLL: usize = 4;
 /// One-shot all-reduce grid: small blocks over many SMs spread the pushes (measured on 4
-/// H200s, 128 x 128 beat 64 x 512 by 0.3 to 1.5 us from 64 KiB to 512 KiB).
+/// H200s, 128 x 128 beat 64 x 512 by 0.4 to 1.5 us from 64 KiB to 512 KiB).
 const ONESHOT_MAX_BLOCKS: usize = 128;
 const ONESHOT_THREADS: u32 = 128;
 /// Low-latency lines hold 8 bytes of data each; smaller blocks spread them over more SMs.
@@ -608,7 +608,8 @@ impl Collectives {
         let n_params = if extra == Extra::None { 7 } else { 8 };
         self.shmem.enter()?;
         // Blocks of a call wait on each other's peers: they must all be resident. At most
-        // one block per SM is asked for, and a 512-thread block always fits.
+        // one block per SM is asked for (a 512-thread block always fits), except by the
+        // bandwidth all-reduce, whose limit comes from the occupancy the driver reports.
         debug_assert!(grid.0 as usize <= MAX_BLOCKS);
         unsafe {
             cu::launch_kernel(
