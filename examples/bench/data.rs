@@ -206,43 +206,43 @@ impl Mismatch {
 
 /// Compare element by element, by bits.
 pub fn compare_elems<T: BenchElem>(got: &[T], expected: &[T]) -> Mismatch {
-    let mut m = Mismatch::default();
-    if got.len() != expected.len() {
-        m.count = got.len().abs_diff(expected.len()).max(1) as u64;
-        m.first = Some((
-            got.len().min(expected.len()),
-            format!("{} elements", got.len()),
-            format!("{} elements", expected.len()),
-        ));
-        return m;
-    }
-    for (i, (g, e)) in got.iter().zip(expected).enumerate() {
-        if g.bits() != e.bits() {
-            if m.first.is_none() {
-                m.first = Some((i, format!("{}", g.to_f64()), format!("{}", e.to_f64())));
-            }
-            m.count += 1;
-        }
-    }
-    m
+    compare_with(
+        got,
+        expected,
+        "elements",
+        |g, e| g.bits() == e.bits(),
+        |v| format!("{}", v.to_f64()),
+    )
 }
 
 /// Compare plain values (bytes, words).
 pub fn compare_plain<T: PartialEq + std::fmt::Debug>(got: &[T], expected: &[T]) -> Mismatch {
+    compare_with(got, expected, "values", |g, e| g == e, |v| format!("{v:?}"))
+}
+
+/// Count the positions where `same` fails and describe the first with `show`; a length
+/// difference counts as at least one mismatch (`unit` names what the lengths count).
+fn compare_with<T>(
+    got: &[T],
+    expected: &[T],
+    unit: &str,
+    same: impl Fn(&T, &T) -> bool,
+    show: impl Fn(&T) -> String,
+) -> Mismatch {
     let mut m = Mismatch::default();
     if got.len() != expected.len() {
         m.count = got.len().abs_diff(expected.len()).max(1) as u64;
         m.first = Some((
             got.len().min(expected.len()),
-            format!("{} values", got.len()),
-            format!("{} values", expected.len()),
+            format!("{} {unit}", got.len()),
+            format!("{} {unit}", expected.len()),
         ));
         return m;
     }
     for (i, (g, e)) in got.iter().zip(expected).enumerate() {
-        if g != e {
+        if !same(g, e) {
             if m.first.is_none() {
-                m.first = Some((i, format!("{g:?}"), format!("{e:?}")));
+                m.first = Some((i, show(g), show(e)));
             }
             m.count += 1;
         }
