@@ -477,6 +477,29 @@ fn main() {
     c.check("all_gather Auto n=8M bf16", |s, seed| {
         all_gather_case::<bf16>(s, &coll, seed, AllGatherAlgo::Auto, 8 << 20)
     });
+    // Low-latency readers take a line whose tag matches the call: a new workspace must not
+    // hold lines of an earlier one (the heap hands the freed space back out).
+    c.check(
+        "new Collectives after a dropped one: low-latency, fresh data",
+        |s, seed| {
+            for round in 0..3 {
+                let fresh = Collectives::new(s)?;
+                // Two calls: both parities of the staging.
+                for algo in [AllReduceAlgo::LowLatency, AllReduceAlgo::LowLatency] {
+                    all_reduce_case::<i32>(
+                        s,
+                        &fresh,
+                        seed + round,
+                        ReduceOp::Sum,
+                        algo,
+                        4099,
+                        false,
+                    )?;
+                }
+            }
+            Ok(())
+        },
+    );
     c.check("back-to-back low-latency x20", |s, seed| {
         back_to_back(s, &coll, seed, &[AllReduceAlgo::LowLatency], 4096, 20)
     });
@@ -492,21 +515,25 @@ fn main() {
     c.check("back-to-back bandwidth x20", |s, seed| {
         back_to_back(s, &coll, seed, &[AllReduceAlgo::Bandwidth], 1 << 20, 20)
     });
-    c.check("back-to-back mixed x24", |s, seed| {
-        back_to_back(
-            s,
-            &coll,
-            seed,
-            &[
-                AllReduceAlgo::LowLatency,
-                AllReduceAlgo::OneShot,
-                AllReduceAlgo::TwoShot,
-                AllReduceAlgo::Bandwidth,
-            ],
-            50_000,
-            24,
-        )
-    });
+    // Every algorithm after every other, repeatedly, in place: a call that read data left
+    // from the call before it would be off by a factor.
+    for rep in 0..4 {
+        c.check(&format!("back-to-back mixed x24 #{rep}"), |s, seed| {
+            back_to_back(
+                s,
+                &coll,
+                seed,
+                &[
+                    AllReduceAlgo::LowLatency,
+                    AllReduceAlgo::OneShot,
+                    AllReduceAlgo::TwoShot,
+                    AllReduceAlgo::Bandwidth,
+                ],
+                50_000,
+                24,
+            )
+        });
+    }
     for algo in [
         AllReduceAlgo::LowLatency,
         AllReduceAlgo::OneShot,

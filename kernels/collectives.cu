@@ -144,7 +144,27 @@ template <typename T, typename Raw> struct Packed {
 template <typename T> using Vec = Packed<T, uint4>;
 template <typename T> using Vec8 = Packed<T, uint2>;
 
+// Every load of data that another PE, or an earlier call, may have written goes to L2 (.cg),
+// never through L1: with programmatic launches (see enter_call) a call begins while the one
+// before it still runs, so this SM's L1 may hold lines that the previous call loaded before
+// peers overwrote them, and nothing invalidates them at the boundary.
 __device__ __forceinline__ uint4 ld_cg(const uint4 *p) { return __ldcg(p); }
+
+template <typename T> __device__ __forceinline__ T ld_cg_t(const T *p) {
+    static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4, "1, 2 or 4 bytes");
+    T v;
+    if constexpr (sizeof(T) == 1) {
+        const unsigned char r = __ldcg((const unsigned char *)p);
+        memcpy(&v, &r, 1);
+    } else if constexpr (sizeof(T) == 2) {
+        const unsigned short r = __ldcg((const unsigned short *)p);
+        memcpy(&v, &r, 2);
+    } else {
+        const unsigned int r = __ldcg((const unsigned int *)p);
+        memcpy(&v, &r, 4);
+    }
+    return v;
+}
 
 // Reduce vector i of the sources (PE order) into dst; `src_of(p)` gives PE p's copy.
 // UNROLL independent vectors per thread keep several loads in flight.
@@ -227,8 +247,8 @@ template <typename T, typename Op, typename SrcOf>
 __device__ __forceinline__ void reduce_tail(size_t begin, size_t end, int npes, SrcOf src_of, T *const *outs, int n_outs) {
     if (blockIdx.x != 0) return;
     for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-        typename Acc<T>::type a = to_acc<T>(src_of(0)[i]);
-        for (int p = 1; p < npes; p++) a = Op::apply(a, to_acc<T>(src_of(p)[i]));
+        typename Acc<T>::type a = to_acc<T>(ld_cg_t(src_of(0) + i));
+        for (int p = 1; p < npes; p++) a = Op::apply(a, to_acc<T>(ld_cg_t(src_of(p) + i)));
         T r = from_acc<T>(a);
         for (int o = 0; o < n_outs; o++) outs[o][i] = r;
     }
@@ -253,14 +273,14 @@ __device__ void oneshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, ui
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const uint4 *src4 = (const uint4 *)src;
     for (size_t i = first; i < nvec; i += stride) {
-        uint4 v = __ldg(src4 + i);
+        uint4 v = ld_cg(src4 + i);
         for (int p = 0; p < npes; p++)
             if (p != me) peer_slot[p][i] = v;
     }
     if (blockIdx.x == 0)
         for (size_t i = tail + threadIdx.x; i < n; i += blockDim.x)
             for (int p = 0; p < npes; p++)
-                if (p != me) ((T *)peer_slot[p])[i] = src[i];
+                if (p != me) ((T *)peer_slot[p])[i] = ld_cg_t(src + i);
     signal_and_wait(flags, FLAGS_DATA, me, npes, e);
 
     auto src_of = [&](int p) -> const uint4 * {
@@ -390,7 +410,7 @@ __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, 
 #pragma unroll
                 for (int u = 0; u < UNROLL; u++) {
                     const size_t i = i0 + (size_t)u * blockDim.x;
-                    if (i < hi) v[u] = __ldg(src4 + i);
+                    if (i < hi) v[u] = ld_cg(src4 + i);
                 }
 #pragma unroll
                 for (int u = 0; u < UNROLL; u++) {
@@ -432,8 +452,8 @@ __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, 
         // and none leaves before this block's last flag).
         if (r == rounds - 1 && b == 0 && me == npes - 1 && threadIdx.x < n - tail) {
             const size_t i = tail + threadIdx.x;
-            typename Acc<T>::type a = to_acc<T>(peer_src[0][i]);
-            for (int p = 1; p < npes; p++) a = Op::apply(a, to_acc<T>(peer_src[p][i]));
+            typename Acc<T>::type a = to_acc<T>(ld_cg_t(peer_src[0] + i));
+            for (int p = 1; p < npes; p++) a = Op::apply(a, to_acc<T>(ld_cg_t(peer_src[p] + i)));
             const T v = from_acc<T>(a);
             for (int p = 0; p < npes; p++) ((T *)peer_dst[p])[i] = v;
         }
@@ -461,14 +481,14 @@ __device__ void oneshot_allgather(const char *src, char *dst, size_t bytes, Ctrl
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const uint4 *src4 = (const uint4 *)src;
     for (size_t i = first; i < nvec; i += stride) {
-        uint4 v = __ldg(src4 + i);
+        uint4 v = ld_cg(src4 + i);
         for (int p = 0; p < npes; p++)
             if (p != me) peer_slot[p][i] = v;
     }
     if (blockIdx.x == 0)
         for (size_t i = tail + threadIdx.x; i < bytes; i += blockDim.x)
             for (int p = 0; p < npes; p++)
-                if (p != me) ((char *)peer_slot[p])[i] = src[i];
+                if (p != me) ((char *)peer_slot[p])[i] = ld_cg_t(src + i);
     signal_and_wait(flags, FLAGS_DATA, me, npes, e);
     // Each block copies exactly the vectors its peers' same block pushed (the only ones its
     // handshake covers), and block 0 the tail. When bytes is not a multiple of 16 the output
@@ -487,7 +507,7 @@ __device__ void oneshot_allgather(const char *src, char *dst, size_t bytes, Ctrl
             }
         }
         if (blockIdx.x == 0)
-            for (size_t i = tail + threadIdx.x; i < bytes; i += blockDim.x) to[i] = ((const char *)from)[i];
+            for (size_t i = tail + threadIdx.x; i < bytes; i += blockDim.x) to[i] = ld_cg_t((const char *)from + i);
     }
     finish_call(ctrl, e);
 }
@@ -509,7 +529,7 @@ __device__ void bandwidth_allgather(const char *src, char *dst, size_t bytes, Ct
 #pragma unroll
             for (int u = 0; u < UNROLL; u++) {
                 size_t i = base + u * stride;
-                if (i < nvec) v[u] = __ldg(src4 + i);
+                if (i < nvec) v[u] = ld_cg(src4 + i);
             }
             for (int p = 0; p < npes; p++) {
                 uint4 *to = (uint4 *)peer_dst[(me + p) % npes];
@@ -522,36 +542,71 @@ __device__ void bandwidth_allgather(const char *src, char *dst, size_t bytes, Ct
         }
     } else {
         for (size_t i = first; i < bytes; i += stride)
-            for (int p = 0; p < npes; p++) peer_dst[p][i] = src[i];
+            for (int p = 0; p < npes; p++) peer_dst[p][i] = ld_cg_t(src + i);
     }
     signal_and_wait(flags, FLAGS_DONE, me, npes, e);
     finish_call(ctrl, e);
 }
 
 // ---- low-latency one-shot (flags packed with the data) ---------------------------------
-// Each 16-byte line carries 8 bytes of data and the call's epoch twice: {d0, e, d1, e}. A
-// reader polls the line itself until both epoch words match, so no fence and no separate
-// flag round are needed (NCCL's LL protocol relies on the same 8-byte store atomicity). Lines
-// live in the parity's staging slots; stale lines carry an older epoch. Twice the bytes move,
+// Each 16-byte line carries 8 bytes of data and the call's tag twice: {d0, t, d1, t}. A
+// reader polls the line itself until both tag words match, so no fence and no separate flag
+// round are needed (NCCL's LL protocol relies on the same 8-byte store atomicity). Lines
+// live in the parity's staging slots; stale lines carry an older tag. Twice the bytes move,
 // which is cheap for the small messages this path is for.
-__device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint32_t e) {
-    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(e), "r"(d1), "r"(e) : "memory");
+//
+// Tags are the epoch times an odd constant: distinct for 2^32 consecutive epochs, 0 (what
+// the zeroed staging holds) only when the epoch's low 32 bits are, and unlike the small epoch
+// numbers themselves, not a value that a one-shot call's raw data left in the same slot is
+// likely to hold.
+__device__ __forceinline__ uint32_t ll_tag(uint64_t e) { return (uint32_t)e * 0x9E3779B1u; }
+
+__device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint32_t t) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(t), "r"(d1), "r"(t) : "memory");
 }
 
-__device__ __forceinline__ uint2 ld_line(const uint4 *p, uint32_t e) {
-    uint32_t d0, f0, d1, f1;
-    do {
-        asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1) : "l"(p) : "memory");
-    } while (f0 != e || f1 != e);
-    return make_uint2(d0, d1);
+__device__ __forceinline__ uint4 ld_volatile(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ bool line_ready(uint4 v, uint32_t t) { return v.y == t && v.w == t; }
+
+// Line j of every source PE but me, with all first loads in flight together (one L2 round
+// trip instead of one per peer), then each polled until its tag matches. NP is the PE count
+// when known at compile time, 0 for any (one source at a time).
+template <int NP>
+__device__ __forceinline__ void ld_lines(const char *base, size_t slot_bytes, size_t j, int me, int npes, uint32_t t, uint2 *out) {
+    if (NP == 0) {
+        for (int p = 0; p < npes; p++) {
+            if (p == me) continue;
+            const uint4 *at = (const uint4 *)(base + (size_t)p * slot_bytes) + j;
+            uint4 v;
+            do v = ld_volatile(at);
+            while (!line_ready(v, t));
+            out[p] = make_uint2(v.x, v.z);
+        }
+        return;
+    }
+    uint4 v[NP > 0 ? NP : 1];
+#pragma unroll
+    for (int p = 0; p < NP; p++)
+        if (p != me) v[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + j);
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        if (p == me) continue;
+        while (!line_ready(v[p], t)) v[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + j);
+        out[p] = make_uint2(v[p].x, v[p].z);
+    }
 }
 
 // 8 bytes of input at line j, zero-padded past the end.
 __device__ __forceinline__ uint2 load8(const char *src, size_t bytes, size_t j) {
-    if ((j + 1) * 8 <= bytes) return *(const uint2 *)(src + j * 8);
+    if ((j + 1) * 8 <= bytes) return __ldcg((const uint2 *)(src + j * 8));
     uint2 v = make_uint2(0, 0);
     char *c = (char *)&v;
-    for (size_t k = j * 8; k < bytes; k++) c[k - j * 8] = src[k];
+    for (size_t k = j * 8; k < bytes; k++) c[k - j * 8] = ld_cg_t(src + k);
     return v;
 }
 
@@ -564,26 +619,31 @@ __device__ __forceinline__ void store8(char *dst, size_t bytes, size_t j, uint2 
     for (size_t k = j * 8; k < bytes && k < (j + 1) * 8; k++) dst[k] = c[k - j * 8];
 }
 
-template <typename T, typename Op>
-__device__ void ll_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
-    const int me = peers.me, npes = peers.npes;
+template <typename T, typename Op, int NP>
+__device__ void ll_allreduce_np(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    const int me = peers.me, npes = NP > 0 ? NP : peers.npes;
     const uint64_t e = call_epoch(ctrl);
-    const uint32_t e32 = (uint32_t)e;
+    const uint32_t t = ll_tag(e);
     const size_t offset = (e & 1) * npes * slot_bytes + (size_t)me * slot_bytes;
-    char *base = staging + (e & 1) * npes * slot_bytes;
+    const char *base = staging + (e & 1) * npes * slot_bytes;
     const size_t bytes = n * sizeof(T), lines = (bytes + 7) / 8;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t j = first; j < lines; j += stride) {
         uint2 v = load8((const char *)src, bytes, j);
         for (int p = 0; p < npes; p++)
-            if (p != me) st_line((uint4 *)(peers.slot[p] + offset) + j, v.x, v.y, e32);
+            if (p != me) st_line((uint4 *)(peers.slot[p] + offset) + j, v.x, v.y, t);
     }
     // Each thread reads back the lines it wrote, so no barrier is needed in between.
     for (size_t j = first; j < lines; j += stride) {
+        uint2 in[NP > 0 ? NP : LL_MAX_PES];
+        ld_lines<NP>(base, slot_bytes, j, me, npes, t, in);
+        const uint2 own = load8((const char *)src, bytes, j);
         Vec8<T> acc;
-        for (int p = 0; p < npes; p++) {
-            uint2 v = p == me ? load8((const char *)src, bytes, j) : ld_line((const uint4 *)(base + (size_t)p * slot_bytes) + j, e32);
+#pragma unroll
+        for (int p = 0; p < (NP > 0 ? NP : LL_MAX_PES); p++) {
+            if (p >= npes) break;
+            const uint2 v = p == me ? own : in[p];
             if (p == 0)
                 acc.load(v);
             else
@@ -594,45 +654,89 @@ __device__ void ll_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *s
     finish_call(ctrl, e);
 }
 
-__device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
-    const int me = peers.me, npes = peers.npes;
+// The low-latency kernels with the PE count as a compile-time constant where it is a common one.
+#define LL_DISPATCH(FN, ...)                          \
+    switch (peers.npes) {                             \
+    case 2: FN<T, Op, 2>(__VA_ARGS__); break;         \
+    case 4: FN<T, Op, 4>(__VA_ARGS__); break;         \
+    case 8: FN<T, Op, 8>(__VA_ARGS__); break;         \
+    default: FN<T, Op, 0>(__VA_ARGS__);               \
+    }
+
+template <typename T, typename Op>
+__device__ void ll_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    LL_DISPATCH(ll_allreduce_np, src, dst, n, ctrl, staging, slot_bytes, peers)
+}
+
+template <int NP>
+__device__ void ll_allgather_np(const char *src, char *dst, size_t bytes, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    const int me = peers.me, npes = NP > 0 ? NP : peers.npes;
     const uint64_t e = call_epoch(ctrl);
-    const uint32_t e32 = (uint32_t)e;
+    const uint32_t t = ll_tag(e);
     const size_t offset = (e & 1) * npes * slot_bytes + (size_t)me * slot_bytes;
-    char *base = staging + (e & 1) * npes * slot_bytes;
+    const char *base = staging + (e & 1) * npes * slot_bytes;
     const size_t lines = (bytes + 7) / 8;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t j = first; j < lines; j += stride) {
         uint2 v = load8(src, bytes, j);
         for (int p = 0; p < npes; p++)
-            if (p != me) st_line((uint4 *)(peers.slot[p] + offset) + j, v.x, v.y, e32);
+            if (p != me) st_line((uint4 *)(peers.slot[p] + offset) + j, v.x, v.y, t);
         store8(dst + (size_t)me * bytes, bytes, j, v);
     }
-    for (size_t j = first; j < lines; j += stride)
-        for (int p = 0; p < npes; p++)
-            if (p != me) store8(dst + (size_t)p * bytes, bytes, j, ld_line((const uint4 *)(base + (size_t)p * slot_bytes) + j, e32));
+    for (size_t j = first; j < lines; j += stride) {
+        uint2 in[NP > 0 ? NP : LL_MAX_PES];
+        ld_lines<NP>(base, slot_bytes, j, me, npes, t, in);
+#pragma unroll
+        for (int p = 0; p < (NP > 0 ? NP : LL_MAX_PES); p++)
+            if (p < npes && p != me) store8(dst + (size_t)p * bytes, bytes, j, in[p]);
+    }
     finish_call(ctrl, e);
+}
+
+__device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    switch (peers.npes) {
+    case 2: ll_allgather_np<2>(src, dst, bytes, ctrl, staging, slot_bytes, peers); break;
+    case 4: ll_allgather_np<4>(src, dst, bytes, ctrl, staging, slot_bytes, peers); break;
+    case 8: ll_allgather_np<8>(src, dst, bytes, ctrl, staging, slot_bytes, peers); break;
+    default: ll_allgather_np<0>(src, dst, bytes, ctrl, staging, slot_bytes, peers);
+    }
+}
+
+// Every entry point starts here. Launched with programmatic stream serialization, a kernel
+// may start while the previous kernel on its stream is still running: griddepcontrol.wait
+// holds it until that kernel has completed and its memory is visible (without the launch
+// attribute it returns at once). Then it lets the next kernel on the stream begin its launch,
+// which overlaps that launch with this call; the next kernel waits here in turn before it
+// touches memory. All of this call's blocks are resident by then, so the early blocks of the
+// next kernel cannot keep any of them from running.
+__device__ __forceinline__ void enter_call() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
 // ---- entry points -------------------------------------------------------------------------
 #define ALLREDUCE_ENTRIES(NAME, T, OPNAME, OP)                                                                   \
     extern "C" __global__ void __launch_bounds__(512) oneshot_allreduce_##NAME##_##OPNAME(                     \
         const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {         \
+        enter_call();                                                                                            \
         oneshot_allreduce<T, OP>(src, dst, n, ctrl, flags, staging, slot_bytes);                                 \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(512) twoshot_allreduce_##NAME##_##OPNAME(                     \
         const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {         \
+        enter_call();                                                                                            \
         twoshot_allreduce<T, OP>(src, dst, n, ctrl, flags);                                                      \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(512) ll_allreduce_##NAME##_##OPNAME(                          \
         const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,           \
         const Peers peers) {                                                                                     \
+        enter_call();                                                                                            \
         ll_allreduce<T, OP>(src, dst, n, ctrl, staging, slot_bytes, peers);                                      \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(512) bandwidth_allreduce_##NAME##_##OPNAME(                   \
         const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,           \
         const BandwidthPlan plan) {                                                                              \
+        enter_call();                                                                                            \
         bandwidth_allreduce<T, OP>(src, dst, n, ctrl, flags, staging, slot_bytes, plan);                         \
     }
 
@@ -648,16 +752,19 @@ ALLREDUCE_TYPE(i32, int32_t)
 
 extern "C" __global__ void __launch_bounds__(512) oneshot_allgather_bytes(
     const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
+    enter_call();
     oneshot_allgather(src, dst, bytes, ctrl, flags, staging, slot_bytes);
 }
 
 extern "C" __global__ void __launch_bounds__(512) bandwidth_allgather_bytes(
     const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
+    enter_call();
     bandwidth_allgather(src, dst, bytes, ctrl, flags);
 }
 
 extern "C" __global__ void __launch_bounds__(512) ll_allgather_bytes(
     const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,
     const Peers peers) {
+    enter_call();
     ll_allgather(src, dst, bytes, ctrl, staging, slot_bytes, peers);
 }

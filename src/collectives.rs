@@ -86,6 +86,11 @@ pub struct CollectivesConfig {
     pub allgather_ll_max_bytes: usize,
     /// All-gather inputs (per PE) up to this many bytes (above low-latency) use one-shot.
     pub allgather_oneshot_max_bytes: usize,
+    /// Launch with programmatic stream serialization: a call may begin launching while the
+    /// kernel before it on the stream runs, and waits on the device for that kernel to
+    /// complete before it touches memory. This hides most of the launch latency between
+    /// back-to-back kernels; `false` launches plainly.
+    pub programmatic_launch: bool,
 }
 
 impl CollectivesConfig {
@@ -100,6 +105,7 @@ impl CollectivesConfig {
                 twoshot_max_bytes: 32 << 20,
                 allgather_ll_max_bytes: 128 << 10,
                 allgather_oneshot_max_bytes: 256 << 10,
+                programmatic_launch: true,
             }
         } else {
             // 4 PEs (graph replays, bf16): low-latency wins to 128 KiB, the flag one-shot at
@@ -111,6 +117,7 @@ impl CollectivesConfig {
                 twoshot_max_bytes: 32 << 20,
                 allgather_ll_max_bytes: 128 << 10,
                 allgather_oneshot_max_bytes: 128 << 10,
+                programmatic_launch: true,
             }
         }
     }
@@ -277,7 +284,8 @@ impl Collectives {
         // One epoch copy per block index (see `Ctrl` in the kernels).
         let ctrl = shmem.calloc::<u64>(MAX_BLOCKS)?;
         let flags = shmem.calloc::<u64>(FLAG_SETS * MAX_BLOCKS * n)?;
-        let staging = shmem.malloc::<u8>(2 * n * slot_bytes)?;
+        // Zeroed: low-latency tags are never 0, so no line is taken for data before it is sent.
+        let staging = shmem.calloc::<u8>(2 * n * slot_bytes)?;
         // Every peer must be load/store reachable (one node, NVLink or PCIe peer access).
         for pe in 0..n {
             if ctrl.peer_ptr(pe)?.is_none() {
@@ -605,23 +613,34 @@ impl Collectives {
                 _ => std::ptr::addr_of_mut!(peers) as *mut c_void,
             },
         ];
-        let n_params = if extra == Extra::None { 7 } else { 8 };
         self.shmem.enter()?;
         // Blocks of a call wait on each other's peers: they must all be resident. At most
         // one block per SM is asked for (a 512-thread block always fits), except by the
         // bandwidth all-reduce, whose limit comes from the occupancy the driver reports.
         debug_assert!(grid.0 as usize <= MAX_BLOCKS);
-        unsafe {
-            cu::launch_kernel(
-                f,
-                (grid.0, 1, 1),
-                (grid.1, 1, 1),
-                0,
-                stream.cu_stream(),
-                &mut params[..n_params],
-            )
-        }
-        .map_err(|e| Error::Module(format!("launch of {name} failed: {e:?}")))
+        // SAFETY: all zeroes is a valid attribute (integers and a union of plain data); the
+        // union member written is the one the attribute id selects.
+        let mut attr: cusys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = cusys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let launch = cusys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: grid.1,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            hStream: stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: u32::from(self.config.programmatic_launch),
+        };
+        // SAFETY: `params` points at locals of the kernel's parameter types and lives until
+        // the call returns (the driver copies them); the driver reads as many as the kernel
+        // declares (7, or 8 with an extra parameter).
+        unsafe { cusys::cuLaunchKernelEx(&launch, f, params.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
+            .map_err(|e| Error::Module(format!("launch of {name} failed: {e:?}")))
     }
 }
 
