@@ -73,7 +73,8 @@ impl AllReduceAlgo {
     }
 }
 
-/// Size thresholds of the automatic choice, and the staging space they need.
+/// Size thresholds of the automatic choice (which also size the staging space), and how
+/// calls are launched.
 #[derive(Debug, Clone)]
 pub struct CollectivesConfig {
     /// All-reduce inputs up to this many bytes use the low-latency one-shot.
@@ -284,7 +285,8 @@ impl Collectives {
         // One epoch copy per block index (see `Ctrl` in the kernels).
         let ctrl = shmem.calloc::<u64>(MAX_BLOCKS)?;
         let flags = shmem.calloc::<u64>(FLAG_SETS * MAX_BLOCKS * n)?;
-        // Zeroed: low-latency tags are never 0, so no line is taken for data before it is sent.
+        // Zeroed: a low-latency tag is 0 only once in 2^32 calls, so no line is taken for data
+        // before it is sent (a dropped workspace's lines would be).
         let staging = shmem.calloc::<u8>(2 * n * slot_bytes)?;
         // Every peer must be load/store reachable (one node, NVLink or PCIe peer access).
         for pe in 0..n {
