@@ -147,7 +147,7 @@ template <typename T> using Vec8 = Packed<T, uint2>;
 // Every load of data that another PE, or an earlier call, may have written goes to L2 (.cg),
 // never through L1: with programmatic launches (see enter_call) a call begins while the one
 // before it still runs, so this SM's L1 may hold lines that the previous call loaded before
-// peers overwrote them, and nothing invalidates them at the boundary.
+// peers overwrote them; L2 is where peers' stores land, so it is never stale.
 __device__ __forceinline__ uint4 ld_cg(const uint4 *p) { return __ldcg(p); }
 
 template <typename T> __device__ __forceinline__ T ld_cg_t(const T *p) {
