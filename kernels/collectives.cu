@@ -242,16 +242,40 @@ __device__ __forceinline__ void reduce_vectors_any(size_t begin, size_t end, siz
 }
 
 // The scalar tail (n not a multiple of the vector width): elements [begin, end) reduced by
-// block 0, the same on every PE.
-template <typename T, typename Op, typename SrcOf>
-__device__ __forceinline__ void reduce_tail(size_t begin, size_t end, int npes, SrcOf src_of, T *const *outs, int n_outs) {
+// block 0 in PE order and stored into `out_of(0 .. n_outs - 1)`.
+template <typename T, typename Op, typename SrcOf, typename OutOf>
+__device__ __forceinline__ void reduce_tail(size_t begin, size_t end, int npes, SrcOf src_of, OutOf out_of, int n_outs) {
     if (blockIdx.x != 0) return;
     for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
         typename Acc<T>::type a = to_acc<T>(ld_cg_t(src_of(0) + i));
         for (int p = 1; p < npes; p++) a = Op::apply(a, to_acc<T>(ld_cg_t(src_of(p) + i)));
         T r = from_acc<T>(a);
-        for (int o = 0; o < n_outs; o++) outs[o][i] = r;
+        for (int o = 0; o < n_outs; o++) out_of(o)[i] = r;
     }
+}
+
+// Push n elements of src into this PE's slot (at `base + me * slot_bytes`) on every peer:
+// 16-byte vectors spread over the grid, the tail by block 0. A reader must take each vector
+// from the same block index that pushed it (its handshake covers only that block).
+template <typename E>
+__device__ __forceinline__ void push_to_peers(const E *src, size_t n, char *base, size_t slot_bytes, int me, int npes) {
+    __shared__ uint4 *peer_slot[MAX_PES];
+    for (int p = threadIdx.x; p < npes; p += blockDim.x)
+        peer_slot[p] = (uint4 *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
+    __syncthreads();
+    const size_t nvec = n * sizeof(E) / 16, tail = nvec * 16 / sizeof(E);
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const uint4 *src4 = (const uint4 *)src;
+    for (size_t i = first; i < nvec; i += stride) {
+        const uint4 v = ld_cg(src4 + i);
+        for (int p = 0; p < npes; p++)
+            if (p != me) peer_slot[p][i] = v;
+    }
+    if (blockIdx.x == 0)
+        for (size_t i = tail + threadIdx.x; i < n; i += blockDim.x)
+            for (int p = 0; p < npes; p++)
+                if (p != me) ((E *)peer_slot[p])[i] = ld_cg_t(src + i);
 }
 
 // ---- one-shot all-reduce ------------------------------------------------------------------
@@ -262,35 +286,20 @@ __device__ void oneshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, ui
     const uint64_t e = call_epoch(ctrl);
     // staging[parity][source PE][slot_bytes]
     char *base = staging + (e & 1) * npes * slot_bytes;
-    __shared__ uint4 *peer_slot[MAX_PES];
-    for (int p = threadIdx.x; p < npes; p += blockDim.x)
-        peer_slot[p] = (uint4 *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
-    __syncthreads();
+    push_to_peers(src, n, base, slot_bytes, me, npes);
+    signal_and_wait(flags, FLAGS_DATA, me, npes, e);
 
     const size_t nvec = n / Vec<T>::N;
     const size_t tail = nvec * Vec<T>::N;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
-    const uint4 *src4 = (const uint4 *)src;
-    for (size_t i = first; i < nvec; i += stride) {
-        uint4 v = ld_cg(src4 + i);
-        for (int p = 0; p < npes; p++)
-            if (p != me) peer_slot[p][i] = v;
-    }
-    if (blockIdx.x == 0)
-        for (size_t i = tail + threadIdx.x; i < n; i += blockDim.x)
-            for (int p = 0; p < npes; p++)
-                if (p != me) ((T *)peer_slot[p])[i] = ld_cg_t(src + i);
-    signal_and_wait(flags, FLAGS_DATA, me, npes, e);
-
     auto src_of = [&](int p) -> const uint4 * {
-        return p == me ? src4 : (const uint4 *)(base + (size_t)p * slot_bytes);
+        return p == me ? (const uint4 *)src : (const uint4 *)(base + (size_t)p * slot_bytes);
     };
     uint4 *outs[1] = {(uint4 *)dst};
     reduce_vectors<T, Op>(0, nvec, first, stride, npes, src_of, outs, 1);
     auto src_of_t = [&](int p) -> const T * { return (const T *)src_of(p); };
-    T *touts[1] = {dst};
-    reduce_tail<T, Op>(tail, n, npes, src_of_t, touts, 1);
+    reduce_tail<T, Op>(tail, n, npes, src_of_t, [&](int) { return dst; }, 1);
     finish_call(ctrl, e);
 }
 
@@ -326,10 +335,7 @@ __device__ void twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, ui
     reduce_vectors_any<T, Op>(mb, mend, first, stride, npes, src_of, peer_dst, npes);
     if (me == npes - 1) {
         auto src_of_t = [&](int p) -> const T * { return (const T *)peer_src[p]; };
-        __shared__ T *tail_outs[MAX_PES];
-        for (int p = threadIdx.x; p < npes; p += blockDim.x) tail_outs[p] = (T *)peer_dst[p];
-        __syncthreads();
-        reduce_tail<T, Op>(tail, n, npes, src_of_t, tail_outs, npes);
+        reduce_tail<T, Op>(tail, n, npes, src_of_t, [&](int p) { return (T *)peer_dst[p]; }, npes);
     }
     signal_and_wait(flags, FLAGS_DONE, me, npes, e);
     finish_call(ctrl, e);
@@ -450,13 +456,8 @@ __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, 
         }
         // The scalar tail: the last PE reads it from every PE's src (all PEs are in this call,
         // and none leaves before this block's last flag).
-        if (r == rounds - 1 && b == 0 && me == npes - 1 && threadIdx.x < n - tail) {
-            const size_t i = tail + threadIdx.x;
-            typename Acc<T>::type a = to_acc<T>(ld_cg_t(peer_src[0] + i));
-            for (int p = 1; p < npes; p++) a = Op::apply(a, to_acc<T>(ld_cg_t(peer_src[p] + i)));
-            const T v = from_acc<T>(a);
-            for (int p = 0; p < npes; p++) ((T *)peer_dst[p])[i] = v;
-        }
+        if (r == rounds - 1 && me == npes - 1)
+            reduce_tail<T, Op>(tail, n, npes, [&](int p) { return peer_src[p]; }, [&](int p) { return (T *)peer_dst[p]; }, npes);
         if (r + 1 < rounds) push(r + 1);
         tell_all(round_tag(e, r + 1));
     }
@@ -472,24 +473,12 @@ __device__ void oneshot_allgather(const char *src, char *dst, size_t bytes, Ctrl
     const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
     const uint64_t e = call_epoch(ctrl);
     char *base = staging + (e & 1) * npes * slot_bytes;
-    __shared__ uint4 *peer_slot[MAX_PES];
-    for (int p = threadIdx.x; p < npes; p += blockDim.x)
-        peer_slot[p] = (uint4 *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
-    __syncthreads();
+    push_to_peers(src, bytes, base, slot_bytes, me, npes);
+    signal_and_wait(flags, FLAGS_DATA, me, npes, e);
     const size_t nvec = bytes / 16, tail = nvec * 16;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const uint4 *src4 = (const uint4 *)src;
-    for (size_t i = first; i < nvec; i += stride) {
-        uint4 v = ld_cg(src4 + i);
-        for (int p = 0; p < npes; p++)
-            if (p != me) peer_slot[p][i] = v;
-    }
-    if (blockIdx.x == 0)
-        for (size_t i = tail + threadIdx.x; i < bytes; i += blockDim.x)
-            for (int p = 0; p < npes; p++)
-                if (p != me) ((char *)peer_slot[p])[i] = ld_cg_t(src + i);
-    signal_and_wait(flags, FLAGS_DATA, me, npes, e);
     // Each block copies exactly the vectors its peers' same block pushed (the only ones its
     // handshake covers), and block 0 the tail. When bytes is not a multiple of 16 the output
     // blocks are not 16-byte aligned and the vectors are stored bytewise.
@@ -654,18 +643,18 @@ __device__ void ll_allreduce_np(const T *src, T *dst, size_t n, Ctrl *ctrl, char
     finish_call(ctrl, e);
 }
 
-// The low-latency kernels with the PE count as a compile-time constant where it is a common one.
-#define LL_DISPATCH(FN, ...)                          \
-    switch (peers.npes) {                             \
-    case 2: FN<T, Op, 2>(__VA_ARGS__); break;         \
-    case 4: FN<T, Op, 4>(__VA_ARGS__); break;         \
-    case 8: FN<T, Op, 8>(__VA_ARGS__); break;         \
-    default: FN<T, Op, 0>(__VA_ARGS__);               \
+// Run CALL with NP, the PE count as a compile-time constant where it is a common one (0: any).
+#define WITH_NP(npes, CALL)                           \
+    switch (npes) {                                   \
+    case 2: { constexpr int NP = 2; CALL; break; }    \
+    case 4: { constexpr int NP = 4; CALL; break; }    \
+    case 8: { constexpr int NP = 8; CALL; break; }    \
+    default: { constexpr int NP = 0; CALL; }          \
     }
 
 template <typename T, typename Op>
 __device__ void ll_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
-    LL_DISPATCH(ll_allreduce_np, src, dst, n, ctrl, staging, slot_bytes, peers)
+    WITH_NP(peers.npes, (ll_allreduce_np<T, Op, NP>(src, dst, n, ctrl, staging, slot_bytes, peers)))
 }
 
 template <int NP>
@@ -695,12 +684,7 @@ __device__ void ll_allgather_np(const char *src, char *dst, size_t bytes, Ctrl *
 }
 
 __device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
-    switch (peers.npes) {
-    case 2: ll_allgather_np<2>(src, dst, bytes, ctrl, staging, slot_bytes, peers); break;
-    case 4: ll_allgather_np<4>(src, dst, bytes, ctrl, staging, slot_bytes, peers); break;
-    case 8: ll_allgather_np<8>(src, dst, bytes, ctrl, staging, slot_bytes, peers); break;
-    default: ll_allgather_np<0>(src, dst, bytes, ctrl, staging, slot_bytes, peers);
-    }
+    WITH_NP(peers.npes, (ll_allgather_np<NP>(src, dst, bytes, ctrl, staging, slot_bytes, peers)))
 }
 
 // Every entry point starts here. Launched with programmatic stream serialization, a kernel
