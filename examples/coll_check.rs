@@ -272,7 +272,7 @@ fn all_gather_case<T: Reducible>(
 /// Repeated in-place sums with no host synchronisation between calls: after the first, every
 /// PE holds the same data, so each further call multiplies it by n_pes. A peer reading or
 /// writing a buffer too early would show as a wrong multiple.
-fn back_to_back(
+fn back_to_back<T: Reducible>(
     shmem: &Nvshmem,
     coll: &Collectives,
     seed: u64,
@@ -280,14 +280,8 @@ fn back_to_back(
     n: usize,
     rounds: usize,
 ) -> Result<()> {
-    let np = shmem.n_pes() as i32;
-    let all: Vec<Vec<i32>> = (0..shmem.n_pes())
-        .map(|pe| {
-            let mut rng = Rng::new(seed, pe);
-            (0..n).map(|_| (rng.next() % 7) as i32 - 3).collect()
-        })
-        .collect();
-    let x = shmem.malloc::<i32>(n)?;
+    let all = inputs::<T>(seed, shmem.n_pes(), n);
+    let x = shmem.malloc::<T>(n)?;
     x.copy_from_host(&all[shmem.my_pe()])?;
     for r in 0..rounds {
         coll.all_reduce(
@@ -299,30 +293,30 @@ fn back_to_back(
         )?;
     }
     sync(shmem)?;
-    let first = reference(ReduceOp::Sum, &all);
-    let factor = np.wrapping_pow(rounds as u32 - 1);
-    let want: Vec<i32> = first.iter().map(|v| v.wrapping_mul(factor)).collect();
+    let want = summed_again(reference(ReduceOp::Sum, &all), shmem.n_pes(), rounds - 1);
     compare("back-to-back all_reduce", &x.to_vec()?, &want)
+}
+
+/// `times` more sums of `x` held by every one of `n_pes` PEs, as the kernels compute them.
+fn summed_again<T: Reducible>(mut x: Vec<T>, n_pes: usize, times: usize) -> Vec<T> {
+    for _ in 0..times {
+        x = reference(ReduceOp::Sum, &vec![x; n_pes]);
+    }
+    x
 }
 
 /// Capture calls in a CUDA graph and replay it: the epoch lives in device memory, so each
 /// replay is a new call.
-fn graph_replay(
+fn graph_replay<T: Reducible>(
     shmem: &Nvshmem,
     coll: &Collectives,
     seed: u64,
     algo: AllReduceAlgo,
     n: usize,
 ) -> Result<()> {
-    let np = shmem.n_pes() as i32;
-    let all: Vec<Vec<i32>> = (0..shmem.n_pes())
-        .map(|pe| {
-            let mut rng = Rng::new(seed, pe);
-            (0..n).map(|_| (rng.next() % 5) as i32 - 2).collect()
-        })
-        .collect();
-    let x = shmem.malloc::<i32>(n)?;
-    let y = shmem.malloc::<i32>(n)?;
+    let all = inputs::<T>(seed, shmem.n_pes(), n);
+    let x = shmem.malloc::<T>(n)?;
+    let y = shmem.malloc::<T>(n)?;
     x.copy_from_host(&all[shmem.my_pe()])?;
     let stream = shmem.new_stream()?;
     cuda(
@@ -344,10 +338,55 @@ fn graph_replay(
         cuda("cuGraphLaunch", graph.launch())?;
     }
     cuda("cuStreamSynchronize", stream.synchronize())?;
-    let first = reference(ReduceOp::Sum, &all);
-    let factor = np.wrapping_pow(2 * replays - 1);
-    let want: Vec<i32> = first.iter().map(|v| v.wrapping_mul(factor)).collect();
+    let want = summed_again(
+        reference(ReduceOp::Sum, &all),
+        shmem.n_pes(),
+        2 * replays - 1,
+    );
     compare("graph replay", &x.to_vec()?, &want)
+}
+
+/// Words with every bit set (what the sentinel path's empty buffers hold) in the input: the
+/// call must not wait for them forever, and they must reduce as the NaN they are. Elsewhere
+/// the result is exact.
+fn sentinel_bits_case(shmem: &Nvshmem, coll: &Collectives, seed: u64) -> Result<()> {
+    let (me, np, n) = (shmem.my_pe(), shmem.n_pes(), 4099);
+    let mut all = inputs::<f32>(seed, np, n);
+    for (pe, x) in all.iter_mut().enumerate() {
+        // Some on every PE, some on one PE only.
+        for i in (0..n).step_by(97) {
+            x[i] = f32::from_bits(u32::MAX);
+        }
+        x[pe * 13 + 5] = f32::from_bits(u32::MAX);
+    }
+    let want = reference(ReduceOp::Sum, &all);
+    let buf = shmem.malloc::<f32>(n)?;
+    buf.copy_from_host(&all[me])?;
+    coll.all_reduce(
+        ReduceOp::Sum,
+        &buf,
+        &buf,
+        AllReduceAlgo::Sentinel,
+        shmem.stream(),
+    )?;
+    sync(shmem)?;
+    let got = buf.to_vec()?;
+    // NaN payloads may differ between this CPU and the GPU; NaN must stay NaN.
+    let bad = (0..n)
+        .filter(|&i| {
+            if want[i].is_nan() {
+                !got[i].is_nan()
+            } else {
+                got[i].to_bits() != want[i].to_bits()
+            }
+        })
+        .count();
+    if bad > 0 {
+        return Err(Error::InvalidArgument(format!(
+            "sentinel bits: {bad} of {n} elements wrong"
+        )));
+    }
+    Ok(())
 }
 
 fn cuda<T>(
@@ -394,7 +433,9 @@ fn main() {
     };
     let sizes = [1usize, 7, 8, 13, 1000, 4099, 65536 + 3, 300_001];
     let algos = [
+        AllReduceAlgo::Sentinel,
         AllReduceAlgo::LowLatency,
+        AllReduceAlgo::LowLatencyTwoShot,
         AllReduceAlgo::OneShot,
         AllReduceAlgo::TwoShot,
         AllReduceAlgo::Bandwidth,
@@ -404,7 +445,13 @@ fn main() {
         for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
             for (i, &n) in sizes.iter().enumerate() {
                 // The low-latency path takes up to 1 MiB (twice that in staging).
-                if algo == AllReduceAlgo::LowLatency && n > 100_000 {
+                let low_latency = matches!(
+                    algo,
+                    AllReduceAlgo::Sentinel
+                        | AllReduceAlgo::LowLatency
+                        | AllReduceAlgo::LowLatencyTwoShot
+                );
+                if low_latency && n > 100_000 {
                     continue;
                 }
                 let in_place = i % 2 == 1;
@@ -418,6 +465,9 @@ fn main() {
                 c.check(&format!("{tag} f16"), |s, seed| {
                     all_reduce_case::<f16>(s, &coll, seed, op, algo, n, in_place)
                 });
+                if algo == AllReduceAlgo::Sentinel {
+                    continue;
+                }
                 c.check(&format!("{tag} i32"), |s, seed| {
                     all_reduce_case::<i32>(s, &coll, seed, op, algo, n, in_place)
                 });
@@ -501,30 +551,41 @@ fn main() {
         },
     );
     c.check("back-to-back low-latency x20", |s, seed| {
-        back_to_back(s, &coll, seed, &[AllReduceAlgo::LowLatency], 4096, 20)
+        back_to_back::<i32>(s, &coll, seed, &[AllReduceAlgo::LowLatency], 4096, 20)
+    });
+    c.check("back-to-back low-latency two-shot x20", |s, seed| {
+        back_to_back::<i32>(
+            s,
+            &coll,
+            seed,
+            &[AllReduceAlgo::LowLatencyTwoShot],
+            50_001,
+            20,
+        )
     });
     c.check("back-to-back one-shot x20", |s, seed| {
-        back_to_back(s, &coll, seed, &[AllReduceAlgo::OneShot], 4096, 20)
+        back_to_back::<i32>(s, &coll, seed, &[AllReduceAlgo::OneShot], 4096, 20)
     });
     c.check("back-to-back two-shot x20", |s, seed| {
-        back_to_back(s, &coll, seed, &[AllReduceAlgo::TwoShot], 100_000, 20)
+        back_to_back::<i32>(s, &coll, seed, &[AllReduceAlgo::TwoShot], 100_000, 20)
     });
     c.check("back-to-back bandwidth, many rounds, x8", |s, seed| {
-        back_to_back(s, &coll, seed, &[AllReduceAlgo::Bandwidth], 6 << 20, 8)
+        back_to_back::<i32>(s, &coll, seed, &[AllReduceAlgo::Bandwidth], 6 << 20, 8)
     });
     c.check("back-to-back bandwidth x20", |s, seed| {
-        back_to_back(s, &coll, seed, &[AllReduceAlgo::Bandwidth], 1 << 20, 20)
+        back_to_back::<i32>(s, &coll, seed, &[AllReduceAlgo::Bandwidth], 1 << 20, 20)
     });
     // Every algorithm after every other, repeatedly, in place: a call that read data left
     // from the call before it would be off by a factor.
     for rep in 0..4 {
         c.check(&format!("back-to-back mixed x24 #{rep}"), |s, seed| {
-            back_to_back(
+            back_to_back::<i32>(
                 s,
                 &coll,
                 seed,
                 &[
                     AllReduceAlgo::LowLatency,
+                    AllReduceAlgo::LowLatencyTwoShot,
                     AllReduceAlgo::OneShot,
                     AllReduceAlgo::TwoShot,
                     AllReduceAlgo::Bandwidth,
@@ -534,18 +595,55 @@ fn main() {
             )
         });
     }
+    // The sentinel path refills its buffers for the call two on: every algorithm after it,
+    // and it after every other, in floating point (it takes no i32).
+    c.check("back-to-back sentinel x20", |s, seed| {
+        back_to_back::<f32>(s, &coll, seed, &[AllReduceAlgo::Sentinel], 50_001, 20)
+    });
+    for rep in 0..2 {
+        c.check(
+            &format!("back-to-back mixed with sentinel x25 #{rep}"),
+            |s, seed| {
+                back_to_back::<bf16>(
+                    s,
+                    &coll,
+                    seed,
+                    &[
+                        AllReduceAlgo::Sentinel,
+                        AllReduceAlgo::LowLatency,
+                        AllReduceAlgo::Sentinel,
+                        AllReduceAlgo::LowLatencyTwoShot,
+                        AllReduceAlgo::OneShot,
+                        AllReduceAlgo::Sentinel,
+                        AllReduceAlgo::TwoShot,
+                        AllReduceAlgo::Bandwidth,
+                    ],
+                    30_000,
+                    25,
+                )
+            },
+        );
+    }
+    c.check(
+        "sentinel: inputs with the sentinel's bits arrive",
+        |s, seed| sentinel_bits_case(s, &coll, seed),
+    );
     for algo in [
         AllReduceAlgo::LowLatency,
+        AllReduceAlgo::LowLatencyTwoShot,
         AllReduceAlgo::OneShot,
         AllReduceAlgo::TwoShot,
         AllReduceAlgo::Bandwidth,
     ] {
         c.check(&format!("graph replay {algo:?}"), |s, seed| {
-            graph_replay(s, &coll, seed, algo, 20_000)
+            graph_replay::<i32>(s, &coll, seed, algo, 20_000)
         });
     }
+    c.check("graph replay Sentinel", |s, seed| {
+        graph_replay::<f32>(s, &coll, seed, AllReduceAlgo::Sentinel, 20_000)
+    });
     c.check("graph replay Bandwidth, many rounds", |s, seed| {
-        graph_replay(s, &coll, seed, AllReduceAlgo::Bandwidth, 5 << 20)
+        graph_replay::<i32>(s, &coll, seed, AllReduceAlgo::Bandwidth, 5 << 20)
     });
     c.check("errors: length, type, op, overlap, staging", |s, _| {
         let a = s.malloc::<f32>(64)?;
@@ -588,7 +686,16 @@ fn main() {
             coll.all_gather(&a, &b, AllGatherAlgo::Auto, st),
             "all_gather length",
         )?;
+        let ints = s.malloc::<i32>(64)?;
+        expect_err(
+            coll.all_reduce(ReduceOp::Sum, &ints, &ints, AllReduceAlgo::Sentinel, st),
+            "sentinel all-reduce of i32",
+        )?;
         let big = s.malloc::<f32>(16 << 20)?;
+        expect_err(
+            coll.all_reduce(ReduceOp::Sum, &big, &big, AllReduceAlgo::Sentinel, st),
+            "sentinel beyond its buffers",
+        )?;
         expect_err(
             coll.all_reduce(ReduceOp::Sum, &big, &big, AllReduceAlgo::OneShot, st),
             "one-shot beyond staging",

@@ -562,6 +562,23 @@ __device__ __forceinline__ uint4 ld_volatile(const uint4 *p) {
 
 __device__ __forceinline__ bool line_ready(uint4 v, uint32_t t) { return v.y == t && v.w == t; }
 
+// PE p's value (`own` for me, `in[p]` for the others) reduced in PE order 0..npes-1, the
+// order every PE uses, so that every PE gets the same bits.
+template <typename T, typename Op, int MAXP, typename Raw>
+__device__ __forceinline__ Raw reduce_in_pe_order(const Raw *in, Raw own, int me, int npes) {
+    Packed<T, Raw> acc;
+#pragma unroll
+    for (int p = 0; p < MAXP; p++) {
+        if (p >= npes) break;
+        const Raw v = p == me ? own : in[p];
+        if (p == 0)
+            acc.load(v);
+        else
+            acc.template combine<Op>(v);
+    }
+    return acc.store();
+}
+
 // Line j of every source PE but me, with all first loads in flight together (one L2 round
 // trip instead of one per peer), then each polled until its tag matches. NP is the PE count
 // when known at compile time, 0 for any (one source at a time).
@@ -590,13 +607,26 @@ __device__ __forceinline__ void ld_lines(const char *base, size_t slot_bytes, si
     }
 }
 
+// Bytes [at, at + 4) of src as a little-endian word, those past `bytes` zero; byte by byte,
+// with constant shifts so that nothing goes through local memory.
+__device__ __forceinline__ uint32_t load_word_tail(const char *src, size_t bytes, size_t at) {
+    uint32_t w = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        if (at + k < bytes) w |= (uint32_t)(unsigned char)ld_cg_t(src + at + k) << (8 * k);
+    return w;
+}
+
+__device__ __forceinline__ void store_word_tail(char *dst, size_t bytes, size_t at, uint32_t w) {
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        if (at + k < bytes) dst[at + k] = (char)(w >> (8 * k));
+}
+
 // 8 bytes of input at line j, zero-padded past the end.
 __device__ __forceinline__ uint2 load8(const char *src, size_t bytes, size_t j) {
     if ((j + 1) * 8 <= bytes) return __ldcg((const uint2 *)(src + j * 8));
-    uint2 v = make_uint2(0, 0);
-    char *c = (char *)&v;
-    for (size_t k = j * 8; k < bytes; k++) c[k - j * 8] = ld_cg_t(src + k);
-    return v;
+    return make_uint2(load_word_tail(src, bytes, j * 8), load_word_tail(src, bytes, j * 8 + 4));
 }
 
 __device__ __forceinline__ void store8(char *dst, size_t bytes, size_t j, uint2 v) {
@@ -604,12 +634,13 @@ __device__ __forceinline__ void store8(char *dst, size_t bytes, size_t j, uint2 
         *(uint2 *)(dst + j * 8) = v;
         return;
     }
-    const char *c = (const char *)&v;
-    for (size_t k = j * 8; k < bytes && k < (j + 1) * 8; k++) dst[k] = c[k - j * 8];
+    store_word_tail(dst, bytes, j * 8, v.x);
+    store_word_tail(dst, bytes, j * 8 + 4, v.y);
 }
 
 template <typename T, typename Op, int NP>
 __device__ void ll_allreduce_np(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    constexpr int MAXP = NP > 0 ? NP : LL_MAX_PES;
     const int me = peers.me, npes = NP > 0 ? NP : peers.npes;
     const uint64_t e = call_epoch(ctrl);
     const uint32_t t = ll_tag(e);
@@ -625,20 +656,11 @@ __device__ void ll_allreduce_np(const T *src, T *dst, size_t n, Ctrl *ctrl, char
     }
     // Each thread reads back the lines it wrote, so no barrier is needed in between.
     for (size_t j = first; j < lines; j += stride) {
-        uint2 in[NP > 0 ? NP : LL_MAX_PES];
-        ld_lines<NP>(base, slot_bytes, j, me, npes, t, in);
+        // Own input first: its load overlaps the wait for the peers' lines.
         const uint2 own = load8((const char *)src, bytes, j);
-        Vec8<T> acc;
-#pragma unroll
-        for (int p = 0; p < (NP > 0 ? NP : LL_MAX_PES); p++) {
-            if (p >= npes) break;
-            const uint2 v = p == me ? own : in[p];
-            if (p == 0)
-                acc.load(v);
-            else
-                acc.template combine<Op>(v);
-        }
-        store8((char *)dst, bytes, j, acc.store());
+        uint2 in[MAXP];
+        ld_lines<NP>(base, slot_bytes, j, me, npes, t, in);
+        store8((char *)dst, bytes, j, reduce_in_pe_order<T, Op, MAXP>(in, own, me, npes));
     }
     finish_call(ctrl, e);
 }
@@ -655,6 +677,76 @@ __device__ void ll_allreduce_np(const T *src, T *dst, size_t n, Ctrl *ctrl, char
 template <typename T, typename Op>
 __device__ void ll_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
     WITH_NP(peers.npes, (ll_allreduce_np<T, Op, NP>(src, dst, n, ctrl, staging, slot_bytes, peers)))
+}
+
+// ---- low-latency two-shot (reduce-scatter, then all-gather, both in low-latency lines) ----
+// Owner q holds lines [q * P, (q + 1) * P) of the input, P = ceil(lines / npes). Every thread
+// takes the same offsets k into every part in each of three loops, so no barrier is needed
+// between them:
+//   1. push line k of every other owner's part into that owner's staging (this PE's slot,
+//      first half, at k);
+//   2. as owner, wait for line k of my part from every peer, reduce in PE order, push the
+//      result into every peer's staging (this PE's slot, second half, at k) and store it;
+//   3. wait for line k of every other owner's part and store it.
+// Each PE sends 2 (n - 1) / n lines per input line instead of the one-shot's n - 1, for one
+// more hop. In place is safe: a thread overwrites only lines whose input it has read. A PE
+// in call e + 2 has had line 0's result of call e + 1 from owner 0, which had line 0 from
+// every PE, so every PE has finished call e and no longer reads this parity's staging.
+template <typename T, typename Op, int NP>
+__device__ void ll_twoshot_allreduce_np(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    constexpr int MAXP = NP > 0 ? NP : LL_MAX_PES;
+    const int me = peers.me, npes = NP > 0 ? NP : peers.npes;
+    const uint64_t e = call_epoch(ctrl);
+    const uint32_t t = ll_tag(e);
+    const size_t half = slot_bytes / 2;
+    const size_t offset = (e & 1) * npes * slot_bytes + (size_t)me * slot_bytes;  // my slot, at any PE
+    const char *base = staging + (e & 1) * npes * slot_bytes;
+    const size_t bytes = n * sizeof(T), lines = (bytes + 7) / 8;
+    const size_t P = (lines + npes - 1) / npes;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    // 1. Every part's load first, then the stores (a line store keeps the loads after it
+    // waiting behind it).
+    for (size_t k = first; k < P; k += stride) {
+        uint2 v[MAXP];
+#pragma unroll
+        for (int q = 0; q < MAXP; q++)
+            if (q < npes && q != me && q * P + k < lines) v[q] = load8((const char *)src, bytes, q * P + k);
+#pragma unroll
+        for (int q = 0; q < MAXP; q++)
+            if (q < npes && q != me && q * P + k < lines) st_line((uint4 *)(peers.slot[q] + offset) + k, v[q].x, v[q].y, t);
+    }
+    // 2. My part.
+    for (size_t k = first; k < P && me * P + k < lines; k += stride) {
+        const size_t j = me * P + k;
+        const uint2 own = load8((const char *)src, bytes, j);
+        uint2 in[MAXP];
+        ld_lines<NP>(base, slot_bytes, k, me, npes, t, in);
+        const uint2 r = reduce_in_pe_order<T, Op, MAXP>(in, own, me, npes);
+#pragma unroll
+        for (int q = 0; q < MAXP; q++)
+            if (q < npes && q != me) st_line((uint4 *)(peers.slot[q] + offset + half) + k, r.x, r.y, t);
+        store8((char *)dst, bytes, j, r);
+    }
+    // 3. Every other owner's results, all first loads in flight together.
+    for (size_t k = first; k < P; k += stride) {
+        uint4 v[MAXP];
+#pragma unroll
+        for (int q = 0; q < MAXP; q++)
+            if (q < npes && q != me && q * P + k < lines) v[q] = ld_volatile((const uint4 *)(base + (size_t)q * slot_bytes + half) + k);
+#pragma unroll
+        for (int q = 0; q < MAXP; q++) {
+            if (q >= npes || q == me || q * P + k >= lines) continue;
+            while (!line_ready(v[q], t)) v[q] = ld_volatile((const uint4 *)(base + (size_t)q * slot_bytes + half) + k);
+            store8((char *)dst, bytes, q * P + k, make_uint2(v[q].x, v[q].z));
+        }
+    }
+    finish_call(ctrl, e);
+}
+
+template <typename T, typename Op>
+__device__ void ll_twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    WITH_NP(peers.npes, (ll_twoshot_allreduce_np<T, Op, NP>(src, dst, n, ctrl, staging, slot_bytes, peers)))
 }
 
 template <int NP>
@@ -687,6 +779,91 @@ __device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctr
     WITH_NP(peers.npes, (ll_allgather_np<NP>(src, dst, bytes, ctrl, staging, slot_bytes, peers)))
 }
 
+// ---- sentinel one-shot (raw data into receive buffers pre-filled with a sentinel) --------
+// Every PE's receive buffers start filled with SENTINEL, a 32-bit pattern that no pushed word
+// carries: a sender turns such a word (a NaN in f32, two NaNs in f16 or bf16) into another NaN,
+// so this path is for floating-point types only. A reader polls each 16-byte vector until
+// none of its words is the sentinel (an aligned word is stored whole, so a vector may arrive
+// in parts but no word is torn), then writes the sentinel back. Unlike the tagged lines
+// above, only the data crosses NVLink: half the bytes.
+// Buffers: [parity][source PE][slot] in an allocation of their own (a word left by any other
+// algorithm would pass for data). A PE in call e + 2 has heard from every peer in call e + 1,
+// so every peer has finished call e, refills included, before this parity is written again.
+#define SENTINEL 0xFFFFFFFFu
+
+__device__ __forceinline__ uint32_t off_sentinel(uint32_t w) { return w == SENTINEL ? 0x7FFFFFFFu : w; }
+
+// A vector as it is sent (and used by its own PE, so that every PE reduces the same values).
+__device__ __forceinline__ uint4 to_wire(uint4 v) {
+    return make_uint4(off_sentinel(v.x), off_sentinel(v.y), off_sentinel(v.z), off_sentinel(v.w));
+}
+
+__device__ __forceinline__ bool arrived(uint4 v) {
+    return v.x != SENTINEL && v.y != SENTINEL && v.z != SENTINEL && v.w != SENTINEL;
+}
+
+__device__ __forceinline__ void st_volatile(uint4 *p, uint4 v) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+// 16 bytes of a 16-byte aligned input at vector i, zero-padded past the end.
+__device__ __forceinline__ uint4 load16(const char *src, size_t bytes, size_t i) {
+    if ((i + 1) * 16 <= bytes) return ld_cg((const uint4 *)src + i);
+    const uint2 lo = load8(src, bytes, 2 * i), hi = load8(src, bytes, 2 * i + 1);
+    return make_uint4(lo.x, lo.y, hi.x, hi.y);
+}
+
+__device__ __forceinline__ void store16(char *dst, size_t bytes, size_t i, uint4 v) {
+    if ((i + 1) * 16 <= bytes) {
+        ((uint4 *)dst)[i] = v;
+        return;
+    }
+    store8(dst, bytes, 2 * i, make_uint2(v.x, v.y));
+    store8(dst, bytes, 2 * i + 1, make_uint2(v.z, v.w));
+}
+
+template <typename T, typename Op, int NP>
+__device__ void sentinel_allreduce_np(const T *src, T *dst, size_t n, Ctrl *ctrl, char *region, size_t slot_bytes, const Peers &peers) {
+    constexpr int MAXP = NP > 0 ? NP : LL_MAX_PES;
+    const int me = peers.me, npes = NP > 0 ? NP : peers.npes;
+    const uint64_t e = call_epoch(ctrl);
+    const size_t offset = (e & 1) * npes * slot_bytes + (size_t)me * slot_bytes;  // my slot, at any PE
+    char *base = region + (e & 1) * npes * slot_bytes;
+    const size_t bytes = n * sizeof(T), nvec = (bytes + 15) / 16;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = first; i < nvec; i += stride) {
+        const uint4 v = to_wire(load16((const char *)src, bytes, i));
+#pragma unroll
+        for (int p = 0; p < MAXP; p++)
+            if (p < npes && p != me) st_volatile((uint4 *)(peers.slot[p] + offset) + i, v);
+    }
+    // Each thread reads back the vectors it sent, so no barrier is needed in between.
+    for (size_t i = first; i < nvec; i += stride) {
+        const uint4 own = to_wire(load16((const char *)src, bytes, i));
+        // All first loads in flight together, then each polled.
+        uint4 in[MAXP];
+#pragma unroll
+        for (int p = 0; p < MAXP; p++)
+            if (p < npes && p != me) in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
+#pragma unroll
+        for (int p = 0; p < MAXP; p++)
+            if (p < npes && p != me)
+                while (!arrived(in[p])) in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
+        store16((char *)dst, bytes, i, reduce_in_pe_order<T, Op, MAXP>(in, own, me, npes));
+        // Refill for the call two epochs on.
+#pragma unroll
+        for (int p = 0; p < MAXP; p++)
+            if (p < npes && p != me) st_volatile((uint4 *)(base + (size_t)p * slot_bytes) + i, make_uint4(SENTINEL, SENTINEL, SENTINEL, SENTINEL));
+    }
+    finish_call(ctrl, e);
+}
+
+template <typename T, typename Op>
+__device__ void sentinel_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *region, size_t slot_bytes, const Peers &peers) {
+    WITH_NP(peers.npes, (sentinel_allreduce_np<T, Op, NP>(src, dst, n, ctrl, region, slot_bytes, peers)))
+}
+
 // Every entry point starts here. Launched with programmatic stream serialization, a kernel
 // may start while the previous kernel on its stream is still running: griddepcontrol.wait
 // holds it until that kernel has completed and its memory is visible (without the launch
@@ -717,6 +894,12 @@ __device__ __forceinline__ void enter_call() {
         enter_call();                                                                                            \
         ll_allreduce<T, OP>(src, dst, n, ctrl, staging, slot_bytes, peers);                                      \
     }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(512) ll_twoshot_allreduce_##NAME##_##OPNAME(                  \
+        const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,           \
+        const Peers peers) {                                                                                     \
+        enter_call();                                                                                            \
+        ll_twoshot_allreduce<T, OP>(src, dst, n, ctrl, staging, slot_bytes, peers);                              \
+    }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(512) bandwidth_allreduce_##NAME##_##OPNAME(                   \
         const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,           \
         const BandwidthPlan plan) {                                                                              \
@@ -724,14 +907,29 @@ __device__ __forceinline__ void enter_call() {
         bandwidth_allreduce<T, OP>(src, dst, n, ctrl, flags, staging, slot_bytes, plan);                         \
     }
 
+// The sentinel path: floating-point types only (see there).
+#define SENTINEL_ENTRY(NAME, T, OPNAME, OP)                                                                      \
+    extern "C" __global__ void __launch_bounds__(512) sentinel_allreduce_##NAME##_##OPNAME(                    \
+        const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *region, size_t slot_bytes,            \
+        const Peers peers) {                                                                                     \
+        enter_call();                                                                                            \
+        sentinel_allreduce<T, OP>(src, dst, n, ctrl, region, slot_bytes, peers);                                 \
+    }
+
 #define ALLREDUCE_TYPE(NAME, T)              \
     ALLREDUCE_ENTRIES(NAME, T, sum, OpSum)   \
     ALLREDUCE_ENTRIES(NAME, T, max, OpMax)   \
     ALLREDUCE_ENTRIES(NAME, T, min, OpMin)
 
-ALLREDUCE_TYPE(f32, float)
-ALLREDUCE_TYPE(f16, __half)
-ALLREDUCE_TYPE(bf16, __nv_bfloat16)
+#define FLOAT_ALLREDUCE_TYPE(NAME, T)    \
+    ALLREDUCE_TYPE(NAME, T)              \
+    SENTINEL_ENTRY(NAME, T, sum, OpSum)  \
+    SENTINEL_ENTRY(NAME, T, max, OpMax)  \
+    SENTINEL_ENTRY(NAME, T, min, OpMin)
+
+FLOAT_ALLREDUCE_TYPE(f32, float)
+FLOAT_ALLREDUCE_TYPE(f16, __half)
+FLOAT_ALLREDUCE_TYPE(bf16, __nv_bfloat16)
 ALLREDUCE_TYPE(i32, int32_t)
 
 extern "C" __global__ void __launch_bounds__(512) oneshot_allgather_bytes(

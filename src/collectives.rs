@@ -31,13 +31,24 @@ use std::ffi::c_void;
 /// All-reduce algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AllReduceAlgo {
-    /// Chosen by size and PE count ([`CollectivesConfig`]).
+    /// Chosen by size, PE count and element type ([`CollectivesConfig`]).
     Auto,
+    /// One-shot of the raw data into receive buffers pre-filled with a sentinel (an all-ones
+    /// NaN pattern): readers poll the data itself until no word is the sentinel, then refill.
+    /// No flags and no doubled bytes; for `f32`, `f16` and `bf16` only (an `i32` can be any
+    /// pattern). A NaN input with all bits set is sent, and reduced, as another NaN.
+    Sentinel,
     /// One-shot with the flags packed into the data (each 16-byte store carries 8 bytes and
     /// the call's epoch), so readers poll the data itself: no fence, no separate flag round.
     /// Moves twice the bytes; for the smallest messages.
     LowLatency,
-    /// Every PE pushes its input to every peer, then reduces locally (small messages).
+    /// Reduce-scatter, then all-gather, both in low-latency lines: each PE pushes every part
+    /// of its input to the part's owner, the owner reduces it and pushes the result to every
+    /// PE. For three or more PEs it moves 2 (n - 1) / n times the input where the one-shot
+    /// moves n - 1 times, for one more hop (small to medium messages).
+    LowLatencyTwoShot,
+    /// Every PE pushes its input to every peer, one flag handshake per block, then every PE
+    /// reduces locally (small messages where the low-latency paths do not apply).
     OneShot,
     /// Reduce-scatter, then all-gather, with no staging: each PE reads its part of every
     /// peer's input, reduces it and stores the result into every PE's output (medium
@@ -65,7 +76,9 @@ pub enum AllGatherAlgo {
 impl AllReduceAlgo {
     fn kernel_prefix(self) -> &'static str {
         match self {
+            AllReduceAlgo::Sentinel => "sentinel",
             AllReduceAlgo::LowLatency => "ll",
+            AllReduceAlgo::LowLatencyTwoShot => "ll_twoshot",
             AllReduceAlgo::OneShot => "oneshot",
             AllReduceAlgo::TwoShot => "twoshot",
             AllReduceAlgo::Bandwidth | AllReduceAlgo::Auto => "bandwidth",
@@ -77,9 +90,20 @@ impl AllReduceAlgo {
 /// calls are launched.
 #[derive(Debug, Clone)]
 pub struct CollectivesConfig {
-    /// All-reduce inputs up to this many bytes use the low-latency one-shot.
+    /// Floating-point all-reduce inputs above this many bytes, up to `sentinel_max_bytes`,
+    /// use the sentinel one-shot; those up to it use the low-latency one-shot, a little
+    /// faster for a vector or two.
+    pub sentinel_min_bytes: usize,
+    /// See `sentinel_min_bytes`. This also sizes the sentinel receive buffers: explicit
+    /// calls take up to the larger of this and 1 MiB.
+    pub sentinel_max_bytes: usize,
+    /// All-reduce inputs up to this many bytes (for floating-point types: outside the
+    /// sentinel range) use the low-latency one-shot.
     pub ll_max_bytes: usize,
-    /// All-reduce inputs up to this many bytes (above low-latency) use one-shot.
+    /// All-reduce inputs up to this many bytes (above low-latency) use the low-latency
+    /// two-shot.
+    pub ll_twoshot_max_bytes: usize,
+    /// All-reduce inputs up to this many bytes (above low-latency two-shot) use one-shot.
     pub oneshot_max_bytes: usize,
     /// All-reduce inputs up to this many bytes (above one-shot) use two-shot.
     pub twoshot_max_bytes: usize,
@@ -98,36 +122,51 @@ impl CollectivesConfig {
     /// Defaults measured on H200s connected by NVSwitch (see docs/).
     pub fn for_pes(n_pes: usize) -> Self {
         if n_pes <= 2 {
-            // 2 PEs: one-shot moves no more than two-shot, so it runs longer; the two-shot
-            // to 32 MiB, the store-only bandwidth path above.
+            // 2 PEs (graph replays): floating point takes the low-latency one-shot to 2 KiB
+            // and the sentinel one-shot to 2 MiB (1 MiB: 5.7 us against 8.2 for the flag
+            // one-shot); i32 the low-latency one-shot to 512 KiB and the flag one-shot to
+            // 1 MiB. A two-shot moves as much as a one-shot on 2 PEs, so the low-latency
+            // two-shot is never chosen; the two-shot to 32 MiB, the store-only bandwidth
+            // path above. All-gather: low-latency to 512 KiB per PE, bandwidth above.
             CollectivesConfig {
-                ll_max_bytes: 64 << 10,
+                sentinel_min_bytes: 2 << 10,
+                sentinel_max_bytes: 2 << 20,
+                ll_max_bytes: 512 << 10,
+                ll_twoshot_max_bytes: 512 << 10,
                 oneshot_max_bytes: 1 << 20,
                 twoshot_max_bytes: 32 << 20,
-                allgather_ll_max_bytes: 128 << 10,
-                allgather_oneshot_max_bytes: 256 << 10,
+                allgather_ll_max_bytes: 512 << 10,
+                allgather_oneshot_max_bytes: 512 << 10,
                 programmatic_launch: true,
             }
         } else {
-            // 4 PEs (graph replays, bf16): low-latency wins to 128 KiB, the flag one-shot at
-            // 256 KiB, the two-shot from 512 KiB to 32 MiB, the store-only bandwidth path
-            // above (the same from 64 MiB on 2 PEs).
+            // 4 PEs (graph replays): floating point takes the low-latency one-shot to 2 KiB
+            // and the sentinel one-shot to 512 KiB (256 KiB: 6.2 us against 7.8 for the
+            // low-latency two-shot and 8.9 for the flag one-shot); i32 the low-latency
+            // one-shot to 128 KiB and the low-latency two-shot to 512 KiB. The flag one-shot
+            // is never chosen; the two-shot to 32 MiB, the store-only bandwidth path above.
+            // All-gather: low-latency to 256 KiB per PE, bandwidth above.
             CollectivesConfig {
+                sentinel_min_bytes: 2 << 10,
+                sentinel_max_bytes: 512 << 10,
                 ll_max_bytes: 128 << 10,
-                oneshot_max_bytes: 256 << 10,
+                ll_twoshot_max_bytes: 512 << 10,
+                oneshot_max_bytes: 512 << 10,
                 twoshot_max_bytes: 32 << 20,
-                allgather_ll_max_bytes: 128 << 10,
-                allgather_oneshot_max_bytes: 128 << 10,
+                allgather_ll_max_bytes: 256 << 10,
+                allgather_oneshot_max_bytes: 256 << 10,
                 programmatic_launch: true,
             }
         }
     }
 
     /// Bytes of one staging slot (there is one per PE and epoch parity): one-shot inputs
-    /// whole, low-latency inputs twice over, and the bandwidth all-reduce's chunk ring.
-    fn slot_bytes(&self) -> usize {
+    /// whole, low-latency inputs twice over, a low-latency two-shot's part twice over in
+    /// each half, and the bandwidth all-reduce's chunk ring.
+    fn slot_bytes(&self, n_pes: usize) -> usize {
         // Low-latency lines carry 8 bytes of data in 16.
-        let ll = 2 * self.ll_max_bytes.max(self.allgather_ll_max_bytes) + 16;
+        let ll = (2 * self.ll_max_bytes.max(self.allgather_ll_max_bytes) + 16)
+            .max(ll_twoshot_slot_bytes(self.ll_twoshot_max_bytes, n_pes));
         let slot = self
             .oneshot_max_bytes
             .max(self.allgather_oneshot_max_bytes)
@@ -136,6 +175,11 @@ impl CollectivesConfig {
             // Room for explicitly chosen algorithms up to a few MiB.
             .max(2 << 20);
         slot.div_ceil(256) * 256
+    }
+
+    /// Bytes of one sentinel receive slot (one per PE and epoch parity).
+    fn sentinel_slot_bytes(&self) -> usize {
+        self.sentinel_max_bytes.max(1 << 20).div_ceil(256) * 256
     }
 }
 
@@ -184,6 +228,8 @@ const ONESHOT_MAX_BLOCKS: usize = 128;
 const ONESHOT_THREADS: u32 = 128;
 /// Low-latency lines hold 8 bytes of data each; smaller blocks spread them over more SMs.
 const LL_THREADS: u32 = 128;
+/// Largest low-latency block.
+const LL_MAX_THREADS: usize = 512;
 /// PEs whose staging addresses fit the low-latency kernels' by-value table (`Peers`).
 const LL_MAX_PES: usize = 16;
 
@@ -212,6 +258,10 @@ pub struct Collectives {
     /// Every PE's staging base as mapped here, for the low-latency kernels; `None` above
     /// `LL_MAX_PES` PEs.
     peers: Option<Peers>,
+    /// The sentinel all-reduce's receive buffers, their slot size and every PE's base.
+    sentinel: SymmetricBuffer<u32>,
+    sentinel_slot_bytes: usize,
+    sentinel_peers: Option<Peers>,
     functions: HashMap<String, cusys::CUfunction>,
     // Last: unloaded after the functions above are no longer used.
     _module: Module,
@@ -242,17 +292,63 @@ fn op_name(op: ReduceOp) -> Option<&'static str> {
 /// The kernel entry points of kernels/collectives.cu.
 pub fn kernel_names() -> Vec<String> {
     let mut names = Vec::new();
-    for algo in ["ll", "oneshot", "twoshot", "bandwidth"] {
+    for algo in ["ll", "ll_twoshot", "oneshot", "twoshot", "bandwidth"] {
         for ty in ["f32", "f16", "bf16", "i32"] {
             for op in ["sum", "max", "min"] {
                 names.push(format!("{algo}_allreduce_{ty}_{op}"));
             }
         }
     }
+    for ty in ["f32", "f16", "bf16"] {
+        for op in ["sum", "max", "min"] {
+            names.push(format!("sentinel_allreduce_{ty}_{op}"));
+        }
+    }
     names.push("ll_allgather_bytes".into());
     names.push("oneshot_allgather_bytes".into());
     names.push("bandwidth_allgather_bytes".into());
     names
+}
+
+/// Staging slot that a low-latency two-shot of `bytes` needs: one line (16 bytes for 8 of
+/// data) per line of a part, in each half.
+fn ll_twoshot_slot_bytes(bytes: usize, n_pes: usize) -> usize {
+    2 * 16 * bytes.div_ceil(8).div_ceil(n_pes.max(1))
+}
+
+/// The largest low-latency two-shot input whose parts fit half of a `slot_bytes` slot.
+fn ll_twoshot_max_input(slot_bytes: usize, n_pes: usize) -> usize {
+    slot_bytes / 32 * n_pes.max(1) * 8
+}
+
+/// Low-latency grid for `lines` lines, one per thread where possible: 128-thread blocks, one
+/// per SM at most; above 128 lines per SM, larger blocks, so that every line still has its
+/// own thread (measured on 2 H200s at 256 KiB: 4.01 us against 4.97 with 128 threads).
+fn ll_grid(lines: usize, max_blocks: usize) -> (u32, u32) {
+    let max_blocks = max_blocks.clamp(1, MAX_BLOCKS);
+    let threads = lines
+        .div_ceil(max_blocks)
+        .next_multiple_of(32)
+        .clamp(LL_THREADS as usize, LL_MAX_THREADS);
+    (blocks_for(lines, threads, max_blocks), threads as u32)
+}
+
+/// Where `buf` lives on every PE, as mapped here; `None` above `LL_MAX_PES` PEs. Every PE
+/// must be reachable (checked before).
+fn peer_table<T: Element>(shmem: &Nvshmem, buf: &SymmetricBuffer<T>) -> Result<Option<Peers>> {
+    let n = shmem.n_pes();
+    if n > LL_MAX_PES {
+        return Ok(None);
+    }
+    let mut table = Peers {
+        slot: [0; LL_MAX_PES],
+        me: shmem.my_pe() as i32,
+        npes: n as i32,
+    };
+    for pe in 0..n {
+        table.slot[pe] = buf.peer_ptr(pe)?.map_or(0, |p| p as u64);
+    }
+    Ok(Some(table))
 }
 
 /// Grid size for `work` units of `per_block` each, between 1 and `max`.
@@ -281,7 +377,7 @@ impl Collectives {
             let f = module.function(&name)?.cu_function();
             functions.insert(name, f);
         }
-        let slot_bytes = config.slot_bytes();
+        let slot_bytes = config.slot_bytes(n);
         // One epoch copy per block index (see `Ctrl` in the kernels).
         let ctrl = shmem.calloc::<u64>(MAX_BLOCKS)?;
         let flags = shmem.calloc::<u64>(FLAG_SETS * MAX_BLOCKS * n)?;
@@ -299,20 +395,12 @@ impl Collectives {
                 )));
             }
         }
-        let peers = if n <= LL_MAX_PES {
-            let mut table = Peers {
-                slot: [0; LL_MAX_PES],
-                me: shmem.my_pe() as i32,
-                npes: n as i32,
-            };
-            for pe in 0..n {
-                // Reachability was checked above.
-                table.slot[pe] = staging.peer_ptr(pe)?.map_or(0, |p| p as u64);
-            }
-            Some(table)
-        } else {
-            None
-        };
+        // Every word starts as the sentinel (see the kernels).
+        let sentinel_slot_bytes = config.sentinel_slot_bytes();
+        let sentinel = shmem.malloc::<u32>(2 * n * sentinel_slot_bytes / 4)?;
+        sentinel.copy_from_host(&vec![u32::MAX; sentinel.len()])?;
+        let peers = peer_table(shmem, &staging)?;
+        let sentinel_peers = peer_table(shmem, &sentinel)?;
         let sm_count = shmem
             .context()
             .attribute(cusys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
@@ -328,6 +416,15 @@ impl Collectives {
                 per_sm = per_sm.min(fit.max(1) as usize);
             }
         }
+        // Blocks pair up with the same block index on every PE, so every PE must launch the
+        // same grids: all take the smallest SM count and occupancy (mixed GPU models).
+        let agreed = shmem.malloc::<i32>(2)?;
+        agreed.copy_from_host(&[sm_count as i32, per_sm as i32])?;
+        shmem
+            .team_world()
+            .all_reduce(ReduceOp::Min, &agreed, &agreed, shmem.stream())?;
+        let agreed = agreed.to_vec()?;
+        let (sm_count, per_sm) = (agreed[0].max(1) as usize, agreed[1].max(1) as usize);
         let bandwidth_max_blocks = (sm_count * per_sm).min(MAX_BLOCKS);
         // Flags and the epoch must be zero everywhere before anyone signals.
         shmem.enter()?;
@@ -342,6 +439,9 @@ impl Collectives {
             sm_count,
             bandwidth_max_blocks,
             peers,
+            sentinel,
+            sentinel_slot_bytes,
+            sentinel_peers,
             functions,
             _module: module,
         })
@@ -352,10 +452,18 @@ impl Collectives {
         &self.config
     }
 
-    /// The algorithm `Auto` picks for an all-reduce of `bytes` per PE.
-    pub fn choose_all_reduce(&self, bytes: usize) -> AllReduceAlgo {
-        if bytes <= self.config.ll_max_bytes && self.peers.is_some() {
+    /// The algorithm `Auto` picks for an all-reduce of `bytes` of `dtype` per PE.
+    pub fn choose_all_reduce(&self, dtype: DataType, bytes: usize) -> AllReduceAlgo {
+        let ll = self.peers.is_some();
+        let float = matches!(dtype, DataType::F32 | DataType::F16 | DataType::BF16);
+        let sentinel =
+            bytes > self.config.sentinel_min_bytes && bytes <= self.config.sentinel_max_bytes;
+        if sentinel && float && ll {
+            AllReduceAlgo::Sentinel
+        } else if bytes <= self.config.ll_max_bytes && ll {
             AllReduceAlgo::LowLatency
+        } else if bytes <= self.config.ll_twoshot_max_bytes && ll {
+            AllReduceAlgo::LowLatencyTwoShot
         } else if bytes <= self.config.oneshot_max_bytes {
             AllReduceAlgo::OneShot
         } else if bytes <= self.config.twoshot_max_bytes {
@@ -428,34 +536,56 @@ impl Collectives {
             return Ok(());
         }
         let algo = match algo {
-            AllReduceAlgo::Auto => self.choose_all_reduce(bytes),
+            AllReduceAlgo::Auto => self.choose_all_reduce(T::DTYPE, bytes),
             a => a,
         };
         let n_pes = self.shmem.n_pes();
         let nvec = bytes / 16;
         let max_blocks = self.sm_count.min(MAX_BLOCKS);
-        let (blocks, threads, limit, extra) = match algo {
+        let (grid, limit, extra) = match algo {
+            AllReduceAlgo::Sentinel => {
+                if T::DTYPE == DataType::I32 {
+                    return Err(Error::InvalidArgument(
+                        "the sentinel all-reduce takes f32, f16 or bf16 (any i32 value could \
+                         pass for its sentinel); use LowLatency or Auto for i32"
+                            .into(),
+                    ));
+                }
+                (
+                    ll_grid(bytes.div_ceil(16), max_blocks),
+                    self.sentinel_slot_bytes,
+                    Extra::Sentinel,
+                )
+            }
             AllReduceAlgo::LowLatency => (
-                blocks_for(bytes.div_ceil(8), LL_THREADS as usize, max_blocks),
-                LL_THREADS,
+                ll_grid(bytes.div_ceil(8), max_blocks),
                 (self.slot_bytes - 16) / 2,
                 Extra::Peers,
             ),
+            AllReduceAlgo::LowLatencyTwoShot => (
+                ll_grid(bytes.div_ceil(8).div_ceil(n_pes), max_blocks),
+                ll_twoshot_max_input(self.slot_bytes, n_pes),
+                Extra::Peers,
+            ),
             AllReduceAlgo::OneShot => (
-                blocks_for(nvec, ONESHOT_THREADS as usize, ONESHOT_MAX_BLOCKS),
-                ONESHOT_THREADS,
+                (
+                    blocks_for(nvec, ONESHOT_THREADS as usize, ONESHOT_MAX_BLOCKS),
+                    ONESHOT_THREADS,
+                ),
                 self.slot_bytes,
                 Extra::None,
             ),
             AllReduceAlgo::TwoShot => (
-                blocks_for(nvec.div_ceil(n_pes), THREADS as usize * UNROLL, max_blocks),
-                THREADS,
+                (
+                    blocks_for(nvec.div_ceil(n_pes), THREADS as usize * UNROLL, max_blocks),
+                    THREADS,
+                ),
                 usize::MAX,
                 Extra::None,
             ),
             _ => {
                 let (blocks, plan) = bandwidth_plan(nvec, n_pes, self.bandwidth_max_blocks);
-                (blocks, BW_THREADS, usize::MAX, Extra::Plan(plan))
+                ((blocks, BW_THREADS), usize::MAX, Extra::Plan(plan))
             }
         };
         if bytes > limit {
@@ -467,7 +597,7 @@ impl Collectives {
         let name = format!("{}_allreduce_{ty}_{opn}", algo.kernel_prefix());
         self.launch(
             &name,
-            (blocks, threads),
+            grid,
             extra,
             src.as_ptr() as u64,
             dst.as_ptr() as u64,
@@ -517,9 +647,8 @@ impl Collectives {
                         "low-latency all-gather of {bytes} bytes per PE exceeds its staging slot ({limit} bytes); use Bandwidth"
                     )));
                 }
-                let lines = bytes.div_ceil(8);
-                let blocks = blocks_for(lines, LL_THREADS as usize, self.sm_count.min(MAX_BLOCKS));
-                ("ll_allgather_bytes", (blocks, LL_THREADS), Extra::Peers)
+                let grid = ll_grid(bytes.div_ceil(8), self.sm_count);
+                ("ll_allgather_bytes", grid, Extra::Peers)
             }
             AllGatherAlgo::OneShot => {
                 if bytes > self.slot_bytes {
@@ -579,11 +708,17 @@ impl Collectives {
         })?;
         let mut ctrl = self.ctrl.as_ptr() as u64;
         let mut flags = self.flags.as_ptr() as u64;
-        let mut staging = self.staging.as_ptr() as u64;
-        let mut slot = self.slot_bytes;
+        let (mut staging, mut slot, table) = match extra {
+            Extra::Sentinel => (
+                self.sentinel.as_ptr() as u64,
+                self.sentinel_slot_bytes,
+                self.sentinel_peers,
+            ),
+            _ => (self.staging.as_ptr() as u64, self.slot_bytes, self.peers),
+        };
         let (mut src, mut dst, mut n) = (src, dst, n);
-        let mut peers = match (extra, self.peers) {
-            (Extra::Peers, None) => {
+        let mut peers = match (extra, table) {
+            (Extra::Peers | Extra::Sentinel, None) => {
                 return Err(Error::InvalidArgument(format!(
                     "the low-latency algorithms support up to {LL_MAX_PES} PEs"
                 )))
@@ -652,6 +787,8 @@ enum Extra {
     None,
     /// The low-latency kernels' staging table.
     Peers,
+    /// The sentinel all-reduce's receive buffers and their table.
+    Sentinel,
     /// The bandwidth all-reduce's chunking.
     Plan(BandwidthPlan),
 }
@@ -664,15 +801,36 @@ mod tests {
     fn auto_thresholds_are_ordered_and_fit_the_staging_slot() {
         for n in [1, 2, 4, 8] {
             let c = CollectivesConfig::for_pes(n);
-            assert!(
-                c.ll_max_bytes <= c.oneshot_max_bytes && c.oneshot_max_bytes <= c.twoshot_max_bytes
-            );
+            assert!(c.sentinel_min_bytes <= c.sentinel_max_bytes);
+            assert!(c.sentinel_min_bytes <= c.ll_max_bytes);
+            assert!(c.sentinel_slot_bytes() >= c.sentinel_max_bytes);
+            assert!(c.ll_max_bytes <= c.ll_twoshot_max_bytes);
+            assert!(c.ll_twoshot_max_bytes <= c.oneshot_max_bytes);
+            assert!(c.oneshot_max_bytes <= c.twoshot_max_bytes);
             assert!(c.allgather_ll_max_bytes <= c.allgather_oneshot_max_bytes);
             // A slot holds a one-shot input, a low-latency input twice over, the chunk ring.
-            let slot = c.slot_bytes();
+            let slot = c.slot_bytes(n);
             assert!(slot >= c.oneshot_max_bytes && slot >= 2 * c.ll_max_bytes);
             assert!(slot >= BW_STAGING_BYTES);
+            assert!(ll_twoshot_max_input(slot, n) >= c.ll_twoshot_max_bytes);
             assert_eq!(slot % 256, 0);
+        }
+    }
+
+    #[test]
+    fn low_latency_two_shot_limit_matches_its_staging() {
+        for n in 1..=16 {
+            for bytes in [1, 7, 8, 9, 4096, 4097, 100_001, 1 << 20, 3 << 20] {
+                let need = ll_twoshot_slot_bytes(bytes, n);
+                let slot = need.div_ceil(256) * 256;
+                // Fits exactly when its parts fit half the slot.
+                assert!(bytes <= ll_twoshot_max_input(slot, n), "{bytes} {n}");
+                let part_lines = bytes.div_ceil(8).div_ceil(n);
+                assert!(part_lines * 16 <= slot / 2, "{bytes} {n}");
+                // One line of a part more does not fit.
+                let over = ll_twoshot_max_input(slot, n) + 1;
+                assert!(over.div_ceil(8).div_ceil(n) * 16 > slot / 2, "{bytes} {n}");
+            }
         }
     }
 
@@ -697,6 +855,27 @@ mod tests {
     }
 
     #[test]
+    fn low_latency_grids_give_each_line_a_thread_while_they_can() {
+        for max_blocks in [1, 66, 132, 512] {
+            for lines in [1, 31, 128, 4096, 16_896, 16_897, 40_000, 67_584, 1 << 20] {
+                let (blocks, threads) = ll_grid(lines, max_blocks);
+                let (blocks, threads) = (blocks as usize, threads as usize);
+                assert!(blocks >= 1 && blocks <= max_blocks, "{lines} {max_blocks}");
+                assert!((LL_THREADS as usize..=LL_MAX_THREADS).contains(&threads));
+                assert_eq!(threads % 32, 0);
+                if lines <= max_blocks * LL_MAX_THREADS {
+                    assert!(blocks * threads >= lines, "{lines} {max_blocks}");
+                } else {
+                    assert_eq!((blocks, threads), (max_blocks, LL_MAX_THREADS));
+                }
+            }
+        }
+        // Small inputs keep 128-thread blocks.
+        assert_eq!(ll_grid(16_384, 132), (128, 128));
+        assert_eq!(ll_grid(32_768, 132), (128, 256));
+    }
+
+    #[test]
     fn grids_stay_within_limits() {
         assert_eq!(blocks_for(0, 512, 64), 1);
         assert_eq!(blocks_for(513, 512, 64), 2);
@@ -706,7 +885,12 @@ mod tests {
     #[test]
     fn kernel_names_cover_types_ops_and_algorithms() {
         let names = kernel_names();
-        assert_eq!(names.len(), 4 * 4 * 3 + 3);
+        assert_eq!(names.len(), 5 * 4 * 3 + 3 * 3 + 3);
+        assert!(names.contains(&"sentinel_allreduce_bf16_sum".to_string()));
+        assert!(!names
+            .iter()
+            .any(|n| n.starts_with("sentinel_allreduce_i32")));
+        assert!(names.contains(&"ll_twoshot_allreduce_f16_max".to_string()));
         assert!(names.contains(&"oneshot_allreduce_bf16_sum".to_string()));
         assert!(names.contains(&"bandwidth_allreduce_i32_min".to_string()));
     }

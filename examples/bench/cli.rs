@@ -127,8 +127,13 @@ impl DType {
 #[serde(rename_all = "lowercase")]
 pub enum OursAlgo {
     Auto,
+    /// Sentinel one-shot (raw data, buffers pre-filled with a NaN pattern); all-reduce of
+    /// floating-point types only (all-gather uses ll)
+    Sentinel,
     /// Low-latency one-shot (flags packed with the data)
     Ll,
+    /// Low-latency two-shot; all-reduce only (all-gather uses ll)
+    LlTwoshot,
     Oneshot,
     /// All-reduce only (all-gather uses bandwidth)
     Twoshot,

@@ -57,7 +57,9 @@ impl Ops<'_> {
                     Collective::AllReduce => {
                         let algo = match self.algo {
                             OursAlgo::Auto => AllReduceAlgo::Auto,
+                            OursAlgo::Sentinel => AllReduceAlgo::Sentinel,
                             OursAlgo::Ll => AllReduceAlgo::LowLatency,
+                            OursAlgo::LlTwoshot => AllReduceAlgo::LowLatencyTwoShot,
                             OursAlgo::Oneshot => AllReduceAlgo::OneShot,
                             OursAlgo::Twoshot => AllReduceAlgo::TwoShot,
                             OursAlgo::Bandwidth => AllReduceAlgo::Bandwidth,
@@ -67,7 +69,9 @@ impl Ops<'_> {
                     Collective::AllGather => {
                         let algo = match self.algo {
                             OursAlgo::Auto => AllGatherAlgo::Auto,
-                            OursAlgo::Ll => AllGatherAlgo::LowLatency,
+                            OursAlgo::Sentinel | OursAlgo::Ll | OursAlgo::LlTwoshot => {
+                                AllGatherAlgo::LowLatency
+                            }
                             OursAlgo::Oneshot => AllGatherAlgo::OneShot,
                             OursAlgo::Twoshot | OursAlgo::Bandwidth => AllGatherAlgo::Bandwidth,
                         };
