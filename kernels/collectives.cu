@@ -351,8 +351,10 @@ __device__ void twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, ui
 // your dst" and "my staging slot for your round-r chunk is free". Flag values are
 // round_tag(e, r) = (epoch << 32 | r + 1), so they grow across rounds and calls: tag(0)
 // announces round 0, tag(r + 1) the above, tag(rounds) the last results.
-// With at least two chunk slots, the wait for round r's data (tag r from every peer) also
-// covers the slot that round r + 1 reuses (freed in round r + 1 - slots <= r - 1).
+// With two chunk slots, the wait for round r's data (tag r from every peer) also covers the
+// slot that round r + 1 reuses (freed in round r + 1 - slots <= r - 1). With three or more,
+// a block pushes its round r + 1 chunks before that wait, overlapping them with it: the
+// wait for round r - 1 already covers the slot (freed in round r + 1 - slots <= r - 2).
 // Only stores cross NVLink (the two-shot above reads its peers' inputs with remote loads,
 // which the fabric carries less efficiently), and two blocks per SM overlap one's flag
 // handshake with the other's copies.
@@ -440,9 +442,12 @@ __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, 
         __syncthreads();
     };
 
+    // With three or more slots, round r + 1's chunks go out before the wait for round r.
+    const bool ahead = plan.slots >= 3;
     push(0);
     tell_all(round_tag(e, 0));
     for (int r = 0; r < rounds; r++) {
+        if (ahead && r + 1 < rounds) push(r + 1);
         wait_all(round_tag(e, r));
         // Reduce my part's round-r chunk (PE order) into every PE's dst.
         const size_t c0 = ((size_t)r * G + b) * chunk;
@@ -458,7 +463,7 @@ __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, 
         // and none leaves before this block's last flag).
         if (r == rounds - 1 && me == npes - 1)
             reduce_tail<T, Op>(tail, n, npes, [&](int p) { return peer_src[p]; }, [&](int p) { return (T *)peer_dst[p]; }, npes);
-        if (r + 1 < rounds) push(r + 1);
+        if (!ahead && r + 1 < rounds) push(r + 1);
         tell_all(round_tag(e, r + 1));
     }
     // Every owner's results of this block's chunks are in my dst.
