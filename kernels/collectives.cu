@@ -65,6 +65,12 @@ __device__ __forceinline__ uint64_t call_epoch(const Ctrl *ctrl) {
     return ctrl->epoch[blockIdx.x] + 1;
 }
 
+// Staging, and the sentinel buffers, on every PE: [epoch parity][source PE][slot_bytes], so
+// that calls sharing a slot are two epochs apart. Where source's slot of epoch e starts.
+__device__ __forceinline__ size_t slot_offset(uint64_t e, int source, int npes, size_t slot_bytes) {
+    return (e & 1) * npes * slot_bytes + (size_t)source * slot_bytes;
+}
+
 // Publish the epoch for the next call on this PE (see Ctrl).
 __device__ __forceinline__ void finish_call(Ctrl *ctrl, uint64_t e) {
     __syncthreads();  // every thread of this block has read its copy
@@ -142,7 +148,6 @@ template <typename T, typename Raw> struct Packed {
 };
 
 template <typename T> using Vec = Packed<T, uint4>;
-template <typename T> using Vec8 = Packed<T, uint2>;
 
 // Every load of data that another PE, or an earlier call, may have written goes to L2 (.cg),
 // never through L1: with programmatic launches (see enter_call) a call begins while the one
@@ -285,7 +290,7 @@ __device__ void oneshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, ui
     const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
     const uint64_t e = call_epoch(ctrl);
     // staging[parity][source PE][slot_bytes]
-    char *base = staging + (e & 1) * npes * slot_bytes;
+    char *base = staging + slot_offset(e, 0, npes, slot_bytes);
     push_to_peers(src, n, base, slot_bytes, me, npes);
     signal_and_wait(flags, FLAGS_DATA, me, npes, e);
 
@@ -374,7 +379,7 @@ template <typename T, typename Op>
 __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes, BandwidthPlan plan) {
     const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
     const uint64_t e = call_epoch(ctrl);
-    char *base = staging + (e & 1) * npes * slot_bytes;
+    char *base = staging + slot_offset(e, 0, npes, slot_bytes);
     __shared__ char *peer_in[MAX_PES];   // my source region in PE q's staging
     __shared__ uint4 *peer_dst[MAX_PES];  // PE q's dst
     __shared__ const T *peer_src[MAX_PES];
@@ -477,7 +482,7 @@ __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, 
 __device__ void oneshot_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
     const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
     const uint64_t e = call_epoch(ctrl);
-    char *base = staging + (e & 1) * npes * slot_bytes;
+    char *base = staging + slot_offset(e, 0, npes, slot_bytes);
     push_to_peers(src, bytes, base, slot_bytes, me, npes);
     signal_and_wait(flags, FLAGS_DATA, me, npes, e);
     const size_t nvec = bytes / 16, tail = nvec * 16;
@@ -649,8 +654,8 @@ __device__ void ll_allreduce_np(const T *src, T *dst, size_t n, Ctrl *ctrl, char
     const int me = peers.me, npes = NP > 0 ? NP : peers.npes;
     const uint64_t e = call_epoch(ctrl);
     const uint32_t t = ll_tag(e);
-    const size_t offset = (e & 1) * npes * slot_bytes + (size_t)me * slot_bytes;
-    const char *base = staging + (e & 1) * npes * slot_bytes;
+    const size_t offset = slot_offset(e, me, npes, slot_bytes);
+    const char *base = staging + slot_offset(e, 0, npes, slot_bytes);
     const size_t bytes = n * sizeof(T), lines = (bytes + 7) / 8;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -704,8 +709,8 @@ __device__ void ll_twoshot_allreduce_np(const T *src, T *dst, size_t n, Ctrl *ct
     const uint64_t e = call_epoch(ctrl);
     const uint32_t t = ll_tag(e);
     const size_t half = slot_bytes / 2;
-    const size_t offset = (e & 1) * npes * slot_bytes + (size_t)me * slot_bytes;  // my slot, at any PE
-    const char *base = staging + (e & 1) * npes * slot_bytes;
+    const size_t offset = slot_offset(e, me, npes, slot_bytes);  // my slot, at any PE
+    const char *base = staging + slot_offset(e, 0, npes, slot_bytes);
     const size_t bytes = n * sizeof(T), lines = (bytes + 7) / 8;
     const size_t P = (lines + npes - 1) / npes;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -759,8 +764,8 @@ __device__ void ll_allgather_np(const char *src, char *dst, size_t bytes, Ctrl *
     const int me = peers.me, npes = NP > 0 ? NP : peers.npes;
     const uint64_t e = call_epoch(ctrl);
     const uint32_t t = ll_tag(e);
-    const size_t offset = (e & 1) * npes * slot_bytes + (size_t)me * slot_bytes;
-    const char *base = staging + (e & 1) * npes * slot_bytes;
+    const size_t offset = slot_offset(e, me, npes, slot_bytes);
+    const char *base = staging + slot_offset(e, 0, npes, slot_bytes);
     const size_t lines = (bytes + 7) / 8;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -832,8 +837,8 @@ __device__ void sentinel_allreduce_np(const T *src, T *dst, size_t n, Ctrl *ctrl
     constexpr int MAXP = NP > 0 ? NP : LL_MAX_PES;
     const int me = peers.me, npes = NP > 0 ? NP : peers.npes;
     const uint64_t e = call_epoch(ctrl);
-    const size_t offset = (e & 1) * npes * slot_bytes + (size_t)me * slot_bytes;  // my slot, at any PE
-    char *base = region + (e & 1) * npes * slot_bytes;
+    const size_t offset = slot_offset(e, me, npes, slot_bytes);  // my slot, at any PE
+    char *base = region + slot_offset(e, 0, npes, slot_bytes);
     const size_t bytes = n * sizeof(T), nvec = (bytes + 15) / 16;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
