@@ -349,7 +349,12 @@ fn graph_replay<T: Reducible>(
 /// Words with every bit set (what the sentinel path's empty buffers hold) in the input: the
 /// call must not wait for them forever, and they must reduce as the NaN they are. Elsewhere
 /// the result is exact.
-fn sentinel_bits_case(shmem: &Nvshmem, coll: &Collectives, seed: u64) -> Result<()> {
+fn sentinel_bits_case(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    algo: AllReduceAlgo,
+) -> Result<()> {
     let (me, np, n) = (shmem.my_pe(), shmem.n_pes(), 4099);
     let mut all = inputs::<f32>(seed, np, n);
     for (pe, x) in all.iter_mut().enumerate() {
@@ -362,13 +367,7 @@ fn sentinel_bits_case(shmem: &Nvshmem, coll: &Collectives, seed: u64) -> Result<
     let want = reference(ReduceOp::Sum, &all);
     let buf = shmem.malloc::<f32>(n)?;
     buf.copy_from_host(&all[me])?;
-    coll.all_reduce(
-        ReduceOp::Sum,
-        &buf,
-        &buf,
-        AllReduceAlgo::Sentinel,
-        shmem.stream(),
-    )?;
+    coll.all_reduce(ReduceOp::Sum, &buf, &buf, algo, shmem.stream())?;
     sync(shmem)?;
     let got = buf.to_vec()?;
     // NaN payloads may differ between this CPU and the GPU; NaN must stay NaN.
@@ -434,6 +433,7 @@ fn main() {
     let sizes = [1usize, 7, 8, 13, 1000, 4099, 65536 + 3, 300_001];
     let algos = [
         AllReduceAlgo::Sentinel,
+        AllReduceAlgo::SentinelTwoShot,
         AllReduceAlgo::LowLatency,
         AllReduceAlgo::LowLatencyTwoShot,
         AllReduceAlgo::OneShot,
@@ -465,7 +465,10 @@ fn main() {
                 c.check(&format!("{tag} f16"), |s, seed| {
                     all_reduce_case::<f16>(s, &coll, seed, op, algo, n, in_place)
                 });
-                if algo == AllReduceAlgo::Sentinel {
+                if matches!(
+                    algo,
+                    AllReduceAlgo::Sentinel | AllReduceAlgo::SentinelTwoShot
+                ) {
                     continue;
                 }
                 c.check(&format!("{tag} i32"), |s, seed| {
@@ -600,6 +603,16 @@ fn main() {
     c.check("back-to-back sentinel x20", |s, seed| {
         back_to_back::<f32>(s, &coll, seed, &[AllReduceAlgo::Sentinel], 50_001, 20)
     });
+    c.check("back-to-back sentinel two-shot x20", |s, seed| {
+        back_to_back::<f32>(
+            s,
+            &coll,
+            seed,
+            &[AllReduceAlgo::SentinelTwoShot],
+            50_001,
+            20,
+        )
+    });
     for rep in 0..2 {
         c.check(
             &format!("back-to-back mixed with sentinel x25 #{rep}"),
@@ -614,8 +627,10 @@ fn main() {
                         AllReduceAlgo::Sentinel,
                         AllReduceAlgo::LowLatencyTwoShot,
                         AllReduceAlgo::OneShot,
-                        AllReduceAlgo::Sentinel,
+                        AllReduceAlgo::SentinelTwoShot,
                         AllReduceAlgo::TwoShot,
+                        AllReduceAlgo::SentinelTwoShot,
+                        AllReduceAlgo::Sentinel,
                         AllReduceAlgo::Bandwidth,
                     ],
                     30_000,
@@ -624,10 +639,12 @@ fn main() {
             },
         );
     }
-    c.check(
-        "sentinel: inputs with the sentinel's bits arrive",
-        |s, seed| sentinel_bits_case(s, &coll, seed),
-    );
+    for algo in [AllReduceAlgo::Sentinel, AllReduceAlgo::SentinelTwoShot] {
+        c.check(
+            &format!("{algo:?}: inputs with the sentinel's bits arrive"),
+            |s, seed| sentinel_bits_case(s, &coll, seed, algo),
+        );
+    }
     for algo in [
         AllReduceAlgo::LowLatency,
         AllReduceAlgo::LowLatencyTwoShot,
@@ -639,9 +656,11 @@ fn main() {
             graph_replay::<i32>(s, &coll, seed, algo, 20_000)
         });
     }
-    c.check("graph replay Sentinel", |s, seed| {
-        graph_replay::<f32>(s, &coll, seed, AllReduceAlgo::Sentinel, 20_000)
-    });
+    for algo in [AllReduceAlgo::Sentinel, AllReduceAlgo::SentinelTwoShot] {
+        c.check(&format!("graph replay {algo:?}"), |s, seed| {
+            graph_replay::<f32>(s, &coll, seed, algo, 20_000)
+        });
+    }
     c.check("graph replay Bandwidth, many rounds", |s, seed| {
         graph_replay::<i32>(s, &coll, seed, AllReduceAlgo::Bandwidth, 5 << 20)
     });
@@ -695,6 +714,26 @@ fn main() {
         expect_err(
             coll.all_reduce(ReduceOp::Sum, &big, &big, AllReduceAlgo::Sentinel, st),
             "sentinel beyond its buffers",
+        )?;
+        expect_err(
+            coll.all_reduce(
+                ReduceOp::Sum,
+                &ints,
+                &ints,
+                AllReduceAlgo::SentinelTwoShot,
+                st,
+            ),
+            "sentinel two-shot of i32",
+        )?;
+        expect_err(
+            coll.all_reduce(
+                ReduceOp::Sum,
+                &big,
+                &big,
+                AllReduceAlgo::SentinelTwoShot,
+                st,
+            ),
+            "sentinel two-shot beyond its buffers",
         )?;
         expect_err(
             coll.all_reduce(ReduceOp::Sum, &big, &big, AllReduceAlgo::OneShot, st),

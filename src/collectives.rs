@@ -38,6 +38,12 @@ pub enum AllReduceAlgo {
     /// No flags and no doubled bytes; for `f32`, `f16` and `bf16` only (an `i32` can be any
     /// pattern). A NaN input with all bits set is sent, and reduced, as another NaN.
     Sentinel,
+    /// Reduce-scatter, then all-gather, both into sentinel-filled receive buffers: each PE
+    /// pushes every part of its input to the part's owner, the owner reduces it and pushes
+    /// the result to every PE. For three or more PEs it moves 2 (n - 1) / n times the input
+    /// where the sentinel one-shot moves n - 1 times, for one more hop (medium messages);
+    /// `f32`, `f16` and `bf16` only.
+    SentinelTwoShot,
     /// One-shot with the flags packed into the data (each 16-byte store carries 8 bytes and
     /// the call's epoch), so readers poll the data itself: no fence, no separate flag round.
     /// Moves twice the bytes; for the smallest messages.
@@ -77,6 +83,7 @@ impl AllReduceAlgo {
     fn kernel_prefix(self) -> &'static str {
         match self {
             AllReduceAlgo::Sentinel => "sentinel",
+            AllReduceAlgo::SentinelTwoShot => "sentinel_twoshot",
             AllReduceAlgo::LowLatency => "ll",
             AllReduceAlgo::LowLatencyTwoShot => "ll_twoshot",
             AllReduceAlgo::OneShot => "oneshot",
@@ -97,6 +104,9 @@ pub struct CollectivesConfig {
     /// See `sentinel_min_bytes`. This also sizes the sentinel receive buffers: explicit
     /// calls take up to the larger of this and 1 MiB.
     pub sentinel_max_bytes: usize,
+    /// Floating-point all-reduce inputs above `sentinel_max_bytes`, up to this many bytes,
+    /// use the sentinel two-shot.
+    pub sentinel_twoshot_max_bytes: usize,
     /// All-reduce inputs up to this many bytes (for floating-point types: outside the
     /// sentinel range) use the low-latency one-shot.
     pub ll_max_bytes: usize,
@@ -124,13 +134,15 @@ impl CollectivesConfig {
         if n_pes <= 2 {
             // 2 PEs (graph replays): floating point takes the low-latency one-shot to 2 KiB
             // and the sentinel one-shot to 2 MiB (1 MiB: 5.7 us against 8.2 for the flag
-            // one-shot); i32 the low-latency one-shot to 512 KiB and the flag one-shot to
-            // 1 MiB. A two-shot moves as much as a one-shot on 2 PEs, so the low-latency
-            // two-shot is never chosen; the two-shot to 32 MiB, the store-only bandwidth
-            // path above. All-gather: low-latency to 512 KiB per PE, bandwidth above.
+            // one-shot and 6.5 for the sentinel two-shot); i32 the low-latency one-shot to
+            // 512 KiB and the flag one-shot to 1 MiB. A two-shot moves as much as a one-shot
+            // on 2 PEs, so the low-latency two-shots are never chosen; the two-shot to
+            // 32 MiB, the store-only bandwidth path above. All-gather: low-latency to
+            // 512 KiB per PE, bandwidth above.
             CollectivesConfig {
                 sentinel_min_bytes: 2 << 10,
                 sentinel_max_bytes: 2 << 20,
+                sentinel_twoshot_max_bytes: 2 << 20,
                 ll_max_bytes: 512 << 10,
                 ll_twoshot_max_bytes: 512 << 10,
                 oneshot_max_bytes: 1 << 20,
@@ -140,15 +152,18 @@ impl CollectivesConfig {
                 programmatic_launch: true,
             }
         } else {
-            // 4 PEs (graph replays): floating point takes the low-latency one-shot to 2 KiB
-            // and the sentinel one-shot to 512 KiB (256 KiB: 6.2 us against 7.8 for the
-            // low-latency two-shot and 8.9 for the flag one-shot); i32 the low-latency
-            // one-shot to 128 KiB and the low-latency two-shot to 512 KiB. The flag one-shot
-            // is never chosen; the two-shot to 32 MiB, the store-only bandwidth path above.
-            // All-gather: low-latency to 256 KiB per PE, bandwidth above.
+            // 4 PEs (graph replays): floating point takes the low-latency one-shot to 2 KiB,
+            // the sentinel one-shot to 128 KiB (64 KiB: 4.1 us against 4.5 for the sentinel
+            // two-shot) and the sentinel two-shot to 2 MiB (256 KiB: 5.6 us against 6.1 for
+            // the sentinel one-shot; 1 MiB: 8.4 against 12.5 for the two-shot; 2 MiB: 15.1
+            // against 16.6); i32 the low-latency one-shot to 128 KiB and the low-latency
+            // two-shot to 512 KiB. The flag one-shot is never chosen; the two-shot to
+            // 32 MiB, the store-only bandwidth path above. All-gather: low-latency to
+            // 256 KiB per PE, bandwidth above.
             CollectivesConfig {
                 sentinel_min_bytes: 2 << 10,
-                sentinel_max_bytes: 512 << 10,
+                sentinel_max_bytes: 128 << 10,
+                sentinel_twoshot_max_bytes: 2 << 20,
                 ll_max_bytes: 128 << 10,
                 ll_twoshot_max_bytes: 512 << 10,
                 oneshot_max_bytes: 512 << 10,
@@ -177,9 +192,17 @@ impl CollectivesConfig {
         slot.div_ceil(256) * 256
     }
 
-    /// Bytes of one sentinel receive slot (one per PE and epoch parity).
-    fn sentinel_slot_bytes(&self) -> usize {
-        self.sentinel_max_bytes.max(1 << 20).div_ceil(256) * 256
+    /// Bytes of one sentinel receive slot (one per PE and epoch parity): a one-shot input, or
+    /// a two-shot's part in each half.
+    fn sentinel_slot_bytes(&self, n_pes: usize) -> usize {
+        self.sentinel_max_bytes
+            .max(sentinel_twoshot_slot_bytes(
+                self.sentinel_twoshot_max_bytes,
+                n_pes,
+            ))
+            .max(1 << 20)
+            .div_ceil(256)
+            * 256
     }
 }
 
@@ -301,9 +324,11 @@ pub fn kernel_names() -> Vec<String> {
             }
         }
     }
-    for ty in ["f32", "f16", "bf16"] {
-        for op in ["sum", "max", "min"] {
-            names.push(format!("sentinel_allreduce_{ty}_{op}"));
+    for algo in ["sentinel", "sentinel_twoshot"] {
+        for ty in ["f32", "f16", "bf16"] {
+            for op in ["sum", "max", "min"] {
+                names.push(format!("{algo}_allreduce_{ty}_{op}"));
+            }
         }
     }
     names.push("ll_allgather_bytes".into());
@@ -321,6 +346,17 @@ fn ll_twoshot_slot_bytes(bytes: usize, n_pes: usize) -> usize {
 /// The largest low-latency two-shot input whose parts fit half of a `slot_bytes` slot.
 fn ll_twoshot_max_input(slot_bytes: usize, n_pes: usize) -> usize {
     slot_bytes / 32 * n_pes.max(1) * 8
+}
+
+/// Sentinel slot that a sentinel two-shot of `bytes` needs: a part's 16-byte vectors in each
+/// half.
+fn sentinel_twoshot_slot_bytes(bytes: usize, n_pes: usize) -> usize {
+    2 * 16 * bytes.div_ceil(16).div_ceil(n_pes.max(1))
+}
+
+/// The largest sentinel two-shot input whose parts fit half of a `slot_bytes` slot.
+fn sentinel_twoshot_max_input(slot_bytes: usize, n_pes: usize) -> usize {
+    slot_bytes / 32 * n_pes.max(1) * 16
 }
 
 /// Low-latency grid for `lines` lines, one per thread where possible: 128-thread blocks, one
@@ -398,7 +434,7 @@ impl Collectives {
             }
         }
         // Every word starts as the sentinel (see the kernels).
-        let sentinel_slot_bytes = config.sentinel_slot_bytes();
+        let sentinel_slot_bytes = config.sentinel_slot_bytes(n);
         let sentinel = shmem.malloc::<u32>(2 * n * sentinel_slot_bytes / 4)?;
         sentinel.copy_from_host(&vec![u32::MAX; sentinel.len()])?;
         let peers = peer_table(shmem, &staging)?;
@@ -458,10 +494,11 @@ impl Collectives {
     pub fn choose_all_reduce(&self, dtype: DataType, bytes: usize) -> AllReduceAlgo {
         let ll = self.peers.is_some();
         let float = matches!(dtype, DataType::F32 | DataType::F16 | DataType::BF16);
-        let sentinel =
-            bytes > self.config.sentinel_min_bytes && bytes <= self.config.sentinel_max_bytes;
-        if sentinel && float && ll {
+        let sentinel = float && ll && bytes > self.config.sentinel_min_bytes;
+        if sentinel && bytes <= self.config.sentinel_max_bytes {
             AllReduceAlgo::Sentinel
+        } else if sentinel && bytes <= self.config.sentinel_twoshot_max_bytes {
+            AllReduceAlgo::SentinelTwoShot
         } else if bytes <= self.config.ll_max_bytes && ll {
             AllReduceAlgo::LowLatency
         } else if bytes <= self.config.ll_twoshot_max_bytes && ll {
@@ -545,17 +582,21 @@ impl Collectives {
         let nvec = bytes / 16;
         let max_blocks = self.sm_count.min(MAX_BLOCKS);
         let (grid, limit, extra) = match algo {
-            AllReduceAlgo::Sentinel => {
+            AllReduceAlgo::Sentinel | AllReduceAlgo::SentinelTwoShot => {
                 if T::DTYPE == DataType::I32 {
-                    return Err(Error::InvalidArgument(
-                        "the sentinel all-reduce takes f32, f16 or bf16 (any i32 value could \
-                         pass for its sentinel); use LowLatency or Auto for i32"
-                            .into(),
-                    ));
+                    return Err(Error::InvalidArgument(format!(
+                        "the {algo:?} all-reduce takes f32, f16 or bf16 (any i32 value could \
+                         pass for its sentinel); use Auto for i32"
+                    )));
                 }
+                let limit = if algo == AllReduceAlgo::Sentinel {
+                    self.sentinel_slot_bytes
+                } else {
+                    sentinel_twoshot_max_input(self.sentinel_slot_bytes, n_pes)
+                };
                 (
                     ll_grid(bytes.div_ceil(16), max_blocks),
-                    self.sentinel_slot_bytes,
+                    limit,
                     Extra::Sentinel,
                 )
             }
@@ -805,7 +846,10 @@ mod tests {
             let c = CollectivesConfig::for_pes(n);
             assert!(c.sentinel_min_bytes <= c.sentinel_max_bytes);
             assert!(c.sentinel_min_bytes <= c.ll_max_bytes);
-            assert!(c.sentinel_slot_bytes() >= c.sentinel_max_bytes);
+            assert!(c.sentinel_max_bytes <= c.sentinel_twoshot_max_bytes);
+            let sentinel_slot = c.sentinel_slot_bytes(n);
+            assert!(sentinel_slot >= c.sentinel_max_bytes);
+            assert!(sentinel_twoshot_max_input(sentinel_slot, n) >= c.sentinel_twoshot_max_bytes);
             assert!(c.ll_max_bytes <= c.ll_twoshot_max_bytes);
             assert!(c.ll_twoshot_max_bytes <= c.oneshot_max_bytes);
             assert!(c.oneshot_max_bytes <= c.twoshot_max_bytes);
@@ -832,6 +876,22 @@ mod tests {
                 // One line of a part more does not fit.
                 let over = ll_twoshot_max_input(slot, n) + 1;
                 assert!(over.div_ceil(8).div_ceil(n) * 16 > slot / 2, "{bytes} {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn sentinel_two_shot_limit_matches_its_buffers() {
+        for n in 1..=16 {
+            for bytes in [1, 15, 16, 17, 4096, 4097, 100_001, 1 << 20, 3 << 20] {
+                let slot = sentinel_twoshot_slot_bytes(bytes, n).div_ceil(256) * 256;
+                assert!(bytes <= sentinel_twoshot_max_input(slot, n), "{bytes} {n}");
+                assert!(
+                    bytes.div_ceil(16).div_ceil(n) * 16 <= slot / 2,
+                    "{bytes} {n}"
+                );
+                let over = sentinel_twoshot_max_input(slot, n) + 1;
+                assert!(over.div_ceil(16).div_ceil(n) * 16 > slot / 2, "{bytes} {n}");
             }
         }
     }
@@ -887,7 +947,8 @@ mod tests {
     #[test]
     fn kernel_names_cover_types_ops_and_algorithms() {
         let names = kernel_names();
-        assert_eq!(names.len(), 5 * 4 * 3 + 3 * 3 + 3);
+        assert_eq!(names.len(), 5 * 4 * 3 + 2 * 3 * 3 + 3);
+        assert!(names.contains(&"sentinel_twoshot_allreduce_f16_min".to_string()));
         assert!(names.contains(&"sentinel_allreduce_bf16_sum".to_string()));
         assert!(!names
             .iter()

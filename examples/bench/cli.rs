@@ -130,6 +130,8 @@ pub enum OursAlgo {
     /// Sentinel one-shot (raw data, buffers pre-filled with a NaN pattern); all-reduce of
     /// floating-point types only (all-gather uses ll)
     Sentinel,
+    /// Sentinel two-shot; all-reduce of floating-point types only (all-gather uses ll)
+    SentinelTwoshot,
     /// Low-latency one-shot (flags packed with the data)
     Ll,
     /// Low-latency two-shot; all-reduce only (all-gather uses ll)

@@ -58,6 +58,7 @@ impl Ops<'_> {
                         let algo = match self.algo {
                             OursAlgo::Auto => AllReduceAlgo::Auto,
                             OursAlgo::Sentinel => AllReduceAlgo::Sentinel,
+                            OursAlgo::SentinelTwoshot => AllReduceAlgo::SentinelTwoShot,
                             OursAlgo::Ll => AllReduceAlgo::LowLatency,
                             OursAlgo::LlTwoshot => AllReduceAlgo::LowLatencyTwoShot,
                             OursAlgo::Oneshot => AllReduceAlgo::OneShot,
@@ -69,9 +70,10 @@ impl Ops<'_> {
                     Collective::AllGather => {
                         let algo = match self.algo {
                             OursAlgo::Auto => AllGatherAlgo::Auto,
-                            OursAlgo::Sentinel | OursAlgo::Ll | OursAlgo::LlTwoshot => {
-                                AllGatherAlgo::LowLatency
-                            }
+                            OursAlgo::Sentinel
+                            | OursAlgo::SentinelTwoshot
+                            | OursAlgo::Ll
+                            | OursAlgo::LlTwoshot => AllGatherAlgo::LowLatency,
                             OursAlgo::Oneshot => AllGatherAlgo::OneShot,
                             OursAlgo::Twoshot | OursAlgo::Bandwidth => AllGatherAlgo::Bandwidth,
                         };
