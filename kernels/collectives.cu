@@ -619,13 +619,15 @@ __device__ __forceinline__ void ld_lines(const char *base, size_t slot_bytes, si
     }
 }
 
-// Bytes [at, at + 4) of src as a little-endian word, those past `bytes` zero; byte by byte,
-// with constant shifts so that nothing goes through local memory.
+// Bytes [at, at + 4) of src as a little-endian word, those past `bytes` zero. src + at is
+// 4-byte aligned (inputs start on 16 bytes), so the valid bytes come in at most two loads
+// that stay inside the input.
 __device__ __forceinline__ uint32_t load_word_tail(const char *src, size_t bytes, size_t at) {
+    const size_t m = bytes > at ? (bytes - at < 4 ? bytes - at : 4) : 0;
+    if (m == 4) return ld_cg_t((const uint32_t *)(src + at));
     uint32_t w = 0;
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        if (at + k < bytes) w |= (uint32_t)(unsigned char)ld_cg_t(src + at + k) << (8 * k);
+    if (m >= 2) w = ld_cg_t((const unsigned short *)(src + at));
+    if (m & 1) w |= (uint32_t)(unsigned char)ld_cg_t(src + at + (m & 2)) << (8 * (m & 2));
     return w;
 }
 
