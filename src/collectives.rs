@@ -101,11 +101,12 @@ pub struct CollectivesConfig {
     /// use the sentinel one-shot; those up to it use the low-latency one-shot, a little
     /// faster for a vector or two.
     pub sentinel_min_bytes: usize,
-    /// See `sentinel_min_bytes`. This also sizes the sentinel receive buffers: explicit
-    /// calls take up to the larger of this and 1 MiB.
+    /// See `sentinel_min_bytes`.
     pub sentinel_max_bytes: usize,
     /// Floating-point all-reduce inputs above `sentinel_max_bytes`, up to this many bytes,
-    /// use the sentinel two-shot.
+    /// use the sentinel two-shot. With `sentinel_max_bytes` this sizes the sentinel receive
+    /// buffers: one slot per PE and epoch parity holds a one-shot input, or a two-shot's
+    /// part twice over, and is at least 1 MiB; explicit calls take whatever fits.
     pub sentinel_twoshot_max_bytes: usize,
     /// All-reduce inputs up to this many bytes (for floating-point types: outside the
     /// sentinel range) use the low-latency one-shot.
