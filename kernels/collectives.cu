@@ -820,6 +820,20 @@ __device__ __forceinline__ void st_volatile(uint4 *p, uint4 v) {
     asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
+// Vector i of every source PE but me (PE p's at base + p * slot_bytes): all first loads in
+// flight together (one L2 round trip instead of one per peer), then each polled until it
+// has arrived.
+template <int MAXP>
+__device__ __forceinline__ void ld_arrived(const char *base, size_t slot_bytes, size_t i, int me, int npes, uint4 *in) {
+#pragma unroll
+    for (int p = 0; p < MAXP; p++)
+        if (p < npes && p != me) in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
+#pragma unroll
+    for (int p = 0; p < MAXP; p++)
+        if (p < npes && p != me)
+            while (!arrived(in[p])) in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
+}
+
 // 16 bytes of a 16-byte aligned input at vector i, zero-padded past the end.
 __device__ __forceinline__ uint4 load16(const char *src, size_t bytes, size_t i) {
     if ((i + 1) * 16 <= bytes) return ld_cg((const uint4 *)src + i);
@@ -855,15 +869,8 @@ __device__ void sentinel_allreduce_np(const T *src, T *dst, size_t n, Ctrl *ctrl
     // Each thread reads back the vectors it sent, so no barrier is needed in between.
     for (size_t i = first; i < nvec; i += stride) {
         const uint4 own = to_wire(load16((const char *)src, bytes, i));
-        // All first loads in flight together, then each polled.
         uint4 in[MAXP];
-#pragma unroll
-        for (int p = 0; p < MAXP; p++)
-            if (p < npes && p != me) in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
-#pragma unroll
-        for (int p = 0; p < MAXP; p++)
-            if (p < npes && p != me)
-                while (!arrived(in[p])) in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
+        ld_arrived<MAXP>(base, slot_bytes, i, me, npes, in);
         store16((char *)dst, bytes, i, reduce_in_pe_order<T, Op, MAXP>(in, own, me, npes));
         // Refill for the call two epochs on.
 #pragma unroll
@@ -914,13 +921,7 @@ __device__ void sentinel_twoshot_allreduce_np(const T *src, T *dst, size_t n, Ct
         const size_t j = me * P + k;
         const uint4 own = to_wire(load16((const char *)src, bytes, j));
         uint4 in[MAXP];
-#pragma unroll
-        for (int p = 0; p < MAXP; p++)
-            if (p < npes && p != me) in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + k);
-#pragma unroll
-        for (int p = 0; p < MAXP; p++)
-            if (p < npes && p != me)
-                while (!arrived(in[p])) in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + k);
+        ld_arrived<MAXP>(base, slot_bytes, k, me, npes, in);
         const uint4 r = to_wire(reduce_in_pe_order<T, Op, MAXP>(in, own, me, npes));
 #pragma unroll
         for (int p = 0; p < MAXP; p++)
