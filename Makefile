@@ -1,11 +1,14 @@
 # One-command setup, build, test and benchmark. `make test` and `make bench` do all set-up.
 #
-#   make setup     pinned CUDA compiler, NVSHMEM, NCCL and MPICH wheels into .venv (+ libclang)
+#   make setup     pinned CUDA compiler, NVSHMEM, NCCL, MPICH and libclang wheels into .venv,
+#                  and .venv/bin/nvshmemrun
 #   make test      CPU tests (no GPU needed)
 #   make run EXAMPLE=hello NP=2
 #   make check     GPU checks (our collectives, the host API, the ring-pipeline user crate)
-#                  with 2 and 4 PEs
+#                  with 2 and 4 PEs (those the machine has GPUs for)
 #   make bench     the benchmark suite against NCCL, one PE per local GPU
+#
+# The GPU targets stop with one line, before building, on a machine without GPUs.
 
 SHELL := /bin/bash
 VENV := .venv
@@ -13,15 +16,21 @@ PYTHON ?= python3
 NP ?=
 EXAMPLE ?= hello
 ARGS ?=
+CHECK_NP ?= 2 4
 
 # Versions must match the host library on the GPU machines: the device library linked into
 # our cubins must be the same NVSHMEM release as the host library that runs them.
 CUDA_WHEELS := nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 \
                nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
 NVSHMEM_WHEELS := nvidia-nvshmem-cu13==3.4.5
-OTHER_WHEELS := nvidia-nccl-cu13==2.28.9 mpich==5.0.2
+# libclang for bindgen (the wheel ships libclang.so; nvshmem-build's LIBCLANG_WHEEL agrees).
+OTHER_WHEELS := nvidia-nccl-cu13==2.28.9 mpich==5.0.2 libclang==18.1.1
 WHEELS := $(if $(CUDA_HOME),,$(CUDA_WHEELS)) $(if $(NVSHMEM_HOME),,$(NVSHMEM_WHEELS)) $(OTHER_WHEELS)
 STAMP := $(VENV)/.setup-done
+
+# Expanded when a GPU target's recipe starts: one line and a stop when there is no GPU (or
+# fewer than NP), before anything is built.
+require-gpus = $(eval GPUS := $(shell scripts/gpus $(1)))$(if $(filter ok,$(firstword $(GPUS))),,$(error $(GPUS)))
 
 .PHONY: setup build test run check bench fmt clippy ci clean-venv
 
@@ -35,7 +44,8 @@ setup:
 	  echo "$(strip $(WHEELS))" > $(STAMP); \
 	  echo "setup: installed $(strip $(WHEELS))"; \
 	fi
-	@scripts/ensure-libclang
+	@printf '#!/usr/bin/env bash\nexec "%s/scripts/nvshmrun" "$$@"\n' "$(CURDIR)" > $(VENV)/bin/nvshmemrun
+	@chmod +x $(VENV)/bin/nvshmemrun
 
 build: setup
 	cargo build --release --workspace --bins --examples
@@ -43,18 +53,26 @@ build: setup
 test: setup
 	cargo test --workspace
 
-run: build
+run:
+	$(call require-gpus,$(NP))
+	@$(MAKE) --no-print-directory build
 	scripts/nvshmrun $(if $(NP),-np $(NP)) target/release/examples/$(EXAMPLE) $(ARGS)
 
-check: build
-	scripts/nvshmrun -np 2 target/release/examples/coll_check
-	scripts/nvshmrun -np 4 target/release/examples/coll_check
-	scripts/nvshmrun -np 2 target/release/examples/gpu_check $(ARGS)
-	scripts/nvshmrun -np 4 target/release/examples/gpu_check $(ARGS)
-	scripts/nvshmrun -np 2 target/release/ring-pipeline
-	scripts/nvshmrun -np 4 target/release/ring-pipeline
+check:
+	$(call require-gpus,)
+	@$(MAKE) --no-print-directory build
+	@for np in $(CHECK_NP); do \
+	  if [ $$np -gt $(word 2,$(GPUS)) ]; then echo "check: -np $$np skipped ($(word 2,$(GPUS)) GPUs)"; continue; fi; \
+	  for prog in examples/coll_check examples/gpu_check ring-pipeline; do \
+	    args=$$([ $$prog = examples/gpu_check ] && echo "$(ARGS)"); \
+	    echo "scripts/nvshmrun -np $$np target/release/$$prog $$args"; \
+	    scripts/nvshmrun -np $$np target/release/$$prog $$args || exit 1; \
+	  done; \
+	done
 
-bench: build
+bench:
+	$(call require-gpus,$(NP))
+	@$(MAKE) --no-print-directory build
 	scripts/nvshmrun $(if $(NP),-np $(NP)) target/release/examples/bench $(ARGS)
 
 fmt:

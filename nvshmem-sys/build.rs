@@ -4,21 +4,34 @@
 //! device functions and static inline wrappers (`nvshmem_init` exits the process on error),
 //! which a Rust caller must not reach.
 
-use nvshmem_build::{fail, CudaToolkit, NvshmemInstall, Probe};
+use nvshmem_build::{fail, CudaToolkit, Error, NvshmemInstall, Probe};
 use object::{Object, ObjectSymbol};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn main() {
     let probe = Probe::from_env();
     let nvshmem = probe.find_nvshmem().unwrap_or_else(|e| fail(&e));
     let cuda = probe.find_cuda().unwrap_or_else(|e| fail(&e));
+    let libclang = probe.find_libclang().unwrap_or_else(|e| fail(&e));
+    libclang.check_loads().unwrap_or_else(|e| fail(&e));
+    let builtin_include = probe
+        .clang_builtin_include(&libclang)
+        .unwrap_or_else(|e| fail(&e));
+    // bindgen (through clang-sys) loads exactly the library this names; the build script is
+    // single-threaded here.
+    std::env::set_var("LIBCLANG_PATH", &libclang.path);
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
 
-    let exported = exported_functions(&nvshmem);
-    let bindings = generate(&nvshmem, &cuda, &exported);
-    bindings
-        .write_to_file(out.join("bindings.rs"))
-        .expect("write bindings.rs");
+    let exported = exported_functions(&nvshmem).unwrap_or_else(|e| fail(&e));
+    let bindings = generate(&nvshmem, &cuda, builtin_include.as_deref(), &exported)
+        .unwrap_or_else(|e| fail(&e));
+    let path = out.join("bindings.rs");
+    bindings.write_to_file(&path).unwrap_or_else(|source| {
+        fail(&Error::Io {
+            path: path.clone(),
+            source,
+        })
+    });
 
     let lib_name = nvshmem.host_lib_file_name();
     println!(
@@ -49,15 +62,20 @@ fn main() {
 }
 
 /// Names of the `nvshmem_*`/`nvshmemx_*` functions in the host library's dynamic symbol table.
-fn exported_functions(nvshmem: &NvshmemInstall) -> Vec<String> {
-    let data = std::fs::read(&nvshmem.host_lib)
-        .unwrap_or_else(|e| panic!("read {}: {e}", nvshmem.host_lib.display()));
-    let file = object::File::parse(&*data).unwrap_or_else(|e| {
-        panic!(
-            "{} is not a shared library: {e}",
-            nvshmem.host_lib.display()
-        )
-    });
+fn exported_functions(nvshmem: &NvshmemInstall) -> Result<Vec<String>, Error> {
+    let lib = &nvshmem.host_lib;
+    let data = std::fs::read(lib).map_err(|source| Error::Io {
+        path: lib.clone(),
+        source,
+    })?;
+    let not_nvshmem = |why: String| {
+        Error::Invalid(format!(
+            "{} is not the NVSHMEM 3 host library ({why}); point NVSHMEM_HOME at an NVSHMEM 3 \
+             install, or unset it to use `make setup`'s .venv",
+            lib.display()
+        ))
+    };
+    let file = object::File::parse(&*data).map_err(|e| not_nvshmem(e.to_string()))?;
     let mut names: Vec<String> = file
         .dynamic_symbols()
         .filter(|s| s.is_definition() && s.kind() == object::SymbolKind::Text)
@@ -68,20 +86,21 @@ fn exported_functions(nvshmem: &NvshmemInstall) -> Vec<String> {
         .collect();
     names.sort();
     names.dedup();
-    assert!(
-        names.len() > 500,
-        "{} exports only {} NVSHMEM functions; is it the NVSHMEM 3 host library?",
-        nvshmem.host_lib.display(),
-        names.len()
-    );
-    names
+    if names.len() < 500 {
+        return Err(not_nvshmem(format!(
+            "it exports only {} NVSHMEM functions",
+            names.len()
+        )));
+    }
+    Ok(names)
 }
 
 fn generate(
     nvshmem: &NvshmemInstall,
     cuda: &CudaToolkit,
+    builtin_include: Option<&Path>,
     exported: &[String],
-) -> bindgen::Bindings {
+) -> Result<bindgen::Bindings, Error> {
     let mut builder = bindgen::Builder::default()
         .header_contents(
             "wrapper.hpp",
@@ -105,14 +124,16 @@ fn generate(
     for dir in &cuda.include_dirs {
         builder = builder.clang_arg(format!("-I{}", dir.display()));
     }
+    // A libclang without its resource folder (the PyPI wheel) needs the compiler's builtin
+    // headers (stddef.h, limits.h) ahead of /usr/include, where clang would put its own.
+    if let Some(dir) = builtin_include {
+        builder = builder.clang_args(["-isystem".to_string(), dir.display().to_string()]);
+    }
     for name in exported {
         builder = builder.allowlist_function(format!("^{name}$"));
     }
-    builder.generate().unwrap_or_else(|e| {
-        panic!(
-            "bindgen failed on {}/nvshmem.h: {e}. bindgen needs libclang: `make setup` installs \
-             Debian's libclang-dev, or set LIBCLANG_PATH.",
-            nvshmem.include_dir.display()
-        )
+    builder.generate().map_err(|e| Error::Bindgen {
+        header: nvshmem.include_dir.join("nvshmem.h"),
+        message: e.to_string(),
     })
 }

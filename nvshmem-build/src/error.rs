@@ -1,4 +1,4 @@
-use crate::discovery::Version;
+use crate::discovery::{Version, LIBCLANG_WHEEL};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -30,6 +30,12 @@ pub enum Error {
     NvccNotFound { looked_in: Vec<String> },
     /// `NVCC`/`CUDA_HOME` named a place without a usable compiler.
     CudaIncomplete { root: PathBuf, missing: PathBuf },
+    /// No libclang (clang's C API, which bindgen loads) was found; lists the places looked at.
+    LibclangNotFound { looked_in: Vec<String> },
+    /// A libclang was found but bindgen could not use it (`reason` says why).
+    LibclangUnusable { path: PathBuf, reason: String },
+    /// bindgen could not parse the headers.
+    Bindgen { header: PathBuf, message: String },
     /// A tool could not be started.
     Spawn {
         program: PathBuf,
@@ -105,6 +111,32 @@ impl fmt::Display for Error {
                  `make setup`'s .venv.",
                 root.display(),
                 missing.display()
+            ),
+            Error::LibclangNotFound { looked_in } => write!(
+                f,
+                "libclang not found: bindgen needs libclang.so (clang's C API; libclang-cpp is \
+                 a different library) to read the NVSHMEM headers (looked in: {}). In the \
+                 nvshmem checkout run `make setup`, which installs the pinned {LIBCLANG_WHEEL} \
+                 wheel into .venv; outside it run `python3 -m pip install {LIBCLANG_WHEEL}` in \
+                 the Python environment that PYTHON (or python3) runs, or set LIBCLANG_PATH to \
+                 a libclang.so (Debian: `apt-get install libclang-dev`).",
+                looked_in.join("; ")
+            ),
+            Error::LibclangUnusable { path, reason } => write!(
+                f,
+                "libclang at {} cannot be used by bindgen: {reason}. Run `make setup` (it \
+                 installs the pinned {LIBCLANG_WHEEL} wheel into .venv), or point LIBCLANG_PATH \
+                 at a working libclang.so.",
+                path.display()
+            ),
+            Error::Bindgen { header, message } => write!(
+                f,
+                "bindgen could not read {}: {}. The headers must come from the NVSHMEM release \
+                 that nvshmem-sys supports (3.x) with a CUDA toolkit's include folder beside \
+                 them; check NVSHMEM_HOME and CUDA_HOME, or unset them to use `make setup`'s \
+                 .venv.",
+                header.display(),
+                message.trim()
             ),
             Error::Spawn { program, source } => {
                 write!(f, "could not run {}: {source}. {HINT}", program.display())

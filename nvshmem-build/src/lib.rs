@@ -34,9 +34,14 @@
 //!
 //! Discovery order for NVSHMEM: `NVSHMEM_HOME`, then the project's `.venv` made by
 //! `make setup`, then the Python package `nvidia.nvshmem`, then system paths. For the CUDA
-//! compiler: `NVCC` or `CUDA_HOME`, then the project's `.venv`, then `nvcc` on `PATH`, then
-//! `/usr/local/cuda`. Crates that depend on `nvshmem` skip discovery: they read what
-//! `nvshmem` found from its `links` metadata, so their kernels link the same NVSHMEM.
+//! compiler: `NVCC` or `CUDA_HOME`, then the project's `.venv`, then `nvidia.cu13`, then
+//! `nvcc` on `PATH`, then `/usr/local/cuda`. For libclang (bindgen's parser, used by
+//! `nvshmem-sys`): `LIBCLANG_PATH`, then the `.venv`, then the Python package `clang` (the
+//! `libclang` wheel), then LLVM's and the system's library folders; only the names bindgen
+//! loads count, never `libclang-cpp`. [`SEARCH_VAR`] (`NVSHMEM_BUILD_SEARCH=venv,python,system`)
+//! narrows where discovery looks after the variables. Crates that depend on `nvshmem` skip
+//! discovery: they read what `nvshmem` found from its `links` metadata, so their kernels
+//! link the same NVSHMEM.
 
 // The examples show whole build scripts, `fn main` included.
 #![allow(clippy::needless_doctest_main)]
@@ -47,7 +52,10 @@ mod error;
 mod kernels;
 
 pub use cubin::{Cubin, Symbol, SymbolKind, DEVICE_STATE_SYMBOL};
-pub use discovery::{CudaToolkit, NvshmemInstall, Probe, Source, Version, DISCOVERY_VARS};
+pub use discovery::{
+    is_libclang_file_name, libclang_in, CudaToolkit, Libclang, NvshmemInstall, Probe, Search,
+    Source, Version, DISCOVERY_VARS, LIBCLANG_WHEEL, SEARCH_VAR,
+};
 pub use error::Error;
 pub use kernels::{Arch, BuiltKernel, BuiltKernels, KernelBuilder, ARCHS_VAR, DEFAULT_ARCHS};
 

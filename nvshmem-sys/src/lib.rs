@@ -2,8 +2,9 @@
 //!
 //! Generated at build time by bindgen from the headers of the NVSHMEM that `nvshmem-build`
 //! finds (`NVSHMEM_HOME`, the project's `.venv`, the `nvidia.nvshmem` Python package, or
-//! system paths), and restricted to the functions the host library exports. Use the `nvshmem`
-//! crate for a safe API.
+//! system paths), and restricted to the functions the host library exports. bindgen's
+//! libclang is found the same way (`LIBCLANG_PATH`, `.venv`, the `libclang` wheel, system),
+//! so no clang install is needed. Use the `nvshmem` crate for a safe API.
 //!
 //! Initialise with [`nvshmemx_hostlib_init_attr`]: the header's `nvshmem_init` and
 //! `nvshmemx_init_attr` are static inline functions that exit the process on error, so they

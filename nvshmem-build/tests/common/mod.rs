@@ -78,3 +78,8 @@ pub fn fake_cuda(root: &Path, cuda_version: u32) {
 pub fn venv_nvidia(project: &Path) -> PathBuf {
     project.join(".venv/lib/python3.11/site-packages/nvidia")
 }
+
+/// A libclang-looking file (not a real library) at `path`.
+pub fn fake_lib(path: &Path) {
+    write(path, "not really a library");
+}

@@ -1,6 +1,12 @@
-//! Finding NVSHMEM and the CUDA compiler, in the order DESIGN.md gives.
+//! Finding NVSHMEM, the CUDA compiler and libclang: the variable that names an install, then
+//! the project's `.venv`, then the Python environment, then the system.
+
+mod libclang;
+
+pub use libclang::{is_libclang_file_name, libclang_in, Libclang, LIBCLANG_WHEEL};
 
 use crate::Error;
+use libclang::system_libclang_dirs;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fmt;
@@ -8,7 +14,69 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Variables that change what discovery finds; build scripts re-run when they change.
-pub const DISCOVERY_VARS: &[&str] = &["NVSHMEM_HOME", "CUDA_HOME", "NVCC", "PYTHON", "PATH"];
+pub const DISCOVERY_VARS: &[&str] = &[
+    "NVSHMEM_HOME",
+    "CUDA_HOME",
+    "NVCC",
+    "LIBCLANG_PATH",
+    "PYTHON",
+    "PATH",
+    "CC",
+    SEARCH_VAR,
+];
+
+/// Where discovery looks after the variables that name an install (`NVSHMEM_HOME`,
+/// `CUDA_HOME`, `NVCC`, `LIBCLANG_PATH`): a comma-separated subset of `venv`, `python` and
+/// `system`, in that order (default: all three). `NVSHMEM_BUILD_SEARCH=venv` builds only
+/// with what `make setup` installed, which is how CI proves that the setup installs
+/// everything.
+pub const SEARCH_VAR: &str = "NVSHMEM_BUILD_SEARCH";
+
+/// The places [`SEARCH_VAR`] can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Search {
+    /// A `.venv` made by `make setup` above the package.
+    pub venv: bool,
+    /// The packages of the Python that `PYTHON` (or `python3` on `PATH`) runs.
+    pub python: bool,
+    /// Standard system locations, and `nvcc` on `PATH`.
+    pub system: bool,
+}
+
+impl Search {
+    /// Everywhere: the default.
+    pub const ALL: Search = Search {
+        venv: true,
+        python: true,
+        system: true,
+    };
+}
+
+impl std::str::FromStr for Search {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let mut search = Search {
+            venv: false,
+            python: false,
+            system: false,
+        };
+        for place in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match place {
+                "venv" => search.venv = true,
+                "python" => search.python = true,
+                "system" => search.system = true,
+                "none" => {}
+                other => {
+                    return Err(Error::Invalid(format!(
+                        "{SEARCH_VAR}={s}: `{other}` is not a place discovery knows; use a \
+                         comma-separated subset of venv, python, system (or none)"
+                    )))
+                }
+            }
+        }
+        Ok(search)
+    }
+}
 
 /// A `major.minor.patch` version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -200,6 +268,7 @@ pub struct Probe {
     python: Option<OsString>,
     system_nvshmem: Vec<(PathBuf, PathBuf)>,
     system_cuda: Vec<PathBuf>,
+    system_libclang: Vec<PathBuf>,
 }
 
 impl Probe {
@@ -256,6 +325,7 @@ impl Probe {
             python,
             system_nvshmem,
             system_cuda: vec![PathBuf::from("/usr/local/cuda")],
+            system_libclang: system_libclang_dirs(&arch_lib),
         }
     }
 
@@ -267,6 +337,7 @@ impl Probe {
             python: None,
             system_nvshmem: Vec::new(),
             system_cuda: Vec::new(),
+            system_libclang: Vec::new(),
         }
     }
 
@@ -297,6 +368,20 @@ impl Probe {
         self
     }
 
+    /// Replace the system folders searched for libclang.
+    pub fn system_libclang_dirs(mut self, dirs: Vec<PathBuf>) -> Self {
+        self.system_libclang = dirs;
+        self
+    }
+
+    /// Where to look after the variables that name an install ([`SEARCH_VAR`]).
+    pub fn search(&self) -> Result<Search, Error> {
+        match self.get_var(SEARCH_VAR) {
+            Some(v) => v.to_string_lossy().parse(),
+            None => Ok(Search::ALL),
+        }
+    }
+
     /// A variable as this probe sees it (`None` when unset or empty).
     pub fn get_var(&self, name: &str) -> Option<&OsString> {
         self.vars.get(name).filter(|v| !v.is_empty())
@@ -308,6 +393,16 @@ impl Probe {
 
     /// `site-packages/nvidia` directories of `.venv`s in `start_dir` and its ancestors.
     fn venv_nvidia_dirs(&self) -> Vec<PathBuf> {
+        self.venv_site_packages()
+            .into_iter()
+            .map(|p| p.join("nvidia"))
+            .filter(|p| p.is_dir())
+            .collect()
+    }
+
+    /// `site-packages` directories of `.venv`s in `start_dir` and its ancestors, nearest
+    /// first.
+    fn venv_site_packages(&self) -> Vec<PathBuf> {
         let Some(start) = &self.start_dir else {
             return Vec::new();
         };
@@ -328,7 +423,7 @@ impl Probe {
             found.extend(
                 pythons
                     .into_iter()
-                    .map(|p| p.join("site-packages").join("nvidia"))
+                    .map(|p| p.join("site-packages"))
                     .filter(|p| p.is_dir()),
             );
         }
@@ -336,7 +431,10 @@ impl Probe {
     }
 
     /// Ask Python where a package lives (`nvidia.nvshmem`, `nvidia.cu13`...).
-    fn python_package_dir(&self, package: &str) -> Option<PathBuf> {
+    fn python_package_dir(&self, package: &str, search: Search) -> Option<PathBuf> {
+        if !search.python {
+            return None;
+        }
         let python = self.python.as_ref()?;
         let script = format!("import {package} as m; print(list(m.__path__)[0])");
         let out = Command::new(python).args(["-c", &script]).output().ok()?;
@@ -355,26 +453,27 @@ impl Probe {
         if let Some(home) = self.path_var("NVSHMEM_HOME") {
             return NvshmemInstall::at_root(&home, Source::EnvVar("NVSHMEM_HOME"));
         }
+        let search = self.search()?;
         let mut looked_in = vec!["NVSHMEM_HOME (unset)".to_string()];
-        for nvidia in self.venv_nvidia_dirs() {
+        for nvidia in self.venv_nvidia_dirs().into_iter().filter(|_| search.venv) {
             let root = nvidia.join("nvshmem");
             if let Ok(found) = NvshmemInstall::at_root(&root, Source::ProjectVenv(nvidia.clone())) {
                 return Ok(found);
             }
             looked_in.push(root.display().to_string());
         }
-        if self.start_dir.is_some() {
+        if self.start_dir.is_some() && search.venv {
             looked_in.push("no .venv with nvidia/nvshmem above the package".to_string());
         }
-        if let Some(root) = self.python_package_dir("nvidia.nvshmem") {
+        if let Some(root) = self.python_package_dir("nvidia.nvshmem", search) {
             if let Ok(found) = NvshmemInstall::at_root(&root, Source::PythonPackage) {
                 return Ok(found);
             }
             looked_in.push(root.display().to_string());
-        } else if self.python.is_some() {
+        } else if self.python.is_some() && search.python {
             looked_in.push("Python package nvidia.nvshmem (not installed)".to_string());
         }
-        for (include, lib) in &self.system_nvshmem {
+        for (include, lib) in self.system_nvshmem.iter().filter(|_| search.system) {
             if let Ok(found) = NvshmemInstall::at(include, lib, Source::System) {
                 return Ok(found);
             }
@@ -395,10 +494,11 @@ impl Probe {
                 Source::EnvVar("CUDA_HOME"),
             );
         }
+        let search = self.search()?;
         let mut looked_in = vec!["NVCC, CUDA_HOME (unset)".to_string()];
         // CUDA 13 wheels install under nvidia/cu13; CUDA 12 ones under nvidia/cuda_nvcc.
         let wheel_roots = ["cu13", "cuda_nvcc"];
-        for nvidia in self.venv_nvidia_dirs() {
+        for nvidia in self.venv_nvidia_dirs().into_iter().filter(|_| search.venv) {
             for sub in wheel_roots {
                 let nvcc = nvidia.join(sub).join("bin").join("nvcc");
                 if let Ok(found) =
@@ -410,7 +510,7 @@ impl Probe {
             }
         }
         for package in ["nvidia.cu13", "nvidia.cuda_nvcc"] {
-            if let Some(root) = self.python_package_dir(package) {
+            if let Some(root) = self.python_package_dir(package, search) {
                 if let Ok(found) =
                     CudaToolkit::from_nvcc(&root.join("bin").join("nvcc"), Source::PythonPackage)
                 {
@@ -418,7 +518,7 @@ impl Probe {
                 }
             }
         }
-        if let Some(path) = self.vars.get("PATH") {
+        if let Some(path) = self.vars.get("PATH").filter(|_| search.system) {
             for dir in std::env::split_paths(path) {
                 let nvcc = dir.join("nvcc");
                 if nvcc.is_file() {
@@ -429,7 +529,7 @@ impl Probe {
             }
             looked_in.push("PATH".to_string());
         }
-        for root in &self.system_cuda {
+        for root in self.system_cuda.iter().filter(|_| search.system) {
             let nvcc = root.join("bin").join("nvcc");
             if let Ok(found) = CudaToolkit::from_nvcc(&nvcc, Source::System) {
                 return Ok(found);
