@@ -44,7 +44,7 @@ setup:
 	  echo "$(strip $(WHEELS))" > $(STAMP); \
 	  echo "setup: installed $(strip $(WHEELS))"; \
 	fi
-	@printf '#!/usr/bin/env bash\nexec "%s/scripts/nvshmrun" "$$@"\n' "$(CURDIR)" > $(VENV)/bin/nvshmemrun
+	@printf '#!/usr/bin/env bash\nNVSHMRUN_NAME=nvshmemrun exec "%s/scripts/nvshmrun" "$$@"\n' "$(CURDIR)" > $(VENV)/bin/nvshmemrun
 	@chmod +x $(VENV)/bin/nvshmemrun
 
 build: setup
