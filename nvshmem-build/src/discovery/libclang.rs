@@ -161,7 +161,11 @@ impl Probe {
         let search: Search = self.search()?;
         let mut looked_in = vec!["LIBCLANG_PATH (unset)".to_string()];
         if search.venv {
-            for site in self.venv_site_packages() {
+            let sites = self.venv_site_packages();
+            if sites.is_empty() && self.start_dir.is_some() {
+                looked_in.push("no .venv above the package".to_string());
+            }
+            for site in sites {
                 let native = site.join("clang").join("native");
                 if let Some(path) = libclang_in(&native) {
                     return Ok(Libclang {
@@ -170,9 +174,6 @@ impl Probe {
                     });
                 }
                 looked_in.push(native.display().to_string());
-            }
-            if self.start_dir.is_some() {
-                looked_in.push("no .venv with clang/native above the package".to_string());
             }
         }
         if let Some(clang) = self.python_package_dir("clang", search) {
