@@ -1,6 +1,8 @@
-//! Compiles `kernels/*.cu` into linked cubins (one per architecture) and embeds them.
+//! Compiles `kernels/*.cu` into linked cubins (one per architecture) and embeds them, and
+//! turns `kernels/abi.h`, the definitions the kernels and the Rust side share, into Rust.
 
-use nvshmem_build::{emit_rpath, fail, KernelBuilder};
+use nvshmem_build::{emit_rpath, fail, Error, KernelBuilder, Probe};
+use std::path::PathBuf;
 
 fn main() {
     // The NVSHMEM that nvshmem-sys found and bound, so host and device libraries match.
@@ -13,10 +15,42 @@ fn main() {
         .and_then(|b| b.build())
         .unwrap_or_else(|e| fail(&e));
     built
-        .write_rust_module("kernels.rs")
+        .write_rust_module("cubins.rs")
         .unwrap_or_else(|e| fail(&e));
     emit_rpath(&built.nvshmem.lib_dir);
+    generate_abi().unwrap_or_else(|e| fail(&e));
     // For crates that depend on us and build their own kernels (DEP_NVSHMEM_RS_*).
     builder.emit_links_metadata();
     println!("cargo:rerun-if-changed=build.rs");
+}
+
+/// `$OUT_DIR/abi.rs` from `kernels/abi.h` (included by src/abi.rs).
+fn generate_abi() -> Result<(), Error> {
+    let header = PathBuf::from("kernels/abi.h");
+    let clang_args = Probe::from_env().prepare_bindgen()?;
+    let bindings = bindgen::Builder::default()
+        .header(header.display().to_string())
+        .clang_args(clang_args)
+        .allowlist_file(".*/abi\\.h")
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .prepend_enum_name(false)
+        .derive_default(true)
+        .derive_debug(true)
+        .derive_copy(true)
+        .derive_partialeq(true)
+        .derive_eq(true)
+        .layout_tests(true)
+        .generate_comments(true)
+        .generate()
+        .map_err(|e| Error::Bindgen {
+            header: header.clone(),
+            message: e.to_string(),
+        })?;
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
+    let path = out.join("abi.rs");
+    bindings
+        .write_to_file(&path)
+        .map_err(|source| Error::Io { path, source })?;
+    println!("cargo:rerun-if-changed={}", header.display());
+    Ok(())
 }

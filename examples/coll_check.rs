@@ -9,24 +9,26 @@
 
 use nvshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use nvshmem::{
-    bf16, f16, AllGatherAlgo, AllReduceAlgo, Collectives, Element, Error, Nvshmem, ReduceOp,
-    Result, SymmetricBuffer,
+    bf16, f16, AllGatherAlgo, AllReduceAlgo, Collectives, DataType, Element, Error, Nvshmem,
+    ReduceOp, Result, SymmetricBuffer,
 };
 
-/// splitmix64: a small, good-enough generator, seeded per check and PE.
-struct Rng(u64);
+#[path = "common/splitmix.rs"]
+mod splitmix;
+
+use splitmix::{SplitMix64, GOLDEN};
+
+/// The random values of one check on one PE (splitmix64, seeded by the check and the PE).
+struct Rng(SplitMix64);
 
 impl Rng {
     fn new(check: u64, pe: usize) -> Self {
-        Rng(check.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            ^ (pe as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03))
+        Rng(SplitMix64(
+            check.wrapping_mul(GOLDEN) ^ (pe as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03),
+        ))
     }
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// Uniform in [-1, 1).
     fn unit(&mut self) -> f32 {
@@ -157,23 +159,9 @@ impl Checker {
 fn any_pe(shmem: &Nvshmem, mine: i32) -> Result<i32> {
     let buf = shmem.malloc::<i32>(2)?;
     buf.view(..1).copy_from_host(&[mine])?;
-    let stream = shmem.stream();
-    let status = unsafe {
-        <i32 as Element>::reduce_on_stream(
-            ReduceOp::Sum,
-            nvshmem::sys::NVSHMEM_TEAM_WORLD,
-            buf.as_ptr().add(1),
-            buf.as_ptr(),
-            1,
-            stream.cu_stream() as nvshmem::sys::cudaStream_t,
-        )?
-    };
-    if status != 0 {
-        return Err(Error::Nvshmem {
-            call: "nvshmemx_int32_sum_reduce_on_stream",
-            status,
-        });
-    }
+    shmem
+        .team_world()
+        .all_reduce(buf.view(1..), buf.view(..1), ReduceOp::Sum, shmem.stream())?;
     Ok(buf.to_vec()?[1])
 }
 
@@ -246,7 +234,7 @@ fn all_reduce_case<T: Reducible>(
         Some(d)
     };
     let out: &SymmetricBuffer<T> = dst.as_ref().unwrap_or(&src);
-    coll.all_reduce(op, &src, out, algo, shmem.stream())?;
+    coll.all_reduce(out, &src, op, algo, shmem.stream())?;
     sync(shmem)?;
     compare("all_reduce", &out.to_vec()?, &want)
 }
@@ -263,7 +251,7 @@ fn all_gather_case<T: Reducible>(
     let src = shmem.malloc::<T>(n)?;
     src.copy_from_host(&all[me])?;
     let dst = shmem.calloc::<T>(n * np)?;
-    coll.all_gather(&src, &dst, algo, shmem.stream())?;
+    coll.all_gather(&dst, &src, algo, shmem.stream())?;
     sync(shmem)?;
     let want: Vec<T> = all.concat();
     compare("all_gather", &dst.to_vec()?, &want)
@@ -285,9 +273,9 @@ fn back_to_back<T: Reducible>(
     x.copy_from_host(&all[shmem.my_pe()])?;
     for r in 0..rounds {
         coll.all_reduce(
+            &x,
+            &x,
             ReduceOp::Sum,
-            &x,
-            &x,
             algos[r % algos.len()],
             shmem.stream(),
         )?;
@@ -325,8 +313,8 @@ fn graph_replay<T: Reducible>(
     )?;
     // x -> y -> x: two calls per replay, out of place both ways.
     let captured = coll
-        .all_reduce(ReduceOp::Sum, &x, &y, algo, &stream)
-        .and_then(|_| coll.all_reduce(ReduceOp::Sum, &y, &x, algo, &stream));
+        .all_reduce(&y, &x, ReduceOp::Sum, algo, &stream)
+        .and_then(|_| coll.all_reduce(&x, &y, ReduceOp::Sum, algo, &stream));
     let graph = cuda(
         "cuStreamEndCapture",
         stream.end_capture(CUgraphInstantiate_flags(0)),
@@ -367,7 +355,7 @@ fn sentinel_bits_case(
     let want = reference(ReduceOp::Sum, &all);
     let buf = shmem.malloc::<f32>(n)?;
     buf.copy_from_host(&all[me])?;
-    coll.all_reduce(ReduceOp::Sum, &buf, &buf, algo, shmem.stream())?;
+    coll.all_reduce(&buf, &buf, ReduceOp::Sum, algo, shmem.stream())?;
     sync(shmem)?;
     let got = buf.to_vec()?;
     // NaN payloads may differ between this CPU and the GPU; NaN must stay NaN.
@@ -395,9 +383,13 @@ fn cuda<T>(
     r.map_err(|source| Error::Cuda { call, source })
 }
 
-fn expect_err(r: Result<()>, what: &str) -> Result<()> {
+/// `r` must be the error `expected` accepts.
+fn expect_err(r: Result<()>, what: &str, expected: fn(&Error) -> bool) -> Result<()> {
     match r {
-        Err(_) => Ok(()),
+        Err(e) if expected(&e) => Ok(()),
+        Err(e) => Err(Error::InvalidArgument(format!(
+            "{what} was refused with the wrong error: {e}"
+        ))),
         Ok(()) => Err(Error::InvalidArgument(format!("{what} was accepted"))),
     }
 }
@@ -431,17 +423,13 @@ fn main() {
         seq: 0,
     };
     let sizes = [1usize, 7, 8, 13, 1000, 4099, 65536 + 3, 300_001];
-    let algos = [
-        AllReduceAlgo::Sentinel,
-        AllReduceAlgo::SentinelTwoShot,
-        AllReduceAlgo::LowLatency,
-        AllReduceAlgo::LowLatencyTwoShot,
-        AllReduceAlgo::OneShot,
-        AllReduceAlgo::TwoShot,
-        AllReduceAlgo::Bandwidth,
-        AllReduceAlgo::Auto,
-    ];
-    for algo in algos {
+    // Every algorithm of the table, `Auto` last.
+    let algos = AllReduceAlgo::ALL
+        .iter()
+        .cycle()
+        .skip(1)
+        .take(AllReduceAlgo::ALL.len());
+    for &algo in algos {
         for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
             for (i, &n) in sizes.iter().enumerate() {
                 // The low-latency path takes up to 1 MiB (twice that in staging).
@@ -465,10 +453,7 @@ fn main() {
                 c.check(&format!("{tag} f16"), |s, seed| {
                     all_reduce_case::<f16>(s, &coll, seed, op, algo, n, in_place)
                 });
-                if matches!(
-                    algo,
-                    AllReduceAlgo::Sentinel | AllReduceAlgo::SentinelTwoShot
-                ) {
+                if !algo.takes(DataType::I32) {
                     continue;
                 }
                 c.check(&format!("{tag} i32"), |s, seed| {
@@ -509,12 +494,12 @@ fn main() {
             )
         });
     }
-    for algo in [
-        AllGatherAlgo::LowLatency,
-        AllGatherAlgo::OneShot,
-        AllGatherAlgo::Bandwidth,
-        AllGatherAlgo::Auto,
-    ] {
+    for &algo in AllGatherAlgo::ALL
+        .iter()
+        .cycle()
+        .skip(1)
+        .take(AllGatherAlgo::ALL.len())
+    {
         for n in [1usize, 3, 1000, 4097, 65_537, 200_000] {
             c.check(&format!("all_gather {algo:?} n={n} f32"), |s, seed| {
                 all_gather_case::<f32>(s, &coll, seed, algo, n)
@@ -669,75 +654,86 @@ fn main() {
         let b = s.malloc::<f32>(32)?;
         let st = s.stream();
         expect_err(
-            coll.all_reduce(ReduceOp::Sum, &a, &b, AllReduceAlgo::Auto, st),
+            coll.all_reduce(&b, &a, ReduceOp::Sum, AllReduceAlgo::Auto, st),
             "length mismatch",
+            |e| matches!(e, Error::Length { .. }),
         )?;
         expect_err(
-            coll.all_reduce(ReduceOp::Xor, &a, &a, AllReduceAlgo::Auto, st),
+            coll.all_reduce(&a, &a, ReduceOp::Xor, AllReduceAlgo::Auto, st),
             "xor",
+            |e| matches!(e, Error::TypeMismatch { .. }),
         )?;
         let u = s.malloc::<u64>(64)?;
         expect_err(
-            coll.all_reduce(ReduceOp::Sum, &u, &u, AllReduceAlgo::Auto, st),
+            coll.all_reduce(&u, &u, ReduceOp::Sum, AllReduceAlgo::Auto, st),
             "u64",
+            |e| matches!(e, Error::TypeMismatch { .. }),
         )?;
         expect_err(
             coll.all_reduce(
-                ReduceOp::Sum,
-                a.view(0..32),
                 a.view(16..48),
+                a.view(0..32),
+                ReduceOp::Sum,
                 AllReduceAlgo::Auto,
                 st,
             ),
             "overlap",
+            |e| matches!(e, Error::Overlap { .. }),
         )?;
         expect_err(
             coll.all_reduce(
-                ReduceOp::Sum,
-                a.view(1..33),
                 b.view(..),
+                a.view(1..33),
+                ReduceOp::Sum,
                 AllReduceAlgo::Auto,
                 st,
             ),
             "misaligned view",
+            |e| matches!(e, Error::Misaligned { align: 16, .. }),
         )?;
         expect_err(
-            coll.all_gather(&a, &b, AllGatherAlgo::Auto, st),
+            coll.all_gather(&b, &a, AllGatherAlgo::Auto, st),
             "all_gather length",
+            |e| matches!(e, Error::Length { .. }),
         )?;
         let ints = s.malloc::<i32>(64)?;
         expect_err(
-            coll.all_reduce(ReduceOp::Sum, &ints, &ints, AllReduceAlgo::Sentinel, st),
+            coll.all_reduce(&ints, &ints, ReduceOp::Sum, AllReduceAlgo::Sentinel, st),
             "sentinel all-reduce of i32",
+            |e| matches!(e, Error::TypeMismatch { .. }),
         )?;
         let big = s.malloc::<f32>(16 << 20)?;
         expect_err(
-            coll.all_reduce(ReduceOp::Sum, &big, &big, AllReduceAlgo::Sentinel, st),
+            coll.all_reduce(&big, &big, ReduceOp::Sum, AllReduceAlgo::Sentinel, st),
             "sentinel beyond its buffers",
+            |e| matches!(e, Error::InvalidArgument(_)),
         )?;
         expect_err(
             coll.all_reduce(
+                &ints,
+                &ints,
                 ReduceOp::Sum,
-                &ints,
-                &ints,
                 AllReduceAlgo::SentinelTwoShot,
                 st,
             ),
             "sentinel two-shot of i32",
+            |e| matches!(e, Error::TypeMismatch { .. }),
         )?;
         expect_err(
             coll.all_reduce(
+                &big,
+                &big,
                 ReduceOp::Sum,
-                &big,
-                &big,
                 AllReduceAlgo::SentinelTwoShot,
                 st,
             ),
             "sentinel two-shot beyond its buffers",
+            |e| matches!(e, Error::InvalidArgument(_)),
         )?;
         expect_err(
-            coll.all_reduce(ReduceOp::Sum, &big, &big, AllReduceAlgo::OneShot, st),
+            coll.all_reduce(&big, &big, ReduceOp::Sum, AllReduceAlgo::OneShot, st),
             "one-shot beyond staging",
+            |e| matches!(e, Error::InvalidArgument(_)),
         )
     });
     if shmem.my_pe() == 0 {

@@ -1,5 +1,5 @@
-//! Hello from every PE: initialise NVSHMEM, register the embedded ring kernel, pass a block of
-//! data one step round the ring of PEs, and check it arrived.
+//! Hello from every PE: initialise NVSHMEM, pass a block of data one step round the ring of
+//! PEs with a put-with-signal on a stream, wait for our own, and check it arrived.
 //!
 //! ```text
 //! make run EXAMPLE=hello NP=4
@@ -12,8 +12,7 @@
 //! `init_with_unique_id`. Only the rank and size come from the launcher's environment, as a
 //! program with its own launcher would hand them out.
 
-use nvshmem::kernels::Ring;
-use nvshmem::{Error, InitOptions, Nvshmem, UniqueId};
+use nvshmem::{Cmp, Error, InitOptions, Nvshmem, SignalOp, UniqueId};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -89,15 +88,14 @@ fn run() -> nvshmem::Result<()> {
     let flag = shmem.calloc::<u64>(1)?;
     src.copy_from_host(&(0..N).map(|i| pattern(me, i)).collect::<Vec<_>>())?;
 
-    let ring = Ring::new(&shmem)?;
-    ring.put(&dst, &src, &flag, shmem.stream())?;
-    shmem
-        .stream()
-        .synchronize()
-        .map_err(|e| nvshmem::Error::Cuda {
-            call: "cuStreamSynchronize",
-            source: e,
-        })?;
+    // Our block into the next PE's `dst`, then its flag; then wait for the previous PE's.
+    let stream = shmem.stream();
+    shmem.put_signal_on_stream(&dst, &src, &flag, 0, 1, SignalOp::Set, (me + 1) % n, stream)?;
+    shmem.signal_wait_until_on_stream(&flag, 0, Cmp::Eq, 1, stream)?;
+    stream.synchronize().map_err(|e| nvshmem::Error::Cuda {
+        call: "cuStreamSynchronize",
+        source: e,
+    })?;
 
     let prev = (me + n - 1) % n;
     let got = dst.to_vec()?;

@@ -13,68 +13,27 @@
 #include <nvshmemx.h>
 #include <stdint.h>
 
-// Operation codes: must match `AmoOp` in src/atomic.rs.
-enum {
-    AMO_FETCH = 0,
-    AMO_SET = 1,
-    AMO_SWAP = 2,
-    AMO_COMPARE_SWAP = 3,
-    AMO_FETCH_ADD = 4,
-    AMO_ADD = 5,
-    AMO_FETCH_INC = 6,
-    AMO_INC = 7,
-    AMO_FETCH_AND = 8,
-    AMO_FETCH_OR = 9,
-    AMO_FETCH_XOR = 10,
-};
-
-// Type codes: `DataType` in src/element.rs.
-enum {
-    TYPE_I32 = 2,
-    TYPE_I64 = 3,
-    TYPE_U32 = 6,
-    TYPE_U64 = 7,
-    TYPE_F32 = 8,
-    TYPE_F64 = 9,
-};
+#include "abi.h"  // the operation codes (AmoOp) and type tags (TypeTag)
 
 // One operation on an unsigned integer of one width; false for an unknown operation.
+#define AMO_FETCHES(CODE, CALL) \
+    case CODE: *fetched = CALL; return true;
+#define AMO_UPDATES(CODE, CALL) \
+    case CODE: CALL; return true;
 #define AMO_UNSIGNED(T, NAME)                                                                 \
     __device__ static bool amo_##NAME(int op, T *dest, T value, T cond, int pe, T *fetched) { \
         switch (op) {                                                                         \
-        case AMO_FETCH:                                                                       \
-            *fetched = nvshmem_##NAME##_atomic_fetch(dest, pe);                               \
-            return true;                                                                      \
-        case AMO_SET:                                                                         \
-            nvshmem_##NAME##_atomic_set(dest, value, pe);                                     \
-            return true;                                                                      \
-        case AMO_SWAP:                                                                        \
-            *fetched = nvshmem_##NAME##_atomic_swap(dest, value, pe);                         \
-            return true;                                                                      \
-        case AMO_COMPARE_SWAP:                                                                \
-            *fetched = nvshmem_##NAME##_atomic_compare_swap(dest, cond, value, pe);           \
-            return true;                                                                      \
-        case AMO_FETCH_ADD:                                                                   \
-            *fetched = nvshmem_##NAME##_atomic_fetch_add(dest, value, pe);                    \
-            return true;                                                                      \
-        case AMO_ADD:                                                                         \
-            nvshmem_##NAME##_atomic_add(dest, value, pe);                                     \
-            return true;                                                                      \
-        case AMO_FETCH_INC:                                                                   \
-            *fetched = nvshmem_##NAME##_atomic_fetch_inc(dest, pe);                           \
-            return true;                                                                      \
-        case AMO_INC:                                                                         \
-            nvshmem_##NAME##_atomic_inc(dest, pe);                                            \
-            return true;                                                                      \
-        case AMO_FETCH_AND:                                                                   \
-            *fetched = nvshmem_##NAME##_atomic_fetch_and(dest, value, pe);                    \
-            return true;                                                                      \
-        case AMO_FETCH_OR:                                                                    \
-            *fetched = nvshmem_##NAME##_atomic_fetch_or(dest, value, pe);                     \
-            return true;                                                                      \
-        case AMO_FETCH_XOR:                                                                   \
-            *fetched = nvshmem_##NAME##_atomic_fetch_xor(dest, value, pe);                    \
-            return true;                                                                      \
+            AMO_FETCHES(AMO_FETCH, nvshmem_##NAME##_atomic_fetch(dest, pe))                   \
+            AMO_UPDATES(AMO_SET, nvshmem_##NAME##_atomic_set(dest, value, pe))                \
+            AMO_FETCHES(AMO_SWAP, nvshmem_##NAME##_atomic_swap(dest, value, pe))              \
+            AMO_FETCHES(AMO_COMPARE_SWAP, nvshmem_##NAME##_atomic_compare_swap(dest, cond, value, pe)) \
+            AMO_FETCHES(AMO_FETCH_ADD, nvshmem_##NAME##_atomic_fetch_add(dest, value, pe))    \
+            AMO_UPDATES(AMO_ADD, nvshmem_##NAME##_atomic_add(dest, value, pe))                \
+            AMO_FETCHES(AMO_FETCH_INC, nvshmem_##NAME##_atomic_fetch_inc(dest, pe))           \
+            AMO_UPDATES(AMO_INC, nvshmem_##NAME##_atomic_inc(dest, pe))                       \
+            AMO_FETCHES(AMO_FETCH_AND, nvshmem_##NAME##_atomic_fetch_and(dest, value, pe))    \
+            AMO_FETCHES(AMO_FETCH_OR, nvshmem_##NAME##_atomic_fetch_or(dest, value, pe))      \
+            AMO_FETCHES(AMO_FETCH_XOR, nvshmem_##NAME##_atomic_fetch_xor(dest, value, pe))    \
         default:                                                                              \
             return false;                                                                     \
         }                                                                                     \

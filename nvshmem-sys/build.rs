@@ -6,25 +6,17 @@
 
 use nvshmem_build::{fail, CudaToolkit, Error, NvshmemInstall, Probe};
 use object::{Object, ObjectSymbol};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn main() {
     let probe = Probe::from_env();
     let nvshmem = probe.find_nvshmem().unwrap_or_else(|e| fail(&e));
     let cuda = probe.find_cuda().unwrap_or_else(|e| fail(&e));
-    let libclang = probe.find_libclang().unwrap_or_else(|e| fail(&e));
-    libclang.check_loads().unwrap_or_else(|e| fail(&e));
-    let builtin_include = probe
-        .clang_builtin_include(&libclang)
-        .unwrap_or_else(|e| fail(&e));
-    // bindgen (through clang-sys) loads exactly the library this names; the build script is
-    // single-threaded here.
-    std::env::set_var("LIBCLANG_PATH", &libclang.path);
+    let clang_args = probe.prepare_bindgen().unwrap_or_else(|e| fail(&e));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
 
     let exported = exported_functions(&nvshmem).unwrap_or_else(|e| fail(&e));
-    let bindings = generate(&nvshmem, &cuda, builtin_include.as_deref(), &exported)
-        .unwrap_or_else(|e| fail(&e));
+    let bindings = generate(&nvshmem, &cuda, &clang_args, &exported).unwrap_or_else(|e| fail(&e));
     let path = out.join("bindings.rs");
     bindings.write_to_file(&path).unwrap_or_else(|source| {
         fail(&Error::Io {
@@ -98,7 +90,7 @@ fn exported_functions(nvshmem: &NvshmemInstall) -> Result<Vec<String>, Error> {
 fn generate(
     nvshmem: &NvshmemInstall,
     cuda: &CudaToolkit,
-    builtin_include: Option<&Path>,
+    clang_args: &[String],
     exported: &[String],
 ) -> Result<bindgen::Bindings, Error> {
     let mut builder = bindgen::Builder::default()
@@ -124,11 +116,8 @@ fn generate(
     for dir in &cuda.include_dirs {
         builder = builder.clang_arg(format!("-I{}", dir.display()));
     }
-    // A libclang without its resource folder (the PyPI wheel) needs the compiler's builtin
-    // headers (stddef.h, limits.h) ahead of /usr/include, where clang would put its own.
-    if let Some(dir) = builtin_include {
-        builder = builder.clang_args(["-isystem".to_string(), dir.display().to_string()]);
-    }
+    // What libclang needs besides (the C compiler's builtin headers for the PyPI wheel's).
+    builder = builder.clang_args(clang_args);
     for name in exported {
         builder = builder.allowlist_function(format!("^{name}$"));
     }

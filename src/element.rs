@@ -1,37 +1,65 @@
 //! The element types NVSHMEM moves and reduces, and the typed host entry points for each.
 //!
 //! NVSHMEM has one C function per type and operation (`nvshmem_float_p`,
-//! `nvshmemx_int32_sum_reduce_on_stream`...). The traits here map a Rust type to its
-//! functions once, so the safe API can be generic.
+//! `nvshmemx_int32_sum_reduce_on_stream`...). The crate-private traits in `ffi` map a
+//! Rust type to its functions once, so the safe API can be generic while only this crate
+//! can call them.
 
+use crate::abi;
 use crate::error::{Error, Result};
 use nvshmem_sys as sys;
 use sys::cudaStream_t;
 
-/// The type tag passed to our kernels (must match `kernels/common.cuh`).
+/// An element type, as our kernels take it (the `TypeTag` codes of `kernels/abi.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum DataType {
-    I8 = 0,
-    I16 = 1,
-    I32 = 2,
-    I64 = 3,
-    U8 = 4,
-    U16 = 5,
-    U32 = 6,
-    U64 = 7,
-    F32 = 8,
-    F64 = 9,
-    F16 = 10,
-    BF16 = 11,
+    /// `i8`
+    I8 = abi::TYPE_I8,
+    /// `i16`
+    I16 = abi::TYPE_I16,
+    /// `i32`
+    I32 = abi::TYPE_I32,
+    /// `i64`
+    I64 = abi::TYPE_I64,
+    /// `u8`
+    U8 = abi::TYPE_U8,
+    /// `u16`
+    U16 = abi::TYPE_U16,
+    /// `u32`
+    U32 = abi::TYPE_U32,
+    /// `u64`
+    U64 = abi::TYPE_U64,
+    /// `f32`
+    F32 = abi::TYPE_F32,
+    /// `f64`
+    F64 = abi::TYPE_F64,
+    /// [`half::f16`]
+    F16 = abi::TYPE_F16,
+    /// [`half::bf16`]
+    BF16 = abi::TYPE_BF16,
+}
+
+impl DataType {
+    /// Whether the type is `f32`, `f16` or `bf16` (or `f64`).
+    pub fn is_float(self) -> bool {
+        matches!(
+            self,
+            DataType::F32 | DataType::F64 | DataType::F16 | DataType::BF16
+        )
+    }
 }
 
 /// A reduction operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
+    /// `a + b`
     Sum,
+    /// `a * b`
     Prod,
+    /// The smaller.
     Min,
+    /// The larger.
     Max,
     /// Bitwise, integers only.
     And,
@@ -59,17 +87,119 @@ impl ReduceOp {
     }
 }
 
-mod sealed {
-    pub trait Sealed {}
+/// The typed NVSHMEM entry points of each element type: crate-private supertraits of the
+/// public element traits, so that the safe API can call them and nothing outside can.
+pub(crate) mod ffi {
+    use super::{ReduceOp, Result};
+    use nvshmem_sys::cudaStream_t;
+
+    /// The two exchanges of NVSHMEM's team collectives that move data without reducing it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Exchange {
+        /// `nvshmemx_<type>_fcollect_on_stream`
+        Fcollect,
+        /// `nvshmemx_<type>_alltoall_on_stream`
+        Alltoall,
+    }
+
+    /// The two reductions of NVSHMEM's team collectives.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Reduction {
+        /// `nvshmemx_<type>_<op>_reduce_on_stream`
+        AllReduce,
+        /// `nvshmemx_<type>_<op>_reducescatter_on_stream`
+        ReduceScatter,
+    }
+
+    impl Reduction {
+        /// The name of the NVSHMEM call for `op`, with `TYPENAME` for the element type.
+        pub fn call(self, op: ReduceOp) -> &'static str {
+            macro_rules! names {
+                ($kind:literal) => {
+                    match op {
+                        ReduceOp::Sum => concat!("nvshmemx_TYPENAME_sum_", $kind, "_on_stream"),
+                        ReduceOp::Prod => concat!("nvshmemx_TYPENAME_prod_", $kind, "_on_stream"),
+                        ReduceOp::Min => concat!("nvshmemx_TYPENAME_min_", $kind, "_on_stream"),
+                        ReduceOp::Max => concat!("nvshmemx_TYPENAME_max_", $kind, "_on_stream"),
+                        ReduceOp::And => concat!("nvshmemx_TYPENAME_and_", $kind, "_on_stream"),
+                        ReduceOp::Or => concat!("nvshmemx_TYPENAME_or_", $kind, "_on_stream"),
+                        ReduceOp::Xor => concat!("nvshmemx_TYPENAME_xor_", $kind, "_on_stream"),
+                    }
+                };
+            }
+            match self {
+                Reduction::AllReduce => names!("reduce"),
+                Reduction::ReduceScatter => names!("reducescatter"),
+            }
+        }
+    }
+
+    /// Typed RMA and collectives of one element type.
+    pub trait ElementFfi: Sized {
+        unsafe fn p(dest: *mut Self, value: Self, pe: i32);
+        unsafe fn g(src: *const Self, pe: i32) -> Self;
+        unsafe fn p_on_stream(dest: *mut Self, value: Self, pe: i32, stream: cudaStream_t);
+        unsafe fn g_on_stream(src: *const Self, pe: i32, stream: cudaStream_t) -> Self;
+        /// `nvshmemx_<type>_<op>_<kind>_on_stream`: an all-reduce or a reduce-scatter.
+        unsafe fn reduction_on_stream(
+            kind: Reduction,
+            op: ReduceOp,
+            team: i32,
+            dest: *mut Self,
+            src: *const Self,
+            n: usize,
+            stream: cudaStream_t,
+        ) -> Result<i32>;
+        /// `nvshmemx_<type>_<kind>_on_stream`: an fcollect or an all-to-all.
+        unsafe fn exchange_on_stream(
+            kind: Exchange,
+            team: i32,
+            dest: *mut Self,
+            src: *const Self,
+            n: usize,
+            stream: cudaStream_t,
+        ) -> i32;
+        unsafe fn broadcast_on_stream(
+            team: i32,
+            dest: *mut Self,
+            src: *const Self,
+            n: usize,
+            root: i32,
+            stream: cudaStream_t,
+        ) -> i32;
+    }
+
+    /// The atomics' operands as the bits of an unsigned integer of the type's width (the
+    /// helper kernel takes them so, see [`crate::atomic`]).
+    pub trait AtomicBits: Sized {
+        /// The value's bits, zero-extended to 64.
+        fn to_amo_bits(self) -> u64;
+        /// The value whose bits are the low bytes of `bits` (the rest is ignored).
+        fn from_amo_bits(bits: u64) -> Self;
+    }
+
+    /// The typed on-stream wait of one integer type.
+    pub trait WaitFfi: Sized {
+        unsafe fn wait_until_on_stream(
+            ivar: *mut Self,
+            cmp: i32,
+            value: Self,
+            stream: cudaStream_t,
+        );
+    }
 }
+
+pub(crate) use ffi::{Exchange, Reduction};
 
 /// A plain value type that lives in the symmetric heap: `u8`..`u64`, `i8`..`i64`, `f32`,
 /// `f64`, [`half::f16`] and [`half::bf16`].
 ///
 /// # Safety
-/// Implemented only in this crate, for types whose every bit pattern is valid.
+/// Implemented only in this crate (its supertrait is crate-private), for types whose every
+/// bit pattern is valid.
+#[allow(private_bounds)]
 pub unsafe trait Element:
-    sealed::Sealed + Copy + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static
+    ffi::ElementFfi + Copy + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static
 {
     /// NVSHMEM's name for the type (`float`, `bfloat16`, `int32`...).
     const NVSHMEM_NAME: &'static str;
@@ -77,97 +207,36 @@ pub unsafe trait Element:
     const DTYPE: DataType;
     /// Whether bitwise reductions apply.
     const IS_INTEGER: bool;
-
-    #[doc(hidden)]
-    unsafe fn p(dest: *mut Self, value: Self, pe: i32);
-    #[doc(hidden)]
-    unsafe fn g(src: *const Self, pe: i32) -> Self;
-    #[doc(hidden)]
-    unsafe fn p_on_stream(dest: *mut Self, value: Self, pe: i32, stream: cudaStream_t);
-    #[doc(hidden)]
-    unsafe fn g_on_stream(src: *const Self, pe: i32, stream: cudaStream_t) -> Self;
-    #[doc(hidden)]
-    unsafe fn reduce_on_stream(
-        op: ReduceOp,
-        team: i32,
-        dest: *mut Self,
-        src: *const Self,
-        n: usize,
-        stream: cudaStream_t,
-    ) -> Result<i32>;
-    #[doc(hidden)]
-    unsafe fn reducescatter_on_stream(
-        op: ReduceOp,
-        team: i32,
-        dest: *mut Self,
-        src: *const Self,
-        n: usize,
-        stream: cudaStream_t,
-    ) -> Result<i32>;
-    #[doc(hidden)]
-    unsafe fn fcollect_on_stream(
-        team: i32,
-        dest: *mut Self,
-        src: *const Self,
-        n: usize,
-        stream: cudaStream_t,
-    ) -> i32;
-    #[doc(hidden)]
-    unsafe fn broadcast_on_stream(
-        team: i32,
-        dest: *mut Self,
-        src: *const Self,
-        n: usize,
-        root: i32,
-        stream: cudaStream_t,
-    ) -> i32;
-    #[doc(hidden)]
-    unsafe fn alltoall_on_stream(
-        team: i32,
-        dest: *mut Self,
-        src: *const Self,
-        n: usize,
-        stream: cudaStream_t,
-    ) -> i32;
 }
 
 /// Types with host-side remote atomics: fetch, set and swap (`i32`, `i64`, `u32`, `u64`,
 /// `f32`, `f64`).
-///
-/// The atomics run in a kernel (see [`crate::atomic`]), which takes each operand as the bits
-/// of an unsigned integer of the type's width; these convert to and from those bits.
-pub trait AtomicElement: Element {
-    /// The value's bits, zero-extended to 64.
-    #[doc(hidden)]
-    fn to_amo_bits(self) -> u64;
-    /// The value whose bits are the low bytes of `bits` (the rest is ignored).
-    #[doc(hidden)]
-    fn from_amo_bits(bits: u64) -> Self;
-}
+#[allow(private_bounds)]
+pub trait AtomicElement: Element + ffi::AtomicBits {}
 
 /// Integer types with the full set of remote atomics (`i32`, `i64`, `u32`, `u64`).
-pub trait AtomicInteger: AtomicElement {
-    #[doc(hidden)]
-    unsafe fn wait_until_on_stream(ivar: *mut Self, cmp: i32, value: Self, stream: cudaStream_t);
-}
+#[allow(private_bounds)]
+pub trait AtomicInteger: AtomicElement + ffi::WaitFfi {}
 
-fn unsupported<T: Element>(op: ReduceOp) -> Error {
-    Error::InvalidArgument(format!(
-        "{op:?} is a bitwise reduction and {} is not an integer type",
-        T::NVSHMEM_NAME
-    ))
+/// A bitwise operator on a type that is not an integer.
+pub(crate) fn bitwise_on_float<T: Element>(op: ReduceOp) -> Error {
+    Error::TypeMismatch {
+        what: format!("the {op:?} reduction"),
+        expected: "an integer type",
+        got: T::NVSHMEM_NAME.to_string(),
+    }
 }
 
 // `$ffi` is the C type; `half::f16`/`bf16` and the C `__half`/`__nv_bfloat16` are both one
 // u16, so pointers cast and values convert through the bits.
 macro_rules! element {
     ($t:ty, $ffi:ty, $name:ident, $dtype:ident, $int:tt, to = $to:expr, from = $from:expr) => {
-        impl sealed::Sealed for $t {}
         unsafe impl Element for $t {
             const NVSHMEM_NAME: &'static str = stringify!($name);
             const DTYPE: DataType = DataType::$dtype;
             const IS_INTEGER: bool = $int;
-
+        }
+        impl ffi::ElementFfi for $t {
             unsafe fn p(dest: *mut Self, value: Self, pe: i32) {
                 paste::paste! { sys::[<nvshmem_ $name _p>](dest as *mut $ffi, ($to)(value), pe) }
             }
@@ -180,41 +249,39 @@ macro_rules! element {
             unsafe fn g_on_stream(src: *const Self, pe: i32, stream: cudaStream_t) -> Self {
                 paste::paste! { ($from)(sys::[<nvshmemx_ $name _g_on_stream>](src as *const $ffi, pe, stream)) }
             }
-            unsafe fn reduce_on_stream(op: ReduceOp, team: i32, dest: *mut Self, src: *const Self, n: usize, stream: cudaStream_t) -> Result<i32> {
-                let (d, s) = (dest as *mut $ffi, src as *const $ffi);
-                paste::paste! {
-                    Ok(match op {
-                        ReduceOp::Sum => sys::[<nvshmemx_ $name _sum_reduce_on_stream>](team, d, s, n, stream),
-                        ReduceOp::Prod => sys::[<nvshmemx_ $name _prod_reduce_on_stream>](team, d, s, n, stream),
-                        ReduceOp::Min => sys::[<nvshmemx_ $name _min_reduce_on_stream>](team, d, s, n, stream),
-                        ReduceOp::Max => sys::[<nvshmemx_ $name _max_reduce_on_stream>](team, d, s, n, stream),
-                        _ => element!(@bitwise $int, $name, reduce, op, team, d, s, n, stream),
-                    })
+            unsafe fn reduction_on_stream(kind: Reduction, op: ReduceOp, team: i32, dest: *mut Self, src: *const Self, n: usize, stream: cudaStream_t) -> Result<i32> {
+                match kind {
+                    Reduction::AllReduce => element!(@reduction $int, $name, reduce, $ffi, op, team, dest, src, n, stream),
+                    Reduction::ReduceScatter => element!(@reduction $int, $name, reducescatter, $ffi, op, team, dest, src, n, stream),
                 }
             }
-            unsafe fn reducescatter_on_stream(op: ReduceOp, team: i32, dest: *mut Self, src: *const Self, n: usize, stream: cudaStream_t) -> Result<i32> {
+            unsafe fn exchange_on_stream(kind: Exchange, team: i32, dest: *mut Self, src: *const Self, n: usize, stream: cudaStream_t) -> i32 {
                 let (d, s) = (dest as *mut $ffi, src as *const $ffi);
                 paste::paste! {
-                    Ok(match op {
-                        ReduceOp::Sum => sys::[<nvshmemx_ $name _sum_reducescatter_on_stream>](team, d, s, n, stream),
-                        ReduceOp::Prod => sys::[<nvshmemx_ $name _prod_reducescatter_on_stream>](team, d, s, n, stream),
-                        ReduceOp::Min => sys::[<nvshmemx_ $name _min_reducescatter_on_stream>](team, d, s, n, stream),
-                        ReduceOp::Max => sys::[<nvshmemx_ $name _max_reducescatter_on_stream>](team, d, s, n, stream),
-                        _ => element!(@bitwise $int, $name, reducescatter, op, team, d, s, n, stream),
-                    })
+                    match kind {
+                        Exchange::Fcollect => sys::[<nvshmemx_ $name _fcollect_on_stream>](team, d, s, n, stream),
+                        Exchange::Alltoall => sys::[<nvshmemx_ $name _alltoall_on_stream>](team, d, s, n, stream),
+                    }
                 }
-            }
-            unsafe fn fcollect_on_stream(team: i32, dest: *mut Self, src: *const Self, n: usize, stream: cudaStream_t) -> i32 {
-                paste::paste! { sys::[<nvshmemx_ $name _fcollect_on_stream>](team, dest as *mut $ffi, src as *const $ffi, n, stream) }
             }
             unsafe fn broadcast_on_stream(team: i32, dest: *mut Self, src: *const Self, n: usize, root: i32, stream: cudaStream_t) -> i32 {
                 paste::paste! { sys::[<nvshmemx_ $name _broadcast_on_stream>](team, dest as *mut $ffi, src as *const $ffi, n, root, stream) }
             }
-            unsafe fn alltoall_on_stream(team: i32, dest: *mut Self, src: *const Self, n: usize, stream: cudaStream_t) -> i32 {
-                paste::paste! { sys::[<nvshmemx_ $name _alltoall_on_stream>](team, dest as *mut $ffi, src as *const $ffi, n, stream) }
-            }
         }
     };
+    // `nvshmemx_<type>_<op>_<kind>_on_stream` for `op`: kind is reduce or reducescatter.
+    (@reduction $int:tt, $name:ident, $kind:ident, $ffi:ty, $op:expr, $team:expr, $dest:expr, $src:expr, $n:expr, $stream:expr) => {{
+        let (d, s) = ($dest as *mut $ffi, $src as *const $ffi);
+        paste::paste! {
+            Ok(match $op {
+                ReduceOp::Sum => sys::[<nvshmemx_ $name _sum_ $kind _on_stream>]($team, d, s, $n, $stream),
+                ReduceOp::Prod => sys::[<nvshmemx_ $name _prod_ $kind _on_stream>]($team, d, s, $n, $stream),
+                ReduceOp::Min => sys::[<nvshmemx_ $name _min_ $kind _on_stream>]($team, d, s, $n, $stream),
+                ReduceOp::Max => sys::[<nvshmemx_ $name _max_ $kind _on_stream>]($team, d, s, $n, $stream),
+                _ => element!(@bitwise $int, $name, $kind, $op, $team, d, s, $n, $stream),
+            })
+        }
+    }};
     (@bitwise true, $name:ident, $kind:ident, $op:expr, $team:expr, $d:expr, $s:expr, $n:expr, $stream:expr) => {
         paste::paste! {
             match $op {
@@ -225,7 +292,7 @@ macro_rules! element {
         }
     };
     (@bitwise false, $name:ident, $kind:ident, $op:expr, $team:expr, $d:expr, $s:expr, $n:expr, $stream:expr) => {
-        return Err(unsupported::<Self>($op))
+        return Err(bitwise_on_float::<Self>($op))
     };
 }
 
@@ -274,7 +341,8 @@ element!(
 
 macro_rules! atomic {
     ($t:ty, to = $to:expr, from = $from:expr) => {
-        impl AtomicElement for $t {
+        impl AtomicElement for $t {}
+        impl ffi::AtomicBits for $t {
             fn to_amo_bits(self) -> u64 {
                 ($to)(self)
             }
@@ -288,7 +356,8 @@ macro_rules! atomic {
 macro_rules! atomic_integer {
     ($t:ty, $name:ident, to = $to:expr, from = $from:expr) => {
         atomic!($t, to = $to, from = $from);
-        impl AtomicInteger for $t {
+        impl AtomicInteger for $t {}
+        impl ffi::WaitFfi for $t {
             unsafe fn wait_until_on_stream(ivar: *mut Self, cmp: i32, value: Self, stream: cudaStream_t) {
                 paste::paste! { sys::[<nvshmemx_ $name _wait_until_on_stream>](ivar, cmp, value, stream) }
             }
@@ -323,6 +392,7 @@ atomic!(
 
 #[cfg(test)]
 mod tests {
+    use super::ffi::{AtomicBits, ElementFfi};
     use super::*;
 
     fn name<T: Element>() -> &'static str {
@@ -349,7 +419,8 @@ mod tests {
         for op in [ReduceOp::And, ReduceOp::Or, ReduceOp::Xor] {
             // The bitwise arm returns before touching NVSHMEM, so null pointers are fine here.
             let r = unsafe {
-                <f32 as Element>::reduce_on_stream(
+                <f32 as ElementFfi>::reduction_on_stream(
+                    Reduction::AllReduce,
                     op,
                     0,
                     std::ptr::null_mut(),
@@ -359,11 +430,12 @@ mod tests {
                 )
             };
             assert!(
-                matches!(r, Err(Error::InvalidArgument(_))),
+                matches!(r, Err(Error::TypeMismatch { .. })),
                 "{op:?} accepted for f32"
             );
             let r = unsafe {
-                <half::bf16 as Element>::reducescatter_on_stream(
+                <half::bf16 as ElementFfi>::reduction_on_stream(
+                    Reduction::ReduceScatter,
                     op,
                     0,
                     std::ptr::null_mut(),
@@ -375,6 +447,19 @@ mod tests {
             assert!(r.is_err());
         }
         assert!(ReduceOp::Xor.is_bitwise() && !ReduceOp::Max.is_bitwise());
+    }
+
+    #[test]
+    fn failed_calls_name_the_operation() {
+        for op in ReduceOp::ALL {
+            let name = format!("{op:?}").to_lowercase();
+            assert!(Reduction::AllReduce
+                .call(op)
+                .contains(&format!("_{name}_reduce_")));
+            assert!(Reduction::ReduceScatter
+                .call(op)
+                .contains(&format!("_{name}_reducescatter_")));
+        }
     }
 
     #[test]

@@ -1,5 +1,10 @@
 //! The one error type of the crate.
+//!
+//! Frequent failures are variants with fields, so a caller can match on them
+//! (`Err(Error::PeOutOfRange { pe, .. })`); driver failures keep the driver's error as their
+//! [`source`](std::error::Error::source).
 
+use cudarc::driver::DriverError;
 use std::fmt;
 
 /// Everything that can go wrong in this crate.
@@ -7,40 +12,124 @@ use std::fmt;
 #[non_exhaustive]
 pub enum Error {
     /// An NVSHMEM call returned a non-zero status.
-    Nvshmem { call: &'static str, status: i32 },
+    Nvshmem {
+        /// The NVSHMEM function.
+        call: &'static str,
+        /// Its status.
+        status: i32,
+    },
     /// A CUDA driver call failed.
     Cuda {
+        /// The driver function.
         call: &'static str,
-        source: cudarc::driver::DriverError,
+        /// The driver's error.
+        source: DriverError,
     },
-    /// No CUDA driver could be loaded, or no GPU is visible.
+    /// No CUDA driver could be loaded, or no GPU is visible; says what to install or set.
     NoGpu(String),
     /// NVSHMEM is already running in this process (one runtime per process).
     AlreadyInitialized,
     /// NVSHMEM was finalised and cannot be started again in the same process.
     Finalized,
+    /// NVSHMEM did not finish initialising its GPU side (`nvshmemx_init_status`).
+    NotInitialized {
+        /// The status NVSHMEM reported.
+        status: i32,
+    },
     /// The host library at run time is not the release the crate was built against.
-    LibraryMismatch { built: String, running: String },
-    /// `nvshmem_malloc` returned NULL.
+    LibraryMismatch {
+        /// The release of the headers and device library the crate was built with.
+        built: String,
+        /// The release of the host library loaded now.
+        running: String,
+    },
+    /// `nvshmem_malloc` returned NULL: the symmetric heap is full.
     HeapExhausted {
+        /// Bytes asked for.
         requested: usize,
+        /// Bytes this crate had allocated before.
         in_use: usize,
+        /// The heap's size (`NVSHMEM_SYMMETRIC_SIZE`).
         heap_size: usize,
     },
-    /// A PE number outside `0..n_pes`.
-    PeOutOfRange { pe: usize, n_pes: usize },
-    /// A slice length or range that does not fit.
+    /// A PE number outside `0..n_pes` (of the world, or of a team).
+    PeOutOfRange {
+        /// The PE asked for.
+        pe: usize,
+        /// The number of PEs.
+        n_pes: usize,
+    },
+    /// An element index outside a view.
+    IndexOutOfRange {
+        /// The index asked for.
+        index: usize,
+        /// The view's length.
+        len: usize,
+    },
+    /// A length that does not fit what the call needs.
     Length {
+        /// What had the wrong length, and what it must be.
         what: &'static str,
+        /// The length needed.
         expected: usize,
+        /// The length given.
         got: usize,
+    },
+    /// An element type (or operator) the operation does not take.
+    TypeMismatch {
+        /// The operation.
+        what: String,
+        /// What it takes.
+        expected: &'static str,
+        /// The type (or operator) given.
+        got: String,
+    },
+    /// A view that must start on an `align`-byte boundary does not.
+    Misaligned {
+        /// The argument.
+        what: &'static str,
+        /// The alignment in bytes.
+        align: usize,
+    },
+    /// Source and destination overlap where they must not.
+    Overlap {
+        /// The operation.
+        what: &'static str,
+    },
+    /// A buffer, view or team of another NVSHMEM runtime.
+    ForeignRuntime {
+        /// The argument.
+        what: &'static str,
+    },
+    /// A stream of another GPU than this PE's.
+    WrongDevice {
+        /// The argument.
+        what: &'static str,
+        /// The GPU it runs on.
+        device: usize,
+        /// This PE's GPU.
+        expected: usize,
     },
     /// PEs disagreed on a collective call (debug builds check allocation order and sizes).
     CollectiveMismatch(String),
-    /// An argument is invalid for another reason.
+    /// A kernel module could not be loaded, registered or looked into.
+    Module {
+        /// The module (a cubin set's name or a file).
+        module: String,
+        /// What went wrong and what to do.
+        message: String,
+        /// The driver's error, where the driver refused.
+        source: Option<DriverError>,
+    },
+    /// The driver refused a kernel launch.
+    Launch {
+        /// The kernel.
+        kernel: String,
+        /// The driver's error.
+        source: DriverError,
+    },
+    /// An argument is invalid for another reason; the message says which and why.
     InvalidArgument(String),
-    /// A kernel module could not be loaded, registered or used.
-    Module(String),
 }
 
 /// `Result` with this crate's [`Error`].
@@ -64,6 +153,11 @@ impl fmt::Display for Error {
                 "NVSHMEM was finalised in this process and cannot be initialised again; keep one \
                  Nvshmem handle alive for the life of the program",
             ),
+            Error::NotInitialized { status } => write!(
+                f,
+                "NVSHMEM did not initialise its GPU side (nvshmemx_init_status {status}); run with \
+                 NVSHMEM_DEBUG=WARN for NVSHMEM's own explanation"
+            ),
             Error::LibraryMismatch { built, running } => write!(
                 f,
                 "NVSHMEM host library mismatch: built against {built}, running {running}; make \
@@ -81,20 +175,60 @@ impl fmt::Display for Error {
                  (for example NVSHMEM_SYMMETRIC_SIZE=4G) on every PE",
                 heap_size.saturating_sub(*in_use)
             ),
-            Error::PeOutOfRange { pe, n_pes } => {
-                write!(
-                    f,
-                    "PE {pe} is out of range: there are {n_pes} PEs (0..{n_pes})"
-                )
+            Error::PeOutOfRange { pe, n_pes } => write!(
+                f,
+                "PE {pe} is out of range: there are {n_pes} PEs (0..{n_pes})"
+            ),
+            Error::IndexOutOfRange { index, len } => {
+                write!(f, "index {index} is outside the view of {len} elements")
             }
             Error::Length {
                 what,
                 expected,
                 got,
             } => write!(f, "{what}: expected {expected} elements, got {got}"),
+            Error::TypeMismatch {
+                what,
+                expected,
+                got,
+            } => write!(f, "{what} takes {expected}, not {got}"),
+            Error::Misaligned { what, align } => write!(
+                f,
+                "{what} must start on a {align}-byte boundary (take views at element offsets \
+                 that keep it)"
+            ),
+            Error::Overlap { what } => write!(
+                f,
+                "{what}: source and destination overlap; they may be the same view where the \
+                 operation works in place, and must not overlap otherwise"
+            ),
+            Error::ForeignRuntime { what } => {
+                write!(f, "{what} belongs to another NVSHMEM runtime")
+            }
+            Error::WrongDevice {
+                what,
+                device,
+                expected,
+            } => write!(
+                f,
+                "{what} runs on GPU {device}, but this PE's NVSHMEM runs on GPU {expected}"
+            ),
             Error::CollectiveMismatch(msg) => write!(f, "PEs disagree on a collective call: {msg}"),
+            Error::Module {
+                module,
+                message,
+                source,
+            } => {
+                write!(f, "kernel module {module}: {message}")?;
+                match source {
+                    Some(e) => write!(f, " ({e:?})"),
+                    None => Ok(()),
+                }
+            }
+            Error::Launch { kernel, source } => {
+                write!(f, "the launch of kernel {kernel} failed: {source:?}")
+            }
             Error::InvalidArgument(msg) => f.write_str(msg),
-            Error::Module(msg) => write!(f, "kernel module: {msg}"),
         }
     }
 }
@@ -102,7 +236,11 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Cuda { source, .. } => Some(source),
+            Error::Cuda { source, .. } | Error::Launch { source, .. } => Some(source),
+            Error::Module {
+                source: Some(source),
+                ..
+            } => Some(source),
             _ => None,
         }
     }
@@ -122,7 +260,7 @@ pub(crate) trait CudaResultExt<T> {
     fn during(self, call: &'static str) -> Result<T>;
 }
 
-impl<T> CudaResultExt<T> for std::result::Result<T, cudarc::driver::DriverError> {
+impl<T> CudaResultExt<T> for std::result::Result<T, DriverError> {
     fn during(self, call: &'static str) -> Result<T> {
         self.map_err(|source| Error::Cuda { call, source })
     }
@@ -131,6 +269,8 @@ impl<T> CudaResultExt<T> for std::result::Result<T, cudarc::driver::DriverError>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cudarc::driver::sys::CUresult;
+    use std::error::Error as _;
 
     #[test]
     fn statuses_map_to_errors_that_name_the_call() {
@@ -158,5 +298,32 @@ mod tests {
     fn pe_errors_give_the_range() {
         let text = Error::PeOutOfRange { pe: 4, n_pes: 4 }.to_string();
         assert!(text.contains("0..4"), "{text}");
+    }
+
+    #[test]
+    fn driver_failures_keep_the_driver_error_as_their_source() {
+        let driver = || DriverError(CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+        let launch = Error::Launch {
+            kernel: "k".into(),
+            source: driver(),
+        };
+        let source = launch.source().expect("a source");
+        let source = source
+            .downcast_ref::<DriverError>()
+            .expect("the driver's error");
+        assert_eq!(source.0, CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+        // (Formatting a driver error asks the driver for its text: not here, without one.)
+        assert!(matches!(&launch, Error::Launch { kernel, .. } if kernel == "k"));
+        let module = Error::Module {
+            module: "m".into(),
+            message: "no kernel".into(),
+            source: Some(driver()),
+        };
+        assert!(module.source().is_some());
+        let cuda = Error::Cuda {
+            call: "cuMemAlloc",
+            source: driver(),
+        };
+        assert!(cuda.source().is_some());
     }
 }

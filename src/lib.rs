@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! # fn main() -> nvshmem::Result<()> {
-//! // Launch with: mpiexec -np 4 target/release/examples/hello
+//! // Launch with: nvshmemrun -np 4 target/release/examples/hello
 //! let shmem = nvshmem::Nvshmem::init()?;
 //! let buf = shmem.calloc::<f32>(1024)?;        // collective: every PE allocates
 //! let next = (shmem.my_pe() + 1) % shmem.n_pes();
@@ -14,17 +14,22 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layers: [`nvshmem_sys`] is the raw FFI; this crate adds the runtime handle
-//! ([`Nvshmem`]), typed symmetric memory ([`SymmetricBuffer`]), [`Team`]s, kernel modules
-//! ([`module`]) and the device-initiated collectives of [`kernels`].
+//! Layers (see ARCHITECTURE.md): [`nvshmem_sys`] is the raw FFI; this crate adds the
+//! runtime handle ([`Nvshmem`]), typed symmetric memory ([`memory`]), one-sided operations
+//! ([`rma`], [`signal`], [`atomic`], [`sync`]), [`team`]s with NVSHMEM's own collectives,
+//! kernel modules with the one launch path ([`module`]), and our device collectives
+//! ([`collectives`]), whose kernels are in [`cubins`]. Every operation takes its destination
+//! first, as NVSHMEM does.
 
+#![warn(missing_docs)]
+
+mod abi;
 pub mod atomic;
-pub mod buffer;
-pub mod collective;
 pub mod collectives;
+pub mod cubins;
 pub mod element;
 pub mod error;
-pub mod kernels;
+pub mod memory;
 pub mod module;
 pub mod rma;
 pub mod runtime;
@@ -32,13 +37,15 @@ pub mod signal;
 pub mod sync;
 pub mod team;
 
-pub use buffer::{SymmetricBuffer, SymmetricView};
-pub use collectives::{AllGatherAlgo, AllReduceAlgo, Collectives};
+pub use collectives::{
+    AllGatherAlgo, AllReduceAlgo, Collectives, CollectivesConfig, Thresholds, Workspace,
+};
 pub use cudarc;
 pub use cudarc::driver::{CudaStream, LaunchConfig};
 pub use element::{AtomicElement, AtomicInteger, DataType, Element, ReduceOp};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
+pub use memory::{SymmetricBuffer, SymmetricView};
 pub use nvshmem_sys as sys;
 pub use runtime::{InitOptions, Nvshmem, RuntimeInfo, UniqueId};
 pub use signal::{Cmp, SignalOp};

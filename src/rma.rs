@@ -30,49 +30,49 @@
 //! # Ok(()) }
 //! ```
 
-use crate::buffer::{check_len, SymmetricView};
 use crate::element::Element;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::memory::{check_len, SymmetricView};
 use crate::runtime::Nvshmem;
 use cudarc::driver::CudaStream;
 use nvshmem_sys as sys;
 use std::ffi::c_void;
-use std::sync::Arc;
+
+/// One put or get form: its documentation, its name (with `(stream)` for the on-stream
+/// forms) and the NVSHMEM function it calls (with `(s)`, the stream, for those) through the
+/// one checked path ([`Nvshmem::rma`]).
+macro_rules! transfer {
+    (@stream $stream:ident) => { Some($stream) };
+    (@param) => { _ };
+    (@param $s:ident) => { $s };
+    ($(#[$doc:meta])* $name:ident $(($stream:ident))? => $call:ident $(($s:ident))?) => {
+        $(#[$doc])*
+        pub fn $name<'a, T: Element>(
+            &self,
+            dest: impl Into<SymmetricView<'a, T>>,
+            src: impl Into<SymmetricView<'a, T>>,
+            pe: usize,
+            $($stream: &CudaStream,)?
+        ) -> Result<()> {
+            let stream = None $(.or(transfer!(@stream $stream)))?;
+            self.rma(dest.into(), src.into(), pe, stream, |t, transfer!(@param $($s)?)| unsafe {
+                sys::$call(t.dest, t.src, t.bytes, t.pe $(, $s)?)
+            })
+        }
+    };
+}
 
 /// A destination and source checked for an RMA call: raw pointers, byte count and PE.
-struct Transfer {
-    dest: *mut c_void,
-    src: *const c_void,
-    bytes: usize,
-    pe: i32,
+pub(crate) struct Transfer {
+    pub(crate) dest: *mut c_void,
+    pub(crate) src: *const c_void,
+    pub(crate) bytes: usize,
+    pub(crate) pe: i32,
 }
 
 impl Nvshmem {
-    /// Fail unless `other` is this runtime (buffers, teams and views carry their runtime).
-    pub(crate) fn check_same_runtime(&self, other: &Nvshmem, what: &str) -> Result<()> {
-        if Arc::ptr_eq(&self.rt, &other.rt) {
-            Ok(())
-        } else {
-            Err(Error::InvalidArgument(format!(
-                "{what} belongs to another NVSHMEM runtime"
-            )))
-        }
-    }
-
-    /// The raw handle of `stream`, after checking that it runs on this PE's GPU.
-    pub(crate) fn raw_stream(&self, stream: &CudaStream) -> Result<sys::cudaStream_t> {
-        let ordinal = stream.context().ordinal();
-        if ordinal != self.device_ordinal() {
-            return Err(Error::InvalidArgument(format!(
-                "the stream runs on GPU {ordinal}, but this PE's NVSHMEM runs on GPU {}",
-                self.device_ordinal()
-            )));
-        }
-        Ok(stream.cu_stream() as sys::cudaStream_t)
-    }
-
-    /// Check and lower the arguments of a put or get.
-    fn transfer<T: Element>(
+    /// Check and lower the arguments of a put or get (or a put with signal).
+    pub(crate) fn transfer<T: Element>(
         &self,
         dest: SymmetricView<'_, T>,
         src: SymmetricView<'_, T>,
@@ -123,145 +123,84 @@ impl Nvshmem {
     ) -> Result<(*mut T, i32)> {
         self.check_same_runtime(view.runtime(), "the symmetric view")?;
         let pe = self.check_pe(pe)?;
-        check_index(index, view.len())?;
-        // SAFETY: index < len, so the address stays inside the view.
-        Ok((unsafe { view.as_ptr().add(index) }, pe))
+        Ok((view.element_ptr(self, "the symmetric view", index)?, pe))
     }
 
-    /// Copy `src` (this PE's copy) into `dest` on PE `pe`. Returns once `src` may be reused;
-    /// the data has arrived after [`quiet`](Self::quiet) or a barrier.
-    ///
-    /// ```no_run
-    /// # fn main() -> nvshmem::Result<()> {
-    /// let shmem = nvshmem::Nvshmem::init()?;
-    /// let src = shmem.malloc::<u64>(256)?;
-    /// let dst = shmem.calloc::<u64>(512)?;
-    /// // Into the second half of PE 0's `dst`.
-    /// shmem.put(dst.view(256..), &src, 0)?;
-    /// shmem.quiet()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn put<'a, T: Element>(
-        &self,
-        dest: impl Into<SymmetricView<'a, T>>,
-        src: impl Into<SymmetricView<'a, T>>,
-        pe: usize,
-    ) -> Result<()> {
-        self.rma(dest.into(), src.into(), pe, None, |t, _| unsafe {
-            sys::nvshmem_putmem(t.dest, t.src, t.bytes, t.pe)
-        })
+    transfer! {
+        /// Copy `src` (this PE's copy) into `dest` on PE `pe`. Returns once `src` may be
+        /// reused; the data has arrived after [`quiet`](Self::quiet) or a barrier.
+        ///
+        /// ```no_run
+        /// # fn main() -> nvshmem::Result<()> {
+        /// let shmem = nvshmem::Nvshmem::init()?;
+        /// let src = shmem.malloc::<u64>(256)?;
+        /// let dst = shmem.calloc::<u64>(512)?;
+        /// // Into the second half of PE 0's `dst`.
+        /// shmem.put(dst.view(256..), &src, 0)?;
+        /// shmem.quiet()?;
+        /// # Ok(()) }
+        /// ```
+        put => nvshmem_putmem
     }
 
-    /// [`put`](Self::put) without waiting for `src` to be reusable: do not change `src` (or
-    /// rely on `dest`) until [`quiet`](Self::quiet).
-    pub fn put_nbi<'a, T: Element>(
-        &self,
-        dest: impl Into<SymmetricView<'a, T>>,
-        src: impl Into<SymmetricView<'a, T>>,
-        pe: usize,
-    ) -> Result<()> {
-        self.rma(dest.into(), src.into(), pe, None, |t, _| unsafe {
-            sys::nvshmem_putmem_nbi(t.dest, t.src, t.bytes, t.pe)
-        })
+    transfer! {
+        /// [`put`](Self::put) without waiting for `src` to be reusable: do not change `src` (or
+        /// rely on `dest`) until [`quiet`](Self::quiet).
+        put_nbi => nvshmem_putmem_nbi
     }
 
-    /// [`put`](Self::put) enqueued on `stream`: it runs after the work before it on the stream.
-    ///
-    /// ```no_run
-    /// # fn main() -> nvshmem::Result<()> {
-    /// let shmem = nvshmem::Nvshmem::init()?;
-    /// let stream = shmem.new_stream()?;
-    /// let (src, dst) = (shmem.malloc::<f32>(64)?, shmem.calloc::<f32>(64)?);
-    /// shmem.put_on_stream(&dst, &src, (shmem.my_pe() + 1) % shmem.n_pes(), &stream)?;
-    /// shmem.barrier_all_on_stream(&stream)?;
-    /// stream.synchronize().unwrap();
-    /// # Ok(()) }
-    /// ```
-    pub fn put_on_stream<'a, T: Element>(
-        &self,
-        dest: impl Into<SymmetricView<'a, T>>,
-        src: impl Into<SymmetricView<'a, T>>,
-        pe: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        self.rma(dest.into(), src.into(), pe, Some(stream), |t, s| unsafe {
-            sys::nvshmemx_putmem_on_stream(t.dest, t.src, t.bytes, t.pe, s)
-        })
+    transfer! {
+        /// [`put`](Self::put) enqueued on `stream`: it runs after the work before it on the
+        /// stream.
+        ///
+        /// ```no_run
+        /// # fn main() -> nvshmem::Result<()> {
+        /// let shmem = nvshmem::Nvshmem::init()?;
+        /// let stream = shmem.new_stream()?;
+        /// let (src, dst) = (shmem.malloc::<f32>(64)?, shmem.calloc::<f32>(64)?);
+        /// shmem.put_on_stream(&dst, &src, (shmem.my_pe() + 1) % shmem.n_pes(), &stream)?;
+        /// shmem.barrier_all_on_stream(&stream)?;
+        /// stream.synchronize().unwrap();
+        /// # Ok(()) }
+        /// ```
+        put_on_stream(stream) => nvshmemx_putmem_on_stream(s)
     }
 
-    /// [`put_nbi`](Self::put_nbi) enqueued on `stream`; `quiet_on_stream` completes it.
-    pub fn put_nbi_on_stream<'a, T: Element>(
-        &self,
-        dest: impl Into<SymmetricView<'a, T>>,
-        src: impl Into<SymmetricView<'a, T>>,
-        pe: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        self.rma(dest.into(), src.into(), pe, Some(stream), |t, s| unsafe {
-            sys::nvshmemx_putmem_nbi_on_stream(t.dest, t.src, t.bytes, t.pe, s)
-        })
+    transfer! {
+        /// [`put_nbi`](Self::put_nbi) enqueued on `stream`; `quiet_on_stream` completes it.
+        put_nbi_on_stream(stream) => nvshmemx_putmem_nbi_on_stream(s)
     }
 
-    /// Copy `src` on PE `pe` into `dest` (this PE's copy). Returns with the data in `dest`.
-    ///
-    /// ```no_run
-    /// # fn main() -> nvshmem::Result<()> {
-    /// let shmem = nvshmem::Nvshmem::init()?;
-    /// let remote = shmem.malloc::<i32>(100)?;
-    /// let local = shmem.malloc::<i32>(10)?;
-    /// shmem.barrier_all()?;
-    /// // Elements 90..100 of PE 0's `remote`.
-    /// shmem.get(&local, remote.view(90..), 0)?;
-    /// # Ok(()) }
-    /// ```
-    pub fn get<'a, T: Element>(
-        &self,
-        dest: impl Into<SymmetricView<'a, T>>,
-        src: impl Into<SymmetricView<'a, T>>,
-        pe: usize,
-    ) -> Result<()> {
-        self.rma(dest.into(), src.into(), pe, None, |t, _| unsafe {
-            sys::nvshmem_getmem(t.dest, t.src, t.bytes, t.pe)
-        })
+    transfer! {
+        /// Copy `src` on PE `pe` into `dest` (this PE's copy). Returns with the data in `dest`.
+        ///
+        /// ```no_run
+        /// # fn main() -> nvshmem::Result<()> {
+        /// let shmem = nvshmem::Nvshmem::init()?;
+        /// let remote = shmem.malloc::<i32>(100)?;
+        /// let local = shmem.malloc::<i32>(10)?;
+        /// shmem.barrier_all()?;
+        /// // Elements 90..100 of PE 0's `remote`.
+        /// shmem.get(&local, remote.view(90..), 0)?;
+        /// # Ok(()) }
+        /// ```
+        get => nvshmem_getmem
     }
 
-    /// [`get`](Self::get) that returns at once; `dest` holds the data after
-    /// [`quiet`](Self::quiet).
-    pub fn get_nbi<'a, T: Element>(
-        &self,
-        dest: impl Into<SymmetricView<'a, T>>,
-        src: impl Into<SymmetricView<'a, T>>,
-        pe: usize,
-    ) -> Result<()> {
-        self.rma(dest.into(), src.into(), pe, None, |t, _| unsafe {
-            sys::nvshmem_getmem_nbi(t.dest, t.src, t.bytes, t.pe)
-        })
+    transfer! {
+        /// [`get`](Self::get) that returns at once; `dest` holds the data after
+        /// [`quiet`](Self::quiet).
+        get_nbi => nvshmem_getmem_nbi
     }
 
-    /// [`get`](Self::get) enqueued on `stream`: `dest` holds the data for the work after it.
-    pub fn get_on_stream<'a, T: Element>(
-        &self,
-        dest: impl Into<SymmetricView<'a, T>>,
-        src: impl Into<SymmetricView<'a, T>>,
-        pe: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        self.rma(dest.into(), src.into(), pe, Some(stream), |t, s| unsafe {
-            sys::nvshmemx_getmem_on_stream(t.dest, t.src, t.bytes, t.pe, s)
-        })
+    transfer! {
+        /// [`get`](Self::get) enqueued on `stream`: `dest` holds the data for the work after it.
+        get_on_stream(stream) => nvshmemx_getmem_on_stream(s)
     }
 
-    /// [`get_nbi`](Self::get_nbi) enqueued on `stream`; `quiet_on_stream` completes it.
-    pub fn get_nbi_on_stream<'a, T: Element>(
-        &self,
-        dest: impl Into<SymmetricView<'a, T>>,
-        src: impl Into<SymmetricView<'a, T>>,
-        pe: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        self.rma(dest.into(), src.into(), pe, Some(stream), |t, s| unsafe {
-            sys::nvshmemx_getmem_nbi_on_stream(t.dest, t.src, t.bytes, t.pe, s)
-        })
+    transfer! {
+        /// [`get_nbi`](Self::get_nbi) enqueued on `stream`; `quiet_on_stream` completes it.
+        get_nbi_on_stream(stream) => nvshmemx_getmem_nbi_on_stream(s)
     }
 
     /// Write one element: `dest[index] = value` on PE `pe`. Like [`put`](Self::put), the
@@ -335,30 +274,5 @@ impl Nvshmem {
         let s = self.raw_stream(stream)?;
         self.enter()?;
         Ok(unsafe { T::g_on_stream(ptr, pe, s) })
-    }
-}
-
-/// `index` must address an element of a view of `len` elements.
-pub(crate) fn check_index(index: usize, len: usize) -> Result<()> {
-    if index >= len {
-        return Err(Error::InvalidArgument(format!(
-            "index {index} is outside the view of {len} elements"
-        )));
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn indices_must_fall_inside_the_view() {
-        assert!(check_index(0, 1).is_ok());
-        assert!(check_index(9, 10).is_ok());
-        let e = check_index(10, 10).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument(_)));
-        assert!(e.to_string().contains("index 10"), "{e}");
-        assert!(check_index(0, 0).is_err());
     }
 }

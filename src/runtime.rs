@@ -1,11 +1,16 @@
 //! The NVSHMEM runtime: initialisation, the GPU it runs on, and finalisation.
+//!
+//! Everything else hangs off the [`Nvshmem`] handle. State that other parts of the crate keep
+//! per runtime (the host atomics' kernel, the debug allocation check) lives in the runtime's
+//! services, which it drops before finalising NVSHMEM without knowing what they are.
 
 use crate::error::{check, CudaResultExt, Error, Result};
 use cudarc::driver::{CudaContext, CudaStream};
 use nvshmem_sys as sys;
+use std::any::{Any, TypeId};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// One runtime per process: NVSHMEM cannot run twice, nor start again after finalize.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,10 +65,11 @@ impl UniqueId {
     /// NVSHMEM, so it is refused.
     pub fn new() -> Result<Self> {
         let state = STATE.lock().unwrap_or_else(|p| p.into_inner());
-        if *state != State::NotStarted {
-            return Err(Error::InvalidArgument(
-                "UniqueId::new must be called before NVSHMEM is initialised".into(),
-            ));
+        // The ID must be made before NVSHMEM starts.
+        match *state {
+            State::Running => return Err(Error::AlreadyInitialized),
+            State::Finalized => return Err(Error::Finalized),
+            State::NotStarted => {}
         }
         let mut id = sys::nvshmemx_uniqueid_t::default();
         check("nvshmemx_get_uniqueid", unsafe {
@@ -103,6 +109,9 @@ impl fmt::Debug for UniqueId {
     }
 }
 
+/// A service: per-runtime state of another module, behind its own lock.
+type Service = Arc<Mutex<Box<dyn Any + Send>>>;
+
 pub(crate) struct Runtime {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
@@ -112,26 +121,20 @@ pub(crate) struct Runtime {
     node_n_pes: usize,
     pub(crate) heap_size: usize,
     pub(crate) heap_in_use: AtomicUsize,
-    pub(crate) alloc_check: Mutex<Option<crate::buffer::AllocCheck>>,
-    /// The kernel behind the host atomics, loaded on first use; dropped before finalize.
-    pub(crate) host_amo: Mutex<Option<crate::atomic::HostAmo>>,
+    /// Made on first use, dropped in reverse order before NVSHMEM is finalised (they may free
+    /// symmetric memory or unregister kernels). A service must not hold an [`Nvshmem`]: that
+    /// would keep the runtime alive for ever.
+    services: Mutex<Vec<(TypeId, Service)>>,
 }
 
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
         let _ = self.stream.synchronize();
-        // Unregister and unload the atomics kernel while NVSHMEM still runs.
-        drop(
-            self.host_amo
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(),
-        );
-        if let Ok(mut check) = self.alloc_check.lock() {
-            if let Some(c) = check.take() {
-                c.release();
-            }
+        let mut services =
+            std::mem::take(self.services.get_mut().unwrap_or_else(|p| p.into_inner()));
+        while let Some(service) = services.pop() {
+            drop(service);
         }
         unsafe { sys::nvshmemx_hostlib_finalize() };
         if let Ok(mut s) = STATE.lock() {
@@ -319,8 +322,9 @@ impl Nvshmem {
                 .device
                 .unwrap_or(node_pe as usize % device_count as usize);
             if ordinal >= device_count as usize {
-                return Err(Error::InvalidArgument(format!(
-                    "CUDA device {ordinal} asked for, but only {device_count} are visible"
+                return Err(Error::NoGpu(format!(
+                    "CUDA device {ordinal} asked for, but only {device_count} are visible (check \
+                     CUDA_VISIBLE_DEVICES)"
                 )));
             }
             let ctx = CudaContext::new(ordinal).during("cuDevicePrimaryCtxRetain")?;
@@ -331,10 +335,7 @@ impl Nvshmem {
             unsafe { sys::nvshmem_barrier_all() };
             let status = unsafe { sys::nvshmemx_init_status() };
             if status < sys::NVSHMEM_STATUS_IS_INITIALIZED as i32 {
-                return Err(Error::Nvshmem {
-                    call: "nvshmem_barrier_all (device initialisation)",
-                    status,
-                });
+                return Err(Error::NotInitialized { status });
             }
             let heap_size = std::env::var("NVSHMEM_SYMMETRIC_SIZE")
                 .ok()
@@ -349,8 +350,7 @@ impl Nvshmem {
                 node_n_pes: node_n_pes.max(1) as usize,
                 heap_size,
                 heap_in_use: AtomicUsize::new(0),
-                alloc_check: Mutex::new(None),
-                host_amo: Mutex::new(None),
+                services: Mutex::new(Vec::new()),
             })
         })();
         let runtime = match started {
@@ -362,19 +362,9 @@ impl Nvshmem {
             }
         };
         *state = State::Running;
-        drop(state);
-        let shmem = Nvshmem {
+        Ok(Nvshmem {
             rt: Arc::new(runtime),
-        };
-        if cfg!(debug_assertions) {
-            let check = crate::buffer::AllocCheck::new(&shmem)?;
-            *shmem
-                .rt
-                .alloc_check
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(check);
-        }
-        Ok(shmem)
+        })
     }
 
     /// This PE's number in the world team.
@@ -439,6 +429,51 @@ impl Nvshmem {
         Ok(pe as i32)
     }
 
+    /// Fail unless `other` is this runtime (buffers, teams and views carry their runtime).
+    pub(crate) fn check_same_runtime(&self, other: &Nvshmem, what: &'static str) -> Result<()> {
+        if Arc::ptr_eq(&self.rt, &other.rt) {
+            Ok(())
+        } else {
+            Err(Error::ForeignRuntime { what })
+        }
+    }
+
+    /// The raw handle of `stream`, after checking that it runs on this PE's GPU.
+    pub(crate) fn raw_stream(&self, stream: &CudaStream) -> Result<sys::cudaStream_t> {
+        check_device(
+            "the stream",
+            stream.context().ordinal(),
+            self.device_ordinal(),
+        )?;
+        Ok(stream.cu_stream() as sys::cudaStream_t)
+    }
+
+    /// The runtime's service of type `S`, made by `init` on first use, locked.
+    ///
+    /// `init` runs with the service list locked: it must not ask for another service.
+    pub(crate) fn with_service<S: Any + Send, R>(
+        &self,
+        init: impl FnOnce(&Nvshmem) -> Result<S>,
+        use_it: impl FnOnce(&mut S) -> Result<R>,
+    ) -> Result<R> {
+        let service = {
+            let mut services = lock(&self.rt.services);
+            match services.iter().find(|(id, _)| *id == TypeId::of::<S>()) {
+                Some((_, s)) => Arc::clone(s),
+                None => {
+                    let s: Service = Arc::new(Mutex::new(Box::new(init(self)?)));
+                    services.push((TypeId::of::<S>(), Arc::clone(&s)));
+                    s
+                }
+            }
+        };
+        let mut guard = lock(&service);
+        let s = guard
+            .downcast_mut::<S>()
+            .expect("services are stored under their own TypeId");
+        use_it(s)
+    }
+
     /// What this PE runs on and with, for logs.
     pub fn info(&self) -> Result<RuntimeInfo> {
         let ctx = &self.rt.ctx;
@@ -457,6 +492,23 @@ impl Nvshmem {
     }
 }
 
+/// A lock, even if a thread panicked while holding it: the state it guards stays usable.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A stream, module or context of GPU `device` used where this PE's GPU `expected` is.
+pub(crate) fn check_device(what: &'static str, device: usize, expected: usize) -> Result<()> {
+    if device != expected {
+        return Err(Error::WrongDevice {
+            what,
+            device,
+            expected,
+        });
+    }
+    Ok(())
+}
+
 /// The bootstrap NVSHMEM uses, as its environment selects it (PMI-1 unless told otherwise).
 fn bootstrap_name() -> String {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -472,15 +524,25 @@ fn bootstrap_name() -> String {
 /// A printable summary of a PE's configuration.
 #[derive(Debug, Clone)]
 pub struct RuntimeInfo {
+    /// This PE in the world team.
     pub my_pe: usize,
+    /// PEs in the world team.
     pub n_pes: usize,
+    /// This PE among those of its node.
     pub node_pe: usize,
+    /// PEs on this node.
     pub node_n_pes: usize,
+    /// The CUDA device ordinal.
     pub device: usize,
+    /// The GPU's name.
     pub device_name: String,
+    /// The GPU's compute capability `(major, minor)`.
     pub compute_capability: (i32, i32),
+    /// The NVSHMEM release running.
     pub nvshmem_version: String,
+    /// The bootstrap NVSHMEM was started with.
     pub bootstrap: String,
+    /// The symmetric heap's size in bytes.
     pub heap_size: usize,
 }
 

@@ -30,14 +30,12 @@
 //! # Ok(()) }
 //! ```
 
-use crate::buffer::{check_len, SymmetricView};
 use crate::element::Element;
 use crate::error::{CudaResultExt, Result};
-use crate::rma::check_index;
+use crate::memory::SymmetricView;
 use crate::runtime::Nvshmem;
 use cudarc::driver::CudaStream;
 use nvshmem_sys as sys;
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How a signal update combines with the signal's current value.
@@ -105,6 +103,34 @@ impl Cmp {
     }
 }
 
+/// One put-with-signal form: its documentation, its name (with `(stream)` for the on-stream
+/// forms), whether it is non-blocking, and what it does after enqueueing (`me` is the
+/// runtime).
+macro_rules! put_signal {
+    (@stream $stream:ident) => { Some($stream) };
+    ($(#[$doc:meta])* $name:ident $(($stream:ident))?, nbi: $nbi:expr, then: |$me:ident| $then:expr) => {
+        $(#[$doc])*
+        #[allow(clippy::too_many_arguments)]
+        pub fn $name<'a, T: Element>(
+            &self,
+            dest: impl Into<SymmetricView<'a, T>>,
+            src: impl Into<SymmetricView<'a, T>>,
+            sig: impl Into<SymmetricView<'a, u64>>,
+            sig_index: usize,
+            value: u64,
+            op: SignalOp,
+            pe: usize,
+            $($stream: &CudaStream,)?
+        ) -> Result<()> {
+            let stream = None $(.or(put_signal!(@stream $stream)))?;
+            let (dest, src, sig) = (dest.into(), src.into(), sig.into());
+            self.put_signal_with(dest, src, sig, sig_index, value, op, pe, stream, $nbi)?;
+            let $me = self;
+            $then
+        }
+    };
+}
+
 /// Set when [`Nvshmem::put_signal_nbi`] left work on the runtime's stream that a later
 /// `quiet` or barrier must complete. One runtime per process, so one flag.
 static OWN_STREAM_NBI: AtomicBool = AtomicBool::new(false);
@@ -120,203 +146,103 @@ pub(crate) fn complete_own_stream(shmem: &Nvshmem) -> Result<()> {
     Ok(())
 }
 
-/// Checked arguments of a put with signal.
-struct SignalPut {
-    dest: *mut c_void,
-    src: *const c_void,
-    bytes: usize,
-    sig: *mut u64,
-    pe: i32,
-}
-
 impl Nvshmem {
-    /// The address of signal `index` in `sig`, after checking the view and the index.
-    pub(crate) fn signal_at(&self, sig: SymmetricView<'_, u64>, index: usize) -> Result<*mut u64> {
-        self.check_same_runtime(sig.runtime(), "the signal buffer")?;
-        check_index(index, sig.len())?;
-        // SAFETY: index < len.
-        Ok(unsafe { sig.as_ptr().add(index) })
+    /// `stream`'s raw handle (checked), or for the host forms (`None`) the runtime's own
+    /// stream, which they wait for or leave to `quiet`.
+    fn stream_or_own(&self, stream: Option<&CudaStream>) -> Result<sys::cudaStream_t> {
+        match stream {
+            Some(stream) => self.raw_stream(stream),
+            None => Ok(self.stream().cu_stream() as sys::cudaStream_t),
+        }
     }
 
-    fn signal_put<T: Element>(
+    /// The one path of the four put-with-signal forms: check the arguments, then enqueue
+    /// `nvshmemx_putmem_signal[_nbi]_on_stream` on `stream` (or the runtime's). An empty
+    /// put still delivers its signal.
+    #[allow(clippy::too_many_arguments)]
+    fn put_signal_with<T: Element>(
         &self,
         dest: SymmetricView<'_, T>,
         src: SymmetricView<'_, T>,
         sig: SymmetricView<'_, u64>,
-        index: usize,
-        pe: usize,
-    ) -> Result<SignalPut> {
-        self.check_same_runtime(dest.runtime(), "the destination")?;
-        self.check_same_runtime(src.runtime(), "the source")?;
-        let pe = self.check_pe(pe)?;
-        check_len("source (must match the destination)", dest.len(), src.len())?;
-        let sig = self.signal_at(sig, index)?;
-        Ok(SignalPut {
-            dest: dest.as_ptr() as *mut c_void,
-            src: src.as_ptr() as *const c_void,
-            bytes: std::mem::size_of::<T>() * dest.len(),
-            sig,
-            pe,
-        })
-    }
-
-    /// Put `src` into `dest` on PE `pe`, then update signal `sig[sig_index]` on `pe` with
-    /// `op` and `value`; the signal changes only after the data is in place. Returns once
-    /// `src` may be reused.
-    ///
-    /// The host library has no host-initiated put-with-signal: this enqueues
-    /// `nvshmemx_putmem_signal_on_stream` on the runtime's stream and waits for the stream.
-    ///
-    /// ```no_run
-    /// # fn main() -> nvshmem::Result<()> {
-    /// use nvshmem::SignalOp;
-    /// let shmem = nvshmem::Nvshmem::init()?;
-    /// let (src, dst) = (shmem.malloc::<u8>(1 << 20)?, shmem.malloc::<u8>(1 << 20)?);
-    /// let sig = shmem.calloc::<u64>(8)?;
-    /// // Count arrivals in slot 3 of PE 0's signals.
-    /// shmem.put_signal(&dst, &src, &sig, 3, 1, SignalOp::Add, 0)?;
-    /// # Ok(()) }
-    /// ```
-    #[allow(clippy::too_many_arguments)]
-    pub fn put_signal<'a, T: Element>(
-        &self,
-        dest: impl Into<SymmetricView<'a, T>>,
-        src: impl Into<SymmetricView<'a, T>>,
-        sig: impl Into<SymmetricView<'a, u64>>,
         sig_index: usize,
         value: u64,
         op: SignalOp,
         pe: usize,
+        stream: Option<&CudaStream>,
+        nbi: bool,
     ) -> Result<()> {
-        let a = self.signal_put(dest.into(), src.into(), sig.into(), sig_index, pe)?;
+        let t = self.transfer(dest, src, pe)?;
+        let sig = sig.element_ptr(self, "the signal buffer", sig_index)?;
+        let s = self.stream_or_own(stream)?;
         self.enter()?;
-        let stream = self.stream();
-        unsafe {
-            sys::nvshmemx_putmem_signal_on_stream(
-                a.dest,
-                a.src,
-                a.bytes,
-                a.sig,
-                value,
-                op.raw(),
-                a.pe,
-                stream.cu_stream() as sys::cudaStream_t,
-            )
+        let call = if nbi {
+            sys::nvshmemx_putmem_signal_nbi_on_stream
+        } else {
+            sys::nvshmemx_putmem_signal_on_stream
         };
-        stream.synchronize().during("cuStreamSynchronize")
-    }
-
-    /// [`put_signal`](Self::put_signal) that returns at once: do not change `src` until
-    /// [`quiet`](Self::quiet) (or [`barrier_all`](Self::barrier_all) /
-    /// [`barrier`](Self::barrier)), which complete it.
-    ///
-    /// Built on `nvshmemx_putmem_signal_nbi_on_stream` on the runtime's stream; the host
-    /// library has no host-initiated form.
-    #[allow(clippy::too_many_arguments)]
-    pub fn put_signal_nbi<'a, T: Element>(
-        &self,
-        dest: impl Into<SymmetricView<'a, T>>,
-        src: impl Into<SymmetricView<'a, T>>,
-        sig: impl Into<SymmetricView<'a, u64>>,
-        sig_index: usize,
-        value: u64,
-        op: SignalOp,
-        pe: usize,
-    ) -> Result<()> {
-        let a = self.signal_put(dest.into(), src.into(), sig.into(), sig_index, pe)?;
-        self.enter()?;
-        unsafe {
-            sys::nvshmemx_putmem_signal_nbi_on_stream(
-                a.dest,
-                a.src,
-                a.bytes,
-                a.sig,
-                value,
-                op.raw(),
-                a.pe,
-                self.stream().cu_stream() as sys::cudaStream_t,
-            )
-        };
-        OWN_STREAM_NBI.store(true, Ordering::Release);
+        unsafe { call(t.dest, t.src, t.bytes, sig, value, op.raw(), t.pe, s) };
         Ok(())
     }
 
-    /// [`put_signal`](Self::put_signal) enqueued on `stream`.
-    ///
-    /// ```no_run
-    /// # fn main() -> nvshmem::Result<()> {
-    /// use nvshmem::{Cmp, SignalOp};
-    /// let shmem = nvshmem::Nvshmem::init()?;
-    /// let stream = shmem.new_stream()?;
-    /// let (src, dst) = (shmem.malloc::<f64>(512)?, shmem.malloc::<f64>(512)?);
-    /// let sig = shmem.calloc::<u64>(1)?;
-    /// let next = (shmem.my_pe() + 1) % shmem.n_pes();
-    /// shmem.put_signal_on_stream(&dst, &src, &sig, 0, 7, SignalOp::Set, next, &stream)?;
-    /// // Later work on the stream sees the previous PE's data.
-    /// shmem.signal_wait_until_on_stream(&sig, 0, Cmp::Eq, 7, &stream)?;
-    /// stream.synchronize().unwrap();
-    /// # Ok(()) }
-    /// ```
-    #[allow(clippy::too_many_arguments)]
-    pub fn put_signal_on_stream<'a, T: Element>(
-        &self,
-        dest: impl Into<SymmetricView<'a, T>>,
-        src: impl Into<SymmetricView<'a, T>>,
-        sig: impl Into<SymmetricView<'a, u64>>,
-        sig_index: usize,
-        value: u64,
-        op: SignalOp,
-        pe: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        let a = self.signal_put(dest.into(), src.into(), sig.into(), sig_index, pe)?;
-        let s = self.raw_stream(stream)?;
-        self.enter()?;
-        unsafe {
-            sys::nvshmemx_putmem_signal_on_stream(
-                a.dest,
-                a.src,
-                a.bytes,
-                a.sig,
-                value,
-                op.raw(),
-                a.pe,
-                s,
-            )
-        };
-        Ok(())
+    put_signal! {
+        /// Put `src` into `dest` on PE `pe`, then update signal `sig[sig_index]` on `pe` with
+        /// `op` and `value`; the signal changes only after the data is in place. Returns once
+        /// `src` may be reused.
+        ///
+        /// The host library has no host-initiated put-with-signal: this enqueues
+        /// `nvshmemx_putmem_signal_on_stream` on the runtime's stream and waits for the stream.
+        ///
+        /// ```no_run
+        /// # fn main() -> nvshmem::Result<()> {
+        /// use nvshmem::SignalOp;
+        /// let shmem = nvshmem::Nvshmem::init()?;
+        /// let (src, dst) = (shmem.malloc::<u8>(1 << 20)?, shmem.malloc::<u8>(1 << 20)?);
+        /// let sig = shmem.calloc::<u64>(8)?;
+        /// // Count arrivals in slot 3 of PE 0's signals.
+        /// shmem.put_signal(&dst, &src, &sig, 3, 1, SignalOp::Add, 0)?;
+        /// # Ok(()) }
+        /// ```
+        put_signal, nbi: false, then: |me| me.stream().synchronize().during("cuStreamSynchronize")
     }
 
-    /// [`put_signal_nbi`](Self::put_signal_nbi) enqueued on `stream`; `quiet_on_stream`
-    /// completes it.
-    #[allow(clippy::too_many_arguments)]
-    pub fn put_signal_nbi_on_stream<'a, T: Element>(
-        &self,
-        dest: impl Into<SymmetricView<'a, T>>,
-        src: impl Into<SymmetricView<'a, T>>,
-        sig: impl Into<SymmetricView<'a, u64>>,
-        sig_index: usize,
-        value: u64,
-        op: SignalOp,
-        pe: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        let a = self.signal_put(dest.into(), src.into(), sig.into(), sig_index, pe)?;
-        let s = self.raw_stream(stream)?;
-        self.enter()?;
-        unsafe {
-            sys::nvshmemx_putmem_signal_nbi_on_stream(
-                a.dest,
-                a.src,
-                a.bytes,
-                a.sig,
-                value,
-                op.raw(),
-                a.pe,
-                s,
-            )
-        };
-        Ok(())
+    put_signal! {
+        /// [`put_signal`](Self::put_signal) that returns at once: do not change `src` until
+        /// [`quiet`](Self::quiet) (or [`barrier_all`](Self::barrier_all) /
+        /// [`barrier`](Self::barrier)), which complete it.
+        ///
+        /// Built on `nvshmemx_putmem_signal_nbi_on_stream` on the runtime's stream; the host
+        /// library has no host-initiated form.
+        put_signal_nbi, nbi: true, then: |_me| {
+            OWN_STREAM_NBI.store(true, Ordering::Release);
+            Ok(())
+        }
+    }
+
+    put_signal! {
+        /// [`put_signal`](Self::put_signal) enqueued on `stream`.
+        ///
+        /// ```no_run
+        /// # fn main() -> nvshmem::Result<()> {
+        /// use nvshmem::{Cmp, SignalOp};
+        /// let shmem = nvshmem::Nvshmem::init()?;
+        /// let stream = shmem.new_stream()?;
+        /// let (src, dst) = (shmem.malloc::<f64>(512)?, shmem.malloc::<f64>(512)?);
+        /// let sig = shmem.calloc::<u64>(1)?;
+        /// let next = (shmem.my_pe() + 1) % shmem.n_pes();
+        /// shmem.put_signal_on_stream(&dst, &src, &sig, 0, 7, SignalOp::Set, next, &stream)?;
+        /// // Later work on the stream sees the previous PE's data.
+        /// shmem.signal_wait_until_on_stream(&sig, 0, Cmp::Eq, 7, &stream)?;
+        /// stream.synchronize().unwrap();
+        /// # Ok(()) }
+        /// ```
+        put_signal_on_stream(stream), nbi: false, then: |_me| Ok(())
+    }
+
+    put_signal! {
+        /// [`put_signal_nbi`](Self::put_signal_nbi) enqueued on `stream`; `quiet_on_stream`
+        /// completes it.
+        put_signal_nbi_on_stream(stream), nbi: true, then: |_me| Ok(())
     }
 
     /// Update signal `sig[index]` on PE `pe` atomically with `op` and `value`, without data.
@@ -344,20 +270,8 @@ impl Nvshmem {
         op: SignalOp,
         pe: usize,
     ) -> Result<()> {
-        let ptr = self.signal_at(sig.into(), index)?;
-        let pe = self.check_pe(pe)?;
-        self.enter()?;
-        let stream = self.stream();
-        unsafe {
-            sys::nvshmemx_signal_op_on_stream(
-                ptr,
-                value,
-                op.raw(),
-                pe,
-                stream.cu_stream() as sys::cudaStream_t,
-            )
-        };
-        stream.synchronize().during("cuStreamSynchronize")
+        self.signal_op_with(sig.into(), index, value, op, pe, None)?;
+        self.stream().synchronize().during("cuStreamSynchronize")
     }
 
     /// [`signal_op`](Self::signal_op) enqueued on `stream`.
@@ -370,9 +284,21 @@ impl Nvshmem {
         pe: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        let ptr = self.signal_at(sig.into(), index)?;
+        self.signal_op_with(sig.into(), index, value, op, pe, Some(stream))
+    }
+
+    fn signal_op_with(
+        &self,
+        sig: SymmetricView<'_, u64>,
+        index: usize,
+        value: u64,
+        op: SignalOp,
+        pe: usize,
+        stream: Option<&CudaStream>,
+    ) -> Result<()> {
+        let ptr = sig.element_ptr(self, "the signal buffer", index)?;
         let pe = self.check_pe(pe)?;
-        let s = self.raw_stream(stream)?;
+        let s = self.stream_or_own(stream)?;
         self.enter()?;
         unsafe { sys::nvshmemx_signal_op_on_stream(ptr, value, op.raw(), pe, s) };
         Ok(())
@@ -390,18 +316,8 @@ impl Nvshmem {
         cmp: Cmp,
         value: u64,
     ) -> Result<u64> {
-        let ptr = self.signal_at(sig.into(), index)?;
-        self.enter()?;
-        let stream = self.stream();
-        unsafe {
-            sys::nvshmemx_signal_wait_until_on_stream(
-                ptr,
-                cmp.raw(),
-                value,
-                stream.cu_stream() as sys::cudaStream_t,
-            )
-        };
-        stream.synchronize().during("cuStreamSynchronize")?;
+        let ptr = self.signal_wait_with(sig.into(), index, cmp, value, None)?;
+        self.stream().synchronize().during("cuStreamSynchronize")?;
         Ok(unsafe { sys::nvshmem_signal_fetch(ptr) })
     }
 
@@ -415,11 +331,24 @@ impl Nvshmem {
         value: u64,
         stream: &CudaStream,
     ) -> Result<()> {
-        let ptr = self.signal_at(sig.into(), index)?;
-        let s = self.raw_stream(stream)?;
+        self.signal_wait_with(sig.into(), index, cmp, value, Some(stream))
+            .map(|_| ())
+    }
+
+    /// Enqueue the wait on `stream` (or the runtime's); returns the signal's address.
+    fn signal_wait_with(
+        &self,
+        sig: SymmetricView<'_, u64>,
+        index: usize,
+        cmp: Cmp,
+        value: u64,
+        stream: Option<&CudaStream>,
+    ) -> Result<*mut u64> {
+        let ptr = sig.element_ptr(self, "the signal buffer", index)?;
+        let s = self.stream_or_own(stream)?;
         self.enter()?;
         unsafe { sys::nvshmemx_signal_wait_until_on_stream(ptr, cmp.raw(), value, s) };
-        Ok(())
+        Ok(ptr)
     }
 
     /// The current value of this PE's signal `sig[index]`.
@@ -436,7 +365,7 @@ impl Nvshmem {
         sig: impl Into<SymmetricView<'a, u64>>,
         index: usize,
     ) -> Result<u64> {
-        let ptr = self.signal_at(sig.into(), index)?;
+        let ptr = sig.into().element_ptr(self, "the signal buffer", index)?;
         self.enter()?;
         Ok(unsafe { sys::nvshmem_signal_fetch(ptr) })
     }

@@ -31,10 +31,9 @@
 //! # Ok(()) }
 //! ```
 
-use crate::buffer::SymmetricView;
 use crate::element::AtomicInteger;
 use crate::error::{check, CudaResultExt, Result};
-use crate::rma::check_index;
+use crate::memory::SymmetricView;
 use crate::runtime::Nvshmem;
 use crate::signal::{complete_own_stream, Cmp};
 use crate::team::Team;
@@ -125,7 +124,7 @@ impl Nvshmem {
         cmp: Cmp,
         value: T,
     ) -> Result<()> {
-        let ptr = self.wait_target(ivar.into(), index)?;
+        let ptr = ivar.into().element_ptr(self, "the wait variable", index)?;
         self.enter()?;
         let stream = self.stream();
         unsafe {
@@ -137,17 +136,6 @@ impl Nvshmem {
             )
         };
         stream.synchronize().during("cuStreamSynchronize")
-    }
-
-    fn wait_target<T: AtomicInteger>(
-        &self,
-        ivar: SymmetricView<'_, T>,
-        index: usize,
-    ) -> Result<*mut T> {
-        self.check_same_runtime(ivar.runtime(), "the wait variable")?;
-        check_index(index, ivar.len())?;
-        // SAFETY: index < len.
-        Ok(unsafe { ivar.as_ptr().add(index) })
     }
 
     /// Make `stream` wait until this PE's `ivar[index]` satisfies `cmp` against `value`.
@@ -170,7 +158,7 @@ impl Nvshmem {
         value: T,
         stream: &CudaStream,
     ) -> Result<()> {
-        let ptr = self.wait_target(ivar.into(), index)?;
+        let ptr = ivar.into().element_ptr(self, "the wait variable", index)?;
         let s = self.raw_stream(stream)?;
         self.enter()?;
         unsafe { T::wait_until_on_stream(ptr, cmp.raw(), value, s) };
@@ -192,45 +180,57 @@ impl Nvshmem {
     /// # Ok(()) }
     /// ```
     pub fn quiet_on_stream(&self, stream: &CudaStream) -> Result<()> {
-        let s = self.raw_stream(stream)?;
-        self.enter()?;
-        unsafe { sys::nvshmemx_quiet_on_stream(s) };
-        Ok(())
+        self.enqueue(stream, |s| unsafe { sys::nvshmemx_quiet_on_stream(s) })
     }
 
     /// [`barrier_all`](Self::barrier_all) enqueued on `stream`.
     pub fn barrier_all_on_stream(&self, stream: &CudaStream) -> Result<()> {
-        let s = self.raw_stream(stream)?;
-        self.enter()?;
-        unsafe { sys::nvshmemx_barrier_all_on_stream(s) };
-        Ok(())
+        self.enqueue(stream, |s| unsafe {
+            sys::nvshmemx_barrier_all_on_stream(s)
+        })
     }
 
     /// [`barrier`](Self::barrier) enqueued on `stream`.
     pub fn barrier_on_stream(&self, team: &Team, stream: &CudaStream) -> Result<()> {
-        let t = self.team_handle(team)?;
-        let s = self.raw_stream(stream)?;
-        self.enter()?;
-        check("nvshmemx_barrier_on_stream", unsafe {
+        self.enqueue_team(team, stream, "nvshmemx_barrier_on_stream", |t, s| unsafe {
             sys::nvshmemx_barrier_on_stream(t, s)
         })
     }
 
     /// [`sync_all`](Self::sync_all) enqueued on `stream`.
     pub fn sync_all_on_stream(&self, stream: &CudaStream) -> Result<()> {
-        let s = self.raw_stream(stream)?;
-        self.enter()?;
-        unsafe { sys::nvshmemx_sync_all_on_stream(s) };
-        Ok(())
+        self.enqueue(stream, |s| unsafe { sys::nvshmemx_sync_all_on_stream(s) })
     }
 
     /// [`sync`](Self::sync) enqueued on `stream`.
     pub fn sync_on_stream(&self, team: &Team, stream: &CudaStream) -> Result<()> {
-        let t = self.team_handle(team)?;
+        self.enqueue_team(
+            team,
+            stream,
+            "nvshmemx_team_sync_on_stream",
+            |t, s| unsafe { sys::nvshmemx_team_sync_on_stream(t, s) },
+        )
+    }
+
+    /// Check `stream`, make the context current and enqueue `call` on it.
+    fn enqueue(&self, stream: &CudaStream, call: impl FnOnce(sys::cudaStream_t)) -> Result<()> {
         let s = self.raw_stream(stream)?;
         self.enter()?;
-        check("nvshmemx_team_sync_on_stream", unsafe {
-            sys::nvshmemx_team_sync_on_stream(t, s)
-        })
+        call(s);
+        Ok(())
+    }
+
+    /// [`enqueue`](Self::enqueue) for an operation over `team` that returns a status.
+    fn enqueue_team(
+        &self,
+        team: &Team,
+        stream: &CudaStream,
+        name: &'static str,
+        call: impl FnOnce(sys::nvshmem_team_t, sys::cudaStream_t) -> i32,
+    ) -> Result<()> {
+        let t = self.team_handle(team)?;
+        let mut status = 0;
+        self.enqueue(stream, |s| status = call(t, s))?;
+        check(name, status)
     }
 }

@@ -1,63 +1,62 @@
-//! The embedded cubins: linked for the GPU, with our entry points and NVSHMEM's device state.
+//! The embedded cubins: linked for the GPU, with exactly the entry points the Rust side
+//! looks up, and NVSHMEM's device state.
 
 use nvshmem::module::CubinSet;
-use object::{Object, ObjectSymbol};
-
-/// NVSHMEM's device-side state, filled by nvshmemx_cumodule_init: present only if nvlink
-/// linked libnvshmem_device.a into the cubin.
-const DEVICE_STATE: &str = "nvshmemi_device_state_d";
-
-fn symbols(bytes: &[u8]) -> Vec<String> {
-    let file = object::File::parse(bytes).expect("embedded cubin is an ELF file");
-    // EM_CUDA: a GPU binary, not a host object.
-    assert_eq!(elf_machine(bytes), 190, "not a CUDA ELF");
-    assert!(file.is_64());
-    file.symbols()
-        .filter_map(|s| s.name().ok().map(str::to_string))
-        .collect()
-}
-
-fn elf_machine(bytes: &[u8]) -> u16 {
-    u16::from_le_bytes([bytes[18], bytes[19]])
-}
+use nvshmem_build::Cubin;
+use std::collections::BTreeSet;
 
 fn check_set(set: &CubinSet, entries: &[String]) {
     assert!(!set.images().is_empty(), "{} has no image", set.name());
+    let wanted: BTreeSet<&str> = entries.iter().map(String::as_str).collect();
     for image in set.images() {
-        let names = symbols(image.bytes);
+        let cubin = Cubin::parse(image.bytes).expect("embedded cubin is an ELF file");
         assert!(
-            names.iter().any(|n| n == DEVICE_STATE),
-            "{} sm_{}: no {DEVICE_STATE}",
+            cubin.is_cuda(),
+            "{} sm_{}: not a CUDA ELF",
             set.name(),
             image.capability
         );
-        for e in entries {
-            assert!(
-                names.iter().any(|n| n == e),
-                "{} sm_{}: no entry point {e}",
-                set.name(),
-                image.capability
-            );
-        }
+        assert!(
+            cubin.links_nvshmem(),
+            "{} sm_{}: no {} (not linked with libnvshmem_device.a)",
+            set.name(),
+            image.capability,
+            nvshmem_build::DEVICE_STATE_SYMBOL
+        );
+        // Both ways: every kernel the Rust side looks up is there, and nothing else is.
+        let found: BTreeSet<&str> = cubin.entry_points().collect();
+        assert_eq!(found, wanted, "{} sm_{}", set.name(), image.capability);
     }
 }
 
 #[test]
-fn ring_cubin_has_its_kernel_and_nvshmem_device_state() {
-    check_set(&nvshmem::kernels::RING, &["ring_put_i32".to_string()]);
-}
-
-#[test]
-fn collectives_cubin_has_every_algorithm_type_and_operator() {
+fn collectives_cubin_has_exactly_the_kernels_of_the_algorithm_tables() {
     check_set(
-        &nvshmem::kernels::COLLECTIVES,
+        &nvshmem::cubins::COLLECTIVES,
         &nvshmem::collectives::kernel_names(),
     );
 }
 
 #[test]
 fn atomics_cubin_has_the_host_atomics_kernel() {
-    check_set(&nvshmem::kernels::ATOMICS, &["host_amo".to_string()]);
+    check_set(&nvshmem::cubins::ATOMICS, &["host_amo".to_string()]);
+}
+
+#[test]
+fn the_library_ships_only_library_kernels() {
+    // Demos and benchmark kernels live in their own crates (examples/bench).
+    let names: Vec<&str> = [nvshmem::cubins::COLLECTIVES, nvshmem::cubins::ATOMICS]
+        .iter()
+        .map(|s| s.name())
+        .collect();
+    assert_eq!(names, ["collectives", "atomics"]);
+    let kernels = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels")).unwrap();
+    let mut sources: Vec<String> = kernels
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".cu"))
+        .collect();
+    sources.sort();
+    assert_eq!(sources, ["atomics.cu", "collectives.cu"]);
 }
 
 #[test]
@@ -76,11 +75,7 @@ fn cubins_are_built_for_hopper_unless_told_otherwise() {
             })
             .collect(),
     };
-    for set in [
-        &nvshmem::kernels::RING,
-        &nvshmem::kernels::COLLECTIVES,
-        &nvshmem::kernels::ATOMICS,
-    ] {
+    for set in [&nvshmem::cubins::COLLECTIVES, &nvshmem::cubins::ATOMICS] {
         let caps: Vec<u32> = set.images().iter().map(|i| i.capability).collect();
         assert_eq!(caps, expected, "{}", set.name());
     }

@@ -34,7 +34,9 @@ pub enum SymbolKind {
 /// One entry of a cubin's symbol table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Symbol {
+    /// The symbol's name.
     pub name: String,
+    /// What it names.
     pub kind: SymbolKind,
     /// Defined in this image (not an undefined reference left for a later link).
     pub defined: bool,

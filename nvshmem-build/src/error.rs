@@ -7,52 +7,96 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// NVSHMEM was not found anywhere; lists the places looked at.
-    NvshmemNotFound { looked_in: Vec<String> },
+    NvshmemNotFound {
+        /// The places, in order.
+        looked_in: Vec<String>,
+    },
     /// A directory was named (by `NVSHMEM_HOME` or metadata) but does not hold NVSHMEM.
-    NvshmemIncomplete { root: PathBuf, missing: PathBuf },
+    NvshmemIncomplete {
+        /// The directory named.
+        root: PathBuf,
+        /// The file it lacks.
+        missing: PathBuf,
+    },
     /// The NVSHMEM asked for (by `NVSHMEM_HOME`, or headers changed since) is not the release
     /// the `nvshmem` crate was built against, so kernels would link the wrong device library.
     NvshmemMismatch {
         /// What named the other NVSHMEM (`NVSHMEM_HOME`, `the headers`...).
         requested_by: String,
+        /// Its release.
         requested: Version,
+        /// Its include folder.
         requested_at: PathBuf,
         /// The release in the dependency's `links` metadata.
         built: Version,
+        /// Its include folder.
         built_at: PathBuf,
         /// The crate whose metadata was read (`nvshmem`).
         crate_name: String,
     },
     /// A `links` metadata variable is missing: the builder was called outside the build
     /// script of a crate that depends on `crate_name`.
-    MissingMetadata { var: String, crate_name: String },
+    MissingMetadata {
+        /// The variable (`DEP_NVSHMEM_RS_INCLUDE`).
+        var: String,
+        /// The crate that sets it.
+        crate_name: String,
+    },
     /// The CUDA compiler was not found anywhere; lists the places looked at.
-    NvccNotFound { looked_in: Vec<String> },
+    NvccNotFound {
+        /// The places, in order.
+        looked_in: Vec<String>,
+    },
     /// `NVCC`/`CUDA_HOME` named a place without a usable compiler.
-    CudaIncomplete { root: PathBuf, missing: PathBuf },
+    CudaIncomplete {
+        /// The directory named.
+        root: PathBuf,
+        /// The file it lacks.
+        missing: PathBuf,
+    },
     /// No libclang (clang's C API, which bindgen loads) was found; lists the places looked at.
-    LibclangNotFound { looked_in: Vec<String> },
+    LibclangNotFound {
+        /// The places, in order.
+        looked_in: Vec<String>,
+    },
     /// A libclang was found but bindgen could not use it (`reason` says why).
-    LibclangUnusable { path: PathBuf, reason: String },
+    LibclangUnusable {
+        /// The library.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
     /// bindgen could not parse the headers.
-    Bindgen { header: PathBuf, message: String },
+    Bindgen {
+        /// The header bindgen read.
+        header: PathBuf,
+        /// clang's diagnostic.
+        message: String,
+    },
     /// A tool could not be started.
     Spawn {
+        /// The program.
         program: PathBuf,
+        /// Why it did not start.
         source: std::io::Error,
     },
-    /// A compile or link step failed. `what` says which (`compiling kernels/ring.cu for
+    /// A compile or link step failed. `what` says which (`compiling ring.cu for
     /// sm_90`), `output` holds the tool's messages (nvcc writes `file(line): error: ...`).
     Compile {
+        /// The step.
         what: String,
+        /// The command line.
         command: String,
+        /// The tool's messages.
         output: String,
     },
     /// An argument was invalid (an arch string, an empty source list...).
     Invalid(String),
     /// Reading or writing a file failed.
     Io {
+        /// The file.
         path: PathBuf,
+        /// The error.
         source: std::io::Error,
     },
 }

@@ -45,11 +45,12 @@
 
 // The examples show whole build scripts, `fn main` included.
 #![allow(clippy::needless_doctest_main)]
+#![warn(missing_docs)]
 
 mod cubin;
 mod discovery;
 mod error;
-mod kernels;
+mod pipeline;
 
 pub use cubin::{Cubin, Symbol, SymbolKind, DEVICE_STATE_SYMBOL};
 pub use discovery::{
@@ -57,7 +58,7 @@ pub use discovery::{
     Source, Version, DISCOVERY_VARS, LIBCLANG_WHEEL, SEARCH_VAR,
 };
 pub use error::Error;
-pub use kernels::{Arch, BuiltKernel, BuiltKernels, KernelBuilder, ARCHS_VAR, DEFAULT_ARCHS};
+pub use pipeline::{Arch, BuiltKernel, BuiltKernels, KernelBuilder, ARCHS_VAR, DEFAULT_ARCHS};
 
 use std::path::Path;
 

@@ -20,15 +20,22 @@
 //!     nvshmem_sys::nvshmemx_hostlib_finalize();
 //! }
 //! ```
-#![allow(
+#![warn(missing_docs)]
+
+/// The generated bindings, re-exported at the crate root; their documentation is NVSHMEM's.
+#[allow(
     non_upper_case_globals,
     non_camel_case_types,
     non_snake_case,
-    dead_code
+    dead_code,
+    missing_docs,
+    clippy::all
 )]
-#![allow(clippy::all)]
+mod bindings {
+    include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+}
 
-include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+pub use bindings::*;
 
 /// The NVSHMEM release these bindings were generated from (`major.minor.patch`).
 pub const BUILD_VERSION: &str = env!("NVSHMEM_SYS_VERSION");

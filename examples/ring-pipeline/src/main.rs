@@ -131,7 +131,7 @@ fn run(args: &Args) -> nvshmem::Result<bool> {
     counts.copy_from_host(&[passed, failed])?;
     shmem
         .team_world()
-        .all_reduce(ReduceOp::Sum, &totals, &counts, shmem.stream())?;
+        .all_reduce(&totals, &counts, ReduceOp::Sum, shmem.stream())?;
     shmem.stream().synchronize().map_err(|source| Error::Cuda {
         call: "cuStreamSynchronize",
         source,

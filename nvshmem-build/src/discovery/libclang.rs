@@ -17,6 +17,7 @@ pub const LIBCLANG_WHEEL: &str = "libclang==18.1.1";
 pub struct Libclang {
     /// The library file; hand it to bindgen as `LIBCLANG_PATH` (a file path is allowed).
     pub path: PathBuf,
+    /// Where it was found.
     pub source: Source,
 }
 
@@ -197,6 +198,24 @@ impl Probe {
             looked_in.push(dir.display().to_string());
         }
         Err(Error::LibclangNotFound { looked_in })
+    }
+
+    /// Get bindgen ready in this build script: find libclang ([`find_libclang`]), check
+    /// that it loads, point bindgen at it (by setting `LIBCLANG_PATH` for this process,
+    /// which bindgen reads when it loads libclang), and return the clang arguments it needs
+    /// besides the caller's: `-isystem` with the C compiler's builtin headers when libclang
+    /// has none of its own. Call it before the first `bindgen::Builder::generate`, while the
+    /// build script is still single-threaded.
+    ///
+    /// [`find_libclang`]: Self::find_libclang
+    pub fn prepare_bindgen(&self) -> Result<Vec<String>, Error> {
+        let libclang = self.find_libclang()?;
+        libclang.check_loads()?;
+        let builtin = self.clang_builtin_include(&libclang)?;
+        std::env::set_var("LIBCLANG_PATH", &libclang.path);
+        Ok(builtin
+            .map(|dir| vec!["-isystem".to_string(), dir.display().to_string()])
+            .unwrap_or_default())
     }
 
     /// The folder of compiler builtin headers (`stddef.h`, `limits.h`...) to give bindgen

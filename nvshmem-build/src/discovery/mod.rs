@@ -81,8 +81,11 @@ impl std::str::FromStr for Search {
 /// A `major.minor.patch` version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Version {
+    /// Major release.
     pub major: u32,
+    /// Minor release.
     pub minor: u32,
+    /// Patch level.
     pub patch: u32,
 }
 
@@ -132,7 +135,9 @@ pub enum Source {
 /// An NVSHMEM installation: headers, the host library and the device library.
 #[derive(Debug, Clone)]
 pub struct NvshmemInstall {
+    /// The folder holding `nvshmem.h`.
     pub include_dir: PathBuf,
+    /// The folder holding the host and device libraries.
     pub lib_dir: PathBuf,
     /// `libnvshmem_host.so.3` (pip wheels ship only the versioned name) or `libnvshmem_host.so`.
     pub host_lib: PathBuf,
@@ -140,6 +145,7 @@ pub struct NvshmemInstall {
     pub device_lib: PathBuf,
     /// From `non_abi/nvshmem_version.h`.
     pub version: Version,
+    /// Where it was found.
     pub source: Source,
 }
 
@@ -205,12 +211,15 @@ impl NvshmemInstall {
 /// A CUDA compiler with its device linker and headers.
 #[derive(Debug, Clone)]
 pub struct CudaToolkit {
+    /// The compiler.
     pub nvcc: PathBuf,
+    /// The device linker beside it.
     pub nvlink: PathBuf,
     /// `include/` and, where present, `include/cccl` (CUDA 13 keeps `nv/target` there).
     pub include_dirs: Vec<PathBuf>,
     /// From `CUDA_VERSION` in `cuda.h`, when the header is there.
     pub version: Option<Version>,
+    /// Where it was found.
     pub source: Source,
 }
 

@@ -1,8 +1,8 @@
 //! Agreement between PEs through NVSHMEM itself: barriers, sums and extremes of host values,
 //! gathering small records, and broadcasting bytes from PE 0.
 
-use crate::error::{check_status, BenchError, CudaExt, Guard, Result};
-use nvshmem::{sys, Element, Nvshmem, ReduceOp, SymmetricBuffer, Team};
+use crate::error::{BenchError, CudaExt, Guard, Result};
+use nvshmem::{sys, Nvshmem, ReduceOp, SymmetricBuffer, Team};
 
 /// Values per PE that [`Coord::reduce`] and [`Coord::gather`] take.
 pub const SLOTS: usize = 8;
@@ -41,10 +41,6 @@ impl Coord {
         })
     }
 
-    fn stream_handle(&self) -> sys::cudaStream_t {
-        self.shmem.stream().cu_stream() as sys::cudaStream_t
-    }
-
     /// `nvshmem_barrier_all` from the host: every PE has arrived and its earlier NVSHMEM
     /// operations are complete. Work queued on streams is not waited for.
     pub fn barrier(&self) -> Result<()> {
@@ -65,18 +61,8 @@ impl Coord {
             )));
         }
         self.words.view(0..n).copy_from_host(values)?;
-        let base = self.words.as_ptr();
-        let status = unsafe {
-            <u64 as Element>::reduce_on_stream(
-                op,
-                self.team.handle(),
-                base.add(SLOTS),
-                base,
-                n,
-                self.stream_handle(),
-            )
-        }?;
-        check_status("nvshmemx_uint64_reduce_on_stream", status)?;
+        let (src, dst) = (self.words.view(0..n), self.words.view(SLOTS..SLOTS + n));
+        self.team.all_reduce(dst, src, op, self.shmem.stream())?;
         // to_vec synchronises the same stream first.
         Ok(self.words.view(SLOTS..SLOTS + n).to_vec()?)
     }
@@ -102,17 +88,9 @@ impl Coord {
     pub fn gather(&self, values: &[u64; SLOTS]) -> Result<Vec<[u64; SLOTS]>> {
         let n_pes = self.shmem.n_pes();
         self.words.view(0..SLOTS).copy_from_host(values)?;
-        let base = self.words.as_ptr();
-        let status = unsafe {
-            <u64 as Element>::fcollect_on_stream(
-                self.team.handle(),
-                base.add(2 * SLOTS),
-                base,
-                SLOTS,
-                self.stream_handle(),
-            )
-        };
-        check_status("nvshmemx_uint64_fcollect_on_stream", status)?;
+        let dst = self.words.view(2 * SLOTS..(2 + n_pes) * SLOTS);
+        self.team
+            .fcollect(dst, self.words.view(0..SLOTS), self.shmem.stream())?;
         let all = self.words.view(2 * SLOTS..(2 + n_pes) * SLOTS).to_vec()?;
         Ok(all
             .chunks_exact(SLOTS)
@@ -133,18 +111,8 @@ impl Coord {
             )));
         }
         self.bytes.view(0..n).copy_from_host(data)?;
-        let base = self.bytes.as_ptr();
-        let status = unsafe {
-            <u8 as Element>::broadcast_on_stream(
-                self.team.handle(),
-                base.add(BYTES),
-                base,
-                n,
-                0,
-                self.stream_handle(),
-            )
-        };
-        check_status("nvshmemx_uint8_broadcast_on_stream", status)?;
+        let (src, dst) = (self.bytes.view(0..n), self.bytes.view(BYTES..BYTES + n));
+        self.team.broadcast(dst, src, 0, self.shmem.stream())?;
         if self.shmem.my_pe() == 0 {
             // The root's own destination need not be written; it has the data anyway.
             self.shmem

@@ -1,7 +1,7 @@
 //! Collectives: our kernels vs NVSHMEM's on-stream collectives vs NCCL, plain and in CUDA
 //! graphs, checked against a CPU reference at every size.
 
-use crate::cli::{format_size, Config, DType, Impl, Mode, OursAlgo};
+use crate::cli::{format_size, Config, DType, Impl, Mode};
 use crate::coord::Coord;
 use crate::data::{self, BenchElem};
 use crate::error::{BenchError, CudaExt, Guard, Result};
@@ -12,7 +12,9 @@ use crate::timing::{self, Timer};
 use crate::Progress;
 use cudarc::driver::CudaStream;
 use half::bf16;
-use nvshmem::{sys, AllGatherAlgo, AllReduceAlgo, Collectives, Nvshmem, ReduceOp, SymmetricBuffer};
+use nvshmem::{
+    AllGatherAlgo, AllReduceAlgo, Collectives, Nvshmem, ReduceOp, SymmetricBuffer, Team,
+};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -33,10 +35,10 @@ pub struct Ctx<'a> {
 #[derive(Clone, Copy)]
 struct Ops<'a> {
     ours: Option<&'a Collectives>,
-    algo: OursAlgo,
+    all_reduce_algo: AllReduceAlgo,
+    all_gather_algo: AllGatherAlgo,
     nccl: Option<&'a Nccl>,
-    /// NVSHMEM_TEAM_WORLD.
-    world: sys::nvshmem_team_t,
+    world: &'a Team,
 }
 
 impl Ops<'_> {
@@ -55,64 +57,21 @@ impl Ops<'_> {
                 let ours = self.ours.ok_or("our collectives are not loaded")?;
                 let r = match coll {
                     Collective::AllReduce => {
-                        let algo = match self.algo {
-                            OursAlgo::Auto => AllReduceAlgo::Auto,
-                            OursAlgo::Sentinel => AllReduceAlgo::Sentinel,
-                            OursAlgo::SentinelTwoshot => AllReduceAlgo::SentinelTwoShot,
-                            OursAlgo::Ll => AllReduceAlgo::LowLatency,
-                            OursAlgo::LlTwoshot => AllReduceAlgo::LowLatencyTwoShot,
-                            OursAlgo::Oneshot => AllReduceAlgo::OneShot,
-                            OursAlgo::Twoshot => AllReduceAlgo::TwoShot,
-                            OursAlgo::Bandwidth => AllReduceAlgo::Bandwidth,
-                        };
-                        ours.all_reduce(ReduceOp::Sum, src, dst, algo, stream)
+                        ours.all_reduce(dst, src, ReduceOp::Sum, self.all_reduce_algo, stream)
                     }
                     Collective::AllGather => {
-                        let algo = match self.algo {
-                            OursAlgo::Auto => AllGatherAlgo::Auto,
-                            OursAlgo::Sentinel
-                            | OursAlgo::SentinelTwoshot
-                            | OursAlgo::Ll
-                            | OursAlgo::LlTwoshot => AllGatherAlgo::LowLatency,
-                            OursAlgo::Oneshot => AllGatherAlgo::OneShot,
-                            OursAlgo::Twoshot | OursAlgo::Bandwidth => AllGatherAlgo::Bandwidth,
-                        };
-                        ours.all_gather(src, dst, algo, stream)
+                        ours.all_gather(dst, src, self.all_gather_algo, stream)
                     }
                 };
                 r.map_err(|e| e.to_string())
             }
             Impl::Nvshmem => {
-                let s = stream.cu_stream() as sys::cudaStream_t;
-                let world = self.world;
-                let (call, status) = unsafe {
-                    match coll {
-                        Collective::AllReduce => (
-                            "sum_reduce_on_stream",
-                            T::reduce_on_stream(
-                                ReduceOp::Sum,
-                                world,
-                                dst.as_ptr(),
-                                src.as_ptr(),
-                                src.len(),
-                                s,
-                            )
-                            .map_err(|e| e.to_string())?,
-                        ),
-                        Collective::AllGather => (
-                            "fcollect_on_stream",
-                            T::fcollect_on_stream(world, dst.as_ptr(), src.as_ptr(), src.len(), s),
-                        ),
-                    }
+                // nvshmemx_<type>_sum_reduce_on_stream / nvshmemx_<type>_fcollect_on_stream
+                let r = match coll {
+                    Collective::AllReduce => self.world.all_reduce(dst, src, ReduceOp::Sum, stream),
+                    Collective::AllGather => self.world.fcollect(dst, src, stream),
                 };
-                if status == 0 {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "nvshmemx_{}_{call} returned {status}",
-                        T::NVSHMEM_NAME
-                    ))
-                }
+                r.map_err(|e| e.to_string())
             }
             Impl::Nccl => {
                 let nccl = self.nccl.ok_or("NCCL is not initialised")?;
@@ -294,11 +253,13 @@ fn point<T: BenchElem>(
 ) -> Result<Record> {
     let n = ctx.shmem.n_pes();
     let stream = ctx.stream;
+    let world = ctx.shmem.team_world();
     let ops = Ops {
         ours: ctx.ours,
-        algo: ctx.cfg.algo,
+        all_reduce_algo: ctx.cfg.algo,
+        all_gather_algo: ctx.cfg.allgather_algo,
         nccl: ctx.nccl,
-        world: ctx.shmem.team_world().handle(),
+        world: &world,
     };
     let mut record = Record {
         test: coll.name().into(),

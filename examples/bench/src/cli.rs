@@ -1,8 +1,44 @@
 //! Command line: options, their defaults (full and `--quick`), and message sizes.
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, ValueEnum};
-use serde::Serialize;
+use nvshmem::{AllGatherAlgo, AllReduceAlgo};
+use serde::{Serialize, Serializer};
+use std::fmt::Display;
 use std::path::PathBuf;
+use std::str::FromStr;
+
+/// The parser of an algorithm option: the names the library's algorithm table gives (shown
+/// in --help), parsed with its `FromStr`.
+fn algo_parser<A>(names: impl IntoIterator<Item = &'static str>) -> impl TypedValueParser<Value = A>
+where
+    A: FromStr + Clone + Send + Sync + 'static,
+    A::Err: Display,
+{
+    PossibleValuesParser::new(names).map(|name| {
+        name.parse::<A>()
+            .unwrap_or_else(|e| unreachable!("{name} is one of the table's names: {e}"))
+    })
+}
+
+/// The all-gather that an all-reduce algorithm's family implies (what `--algo` alone has
+/// always forced on the all-gather).
+fn all_gather_of_family(algo: AllReduceAlgo) -> AllGatherAlgo {
+    match algo {
+        AllReduceAlgo::Auto => AllGatherAlgo::Auto,
+        AllReduceAlgo::Sentinel
+        | AllReduceAlgo::SentinelTwoShot
+        | AllReduceAlgo::LowLatency
+        | AllReduceAlgo::LowLatencyTwoShot => AllGatherAlgo::LowLatency,
+        AllReduceAlgo::OneShot => AllGatherAlgo::OneShot,
+        AllReduceAlgo::TwoShot | AllReduceAlgo::Bandwidth => AllGatherAlgo::Bandwidth,
+    }
+}
+
+/// Serialise by the value's `Display` (an algorithm by its name).
+fn by_name<T: Display, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(value)
+}
 
 const ABOUT: &str = "NVSHMEM vs NCCL benchmark: our all-reduce/all-gather kernels, NVSHMEM's own \
 on-stream collectives and NCCL side by side, plus device-, host- and stream-initiated \
@@ -19,7 +55,8 @@ Every PE runs the same sequence of operations; PE 0 prints the environment heade
 
 COLLECTIVES (--tests allreduce,allgather)
   For each data type, message size, implementation and launch mode:
-    ours     nvshmem::Collectives::all_reduce (sum) / all_gather, algorithm Auto
+    ours     nvshmem::Collectives::all_reduce (sum) / all_gather, algorithm --algo /
+             --allgather-algo (default auto)
     nvshmem  nvshmemx_<type>_sum_reduce_on_stream / nvshmemx_<type>_fcollect_on_stream
     nccl     ncclAllReduce (sum) / ncclAllGather (communicator from a unique id that PE 0
              broadcasts through NVSHMEM)
@@ -36,7 +73,7 @@ COLLECTIVES (--tests allreduce,allgather)
   implementation/mode.
 
 POINT-TO-POINT (--tests p2p, or a subset), PE 0 and --peer (default PE 1); other PEs idle
-  p2p-latency  device-initiated, kernels in kernels/bench_p2p.cu, timed inside the kernel with
+  p2p-latency  device-initiated, kernels in examples/bench/kernels/bench_p2p.cu, timed inside the kernel with
                %globaltimer over --inner repetitions (after --inner/10 untimed ones); one
                sample per launch:
                  p, g        nvshmem_uint32_p + nvshmem_quiet / nvshmem_uint32_g, one thread
@@ -122,26 +159,6 @@ impl DType {
     }
 }
 
-/// Which algorithm our kernels use (`auto` picks by size, as users get by default).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OursAlgo {
-    Auto,
-    /// Sentinel one-shot (raw data, buffers pre-filled with a NaN pattern); all-reduce of
-    /// floating-point types only (all-gather uses ll)
-    Sentinel,
-    /// Sentinel two-shot; all-reduce of floating-point types only (all-gather uses ll)
-    SentinelTwoshot,
-    /// Low-latency one-shot (flags packed with the data)
-    Ll,
-    /// Low-latency two-shot; all-reduce only (all-gather uses ll)
-    LlTwoshot,
-    Oneshot,
-    /// All-reduce only (all-gather uses bandwidth)
-    Twoshot,
-    Bandwidth,
-}
-
 /// Collective implementations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -203,9 +220,14 @@ pub struct Args {
     )]
     pub impls: Vec<Impl>,
 
-    /// Algorithm of our kernels: auto (by size) or one forced, to compare algorithms
-    #[arg(long, value_enum, default_value = "auto")]
-    pub algo: OursAlgo,
+    /// Algorithm of our all-reduce: auto (by size) or one forced, to compare algorithms
+    #[arg(long, default_value = "auto", value_parser = algo_parser::<AllReduceAlgo>(AllReduceAlgo::ALL.map(AllReduceAlgo::name)))]
+    pub algo: AllReduceAlgo,
+
+    /// Algorithm of our all-gather [default: the family of --algo: ll for the low-latency
+    /// and sentinel all-reduces, oneshot, bandwidth for twoshot and bandwidth, else auto]
+    #[arg(long, value_parser = algo_parser::<AllGatherAlgo>(AllGatherAlgo::ALL.map(AllGatherAlgo::name)))]
+    pub allgather_algo: Option<AllGatherAlgo>,
 
     /// Collective launch modes, comma separated
     #[arg(long, value_enum, value_delimiter = ',', default_value = "plain,graph")]
@@ -341,7 +363,7 @@ impl Tests {
         self.p2p_latency || self.p2p_signal || self.p2p_bw || self.p2p_host || self.sendrecv
     }
 
-    /// Whether device kernels of kernels/bench_p2p.cu are needed.
+    /// Whether the device kernels of this crate's kernels/bench_p2p.cu are needed.
     pub fn device_p2p(&self) -> bool {
         self.p2p_latency || self.p2p_signal || self.p2p_bw
     }
@@ -353,7 +375,10 @@ pub struct Config {
     pub tests: Tests,
     pub dtypes: Vec<DType>,
     pub impls: Vec<Impl>,
-    pub algo: OursAlgo,
+    #[serde(serialize_with = "by_name")]
+    pub algo: AllReduceAlgo,
+    #[serde(serialize_with = "by_name")]
+    pub allgather_algo: AllGatherAlgo,
     pub modes: Vec<Mode>,
     /// Sizes of the collectives and bandwidth tests.
     pub sizes: Vec<usize>,
@@ -445,6 +470,9 @@ impl Config {
             dtypes,
             impls,
             algo: a.algo,
+            allgather_algo: a
+                .allgather_algo
+                .unwrap_or_else(|| all_gather_of_family(a.algo)),
             modes,
             sizes,
             lat_sizes,
@@ -784,6 +812,30 @@ mod tests {
         let a = parse(&[]).unwrap().fingerprint();
         assert_eq!(a, parse(&[]).unwrap().fingerprint());
         assert_ne!(a, parse(&["--seed", "3"]).unwrap().fingerprint());
+    }
+
+    #[test]
+    fn algorithm_options_take_the_names_of_the_library_tables() {
+        for a in AllReduceAlgo::ALL {
+            assert_eq!(parse(&["--algo", a.name()]).unwrap().algo, a);
+        }
+        for a in AllGatherAlgo::ALL {
+            let c = parse(&["--allgather-algo", a.name()]).unwrap();
+            assert_eq!(c.allgather_algo, a);
+        }
+        assert!(parse(&["--algo", "fastest"]).is_err());
+        // --algo alone picks the all-gather of its family.
+        let c = parse(&["--algo", "sentinel-twoshot"]).unwrap();
+        assert_eq!(c.allgather_algo, AllGatherAlgo::LowLatency);
+        let c = parse(&["--algo", "twoshot", "--allgather-algo", "oneshot"]).unwrap();
+        assert_eq!(c.allgather_algo, AllGatherAlgo::OneShot);
+        assert_eq!(parse(&[]).unwrap().allgather_algo, AllGatherAlgo::Auto);
+        use clap::CommandFactory;
+        let help = Args::command().render_long_help().to_string();
+        assert!(
+            help.contains("sentinel-twoshot"),
+            "help lacks the algorithm names"
+        );
     }
 
     #[test]

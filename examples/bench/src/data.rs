@@ -5,13 +5,10 @@ use cudarc::nccl::sys::ncclDataType_t;
 use half::bf16;
 use nvshmem::Element;
 
-/// splitmix64's finaliser: a good 64-bit mix.
-pub fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+#[path = "../../common/splitmix.rs"]
+mod splitmix;
+
+pub use splitmix::mix;
 
 /// A key for one test case from the seed and the case's coordinates.
 pub fn key(seed: u64, parts: &[u64]) -> u64 {

@@ -23,20 +23,20 @@
 //! let src = shmem.malloc::<f32>(1 << 20)?;
 //! let sum = shmem.malloc::<f32>(1 << 20)?;
 //! src.copy_from_host(&vec![1.0; 1 << 20])?;
-//! world.all_reduce(ReduceOp::Sum, &sum, &src, &stream)?;
+//! world.all_reduce(&sum, &src, ReduceOp::Sum, &stream)?;
 //! stream.synchronize().unwrap();
 //! assert_eq!(sum.to_vec()?[0], shmem.n_pes() as f32);
 //! # Ok(()) }
 //! ```
 
-use crate::buffer::SymmetricView;
-use crate::element::{Element, ReduceOp};
+use super::Team;
+use crate::element::{bitwise_on_float, Element, Exchange, ReduceOp, Reduction};
 use crate::error::{check, Error, Result};
-use crate::team::Team;
+use crate::memory::{check_len, SymmetricView};
 use cudarc::driver::CudaStream;
 use nvshmem_sys as sys;
 
-/// Pointers, per-PE count and raw handles of a checked collective call.
+/// Pointers and raw handles of a checked collective call.
 struct Call<T> {
     team: sys::nvshmem_team_t,
     dest: *mut T,
@@ -45,23 +45,36 @@ struct Call<T> {
 }
 
 impl Team {
-    /// Check that the views and the stream belong to this team's runtime and lower them.
-    fn call<T: Element>(
+    /// The one path of the team collectives: check that the views (which must not overlap,
+    /// unless `in_place` allows them to be the same) and the stream belong to this team's
+    /// runtime, skip an empty call, then issue `call` with the per-PE count `n` and check
+    /// its status (reported as `name`).
+    #[allow(clippy::too_many_arguments)]
+    fn collective<T: Element>(
         &self,
+        name: &'static str,
         dest: &SymmetricView<'_, T>,
         src: &SymmetricView<'_, T>,
+        n: usize,
+        in_place: bool,
         stream: &CudaStream,
-    ) -> Result<Call<T>> {
+        call: impl FnOnce(&Call<T>, usize) -> Result<i32>,
+    ) -> Result<()> {
+        check_overlap(name, dest, src, in_place)?;
         let shmem = self.runtime();
         shmem.check_same_runtime(dest.runtime(), "the destination")?;
         shmem.check_same_runtime(src.runtime(), "the source")?;
-        let stream = shmem.raw_stream(stream)?;
-        Ok(Call {
+        let c = Call {
             team: self.handle(),
             dest: dest.as_ptr(),
             src: src.as_ptr() as *const T,
-            stream,
-        })
+            stream: shmem.raw_stream(stream)?,
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        shmem.enter()?;
+        check(name, call(&c, n)?)
     }
 
     /// `dest[i] = op(src[i] of every PE of the team)`, enqueued on `stream`. `dest` and
@@ -75,27 +88,23 @@ impl Team {
     /// let stream = shmem.new_stream()?;
     /// let flags = shmem.malloc::<u32>(16)?;
     /// // In place: OR the flags of every PE on this node.
-    /// shmem.team_node().all_reduce(ReduceOp::Or, &flags, &flags, &stream)?;
+    /// shmem.team_node().all_reduce(&flags, &flags, ReduceOp::Or, &stream)?;
     /// # Ok(()) }
     /// ```
     pub fn all_reduce<'a, T: Element>(
         &self,
-        op: ReduceOp,
         dest: impl Into<SymmetricView<'a, T>>,
         src: impl Into<SymmetricView<'a, T>>,
+        op: ReduceOp,
         stream: &CudaStream,
     ) -> Result<()> {
         let (dest, src) = (dest.into(), src.into());
         check_op::<T>(op)?;
         let n = all_reduce_count(dest.len(), src.len())?;
-        check_overlap(&dest, &src, true)?;
-        let c = self.call(&dest, &src, stream)?;
-        if n == 0 {
-            return Ok(());
-        }
-        self.runtime().enter()?;
-        let status = unsafe { T::reduce_on_stream(op, c.team, c.dest, c.src, n, c.stream)? };
-        check(reduce_call(op), status)
+        let kind = Reduction::AllReduce;
+        self.collective(kind.call(op), &dest, &src, n, true, stream, |c, n| unsafe {
+            T::reduction_on_stream(kind, op, c.team, c.dest, c.src, n, c.stream)
+        })
     }
 
     /// Reduce across the team, then scatter: PE `i` of the team gets
@@ -114,27 +123,29 @@ impl Team {
     /// let stream = shmem.new_stream()?;
     /// let src = shmem.malloc::<i64>(256 * world.n_pes())?;
     /// let mine = shmem.malloc::<i64>(256)?;
-    /// world.reduce_scatter(ReduceOp::Max, &mine, &src, &stream)?;
+    /// world.reduce_scatter(&mine, &src, ReduceOp::Max, &stream)?;
     /// # Ok(()) }
     /// ```
     pub fn reduce_scatter<'a, T: Element>(
         &self,
-        op: ReduceOp,
         dest: impl Into<SymmetricView<'a, T>>,
         src: impl Into<SymmetricView<'a, T>>,
+        op: ReduceOp,
         stream: &CudaStream,
     ) -> Result<()> {
         let (dest, src) = (dest.into(), src.into());
         check_op::<T>(op)?;
         let n = reduce_scatter_count(dest.len(), src.len(), self.n_pes())?;
-        check_overlap(&dest, &src, false)?;
-        let c = self.call(&dest, &src, stream)?;
-        if n == 0 {
-            return Ok(());
-        }
-        self.runtime().enter()?;
-        let status = unsafe { T::reducescatter_on_stream(op, c.team, c.dest, c.src, n, c.stream)? };
-        check(reduce_scatter_call(op), status)
+        let kind = Reduction::ReduceScatter;
+        self.collective(
+            kind.call(op),
+            &dest,
+            &src,
+            n,
+            false,
+            stream,
+            |c, n| unsafe { T::reduction_on_stream(kind, op, c.team, c.dest, c.src, n, c.stream) },
+        )
     }
 
     /// Concatenate the `src` of every PE of the team, in team order, into `dest` on every PE:
@@ -157,16 +168,7 @@ impl Team {
         src: impl Into<SymmetricView<'a, T>>,
         stream: &CudaStream,
     ) -> Result<()> {
-        let (dest, src) = (dest.into(), src.into());
-        let n = fcollect_count(dest.len(), src.len(), self.n_pes())?;
-        check_overlap(&dest, &src, false)?;
-        let c = self.call(&dest, &src, stream)?;
-        if n == 0 {
-            return Ok(());
-        }
-        self.runtime().enter()?;
-        let status = unsafe { T::fcollect_on_stream(c.team, c.dest, c.src, n, c.stream) };
-        check("nvshmemx_TYPENAME_fcollect_on_stream", status)
+        self.exchange(Exchange::Fcollect, dest.into(), src.into(), stream)
     }
 
     /// Another name for [`fcollect`](Self::fcollect).
@@ -200,15 +202,17 @@ impl Team {
     ) -> Result<()> {
         let (dest, src) = (dest.into(), src.into());
         let n = broadcast_count(dest.len(), src.len(), root, self.n_pes())?;
-        check_overlap(&dest, &src, true)?;
-        let c = self.call(&dest, &src, stream)?;
-        if n == 0 {
-            return Ok(());
-        }
-        self.runtime().enter()?;
-        let status =
-            unsafe { T::broadcast_on_stream(c.team, c.dest, c.src, n, root as i32, c.stream) };
-        check("nvshmemx_TYPENAME_broadcast_on_stream", status)
+        let name = "nvshmemx_TYPENAME_broadcast_on_stream";
+        self.collective(name, &dest, &src, n, true, stream, |c, n| unsafe {
+            Ok(T::broadcast_on_stream(
+                c.team,
+                c.dest,
+                c.src,
+                n,
+                root as i32,
+                c.stream,
+            ))
+        })
     }
 
     /// Exchange blocks between all PEs of the team: with `n = src.len() / team.n_pes()`,
@@ -231,49 +235,56 @@ impl Team {
         src: impl Into<SymmetricView<'a, T>>,
         stream: &CudaStream,
     ) -> Result<()> {
-        let (dest, src) = (dest.into(), src.into());
-        let n = alltoall_count(dest.len(), src.len(), self.n_pes())?;
-        check_overlap(&dest, &src, false)?;
-        let c = self.call(&dest, &src, stream)?;
-        if n == 0 {
-            return Ok(());
-        }
-        self.runtime().enter()?;
-        let status = unsafe { T::alltoall_on_stream(c.team, c.dest, c.src, n, c.stream) };
-        check("nvshmemx_TYPENAME_alltoall_on_stream", status)
+        self.exchange(Exchange::Alltoall, dest.into(), src.into(), stream)
+    }
+
+    /// An fcollect or an all-to-all: their counts differ, the rest is the same.
+    fn exchange<T: Element>(
+        &self,
+        kind: Exchange,
+        dest: SymmetricView<'_, T>,
+        src: SymmetricView<'_, T>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (n, name) = match kind {
+            Exchange::Fcollect => (
+                fcollect_count(dest.len(), src.len(), self.n_pes())?,
+                "nvshmemx_TYPENAME_fcollect_on_stream",
+            ),
+            Exchange::Alltoall => (
+                alltoall_count(dest.len(), src.len(), self.n_pes())?,
+                "nvshmemx_TYPENAME_alltoall_on_stream",
+            ),
+        };
+        self.collective(name, &dest, &src, n, false, stream, |c, n| unsafe {
+            Ok(T::exchange_on_stream(
+                kind, c.team, c.dest, c.src, n, c.stream,
+            ))
+        })
     }
 }
 
 /// Refuse bitwise operators on floating-point types.
 fn check_op<T: Element>(op: ReduceOp) -> Result<()> {
     if op.is_bitwise() && !T::IS_INTEGER {
-        return Err(Error::InvalidArgument(format!(
-            "{op:?} is a bitwise reduction and {} is not an integer type",
-            T::NVSHMEM_NAME
-        )));
+        return Err(bitwise_on_float::<T>(op));
     }
     Ok(())
 }
 
 /// Source and destination must not overlap, except (where `same_ok`) by being the same view.
-fn check_overlap<T: Element>(
+pub(crate) fn check_overlap<T: Element>(
+    what: &'static str,
     dest: &SymmetricView<'_, T>,
     src: &SymmetricView<'_, T>,
     same_ok: bool,
 ) -> Result<()> {
-    let size = std::mem::size_of::<T>();
-    let d = (dest.as_ptr() as usize, dest.len() * size);
-    let s = (src.as_ptr() as usize, src.len() * size);
+    let d = (dest.as_ptr() as usize, dest.num_bytes());
+    let s = (src.as_ptr() as usize, src.num_bytes());
     if overlap_is_allowed(d, s, same_ok) {
         Ok(())
-    } else if same_ok {
-        Err(Error::InvalidArgument(
-            "source and destination overlap; they may be the same view but must not overlap otherwise".into(),
-        ))
     } else {
-        Err(Error::InvalidArgument(
-            "source and destination must not overlap".into(),
-        ))
+        Err(Error::Overlap { what })
     }
 }
 
@@ -285,51 +296,32 @@ pub(crate) fn overlap_is_allowed(a: (usize, usize), b: (usize, usize), same_ok: 
 
 /// Elements per PE of an all-reduce: the lengths must match.
 pub(crate) fn all_reduce_count(dest_len: usize, src_len: usize) -> Result<usize> {
-    if dest_len != src_len {
-        return Err(Error::Length {
-            what: "all_reduce destination (must match the source)",
-            expected: src_len,
-            got: dest_len,
-        });
-    }
+    let what = "all_reduce destination (must match the source)";
+    check_len(what, src_len, dest_len)?;
     Ok(dest_len)
 }
 
 /// Elements per PE of a reduce-scatter (`dest_len`): the source holds `dest_len * n_pes`.
 pub(crate) fn reduce_scatter_count(dest_len: usize, src_len: usize, n_pes: usize) -> Result<usize> {
-    let expected = times(dest_len, n_pes)?;
-    if src_len != expected {
-        return Err(Error::Length {
-            what: "reduce_scatter source (destination length times the team's PEs)",
-            expected,
-            got: src_len,
-        });
-    }
+    let what = "reduce_scatter source (destination length times the team's PEs)";
+    check_len(what, times(dest_len, n_pes)?, src_len)?;
     Ok(dest_len)
 }
 
 /// Elements per PE of an fcollect (`src_len`): the destination holds `src_len * n_pes`.
 pub(crate) fn fcollect_count(dest_len: usize, src_len: usize, n_pes: usize) -> Result<usize> {
-    let expected = times(src_len, n_pes)?;
-    if dest_len != expected {
-        return Err(Error::Length {
-            what: "fcollect destination (source length times the team's PEs)",
-            expected,
-            got: dest_len,
-        });
-    }
+    let what = "fcollect destination (source length times the team's PEs)";
+    check_len(what, times(src_len, n_pes)?, dest_len)?;
     Ok(src_len)
 }
 
 /// Elements per PE pair of an all-to-all: equal lengths that divide by `n_pes`.
 pub(crate) fn alltoall_count(dest_len: usize, src_len: usize, n_pes: usize) -> Result<usize> {
-    if dest_len != src_len {
-        return Err(Error::Length {
-            what: "alltoall destination (must match the source)",
-            expected: src_len,
-            got: dest_len,
-        });
-    }
+    check_len(
+        "alltoall destination (must match the source)",
+        src_len,
+        dest_len,
+    )?;
     if n_pes == 0 || src_len % n_pes != 0 {
         return Err(Error::InvalidArgument(format!(
             "alltoall: {src_len} elements do not split into equal blocks for {n_pes} PEs"
@@ -348,13 +340,11 @@ pub(crate) fn broadcast_count(
     if root >= n_pes {
         return Err(Error::PeOutOfRange { pe: root, n_pes });
     }
-    if dest_len != src_len {
-        return Err(Error::Length {
-            what: "broadcast destination (must match the source)",
-            expected: src_len,
-            got: dest_len,
-        });
-    }
+    check_len(
+        "broadcast destination (must match the source)",
+        src_len,
+        dest_len,
+    )?;
     Ok(src_len)
 }
 
@@ -365,30 +355,6 @@ fn times(len: usize, n_pes: usize) -> Result<usize> {
     len.checked_mul(n_pes).ok_or_else(|| {
         Error::InvalidArgument(format!("{len} elements times {n_pes} PEs overflows usize"))
     })
-}
-
-fn reduce_call(op: ReduceOp) -> &'static str {
-    match op {
-        ReduceOp::Sum => "nvshmemx_TYPENAME_sum_reduce_on_stream",
-        ReduceOp::Prod => "nvshmemx_TYPENAME_prod_reduce_on_stream",
-        ReduceOp::Min => "nvshmemx_TYPENAME_min_reduce_on_stream",
-        ReduceOp::Max => "nvshmemx_TYPENAME_max_reduce_on_stream",
-        ReduceOp::And => "nvshmemx_TYPENAME_and_reduce_on_stream",
-        ReduceOp::Or => "nvshmemx_TYPENAME_or_reduce_on_stream",
-        ReduceOp::Xor => "nvshmemx_TYPENAME_xor_reduce_on_stream",
-    }
-}
-
-fn reduce_scatter_call(op: ReduceOp) -> &'static str {
-    match op {
-        ReduceOp::Sum => "nvshmemx_TYPENAME_sum_reducescatter_on_stream",
-        ReduceOp::Prod => "nvshmemx_TYPENAME_prod_reducescatter_on_stream",
-        ReduceOp::Min => "nvshmemx_TYPENAME_min_reducescatter_on_stream",
-        ReduceOp::Max => "nvshmemx_TYPENAME_max_reducescatter_on_stream",
-        ReduceOp::And => "nvshmemx_TYPENAME_and_reducescatter_on_stream",
-        ReduceOp::Or => "nvshmemx_TYPENAME_or_reducescatter_on_stream",
-        ReduceOp::Xor => "nvshmemx_TYPENAME_xor_reducescatter_on_stream",
-    }
 }
 
 #[cfg(test)]
@@ -485,19 +451,10 @@ mod tests {
         assert!(check_op::<f32>(ReduceOp::Sum).is_ok());
         assert!(matches!(
             check_op::<f32>(ReduceOp::And),
-            Err(Error::InvalidArgument(_))
+            Err(Error::TypeMismatch { .. })
         ));
         assert!(check_op::<half::bf16>(ReduceOp::Xor).is_err());
         assert!(check_op::<u8>(ReduceOp::Xor).is_ok());
         assert!(check_op::<i64>(ReduceOp::Or).is_ok());
-    }
-
-    #[test]
-    fn failed_calls_name_the_operation() {
-        for op in ReduceOp::ALL {
-            let name = format!("{op:?}").to_lowercase();
-            assert!(reduce_call(op).contains(&format!("_{name}_reduce_")));
-            assert!(reduce_scatter_call(op).contains(&format!("_{name}_reducescatter_")));
-        }
     }
 }

@@ -20,6 +20,11 @@ mod report;
 mod stats;
 mod timing;
 
+/// This crate's kernels (kernels/bench_p2p.cu), built by build.rs.
+mod kernels {
+    include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
+}
+
 use clap::Parser;
 use cli::{Config, Impl};
 use coord::Coord;
@@ -220,10 +225,7 @@ fn run(shmem: &Nvshmem, cfg: &Config) -> Result<bool> {
             results.notes.push(note);
         } else {
             let module = match cfg.tests.device_p2p() {
-                true => Some(Guard::new(Module::load(
-                    shmem,
-                    &nvshmem::kernels::BENCH_P2P,
-                )?)),
+                true => Some(Guard::new(Module::load(shmem, &kernels::BENCH_P2P)?)),
                 false => None,
             };
             p2p::run(

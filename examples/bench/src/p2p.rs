@@ -295,7 +295,7 @@ impl P2p<'_> {
             .ok_or_else(|| BenchError::new("the point-to-point kernels (bench_p2p) are not loaded"))
     }
 
-    fn function(&self, name: &str) -> Result<Function<'_>> {
+    fn function(&self, name: &str) -> Result<Function> {
         Ok(self.module()?.function(name)?)
     }
 

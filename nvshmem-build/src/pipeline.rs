@@ -73,8 +73,9 @@ impl Arch {
 /// A source file compiled for each requested architecture.
 #[derive(Debug, Clone)]
 pub struct BuiltKernel {
-    /// The file stem, `allreduce` for `kernels/allreduce.cu`.
+    /// The file stem: `allreduce` for `allreduce.cu`.
     pub name: String,
+    /// The source file.
     pub source: PathBuf,
     /// One linked cubin per architecture, lowest first.
     pub cubins: Vec<(Arch, PathBuf)>,
@@ -100,6 +101,7 @@ impl BuiltKernel {
 /// The output of [`KernelBuilder::build`].
 #[derive(Debug, Clone)]
 pub struct BuiltKernels {
+    /// One per source file.
     pub kernels: Vec<BuiltKernel>,
     /// The NVSHMEM whose device library is linked into every cubin.
     pub nvshmem: NvshmemInstall,
@@ -108,7 +110,7 @@ pub struct BuiltKernels {
 }
 
 impl BuiltKernels {
-    /// The kernel built from the source file with this stem (`ring` for `kernels/ring.cu`).
+    /// The kernel built from the source file with this stem (`ring` for `ring.cu`).
     pub fn get(&self, name: &str) -> Option<&BuiltKernel> {
         self.kernels.iter().find(|k| k.name == name)
     }

@@ -1,4 +1,7 @@
-//! Teams: ordered subsets of PEs that collectives and synchronisation run over.
+//! Teams: ordered subsets of PEs that collectives and synchronisation run over, and
+//! NVSHMEM's own collectives over them ([`collectives`]).
+
+pub mod collectives;
 
 use crate::error::{Error, Result};
 use crate::runtime::Nvshmem;

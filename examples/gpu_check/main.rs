@@ -1,0 +1,71 @@
+//! GPU check of the host API: every public host function, run on every PE with random data and
+//! compared with a reference computed on the CPU.
+//!
+//! ```text
+//! make check
+//! mpiexec -np 4 target/release/examples/gpu_check [--verbose]
+//! ```
+//!
+//! Every PE runs the same named checks in the same order. A check's random input on PE `p` comes
+//! from a generator seeded with the check's name and `p`, so each PE can rebuild what every
+//! other PE sent and compute the expected result itself. A check fails on a PE when it returns
+//! an error, finds a wrong value or panics; the PE says which and carries on. At the end the
+//! failures are summed over PEs (with this crate's all-reduce) and PE 0 prints
+//! `N passed, M failed`, where a check counts as failed if it failed on any PE. The exit status
+//! is 1 when anything failed.
+//!
+//! One module per group of checks; `harness` runs them, `data` makes their inputs.
+
+mod atomic;
+mod collectives;
+mod data;
+mod errors;
+mod harness;
+mod rma;
+mod runtime;
+mod signal;
+mod sync;
+
+use harness::{Ctx, Harness};
+use nvshmem::Nvshmem;
+
+/// What a check returns: any error (from NVSHMEM, CUDA or a wrong value) is a failure.
+type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// The most attempts any retry loop makes before it reports a failure.
+const MAX_ATTEMPTS: usize = 10_000;
+
+fn main() {
+    let code = match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gpu_check: {e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run() -> Result<i32> {
+    let verbose = std::env::args()
+        .skip(1)
+        .any(|a| a == "-v" || a == "--verbose");
+    let shmem = Nvshmem::init()?;
+    let ctx = Ctx::new(shmem)?;
+    let mut h = Harness::new(&ctx, verbose);
+
+    runtime::checks(&mut h);
+    rma::checks(&mut h);
+    signal::checks(&mut h);
+    atomic::checks(&mut h);
+    sync::checks(&mut h);
+    collectives::checks(&mut h);
+    errors::checks(&mut h);
+
+    let (passed, failed) = h.finish()?;
+    if ctx.me == 0 {
+        println!("{passed} passed, {failed} failed");
+    }
+    drop(ctx);
+    Ok(if failed > 0 { 1 } else { 0 })
+}

@@ -1,0 +1,167 @@
+//! Ordering and synchronisation.
+
+use crate::data::*;
+use crate::harness::*;
+use crate::Result;
+use nvshmem::{Cmp, Team};
+
+/// How the PEs in `members` (world numbers) are brought in step after writing to each other.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    BarrierAll,
+    Barrier,
+    SyncAll,
+    Sync,
+    BarrierAllOnStream,
+    BarrierOnStream,
+    SyncAllOnStream,
+    SyncOnStream,
+}
+
+/// Every member writes `me + 1` into its slot on every member, then the members step together
+/// with `step` (over `team` where it takes one) and check every slot.
+fn check_step(c: &Ctx, team: Option<&Team>, step: Step) -> Result {
+    let (sh, s) = (&c.shmem, &*c.stream);
+    let buf = c.zeros::<u32>(c.n)?;
+    let members: Vec<usize> = match team {
+        Some(t) => (0..t.n_pes())
+            .map(|k| t.world_pe(k))
+            .collect::<nvshmem::Result<_>>()?,
+        None => (0..c.n).collect(),
+    };
+    let on_stream = matches!(
+        step,
+        Step::BarrierAllOnStream
+            | Step::BarrierOnStream
+            | Step::SyncAllOnStream
+            | Step::SyncOnStream
+    );
+    for &pe in &members {
+        if on_stream {
+            sh.p_on_stream(&buf, c.me, c.me as u32 + 1, pe, s)?;
+        } else {
+            sh.p(&buf, c.me, c.me as u32 + 1, pe)?;
+        }
+    }
+    let team_or_world = team.unwrap_or(&c.world);
+    match step {
+        Step::BarrierAll => sh.barrier_all()?,
+        Step::Barrier => sh.barrier(team_or_world)?,
+        Step::SyncAll => {
+            sh.quiet()?;
+            sh.sync_all()?;
+        }
+        Step::Sync => {
+            sh.quiet()?;
+            sh.sync(team_or_world)?;
+        }
+        Step::BarrierAllOnStream => sh.barrier_all_on_stream(s)?,
+        Step::BarrierOnStream => sh.barrier_on_stream(team_or_world, s)?,
+        Step::SyncAllOnStream => {
+            sh.quiet_on_stream(s)?;
+            sh.sync_all_on_stream(s)?;
+        }
+        Step::SyncOnStream => {
+            sh.quiet_on_stream(s)?;
+            sh.sync_on_stream(team_or_world, s)?;
+        }
+    }
+    c.sync()?;
+    let got = buf.to_vec()?;
+    let want: Vec<u32> = (0..c.n)
+        .map(|q| {
+            if members.contains(&q) {
+                q as u32 + 1
+            } else {
+                0
+            }
+        })
+        .collect();
+    same("slots", &got, &want)
+}
+
+/// `wait_until` (or its stream form) for every comparison, on a value the previous PE wrote.
+fn check_wait_until<T: Ones>(c: &Ctx, on_stream: bool) -> Result {
+    let (sh, s) = (&c.shmem, &*c.stream);
+    let ivar = c.zeros::<T>(2)?;
+    let expect = small::<T>(c.left + 1);
+    if on_stream {
+        sh.p_on_stream(&ivar, 1, small::<T>(c.me + 1), c.right, s)?;
+        sh.quiet_on_stream(s)?;
+    } else {
+        sh.p(&ivar, 1, small::<T>(c.me + 1), c.right)?;
+        sh.quiet()?;
+    }
+    let cases = [
+        (Cmp::Eq, expect),
+        (Cmp::Ne, small::<T>(0)),
+        (Cmp::Gt, small::<T>(0)),
+        (Cmp::Ge, expect),
+        (Cmp::Lt, small::<T>(c.left + 2)),
+        (Cmp::Le, expect),
+    ];
+    for (cmp, v) in cases {
+        if on_stream {
+            sh.wait_until_on_stream(&ivar, 1, cmp, v, s)?;
+        } else {
+            sh.wait_until(&ivar, 1, cmp, v)?;
+        }
+    }
+    c.sync()?;
+    same("wait variables", &ivar.to_vec()?, &[T::default(), expect])
+}
+
+pub(crate) fn checks(h: &mut Harness) {
+    let c = h.ctx;
+    h.check("quiet and fence", |_| {
+        let sh = &c.shmem;
+        let buf = c.zeros::<i32>(2)?;
+        sh.p(&buf, 0, 1, c.right)?;
+        sh.fence()?;
+        sh.p(&buf, 1, 2, c.right)?;
+        sh.quiet()?;
+        sh.barrier_all()?;
+        same("values", &buf.to_vec()?, &[1, 2])
+    });
+    for step in [
+        Step::BarrierAll,
+        Step::SyncAll,
+        Step::BarrierAllOnStream,
+        Step::SyncAllOnStream,
+    ] {
+        h.check(format!("{step:?} after p to all PEs"), |_| {
+            check_step(c, None, step)
+        });
+    }
+    for step in [
+        Step::Barrier,
+        Step::Sync,
+        Step::BarrierOnStream,
+        Step::SyncOnStream,
+    ] {
+        h.check(format!("{step:?} over the world team"), |_| {
+            check_step(c, Some(&c.world), step)
+        });
+        h.check(format!("{step:?} over the node team"), |_| {
+            check_step(c, Some(&c.shmem.team_node()), step)
+        });
+        h.check(format!("{step:?} over the even PEs"), |_| {
+            let evens = c.evens()?;
+            match &evens {
+                Some(t) => check_step(c, Some(t), step),
+                // Odd PEs still allocate, as the check's allocation is collective.
+                None => c.zeros::<u32>(c.n).map(|_| ()),
+            }
+        });
+    }
+    h.check("wait_until<int32>", |_| check_wait_until::<i32>(c, false));
+    h.check("wait_until<int64>", |_| check_wait_until::<i64>(c, false));
+    h.check("wait_until<uint32>", |_| check_wait_until::<u32>(c, false));
+    h.check("wait_until<uint64>", |_| check_wait_until::<u64>(c, false));
+    h.check("wait_until_on_stream<int32>", |_| {
+        check_wait_until::<i32>(c, true)
+    });
+    h.check("wait_until_on_stream<uint64>", |_| {
+        check_wait_until::<u64>(c, true)
+    });
+}

@@ -1,0 +1,86 @@
+// Definitions the kernels and the Rust side share. nvcc reads this header through the kernels
+// that include it, and bindgen turns it into Rust for src/abi.rs (build.rs), so a value
+// changed here changes on both sides. Plain C: integer constants, enums and structs only.
+#ifndef NVSHMEM_RS_ABI_H
+#define NVSHMEM_RS_ABI_H
+
+#include <stdint.h>
+
+// ---- our collectives' workspace (src/collectives, kernels/collectives) -------------------
+
+// Blocks a call launches at most: the epoch has one copy per block index (Ctrl), and every
+// flag set one word per block index and PE.
+#define COLL_MAX_BLOCKS 512
+// PEs our collectives take.
+#define COLL_MAX_PES 64
+// Flag sets (one-shot data, two-shot start and end, bandwidth rounds), each
+// COLL_MAX_BLOCKS x n_pes words.
+#define COLL_FLAG_SETS 4
+// PEs whose staging addresses fit the by-value table of the kernels that take one (Peers).
+#define LL_MAX_PES 16
+// Threads per block at most (the kernels' __launch_bounds__).
+#define COLL_MAX_THREADS 512
+// Vectors each thread of the two-shot reduction and the bandwidth all-gather handles at once.
+#define COLL_UNROLL 4
+// The word the sentinel receive buffers are filled with: no pushed word carries it (a sender
+// turns it into another NaN), so a reader polls until no word of a vector is this.
+#define COLL_SENTINEL 0xFFFFFFFFu
+
+// The epoch of this PE's calls, one copy per block index: block b reads copy b when it
+// starts and, when it ends, writes the new epoch into copies b, b + gridDim.x, ... Blocks of
+// one call touch disjoint copies, so no atomics or fences are needed, and after every call
+// all copies agree whatever the grid size of the next call. Kernel completion publishes the
+// stores to the next call.
+typedef struct Ctrl {
+    unsigned long long epoch[COLL_MAX_BLOCKS];
+} Ctrl;
+
+// Where a buffer (the staging area, or the sentinel buffers) lives on every PE as mapped
+// here, passed by value so that kernels read it from the constant bank instead of NVSHMEM's
+// device state.
+typedef struct Peers {
+    char *slot[LL_MAX_PES];  // PE p's base as mapped here
+    int me;
+    int npes;
+} Peers;
+
+// How a bandwidth all-reduce cuts its parts into chunks.
+typedef struct BandwidthPlan {
+    unsigned int chunk_vecs;  // 16-byte vectors per chunk, at most
+    unsigned int slots;       // chunk slots per block and source, at least 2
+} BandwidthPlan;
+
+// ---- the host atomics' helper (src/atomic.rs, kernels/atomics.cu) ------------------------
+
+// Operations of host_amo.
+enum AmoOp {
+    AMO_FETCH = 0,
+    AMO_SET = 1,
+    AMO_SWAP = 2,
+    AMO_COMPARE_SWAP = 3,
+    AMO_FETCH_ADD = 4,
+    AMO_ADD = 5,
+    AMO_FETCH_INC = 6,
+    AMO_INC = 7,
+    AMO_FETCH_AND = 8,
+    AMO_FETCH_OR = 9,
+    AMO_FETCH_XOR = 10,
+};
+
+// ---- element types (DataType in src/element.rs) ------------------------------------------
+enum TypeTag {
+    TYPE_I8 = 0,
+    TYPE_I16 = 1,
+    TYPE_I32 = 2,
+    TYPE_I64 = 3,
+    TYPE_U8 = 4,
+    TYPE_U16 = 5,
+    TYPE_U32 = 6,
+    TYPE_U64 = 7,
+    TYPE_F32 = 8,
+    TYPE_F64 = 9,
+    TYPE_F16 = 10,
+    TYPE_BF16 = 11,
+};
+
+#endif

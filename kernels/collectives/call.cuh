@@ -1,0 +1,108 @@
+// The protocol every call of our collectives follows: how it starts, its epoch, the flags
+// its blocks exchange with their peers, the staging layout, and how it ends.
+#pragma once
+
+#include <nvshmem.h>
+#include <stdint.h>
+
+#include "abi.h"
+#include "collectives/memory.cuh"
+
+#define MAX_BLOCKS COLL_MAX_BLOCKS
+#define MAX_PES COLL_MAX_PES
+
+// Flag sets, each MAX_BLOCKS x n_pes words (COLL_FLAG_SETS of them).
+#define FLAGS_DATA 0     // one-shot data landed
+#define FLAGS_DONE 1     // two-shot / all-gather bandwidth end barrier
+#define FLAGS_START 2    // two-shot / all-gather bandwidth start barrier
+#define FLAGS_BW 3       // bandwidth all-reduce: rounds of chunks (see there)
+
+
+// Every entry point starts here. Launched with programmatic stream serialization, a kernel
+// may start while the previous kernel on its stream is still running: griddepcontrol.wait
+// holds it until that kernel has completed and its memory is visible (without the launch
+// attribute it returns at once). Then it lets the next kernel on the stream begin its launch,
+// which overlaps that launch with this call; the next kernel waits here in turn before it
+// touches memory. All of this call's blocks are resident by then, so the early blocks of the
+// next kernel cannot keep any of them from running.
+__device__ __forceinline__ void enter_call() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+__device__ __forceinline__ uint64_t *flag_at(uint64_t *flags, int set, int block, int pe, int npes) {
+    return flags + ((size_t)set * MAX_BLOCKS + block) * npes + pe;
+}
+
+// The epoch of this call.
+__device__ __forceinline__ uint64_t call_epoch(const Ctrl *ctrl) {
+    return ctrl->epoch[blockIdx.x] + 1;
+}
+
+// Staging, and the sentinel buffers, on every PE: [epoch parity][source PE][slot_bytes], so
+// that calls sharing a slot are two epochs apart. Where source's slot of epoch e starts.
+__device__ __forceinline__ size_t slot_offset(uint64_t e, int source, int npes, size_t slot_bytes) {
+    return (e & 1) * npes * slot_bytes + (size_t)source * slot_bytes;
+}
+
+// Publish the epoch for the next call on this PE (see Ctrl).
+__device__ __forceinline__ void finish_call(Ctrl *ctrl, uint64_t e) {
+    __syncthreads();  // every thread of this block has read its copy
+    for (unsigned int i = blockIdx.x + threadIdx.x * gridDim.x; i < MAX_BLOCKS; i += blockDim.x * gridDim.x)
+        ctrl->epoch[i] = e;
+}
+
+// Tell every other PE's block `blockIdx.x` that this block's stores to it are done, then wait
+// for the same from each of them. Threads 0..npes-1 each handle one peer.
+__device__ __forceinline__ void signal_and_wait(uint64_t *flags, int set, int me, int npes, uint64_t e) {
+    __syncthreads();
+    for (int p = threadIdx.x; p < npes; p += blockDim.x) {
+        if (p != me) {
+            uint64_t *remote = (uint64_t *)nvshmem_ptr(flag_at(flags, set, blockIdx.x, me, npes), p);
+            st_release_sys(remote, e);
+        }
+    }
+    for (int p = threadIdx.x; p < npes; p += blockDim.x) {
+        if (p != me) {
+            const uint64_t *mine = flag_at(flags, set, blockIdx.x, p, npes);
+            while (ld_acquire_sys(mine) < e) {
+            }
+        }
+    }
+    __syncthreads();
+}
+
+
+// PE q's part of nvec vectors in the two-shot algorithms: [nvec * q / npes, nvec * (q + 1) / npes).
+__device__ __forceinline__ void part_of(size_t nvec, int q, int npes, size_t *b, size_t *e) {
+    *b = nvec * q / npes;
+    *e = nvec * (q + 1) / npes;
+}
+
+// Run CALL with NP, the PE count as a compile-time constant where it is a common one (0: any).
+#define WITH_NP(npes, CALL)                           \
+    switch (npes) {                                   \
+    case 2: { constexpr int NP = 2; CALL; break; }    \
+    case 4: { constexpr int NP = 4; CALL; break; }    \
+    case 8: { constexpr int NP = 8; CALL; break; }    \
+    default: { constexpr int NP = 0; CALL; }          \
+    }
+
+// Where a call that reaches its peers through a Peers table stands: who it is, its epoch, and
+// where this epoch's slots of the region (staging or the sentinel buffers) are. NP is the PE
+// count when known at compile time (0: any, up to LL_MAX_PES). Kernels copy `offset` and
+// `base` into locals before their loops: read through the object, they compile to other
+// (measured: different) code.
+template <int NP> struct TableCall {
+    static constexpr int MAXP = NP > 0 ? NP : LL_MAX_PES;
+    int me, npes;
+    uint64_t e;
+    size_t offset;  // my slot in the region, at any PE (add peers.slot[p])
+    char *base;     // this epoch's slots here: source p's at base + p * slot_bytes
+    __device__ __forceinline__ TableCall(Ctrl *ctrl, char *region, size_t slot_bytes, const Peers &peers)
+        : me(peers.me),
+          npes(NP > 0 ? NP : peers.npes),
+          e(call_epoch(ctrl)),
+          offset(slot_offset(e, me, npes, slot_bytes)),
+          base(region + slot_offset(e, 0, npes, slot_bytes)) {}
+};

@@ -1,0 +1,175 @@
+// Low-latency paths: 16-byte lines that carry 8 bytes of data and the call's tag, polled by
+// the reader, for the smallest messages.
+#pragma once
+
+#include <nvshmem.h>
+#include <stdint.h>
+
+#include "collectives/call.cuh"
+#include "collectives/lines.cuh"
+#include "collectives/reduce.cuh"
+
+// ---- low-latency one-shot (flags packed with the data) ---------------------------------
+// Each 16-byte line carries 8 bytes of data and the call's tag twice: {d0, t, d1, t}. A
+// reader polls the line itself until both tag words match, so no fence and no separate flag
+// round are needed (NCCL's LL protocol relies on the same 8-byte store atomicity). Lines
+// live in the parity's staging slots; stale lines carry an older tag. Twice the bytes move,
+// which is cheap for the small messages this path is for.
+//
+// Tags are the epoch times an odd constant: distinct for 2^32 consecutive epochs, 0 (what
+// the zeroed staging holds) only when the epoch's low 32 bits are, and unlike the small epoch
+// numbers themselves, not a value that a one-shot call's raw data left in the same slot is
+// likely to hold.
+__device__ __forceinline__ uint32_t ll_tag(uint64_t e) { return (uint32_t)e * 0x9E3779B1u; }
+
+__device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint32_t t) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(t), "r"(d1), "r"(t) : "memory");
+}
+
+__device__ __forceinline__ bool line_ready(uint4 v, uint32_t t) { return v.y == t && v.w == t; }
+
+// Line j of every source PE but me, with all first loads in flight together (one L2 round
+// trip instead of one per peer), then each polled until its tag matches. NP is the PE count
+// when known at compile time, 0 for any (one source at a time).
+template <int NP>
+__device__ __forceinline__ void ld_lines(const char *base, size_t slot_bytes, size_t j, int me, int npes, uint32_t t, uint2 *out) {
+    if constexpr (NP == 0) {
+        for (int p = 0; p < npes; p++) {
+            if (p == me) continue;
+            const uint4 *at = (const uint4 *)(base + (size_t)p * slot_bytes) + j;
+            uint4 v;
+            do v = ld_volatile(at);
+            while (!line_ready(v, t));
+            out[p] = make_uint2(v.x, v.z);
+        }
+    } else {
+        uint4 v[NP];
+#pragma unroll
+        for (int p = 0; p < NP; p++)
+            if (p != me) v[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + j);
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            if (p == me) continue;
+            while (!line_ready(v[p], t)) v[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + j);
+            out[p] = make_uint2(v[p].x, v[p].z);
+        }
+    }
+}
+
+template <typename T, typename Op, int NP>
+__device__ void ll_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    const TableCall<NP> c(ctrl, staging, slot_bytes, peers);
+    constexpr int MAXP = TableCall<NP>::MAXP;
+    const int me = c.me, npes = c.npes;
+    const size_t offset = c.offset;
+    const char *base = c.base;
+    const uint32_t t = ll_tag(c.e);
+    const size_t bytes = n * sizeof(T), lines = (bytes + 7) / 8;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t j = first; j < lines; j += stride) {
+        uint2 v = load8((const char *)src, bytes, j);
+        for (int p = 0; p < npes; p++)
+            if (p != me) st_line((uint4 *)(peers.slot[p] + offset) + j, v.x, v.y, t);
+    }
+    // Each thread reads back the lines it wrote, so no barrier is needed in between.
+    for (size_t j = first; j < lines; j += stride) {
+        // Own input first: its load overlaps the wait for the peers' lines.
+        const uint2 own = load8((const char *)src, bytes, j);
+        uint2 in[MAXP];
+        ld_lines<NP>(base, slot_bytes, j, me, npes, t, in);
+        store8((char *)dst, bytes, j, reduce_in_pe_order<T, Op, MAXP>(in, own, me, npes));
+    }
+    finish_call(ctrl, c.e);
+}
+
+// ---- low-latency two-shot (reduce-scatter, then all-gather, both in low-latency lines) ----
+// Owner q holds lines [q * P, (q + 1) * P) of the input, P = ceil(lines / npes). Every thread
+// takes the same offsets k into every part in each of three loops, so no barrier is needed
+// between them:
+//   1. push line k of every other owner's part into that owner's staging (this PE's slot,
+//      first half, at k);
+//   2. as owner, wait for line k of my part from every peer, reduce in PE order, push the
+//      result into every peer's staging (this PE's slot, second half, at k) and store it;
+//   3. wait for line k of every other owner's part and store it.
+// Each PE sends 2 (n - 1) / n lines per input line instead of the one-shot's n - 1, for one
+// more hop. In place is safe: a thread overwrites only lines whose input it has read. A PE
+// in call e + 2 has had line 0's result of call e + 1 from owner 0, which had line 0 from
+// every PE, so every PE has finished call e and no longer reads this parity's staging.
+template <typename T, typename Op, int NP>
+__device__ void ll_twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    const TableCall<NP> c(ctrl, staging, slot_bytes, peers);
+    constexpr int MAXP = TableCall<NP>::MAXP;
+    const int me = c.me, npes = c.npes;
+    const size_t offset = c.offset;
+    const char *base = c.base;
+    const uint32_t t = ll_tag(c.e);
+    const size_t half = slot_bytes / 2;
+    const size_t bytes = n * sizeof(T), lines = (bytes + 7) / 8;
+    const size_t P = (lines + npes - 1) / npes;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    // 1. Every part's load first, then the stores (a line store keeps the loads after it
+    // waiting behind it).
+    for (size_t k = first; k < P; k += stride) {
+        uint2 v[MAXP];
+#pragma unroll
+        for (int q = 0; q < MAXP; q++)
+            if (q < npes && q != me && q * P + k < lines) v[q] = load8((const char *)src, bytes, q * P + k);
+#pragma unroll
+        for (int q = 0; q < MAXP; q++)
+            if (q < npes && q != me && q * P + k < lines) st_line((uint4 *)(peers.slot[q] + offset) + k, v[q].x, v[q].y, t);
+    }
+    // 2. My part.
+    for (size_t k = first; k < P && me * P + k < lines; k += stride) {
+        const size_t j = me * P + k;
+        const uint2 own = load8((const char *)src, bytes, j);
+        uint2 in[MAXP];
+        ld_lines<NP>(base, slot_bytes, k, me, npes, t, in);
+        const uint2 r = reduce_in_pe_order<T, Op, MAXP>(in, own, me, npes);
+#pragma unroll
+        for (int q = 0; q < MAXP; q++)
+            if (q < npes && q != me) st_line((uint4 *)(peers.slot[q] + offset + half) + k, r.x, r.y, t);
+        store8((char *)dst, bytes, j, r);
+    }
+    // 3. Every other owner's results, all first loads in flight together.
+    for (size_t k = first; k < P; k += stride) {
+        uint4 v[MAXP];
+#pragma unroll
+        for (int q = 0; q < MAXP; q++)
+            if (q < npes && q != me && q * P + k < lines) v[q] = ld_volatile((const uint4 *)(base + (size_t)q * slot_bytes + half) + k);
+#pragma unroll
+        for (int q = 0; q < MAXP; q++) {
+            if (q >= npes || q == me || q * P + k >= lines) continue;
+            while (!line_ready(v[q], t)) v[q] = ld_volatile((const uint4 *)(base + (size_t)q * slot_bytes + half) + k);
+            store8((char *)dst, bytes, q * P + k, make_uint2(v[q].x, v[q].z));
+        }
+    }
+    finish_call(ctrl, c.e);
+}
+
+template <int NP>
+__device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    const TableCall<NP> c(ctrl, staging, slot_bytes, peers);
+    const int me = c.me, npes = c.npes;
+    const size_t offset = c.offset;
+    const char *base = c.base;
+    const uint32_t t = ll_tag(c.e);
+    const size_t lines = (bytes + 7) / 8;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t j = first; j < lines; j += stride) {
+        uint2 v = load8(src, bytes, j);
+        for (int p = 0; p < npes; p++)
+            if (p != me) st_line((uint4 *)(peers.slot[p] + offset) + j, v.x, v.y, t);
+        store8(dst + (size_t)me * bytes, bytes, j, v);
+    }
+    for (size_t j = first; j < lines; j += stride) {
+        uint2 in[NP > 0 ? NP : LL_MAX_PES];
+        ld_lines<NP>(base, slot_bytes, j, me, npes, t, in);
+#pragma unroll
+        for (int p = 0; p < (NP > 0 ? NP : LL_MAX_PES); p++)
+            if (p < npes && p != me) store8(dst + (size_t)p * bytes, bytes, j, in[p]);
+    }
+    finish_call(ctrl, c.e);
+}

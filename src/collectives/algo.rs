@@ -1,0 +1,396 @@
+//! The algorithms of our collectives as types: one row per algorithm, from which the
+//! dispatch (kernel names, parameters, which types it takes) and every command line
+//! (`ALL`, `FromStr`, `Display`) derive.
+
+use crate::element::{DataType, ReduceOp};
+use crate::error::{Error, Result};
+use std::fmt;
+use std::str::FromStr;
+
+/// All-reduce algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AllReduceAlgo {
+    /// Chosen by size, PE count and element type ([`Thresholds`](super::Thresholds)).
+    Auto,
+    /// One-shot of the raw data into receive buffers pre-filled with a sentinel (an all-ones
+    /// NaN pattern): readers poll the data itself until no word is the sentinel, then refill.
+    /// No flags and no doubled bytes; for `f32`, `f16` and `bf16` only (an `i32` can be any
+    /// pattern). A NaN input with all bits set is sent, and reduced, as another NaN.
+    Sentinel,
+    /// Reduce-scatter, then all-gather, both into sentinel-filled receive buffers: each PE
+    /// pushes every part of its input to the part's owner, the owner reduces it and pushes
+    /// the result to every PE. For three or more PEs it moves 2 (n - 1) / n times the input
+    /// where the sentinel one-shot moves n - 1 times, for one more hop (medium messages);
+    /// `f32`, `f16` and `bf16` only.
+    SentinelTwoShot,
+    /// One-shot with the flags packed into the data (each 16-byte store carries 8 bytes and
+    /// the call's epoch), so readers poll the data itself: no fence, no separate flag round.
+    /// Moves twice the bytes; for the smallest messages.
+    LowLatency,
+    /// Reduce-scatter, then all-gather, both in low-latency lines: each PE pushes every part
+    /// of its input to the part's owner, the owner reduces it and pushes the result to every
+    /// PE. For three or more PEs it moves 2 (n - 1) / n times the input where the one-shot
+    /// moves n - 1 times, for one more hop (small to medium messages).
+    LowLatencyTwoShot,
+    /// Every PE pushes its input to every peer, one flag handshake per block, then every PE
+    /// reduces locally (small messages where the low-latency paths do not apply).
+    OneShot,
+    /// Reduce-scatter, then all-gather, with no staging: each PE reads its part of every
+    /// peer's input, reduces it and stores the result into every PE's output (medium
+    /// messages).
+    TwoShot,
+    /// Reduce-scatter, then all-gather, with stores only: each PE pushes every part of its
+    /// input to the part's owner through chunked staging, the owner reduces and pushes the
+    /// result to every PE, pipelined over rounds of chunks (large messages).
+    Bandwidth,
+}
+
+/// All-gather algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AllGatherAlgo {
+    /// Chosen by size and PE count ([`Thresholds`](super::Thresholds)).
+    Auto,
+    /// One-shot push with the flags packed into the data (smallest messages).
+    LowLatency,
+    /// One-shot push with signals into staging buffers (small messages).
+    OneShot,
+    /// Push straight into every PE's output over all SMs (large messages).
+    Bandwidth,
+}
+
+/// Where a kernel's region parameter points, and its by-value parameter after the common
+/// ones (`kernels/collectives.cu`: `src, dst, n, ctrl, flags, region, slot_bytes[, extra]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Params {
+    /// The staging area, nothing after.
+    Staging,
+    /// The staging area and its table of peer addresses (`Peers`).
+    StagingPeers,
+    /// The staging area and the bandwidth all-reduce's chunking (`BandwidthPlan`).
+    StagingPlan,
+    /// The sentinel buffers and their table of peer addresses.
+    SentinelPeers,
+}
+
+/// One algorithm: its name on command lines, the stem of its kernels' names, whether it takes
+/// floating-point types only, and its parameters.
+pub(crate) struct Row<A: 'static> {
+    pub(crate) algo: A,
+    pub(crate) name: &'static str,
+    pub(crate) kernel: &'static str,
+    pub(crate) floats_only: bool,
+    pub(crate) params: Params,
+}
+
+/// The all-reduce algorithms (`Auto` has no row: it picks one of these).
+pub(crate) const ALL_REDUCE_ROWS: [Row<AllReduceAlgo>; 7] = [
+    Row {
+        algo: AllReduceAlgo::Sentinel,
+        name: "sentinel",
+        kernel: "sentinel",
+        floats_only: true,
+        params: Params::SentinelPeers,
+    },
+    Row {
+        algo: AllReduceAlgo::SentinelTwoShot,
+        name: "sentinel-twoshot",
+        kernel: "sentinel_twoshot",
+        floats_only: true,
+        params: Params::SentinelPeers,
+    },
+    Row {
+        algo: AllReduceAlgo::LowLatency,
+        name: "ll",
+        kernel: "ll",
+        floats_only: false,
+        params: Params::StagingPeers,
+    },
+    Row {
+        algo: AllReduceAlgo::LowLatencyTwoShot,
+        name: "ll-twoshot",
+        kernel: "ll_twoshot",
+        floats_only: false,
+        params: Params::StagingPeers,
+    },
+    Row {
+        algo: AllReduceAlgo::OneShot,
+        name: "oneshot",
+        kernel: "oneshot",
+        floats_only: false,
+        params: Params::Staging,
+    },
+    Row {
+        algo: AllReduceAlgo::TwoShot,
+        name: "twoshot",
+        kernel: "twoshot",
+        floats_only: false,
+        params: Params::Staging,
+    },
+    Row {
+        algo: AllReduceAlgo::Bandwidth,
+        name: "bandwidth",
+        kernel: "bandwidth",
+        floats_only: false,
+        params: Params::StagingPlan,
+    },
+];
+
+/// The all-gather algorithms (`Auto` has no row).
+pub(crate) const ALL_GATHER_ROWS: [Row<AllGatherAlgo>; 3] = [
+    Row {
+        algo: AllGatherAlgo::LowLatency,
+        name: "ll",
+        kernel: "ll",
+        floats_only: false,
+        params: Params::StagingPeers,
+    },
+    Row {
+        algo: AllGatherAlgo::OneShot,
+        name: "oneshot",
+        kernel: "oneshot",
+        floats_only: false,
+        params: Params::Staging,
+    },
+    Row {
+        algo: AllGatherAlgo::Bandwidth,
+        name: "bandwidth",
+        kernel: "bandwidth",
+        floats_only: false,
+        params: Params::Staging,
+    },
+];
+
+/// The element types our all-reduce takes, with their names in kernel names.
+pub(crate) const TYPES: [(DataType, &str); 4] = [
+    (DataType::F32, "f32"),
+    (DataType::F16, "f16"),
+    (DataType::BF16, "bf16"),
+    (DataType::I32, "i32"),
+];
+
+/// The operators our all-reduce does, with their names in kernel names.
+pub(crate) const OPS: [(ReduceOp, &str); 3] = [
+    (ReduceOp::Sum, "sum"),
+    (ReduceOp::Max, "max"),
+    (ReduceOp::Min, "min"),
+];
+
+/// The shared parts of the two algorithm enums.
+pub(crate) trait Algo: Copy + PartialEq + fmt::Debug + 'static {
+    const AUTO: Self;
+    const ROWS: &'static [Row<Self>];
+    const WHAT: &'static str;
+
+    /// The algorithm's row; `None` for `Auto`.
+    fn row(self) -> Option<&'static Row<Self>> {
+        Self::ROWS.iter().find(|r| r.algo == self)
+    }
+
+    /// Its index in the rows (the kernel table is laid out by it); `None` for `Auto`.
+    fn index(self) -> Option<usize> {
+        Self::ROWS.iter().position(|r| r.algo == self)
+    }
+
+    fn name(self) -> &'static str {
+        self.row().map_or("auto", |r| r.name)
+    }
+
+    fn parse(s: &str) -> Result<Self> {
+        if s == "auto" {
+            return Ok(Self::AUTO);
+        }
+        Self::ROWS
+            .iter()
+            .find(|r| r.name == s)
+            .map(|r| r.algo)
+            .ok_or_else(|| {
+                let names: Vec<&str> = std::iter::once("auto")
+                    .chain(Self::ROWS.iter().map(|r| r.name))
+                    .collect();
+                Error::InvalidArgument(format!(
+                    "`{s}` is not an {} algorithm; choose one of {}",
+                    Self::WHAT,
+                    names.join(", ")
+                ))
+            })
+    }
+}
+
+impl Algo for AllReduceAlgo {
+    const AUTO: Self = AllReduceAlgo::Auto;
+    const ROWS: &'static [Row<Self>] = &ALL_REDUCE_ROWS;
+    const WHAT: &'static str = "all-reduce";
+}
+
+impl Algo for AllGatherAlgo {
+    const AUTO: Self = AllGatherAlgo::Auto;
+    const ROWS: &'static [Row<Self>] = &ALL_GATHER_ROWS;
+    const WHAT: &'static str = "all-gather";
+}
+
+impl AllReduceAlgo {
+    /// Every algorithm, `Auto` first.
+    ///
+    /// ```
+    /// use nvshmem::AllReduceAlgo;
+    /// let names: Vec<String> = AllReduceAlgo::ALL.iter().map(|a| a.to_string()).collect();
+    /// assert_eq!(names[0], "auto");
+    /// assert_eq!("sentinel-twoshot".parse::<AllReduceAlgo>().unwrap(), AllReduceAlgo::SentinelTwoShot);
+    /// ```
+    pub const ALL: [AllReduceAlgo; 8] = [
+        AllReduceAlgo::Auto,
+        AllReduceAlgo::Sentinel,
+        AllReduceAlgo::SentinelTwoShot,
+        AllReduceAlgo::LowLatency,
+        AllReduceAlgo::LowLatencyTwoShot,
+        AllReduceAlgo::OneShot,
+        AllReduceAlgo::TwoShot,
+        AllReduceAlgo::Bandwidth,
+    ];
+
+    /// Its name on command lines (`sentinel-twoshot`), as `Display` prints and `FromStr`
+    /// reads it.
+    pub fn name(self) -> &'static str {
+        Algo::name(self)
+    }
+
+    /// Whether it takes elements of type `t` (`Auto` takes whatever some algorithm takes).
+    pub fn takes(self, t: DataType) -> bool {
+        TYPES.iter().any(|(ty, _)| *ty == t)
+            && self.row().map_or(true, |r| !r.floats_only || t.is_float())
+    }
+}
+
+impl AllGatherAlgo {
+    /// Every algorithm, `Auto` first.
+    pub const ALL: [AllGatherAlgo; 4] = [
+        AllGatherAlgo::Auto,
+        AllGatherAlgo::LowLatency,
+        AllGatherAlgo::OneShot,
+        AllGatherAlgo::Bandwidth,
+    ];
+
+    /// Its name on command lines (`oneshot`), as `Display` prints and `FromStr` reads it.
+    pub fn name(self) -> &'static str {
+        Algo::name(self)
+    }
+}
+
+impl fmt::Display for AllReduceAlgo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl fmt::Display for AllGatherAlgo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for AllReduceAlgo {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Algo::parse(s)
+    }
+}
+
+impl FromStr for AllGatherAlgo {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Algo::parse(s)
+    }
+}
+
+/// The entry points of `kernels/collectives.cu`, in kernel-table order: every all-reduce
+/// algorithm for every type it takes and every operator, then the all-gathers.
+pub fn kernel_names() -> Vec<String> {
+    let mut names: Vec<String> = all_reduce_kernels()
+        .filter_map(|(row, t, o)| Some(all_reduce_kernel(row, t?, o)))
+        .collect();
+    names.extend(ALL_GATHER_ROWS.iter().map(all_gather_kernel));
+    names
+}
+
+/// Every slot of the all-reduce kernel table: (row, type index if the row takes the type,
+/// operator index), row-major.
+pub(crate) fn all_reduce_kernels(
+) -> impl Iterator<Item = (&'static Row<AllReduceAlgo>, Option<usize>, usize)> {
+    ALL_REDUCE_ROWS.iter().flat_map(|row| {
+        (0..TYPES.len()).flat_map(move |t| {
+            let takes = !row.floats_only || TYPES[t].0.is_float();
+            (0..OPS.len()).map(move |o| (row, takes.then_some(t), o))
+        })
+    })
+}
+
+/// `sentinel_twoshot_allreduce_bf16_sum`.
+pub(crate) fn all_reduce_kernel(row: &Row<AllReduceAlgo>, t: usize, o: usize) -> String {
+    format!("{}_allreduce_{}_{}", row.kernel, TYPES[t].1, OPS[o].1)
+}
+
+/// `ll_allgather_bytes`.
+pub(crate) fn all_gather_kernel(row: &Row<AllGatherAlgo>) -> String {
+    format!("{}_allgather_bytes", row.kernel)
+}
+
+/// The index of a type and an operator in the kernel table, `None` for others.
+pub(crate) fn type_and_op(t: DataType, op: ReduceOp) -> (Option<usize>, Option<usize>) {
+    (
+        TYPES.iter().position(|(ty, _)| *ty == t),
+        OPS.iter().position(|(o, _)| *o == op),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_through_display_and_from_str() {
+        for a in AllReduceAlgo::ALL {
+            assert_eq!(a.to_string().parse::<AllReduceAlgo>().unwrap(), a);
+        }
+        for a in AllGatherAlgo::ALL {
+            assert_eq!(a.to_string().parse::<AllGatherAlgo>().unwrap(), a);
+        }
+        // Every algorithm but Auto has a row, and no two share a name.
+        assert_eq!(ALL_REDUCE_ROWS.len() + 1, AllReduceAlgo::ALL.len());
+        assert_eq!(ALL_GATHER_ROWS.len() + 1, AllGatherAlgo::ALL.len());
+        let mut names: Vec<&str> = AllReduceAlgo::ALL.iter().map(|a| a.name()).collect();
+        names.dedup();
+        assert_eq!(names.len(), AllReduceAlgo::ALL.len());
+        let e = "fast".parse::<AllReduceAlgo>().unwrap_err().to_string();
+        assert!(
+            e.contains("`fast`") && e.contains("sentinel-twoshot"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn kernel_names_cover_types_ops_and_algorithms() {
+        let names = kernel_names();
+        assert_eq!(names.len(), 5 * 4 * 3 + 2 * 3 * 3 + 3);
+        assert!(names.contains(&"sentinel_twoshot_allreduce_f16_min".to_string()));
+        assert!(names.contains(&"sentinel_allreduce_bf16_sum".to_string()));
+        assert!(!names
+            .iter()
+            .any(|n| n.starts_with("sentinel_allreduce_i32")));
+        assert!(names.contains(&"ll_twoshot_allreduce_f16_max".to_string()));
+        assert!(names.contains(&"oneshot_allreduce_bf16_sum".to_string()));
+        assert!(names.contains(&"bandwidth_allreduce_i32_min".to_string()));
+        assert!(names.contains(&"ll_allgather_bytes".to_string()));
+    }
+
+    #[test]
+    fn sentinel_paths_take_floats_only() {
+        assert!(AllReduceAlgo::Sentinel.takes(DataType::BF16));
+        assert!(!AllReduceAlgo::Sentinel.takes(DataType::I32));
+        assert!(!AllReduceAlgo::SentinelTwoShot.takes(DataType::I32));
+        assert!(AllReduceAlgo::Auto.takes(DataType::I32));
+        assert!(AllReduceAlgo::OneShot.takes(DataType::I32));
+        assert!(!AllReduceAlgo::OneShot.takes(DataType::U64));
+        assert_eq!(type_and_op(DataType::U64, ReduceOp::Sum), (None, Some(0)));
+        assert_eq!(type_and_op(DataType::BF16, ReduceOp::Xor), (Some(2), None));
+    }
+}

@@ -1,0 +1,415 @@
+//! The two kinds of configuration of our collectives, kept apart: the [`Workspace`] sizes
+//! the symmetric memory once, at construction; the [`Thresholds`] pick an algorithm for each
+//! `Auto` call and must fit the workspace (raising one is an error until the workspace
+//! grows too, never a silent allocation).
+
+use super::algo::{AllGatherAlgo, AllReduceAlgo};
+use super::plan::{
+    all_gather_plan, all_reduce_plan, ll_twoshot_slot_bytes, sentinel_twoshot_slot_bytes, Dims,
+    BW_STAGING_BYTES,
+};
+use crate::element::DataType;
+use crate::error::{Error, Result};
+
+/// Size thresholds of the automatic choice (`AllReduceAlgo::Auto`, `AllGatherAlgo::Auto`),
+/// in bytes per PE. Every PE must use the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Thresholds {
+    /// Floating-point all-reduce inputs above this, up to `sentinel_max_bytes`, use the
+    /// sentinel one-shot; those up to it use the low-latency one-shot, a little faster for a
+    /// vector or two.
+    pub sentinel_min_bytes: usize,
+    /// See `sentinel_min_bytes`.
+    pub sentinel_max_bytes: usize,
+    /// Floating-point all-reduce inputs above `sentinel_max_bytes`, up to this, use the
+    /// sentinel two-shot.
+    pub sentinel_twoshot_max_bytes: usize,
+    /// All-reduce inputs up to this (for floating-point types: outside the sentinel range)
+    /// use the low-latency one-shot.
+    pub ll_max_bytes: usize,
+    /// All-reduce inputs up to this (above low-latency) use the low-latency two-shot.
+    pub ll_twoshot_max_bytes: usize,
+    /// All-reduce inputs up to this (above low-latency two-shot) use one-shot.
+    pub oneshot_max_bytes: usize,
+    /// All-reduce inputs up to this (above one-shot) use two-shot; larger ones the bandwidth
+    /// path.
+    pub twoshot_max_bytes: usize,
+    /// All-gather inputs up to this use the low-latency one-shot.
+    pub allgather_ll_max_bytes: usize,
+    /// All-gather inputs up to this (above low-latency) use one-shot; larger ones the
+    /// bandwidth path.
+    pub allgather_oneshot_max_bytes: usize,
+}
+
+impl Thresholds {
+    /// Defaults measured on H200s connected by NVSwitch (see docs/benchmarks.md).
+    pub fn for_pes(n_pes: usize) -> Self {
+        if n_pes <= 2 {
+            // 2 PEs (graph replays): floating point takes the low-latency one-shot to 2 KiB
+            // and the sentinel one-shot to 2 MiB (1 MiB: 5.7 us against 8.2 for the flag
+            // one-shot and 6.5 for the sentinel two-shot); i32 the low-latency one-shot to
+            // 512 KiB and the flag one-shot to 1 MiB. A two-shot moves as much as a one-shot
+            // on 2 PEs, so the low-latency two-shots are never chosen; the two-shot to
+            // 32 MiB, the store-only bandwidth path above. All-gather: low-latency to
+            // 512 KiB per PE, bandwidth above.
+            Thresholds {
+                sentinel_min_bytes: 2 << 10,
+                sentinel_max_bytes: 2 << 20,
+                sentinel_twoshot_max_bytes: 2 << 20,
+                ll_max_bytes: 512 << 10,
+                ll_twoshot_max_bytes: 512 << 10,
+                oneshot_max_bytes: 1 << 20,
+                twoshot_max_bytes: 32 << 20,
+                allgather_ll_max_bytes: 512 << 10,
+                allgather_oneshot_max_bytes: 512 << 10,
+            }
+        } else {
+            // 4 PEs (graph replays): floating point takes the low-latency one-shot to 2 KiB,
+            // the sentinel one-shot to 128 KiB (64 KiB: 4.1 us against 4.5 for the sentinel
+            // two-shot) and the sentinel two-shot to 2 MiB (256 KiB: 5.6 us against 6.1 for
+            // the sentinel one-shot; 1 MiB: 8.4 against 12.5 for the two-shot; 2 MiB: 15.1
+            // against 16.6); i32 the low-latency one-shot to 128 KiB and the low-latency
+            // two-shot to 512 KiB. The flag one-shot is never chosen; the two-shot to
+            // 32 MiB, the store-only bandwidth path above. All-gather: low-latency to
+            // 256 KiB per PE, bandwidth above.
+            Thresholds {
+                sentinel_min_bytes: 2 << 10,
+                sentinel_max_bytes: 128 << 10,
+                sentinel_twoshot_max_bytes: 2 << 20,
+                ll_max_bytes: 128 << 10,
+                ll_twoshot_max_bytes: 512 << 10,
+                oneshot_max_bytes: 512 << 10,
+                twoshot_max_bytes: 32 << 20,
+                allgather_ll_max_bytes: 256 << 10,
+                allgather_oneshot_max_bytes: 256 << 10,
+            }
+        }
+    }
+
+    /// The all-reduce algorithm `Auto` picks for `bytes` of `dtype` per PE; `tables` says
+    /// whether the kernels that take a table of peer addresses can run (up to 16 PEs).
+    pub fn choose_all_reduce(&self, dtype: DataType, bytes: usize, tables: bool) -> AllReduceAlgo {
+        let float = matches!(dtype, DataType::F32 | DataType::F16 | DataType::BF16);
+        let sentinel = float && tables && bytes > self.sentinel_min_bytes;
+        if sentinel && bytes <= self.sentinel_max_bytes {
+            AllReduceAlgo::Sentinel
+        } else if sentinel && bytes <= self.sentinel_twoshot_max_bytes {
+            AllReduceAlgo::SentinelTwoShot
+        } else if bytes <= self.ll_max_bytes && tables {
+            AllReduceAlgo::LowLatency
+        } else if bytes <= self.ll_twoshot_max_bytes && tables {
+            AllReduceAlgo::LowLatencyTwoShot
+        } else if bytes <= self.oneshot_max_bytes {
+            AllReduceAlgo::OneShot
+        } else if bytes <= self.twoshot_max_bytes {
+            AllReduceAlgo::TwoShot
+        } else {
+            AllReduceAlgo::Bandwidth
+        }
+    }
+
+    /// The all-gather algorithm `Auto` picks for `bytes` per PE.
+    pub fn choose_all_gather(&self, bytes: usize, tables: bool) -> AllGatherAlgo {
+        if bytes <= self.allgather_ll_max_bytes && tables {
+            AllGatherAlgo::LowLatency
+        } else if bytes <= self.allgather_oneshot_max_bytes {
+            AllGatherAlgo::OneShot
+        } else {
+            AllGatherAlgo::Bandwidth
+        }
+    }
+
+    /// Check that every algorithm these thresholds can pick fits its part of the workspace
+    /// at the largest size it is picked for; the error names the threshold and the
+    /// workspace field to raise.
+    pub(crate) fn check_fits(&self, d: &Dims) -> Result<()> {
+        let ar =
+            |algo: AllReduceAlgo, bytes| (algo.to_string(), all_reduce_plan(algo, bytes, d).limit);
+        let ag =
+            |algo: AllGatherAlgo, bytes| (algo.to_string(), all_gather_plan(algo, bytes, d).limit);
+        let checks = [
+            (
+                "sentinel_max_bytes",
+                self.sentinel_max_bytes,
+                ar(AllReduceAlgo::Sentinel, self.sentinel_max_bytes),
+            ),
+            (
+                "sentinel_twoshot_max_bytes",
+                self.sentinel_twoshot_max_bytes,
+                ar(
+                    AllReduceAlgo::SentinelTwoShot,
+                    self.sentinel_twoshot_max_bytes,
+                ),
+            ),
+            (
+                "ll_max_bytes",
+                self.ll_max_bytes,
+                ar(AllReduceAlgo::LowLatency, self.ll_max_bytes),
+            ),
+            (
+                "ll_twoshot_max_bytes",
+                self.ll_twoshot_max_bytes,
+                ar(AllReduceAlgo::LowLatencyTwoShot, self.ll_twoshot_max_bytes),
+            ),
+            (
+                "oneshot_max_bytes",
+                self.oneshot_max_bytes,
+                ar(AllReduceAlgo::OneShot, self.oneshot_max_bytes),
+            ),
+            (
+                "allgather_ll_max_bytes",
+                self.allgather_ll_max_bytes,
+                ag(AllGatherAlgo::LowLatency, self.allgather_ll_max_bytes),
+            ),
+            (
+                "allgather_oneshot_max_bytes",
+                self.allgather_oneshot_max_bytes,
+                ag(AllGatherAlgo::OneShot, self.allgather_oneshot_max_bytes),
+            ),
+        ];
+        for (field, bytes, (algo, limit)) in checks {
+            if bytes > limit {
+                return Err(Error::InvalidArgument(format!(
+                    "Thresholds::{field} = {bytes} bytes, but the workspace holds {algo} inputs \
+                     of at most {limit} bytes: lower the threshold, or size the workspace for it \
+                     (Workspace::for_thresholds) in CollectivesConfig::workspace"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The symmetric memory of our collectives, allocated once by
+/// [`Collectives::with_config`](super::Collectives::with_config): one staging slot and one
+/// sentinel slot per PE and epoch parity. Explicitly chosen algorithms take any input that
+/// fits; `Auto` never picks one that does not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    /// Bytes of one staging slot: one-shot inputs whole, low-latency inputs twice over, a
+    /// low-latency two-shot's part twice over in each half, and the bandwidth all-reduce's
+    /// chunk ring. A multiple of 256.
+    pub staging_slot_bytes: usize,
+    /// Bytes of one sentinel receive slot: a sentinel one-shot's input, or a two-shot's part
+    /// in each half. A multiple of 256.
+    pub sentinel_slot_bytes: usize,
+}
+
+impl Workspace {
+    /// The smallest workspace in which every algorithm `thresholds` can pick fits on
+    /// `n_pes` PEs, and at least 2 MiB of staging and 1 MiB of sentinel slot, room for
+    /// explicitly chosen algorithms up to a few MiB.
+    pub fn for_thresholds(thresholds: &Thresholds, n_pes: usize) -> Self {
+        let t = thresholds;
+        // Low-latency lines carry 8 bytes of data in 16.
+        let ll = (2 * t.ll_max_bytes.max(t.allgather_ll_max_bytes) + 16)
+            .max(ll_twoshot_slot_bytes(t.ll_twoshot_max_bytes, n_pes));
+        let staging = t
+            .oneshot_max_bytes
+            .max(t.allgather_oneshot_max_bytes)
+            .max(ll)
+            .max(BW_STAGING_BYTES)
+            .max(2 << 20);
+        let sentinel = t
+            .sentinel_max_bytes
+            .max(sentinel_twoshot_slot_bytes(
+                t.sentinel_twoshot_max_bytes,
+                n_pes,
+            ))
+            .max(1 << 20);
+        Workspace {
+            staging_slot_bytes: staging.div_ceil(256) * 256,
+            sentinel_slot_bytes: sentinel.div_ceil(256) * 256,
+        }
+    }
+
+    /// Symmetric bytes it takes on each PE (both slots, per PE and parity).
+    pub fn bytes(&self, n_pes: usize) -> usize {
+        2 * n_pes * (self.staging_slot_bytes + self.sentinel_slot_bytes)
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        for (field, bytes, min) in [
+            (
+                "staging_slot_bytes",
+                self.staging_slot_bytes,
+                BW_STAGING_BYTES,
+            ),
+            ("sentinel_slot_bytes", self.sentinel_slot_bytes, 256),
+        ] {
+            if bytes % 256 != 0 || bytes < min {
+                return Err(Error::InvalidArgument(format!(
+                    "Workspace::{field} = {bytes}: it must be a multiple of 256 and at least \
+                     {min} bytes"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Everything [`Collectives::with_config`](super::Collectives::with_config) takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectivesConfig {
+    /// What `Auto` picks; may change later with
+    /// [`Collectives::set_thresholds`](super::Collectives::set_thresholds).
+    pub thresholds: Thresholds,
+    /// The symmetric memory allocated at construction.
+    pub workspace: Workspace,
+    /// Launch with programmatic stream serialization: a call may begin launching while the
+    /// kernel before it on the stream runs, and waits on the device for that kernel to
+    /// complete before it touches memory. This hides most of the launch latency between
+    /// back-to-back kernels; `false` launches plainly.
+    pub programmatic_launch: bool,
+}
+
+impl CollectivesConfig {
+    /// The measured thresholds for this PE count, a workspace that fits them, programmatic
+    /// launches.
+    ///
+    /// ```
+    /// use nvshmem::collectives::{CollectivesConfig, Workspace};
+    /// let mut config = CollectivesConfig::for_pes(4);
+    /// // The sentinel two-shot up to 8 MiB: grow the workspace with the threshold.
+    /// config.thresholds.sentinel_twoshot_max_bytes = 8 << 20;
+    /// config.workspace = Workspace::for_thresholds(&config.thresholds, 4);
+    /// assert!(config.workspace.sentinel_slot_bytes >= 4 << 20);
+    /// ```
+    pub fn for_pes(n_pes: usize) -> Self {
+        let thresholds = Thresholds::for_pes(n_pes);
+        CollectivesConfig {
+            workspace: Workspace::for_thresholds(&thresholds, n_pes),
+            thresholds,
+            programmatic_launch: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::plan::{ll_twoshot_max_input, sentinel_twoshot_max_input};
+    use super::*;
+
+    fn dims(n_pes: usize, w: &Workspace) -> Dims {
+        Dims {
+            n_pes,
+            sm_count: 132,
+            bandwidth_max_blocks: 264,
+            staging_slot_bytes: w.staging_slot_bytes,
+            sentinel_slot_bytes: w.sentinel_slot_bytes,
+        }
+    }
+
+    #[test]
+    fn auto_thresholds_are_ordered_and_fit_the_default_workspace() {
+        for n in [1, 2, 4, 8] {
+            let c = CollectivesConfig::for_pes(n);
+            let (t, w) = (&c.thresholds, &c.workspace);
+            assert!(t.sentinel_min_bytes <= t.sentinel_max_bytes);
+            assert!(t.sentinel_min_bytes <= t.ll_max_bytes);
+            assert!(t.sentinel_max_bytes <= t.sentinel_twoshot_max_bytes);
+            assert!(w.sentinel_slot_bytes >= t.sentinel_max_bytes);
+            assert!(
+                sentinel_twoshot_max_input(w.sentinel_slot_bytes, n)
+                    >= t.sentinel_twoshot_max_bytes
+            );
+            assert!(t.ll_max_bytes <= t.ll_twoshot_max_bytes);
+            assert!(t.ll_twoshot_max_bytes <= t.oneshot_max_bytes);
+            assert!(t.oneshot_max_bytes <= t.twoshot_max_bytes);
+            assert!(t.allgather_ll_max_bytes <= t.allgather_oneshot_max_bytes);
+            // A slot holds a one-shot input, a low-latency input twice over, the chunk ring.
+            let slot = w.staging_slot_bytes;
+            assert!(slot >= t.oneshot_max_bytes && slot >= 2 * t.ll_max_bytes);
+            assert!(slot >= BW_STAGING_BYTES);
+            assert!(ll_twoshot_max_input(slot, n) >= t.ll_twoshot_max_bytes);
+            assert_eq!(slot % 256, 0);
+            assert!(w.check().is_ok());
+            assert!(t.check_fits(&dims(n, w)).is_ok(), "{n} PEs");
+        }
+    }
+
+    #[test]
+    fn the_default_workspace_is_what_the_thresholds_always_sized() {
+        // 6 MiB of staging (the chunk ring) and 1 MiB (4 PEs) or 2 MiB (2 PEs) of sentinel
+        // slot: raising the split changed no allocation.
+        let w4 = CollectivesConfig::for_pes(4).workspace;
+        assert_eq!(
+            (w4.staging_slot_bytes, w4.sentinel_slot_bytes),
+            (6 << 20, 1 << 20)
+        );
+        let w2 = CollectivesConfig::for_pes(2).workspace;
+        assert_eq!(
+            (w2.staging_slot_bytes, w2.sentinel_slot_bytes),
+            (6 << 20, 2 << 20)
+        );
+        assert_eq!(w4.bytes(4), 2 * 4 * (7 << 20));
+    }
+
+    #[test]
+    fn a_raised_threshold_needs_a_raised_workspace() {
+        let mut c = CollectivesConfig::for_pes(4);
+        c.thresholds.sentinel_twoshot_max_bytes = 8 << 20;
+        let e = c
+            .thresholds
+            .check_fits(&dims(4, &c.workspace))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sentinel_twoshot_max_bytes") && e.contains("Workspace::for_thresholds"),
+            "{e}"
+        );
+        c.workspace = Workspace::for_thresholds(&c.thresholds, 4);
+        assert!(c.thresholds.check_fits(&dims(4, &c.workspace)).is_ok());
+        assert!(c.workspace.sentinel_slot_bytes >= 4 << 20);
+    }
+
+    #[test]
+    fn workspaces_are_checked() {
+        let mut w = CollectivesConfig::for_pes(2).workspace;
+        w.sentinel_slot_bytes = 1000;
+        assert!(w
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("multiple of 256"));
+        w.sentinel_slot_bytes = 1024;
+        w.staging_slot_bytes = 1 << 20;
+        assert!(w
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("staging_slot_bytes"));
+    }
+
+    #[test]
+    fn auto_picks_by_size_type_and_tables() {
+        let t = Thresholds::for_pes(4);
+        assert_eq!(
+            t.choose_all_reduce(DataType::BF16, 8, true),
+            AllReduceAlgo::LowLatency
+        );
+        assert_eq!(
+            t.choose_all_reduce(DataType::BF16, 64 << 10, true),
+            AllReduceAlgo::Sentinel
+        );
+        assert_eq!(
+            t.choose_all_reduce(DataType::F32, 1 << 20, true),
+            AllReduceAlgo::SentinelTwoShot
+        );
+        assert_eq!(
+            t.choose_all_reduce(DataType::I32, 256 << 10, true),
+            AllReduceAlgo::LowLatencyTwoShot
+        );
+        assert_eq!(
+            t.choose_all_reduce(DataType::BF16, 64 << 10, false),
+            AllReduceAlgo::OneShot
+        );
+        assert_eq!(
+            t.choose_all_reduce(DataType::F32, 64 << 20, true),
+            AllReduceAlgo::Bandwidth
+        );
+        assert_eq!(t.choose_all_gather(4096, true), AllGatherAlgo::LowLatency);
+        assert_eq!(t.choose_all_gather(4096, false), AllGatherAlgo::OneShot);
+        assert_eq!(t.choose_all_gather(1 << 20, true), AllGatherAlgo::Bandwidth);
+    }
+}

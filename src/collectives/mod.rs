@@ -1,0 +1,443 @@
+//! Device-initiated all-reduce and all-gather over NVLink: our kernels in
+//! `kernels/collectives.cu`, launched on a stream with no host synchronisation, so they can be
+//! captured in CUDA graphs.
+//!
+//! Every PE must make the same sequence of calls on its [`Collectives`] (same operations,
+//! sizes and algorithms), each call stream-ordered after the previous one on that PE, as for
+//! any collective. Back-to-back calls on the same buffers are safe: a call returns (on the
+//! stream) only when no peer will touch this PE's buffers again for it.
+//!
+//! ```no_run
+//! # fn main() -> nvshmem::Result<()> {
+//! use nvshmem::{AllReduceAlgo, Collectives, ReduceOp};
+//! let shmem = nvshmem::Nvshmem::init()?;
+//! let coll = Collectives::new(&shmem)?;
+//! let x = shmem.malloc::<nvshmem::bf16>(1 << 20)?;
+//! x.copy_from_host(&vec![nvshmem::bf16::ONE; 1 << 20])?;
+//! coll.all_reduce(&x, &x, ReduceOp::Sum, AllReduceAlgo::Auto, shmem.stream())?; // in place
+//! # Ok(()) }
+//! ```
+//!
+//! The parts: [`algo`] (the algorithms as types, and the kernel names they give), `plan`
+//! (grids and workspace limits of a call), [`config`] (the workspace, sized once, and the
+//! thresholds of the automatic choice) and this module (the workspace and the dispatch).
+
+pub mod algo;
+pub mod config;
+mod plan;
+
+pub use algo::{kernel_names, AllGatherAlgo, AllReduceAlgo};
+pub use config::{CollectivesConfig, Thresholds, Workspace};
+
+use crate::abi;
+use crate::cubins::COLLECTIVES;
+use crate::element::{DataType, Element, ReduceOp};
+use crate::error::{CudaResultExt, Error, Result};
+use crate::memory::{check_len, SymmetricBuffer, SymmetricView};
+use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
+use crate::runtime::Nvshmem;
+use crate::team::collectives::check_overlap;
+use algo::{all_gather_kernel, all_reduce_kernel, all_reduce_kernels, type_and_op, Algo, Params};
+use cudarc::driver::{sys as cusys, CudaStream};
+use plan::{all_gather_plan, all_reduce_plan, CallPlan, Dims, Extra};
+
+/// Our all-reduce and all-gather kernels over the world team, with their symmetric workspace.
+pub struct Collectives {
+    shmem: Nvshmem,
+    thresholds: Thresholds,
+    programmatic_launch: bool,
+    dims: Dims,
+    /// The epoch of this PE's calls, one copy per block index (`Ctrl`).
+    ctrl: SymmetricBuffer<u64>,
+    flags: SymmetricBuffer<u64>,
+    staging: SymmetricBuffer<u8>,
+    /// The sentinel all-reduce's receive buffers (every word starts as the sentinel).
+    sentinel: SymmetricBuffer<u32>,
+    /// Every PE's staging and sentinel base as mapped here, for the kernels that take a
+    /// table; `None` above `LL_MAX_PES` PEs.
+    tables: Option<(abi::Peers, abi::Peers)>,
+    /// By algorithm row, type and operator (`algo::all_reduce_kernels` order); `None` where
+    /// an algorithm does not take a type.
+    all_reduce: Vec<Option<Function>>,
+    /// By algorithm row.
+    all_gather: Vec<Function>,
+}
+
+// SAFETY: the tables hold device addresses, only ever passed to kernels; the functions and
+// buffers are Send + Sync themselves.
+unsafe impl Send for Collectives {}
+unsafe impl Sync for Collectives {}
+
+/// Where `buf` lives on every PE, as mapped here; `None` above `LL_MAX_PES` PEs. Every PE
+/// must be reachable (checked before).
+fn peer_table<T: Element>(shmem: &Nvshmem, buf: &SymmetricBuffer<T>) -> Result<Option<abi::Peers>> {
+    let n = shmem.n_pes();
+    if n > abi::LL_MAX_PES as usize {
+        return Ok(None);
+    }
+    let mut table = abi::Peers {
+        me: shmem.my_pe() as i32,
+        npes: n as i32,
+        ..Default::default()
+    };
+    for pe in 0..n {
+        table.slot[pe] = buf
+            .peer_ptr(pe)?
+            .map_or(std::ptr::null_mut(), |p| p as *mut std::ffi::c_char);
+    }
+    Ok(Some(table))
+}
+
+impl Collectives {
+    /// Load the kernels and allocate the symmetric workspace (collective), with the default
+    /// configuration for this PE count.
+    pub fn new(shmem: &Nvshmem) -> Result<Self> {
+        Self::with_config(shmem, CollectivesConfig::for_pes(shmem.n_pes()))
+    }
+
+    /// [`new`](Self::new) with an explicit configuration; every PE must pass the same. The
+    /// thresholds must fit the workspace.
+    pub fn with_config(shmem: &Nvshmem, config: CollectivesConfig) -> Result<Self> {
+        let n = shmem.n_pes();
+        let max_pes = abi::COLL_MAX_PES as usize;
+        if n > max_pes {
+            return Err(Error::InvalidArgument(format!(
+                "our collectives support up to {max_pes} PEs ({n} running); use Team::all_reduce"
+            )));
+        }
+        config.workspace.check()?;
+        let module = Module::load(shmem, &COLLECTIVES)?;
+        let all_reduce = all_reduce_kernels()
+            .map(|(row, t, o)| {
+                t.map(|t| module.function(&all_reduce_kernel(row, t, o)))
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let all_gather = algo::ALL_GATHER_ROWS
+            .iter()
+            .map(|row| module.function(&all_gather_kernel(row)))
+            .collect::<Result<Vec<_>>>()?;
+        let (sm_count, per_sm) = agreed_grid_limits(shmem, &all_reduce)?;
+        let dims = Dims {
+            n_pes: n,
+            sm_count,
+            bandwidth_max_blocks: (sm_count * per_sm).min(plan::MAX_BLOCKS),
+            staging_slot_bytes: config.workspace.staging_slot_bytes,
+            sentinel_slot_bytes: config.workspace.sentinel_slot_bytes,
+        };
+        config.thresholds.check_fits(&dims)?;
+
+        let ctrl = shmem.calloc::<u64>(std::mem::size_of::<abi::Ctrl>() / 8)?;
+        let flags = shmem.calloc::<u64>(abi::COLL_FLAG_SETS as usize * plan::MAX_BLOCKS * n)?;
+        // Zeroed: a low-latency tag is 0 only once in 2^32 calls, so no line is taken for data
+        // before it is sent (a dropped workspace's lines would be).
+        let staging = shmem.calloc::<u8>(2 * n * dims.staging_slot_bytes)?;
+        // Every peer must be load/store reachable (one node, NVLink or PCIe peer access).
+        for pe in 0..n {
+            if ctrl.peer_ptr(pe)?.is_none() {
+                return Err(Error::InvalidArgument(format!(
+                    "PE {pe} is not load/store reachable from PE {} (different node or no peer \
+                     access): our collectives need every PE on one node with peer access; use \
+                     Team::all_reduce / Team::fcollect instead",
+                    shmem.my_pe()
+                )));
+            }
+        }
+        let sentinel = shmem.malloc::<u32>(2 * n * dims.sentinel_slot_bytes / 4)?;
+        sentinel.copy_from_host(&vec![abi::COLL_SENTINEL; sentinel.len()])?;
+        let tables = match (peer_table(shmem, &staging)?, peer_table(shmem, &sentinel)?) {
+            (Some(s), Some(t)) => Some((s, t)),
+            _ => None,
+        };
+        // Flags and the epoch must be zero everywhere before anyone signals.
+        shmem.barrier_all()?;
+        Ok(Collectives {
+            shmem: shmem.clone(),
+            thresholds: config.thresholds,
+            programmatic_launch: config.programmatic_launch,
+            dims,
+            ctrl,
+            flags,
+            staging,
+            sentinel,
+            tables,
+            all_reduce,
+            all_gather,
+        })
+    }
+
+    /// The configuration in use: the thresholds now, the workspace allocated at
+    /// construction, and how calls are launched.
+    pub fn config(&self) -> CollectivesConfig {
+        CollectivesConfig {
+            thresholds: self.thresholds.clone(),
+            workspace: self.workspace(),
+            programmatic_launch: self.programmatic_launch,
+        }
+    }
+
+    /// The thresholds of the automatic choice.
+    pub fn thresholds(&self) -> &Thresholds {
+        &self.thresholds
+    }
+
+    /// Change the thresholds of the automatic choice. They must fit the workspace allocated
+    /// at construction; every PE must make the same change at the same point of its calls.
+    pub fn set_thresholds(&mut self, thresholds: Thresholds) -> Result<()> {
+        thresholds.check_fits(&self.dims)?;
+        self.thresholds = thresholds;
+        Ok(())
+    }
+
+    /// The workspace allocated at construction.
+    pub fn workspace(&self) -> Workspace {
+        Workspace {
+            staging_slot_bytes: self.dims.staging_slot_bytes,
+            sentinel_slot_bytes: self.dims.sentinel_slot_bytes,
+        }
+    }
+
+    /// The algorithm `Auto` picks for an all-reduce of `bytes` of `dtype` per PE.
+    pub fn choose_all_reduce(&self, dtype: DataType, bytes: usize) -> AllReduceAlgo {
+        self.thresholds
+            .choose_all_reduce(dtype, bytes, self.tables.is_some())
+    }
+
+    /// The algorithm `Auto` picks for an all-gather of `bytes` per PE.
+    pub fn choose_all_gather(&self, bytes: usize) -> AllGatherAlgo {
+        self.thresholds
+            .choose_all_gather(bytes, self.tables.is_some())
+    }
+
+    fn check_view<T: Element>(
+        &self,
+        view: &SymmetricView<'_, T>,
+        what: &'static str,
+    ) -> Result<()> {
+        self.shmem.check_same_runtime(view.runtime(), what)?;
+        if view.as_ptr() as usize % 16 != 0 {
+            return Err(Error::Misaligned { what, align: 16 });
+        }
+        Ok(())
+    }
+
+    /// `dst[i] = op over PEs of src[i]`, for `f32`, `f16`, `bf16` (accumulated in f32) and
+    /// `i32`, with `Sum`, `Max` or `Min`. `dst` and `src` may be the same buffer (in place);
+    /// they must not otherwise overlap. The result is bitwise identical on every PE.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::{AllReduceAlgo, Collectives, ReduceOp};
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let coll = Collectives::new(&shmem)?;
+    /// let (grads, sum) = (shmem.malloc::<f32>(4096)?, shmem.malloc::<f32>(4096)?);
+    /// coll.all_reduce(&sum, &grads, ReduceOp::Sum, AllReduceAlgo::Auto, shmem.stream())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn all_reduce<'a, T: Element>(
+        &self,
+        dst: impl Into<SymmetricView<'a, T>>,
+        src: impl Into<SymmetricView<'a, T>>,
+        op: ReduceOp,
+        algo: AllReduceAlgo,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (dst, src) = (dst.into(), src.into());
+        let (t, o) = type_and_op(T::DTYPE, op);
+        let t = t.ok_or_else(|| Error::TypeMismatch {
+            what: "our all-reduce (Team::all_reduce takes any)".into(),
+            expected: "f32, f16, bf16 or i32",
+            got: T::NVSHMEM_NAME.into(),
+        })?;
+        let o = o.ok_or_else(|| Error::TypeMismatch {
+            what: "our all-reduce (Team::all_reduce takes any)".into(),
+            expected: "the Sum, Max or Min operator",
+            got: format!("{op:?}"),
+        })?;
+        self.check_view(&src, "the all_reduce source")?;
+        self.check_view(&dst, "the all_reduce destination")?;
+        check_len("all_reduce destination", src.len(), dst.len())?;
+        check_overlap("all_reduce", &dst, &src, true)?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        let bytes = src.num_bytes();
+        let algo = match algo {
+            AllReduceAlgo::Auto => self.choose_all_reduce(T::DTYPE, bytes),
+            a => a,
+        };
+        if !algo.takes(T::DTYPE) {
+            return Err(Error::TypeMismatch {
+                what: format!("the {algo} all-reduce (any i32 value could pass for its sentinel)"),
+                expected: "f32, f16 or bf16; use Auto for i32",
+                got: T::NVSHMEM_NAME.into(),
+            });
+        }
+        let row = algo.index().expect("Auto was resolved");
+        let function = self.all_reduce[(row * algo::TYPES.len() + t) * algo::OPS.len() + o]
+            .as_ref()
+            .expect("every algorithm that takes a type has its kernels");
+        let plan = all_reduce_plan(algo, bytes, &self.dims);
+        let params = algo::ALL_REDUCE_ROWS[row].params;
+        self.launch(
+            function,
+            &algo,
+            params,
+            plan,
+            &src,
+            &dst,
+            src.len(),
+            bytes,
+            stream,
+        )
+    }
+
+    /// `dst[pe * n .. (pe + 1) * n] = src on PE pe`, `n = src.len()`, for any element type.
+    /// `dst.len()` must be `n * n_pes`; `dst` and `src` must not overlap.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::{AllGatherAlgo, Collectives};
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let coll = Collectives::new(&shmem)?;
+    /// let mine = shmem.malloc::<u16>(1024)?;
+    /// let all = shmem.malloc::<u16>(1024 * shmem.n_pes())?;
+    /// coll.all_gather(&all, &mine, AllGatherAlgo::Auto, shmem.stream())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn all_gather<'a, T: Element>(
+        &self,
+        dst: impl Into<SymmetricView<'a, T>>,
+        src: impl Into<SymmetricView<'a, T>>,
+        algo: AllGatherAlgo,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (dst, src) = (dst.into(), src.into());
+        self.check_view(&src, "the all_gather source")?;
+        self.check_view(&dst, "the all_gather destination")?;
+        check_len(
+            "all_gather destination (n_pes x source)",
+            src.len() * self.dims.n_pes,
+            dst.len(),
+        )?;
+        check_overlap("all_gather", &dst, &src, false)?;
+        let bytes = src.num_bytes();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let algo = match algo {
+            AllGatherAlgo::Auto => self.choose_all_gather(bytes),
+            a => a,
+        };
+        let row = algo.index().expect("Auto was resolved");
+        let plan = all_gather_plan(algo, bytes, &self.dims);
+        let params = algo::ALL_GATHER_ROWS[row].params;
+        self.launch(
+            &self.all_gather[row],
+            &algo,
+            params,
+            plan,
+            &src,
+            &dst,
+            bytes,
+            bytes,
+            stream,
+        )
+    }
+
+    /// Launch one call: the parameters every kernel takes
+    /// (`src, dst, n, ctrl, flags, region, slot_bytes`), then its by-value one, on the one
+    /// launch path ([`Function::launch_with`]).
+    #[allow(clippy::too_many_arguments)]
+    fn launch<A: Algo, T: Element>(
+        &self,
+        function: &Function,
+        algo: &A,
+        params: Params,
+        plan: CallPlan,
+        src: &SymmetricView<'_, T>,
+        dst: &SymmetricView<'_, T>,
+        n: usize,
+        bytes: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        if bytes > plan.limit {
+            return Err(Error::InvalidArgument(format!(
+                "{algo:?} {} of {bytes} bytes exceeds its part of the workspace ({} bytes); use \
+                 Bandwidth, or a larger CollectivesConfig::workspace",
+                A::WHAT,
+                plan.limit
+            )));
+        }
+        let (region, slot_bytes) = match params {
+            Params::SentinelPeers => (self.sentinel.device_ptr(), self.dims.sentinel_slot_bytes),
+            _ => (self.staging.device_ptr(), self.dims.staging_slot_bytes),
+        };
+        let mut args = KernelArgs::with_capacity(8);
+        args.device_ptr(src.as_ptr() as u64)
+            .device_ptr(dst.as_ptr() as u64)
+            .value(n)
+            .device_ptr(self.ctrl.device_ptr())
+            .device_ptr(self.flags.device_ptr())
+            .device_ptr(region)
+            .value(slot_bytes);
+        match (params, plan.extra) {
+            (Params::StagingPlan, Extra::Plan(chunks)) => {
+                args.value(chunks);
+            }
+            (Params::StagingPeers | Params::SentinelPeers, _) => {
+                let (staging, sentinel) = self.tables.ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "the {algo:?} {} takes up to {} PEs",
+                        A::WHAT,
+                        abi::LL_MAX_PES
+                    ))
+                })?;
+                args.value(if params == Params::SentinelPeers {
+                    sentinel
+                } else {
+                    staging
+                });
+            }
+            _ => {}
+        }
+        // Blocks of a call wait on each other's peers: they must all be resident. At most one
+        // block per SM is asked for (a 512-thread block always fits), except by the bandwidth
+        // all-reduce, whose limit comes from the occupancy every PE agreed on.
+        debug_assert!(plan.blocks as usize <= plan::MAX_BLOCKS);
+        let options = LaunchOptions {
+            cooperative: false,
+            programmatic: self.programmatic_launch,
+        };
+        // SAFETY: the arguments are the kernel's parameters (checked against its layout by
+        // the launch); the buffers were checked against the plan's limit and outlive the
+        // call, which is stream-ordered before anything that frees them.
+        unsafe { function.launch_with(grid(plan.blocks, plan.threads), options, stream, &mut args) }
+    }
+}
+
+/// The SM count and bandwidth blocks per SM every PE can run: blocks pair up with the same
+/// block index on every PE, so every PE must launch the same grids (mixed GPU models take the
+/// smallest).
+fn agreed_grid_limits(shmem: &Nvshmem, all_reduce: &[Option<Function>]) -> Result<(usize, usize)> {
+    let sm_count = shmem
+        .context()
+        .attribute(cusys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .during("cuDeviceGetAttribute")? as usize;
+    let mut per_sm = plan::BW_BLOCKS_PER_SM;
+    let bandwidth = all_reduce
+        .iter()
+        .flatten()
+        .filter(|f| f.name().starts_with("bandwidth_allreduce_"));
+    for f in bandwidth {
+        let fit = f.max_resident_blocks(plan::BW_THREADS, 0)? as usize / sm_count.max(1);
+        per_sm = per_sm.min(fit.max(1));
+    }
+    let agreed = shmem.malloc::<i32>(2)?;
+    agreed.copy_from_host(&[sm_count as i32, per_sm as i32])?;
+    shmem
+        .team_world()
+        .all_reduce(&agreed, &agreed, ReduceOp::Min, shmem.stream())?;
+    let agreed = agreed.to_vec()?;
+    Ok((agreed[0].max(1) as usize, agreed[1].max(1) as usize))
+}

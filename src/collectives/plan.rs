@@ -1,0 +1,321 @@
+//! How one call is launched: its grid, how much of the workspace it may use, and its
+//! by-value parameter. Pure arithmetic, tested on the CPU.
+
+use super::algo::{AllGatherAlgo, AllReduceAlgo};
+use crate::abi;
+
+/// Blocks a call launches at most (the epoch and the flags have a copy per block index).
+pub(crate) const MAX_BLOCKS: usize = abi::COLL_MAX_BLOCKS as usize;
+/// The bandwidth all-reduce's chunk ring per source PE (slots x blocks x chunk) fits in this
+/// much of a staging slot.
+pub(crate) const BW_STAGING_BYTES: usize = 6 << 20;
+/// Threads per block of the bandwidth all-reduce; it runs up to two blocks per SM, so that
+/// one block's flag handshake overlaps another's copies.
+pub(crate) const BW_THREADS: u32 = 256;
+pub(crate) const BW_BLOCKS_PER_SM: usize = 2;
+/// Chunk slots per block and source. From three on, a block pushes its next round's chunks
+/// before it waits for the current round's (measured on 4 H200s with the same 8 KiB chunks:
+/// 1-3% faster than two slots at 64-256 MiB, 2-5% on 2 H200s; four slots no faster).
+const BW_SLOTS: usize = 3;
+/// Smallest chunk, in 16-byte vectors: below it, fewer blocks are launched.
+const BW_MIN_CHUNK_VECS: usize = 256;
+/// Threads per block of the two-shot all-reduce and the bandwidth all-gather, and the
+/// vectors each thread handles at once (`UNROLL` in the kernels).
+const THREADS: u32 = abi::COLL_MAX_THREADS;
+const UNROLL: usize = abi::COLL_UNROLL as usize;
+/// One-shot grid: small blocks over many SMs spread the pushes (measured on 4 H200s,
+/// 128 x 128 beat 64 x 512 by 0.4 to 1.5 us from 64 KiB to 512 KiB).
+const ONESHOT_MAX_BLOCKS: usize = 128;
+const ONESHOT_THREADS: u32 = 128;
+/// Low-latency lines hold 8 bytes of data each; smaller blocks spread them over more SMs.
+pub(crate) const LL_THREADS: u32 = 128;
+/// Largest low-latency block.
+pub(crate) const LL_MAX_THREADS: usize = abi::COLL_MAX_THREADS as usize;
+
+/// The sizes a plan is made from: this GPU's (agreed by every PE) and the workspace's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dims {
+    pub(crate) n_pes: usize,
+    /// SMs (the smallest over PEs).
+    pub(crate) sm_count: usize,
+    /// Bandwidth all-reduce blocks that are resident at once on every PE.
+    pub(crate) bandwidth_max_blocks: usize,
+    pub(crate) staging_slot_bytes: usize,
+    pub(crate) sentinel_slot_bytes: usize,
+}
+
+/// The by-value parameter of a call (`Params` says which kind its kernel takes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Extra {
+    /// Nothing (or the peer table, for kernels that take one).
+    None,
+    /// The bandwidth all-reduce's chunking.
+    Plan(abi::BandwidthPlan),
+}
+
+/// One call's launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CallPlan {
+    pub(crate) blocks: u32,
+    pub(crate) threads: u32,
+    /// The largest input (bytes per PE) the algorithm's part of the workspace holds.
+    pub(crate) limit: usize,
+    pub(crate) extra: Extra,
+}
+
+/// The plan of an all-reduce of `bytes` per PE (`algo` is not `Auto`).
+pub(crate) fn all_reduce_plan(algo: AllReduceAlgo, bytes: usize, d: &Dims) -> CallPlan {
+    let nvec = bytes / 16;
+    let max_blocks = d.sm_count.min(MAX_BLOCKS);
+    let plain = |(blocks, threads): (u32, u32), limit| CallPlan {
+        blocks,
+        threads,
+        limit,
+        extra: Extra::None,
+    };
+    match algo {
+        AllReduceAlgo::Sentinel => plain(
+            ll_grid(bytes.div_ceil(16), max_blocks),
+            d.sentinel_slot_bytes,
+        ),
+        AllReduceAlgo::SentinelTwoShot => plain(
+            ll_grid(bytes.div_ceil(16), max_blocks),
+            sentinel_twoshot_max_input(d.sentinel_slot_bytes, d.n_pes),
+        ),
+        AllReduceAlgo::LowLatency => plain(
+            ll_grid(bytes.div_ceil(8), max_blocks),
+            (d.staging_slot_bytes - 16) / 2,
+        ),
+        AllReduceAlgo::LowLatencyTwoShot => plain(
+            ll_grid(bytes.div_ceil(8).div_ceil(d.n_pes), max_blocks),
+            ll_twoshot_max_input(d.staging_slot_bytes, d.n_pes),
+        ),
+        AllReduceAlgo::OneShot => plain(
+            (
+                blocks_for(nvec, ONESHOT_THREADS as usize, ONESHOT_MAX_BLOCKS),
+                ONESHOT_THREADS,
+            ),
+            d.staging_slot_bytes,
+        ),
+        AllReduceAlgo::TwoShot => plain(
+            (
+                blocks_for(
+                    nvec.div_ceil(d.n_pes),
+                    THREADS as usize * UNROLL,
+                    max_blocks,
+                ),
+                THREADS,
+            ),
+            usize::MAX,
+        ),
+        AllReduceAlgo::Bandwidth | AllReduceAlgo::Auto => {
+            let (blocks, plan) = bandwidth_plan(nvec, d.n_pes, d.bandwidth_max_blocks);
+            CallPlan {
+                blocks,
+                threads: BW_THREADS,
+                limit: usize::MAX,
+                extra: Extra::Plan(plan),
+            }
+        }
+    }
+}
+
+/// The plan of an all-gather of `bytes` per PE (`algo` is not `Auto`).
+pub(crate) fn all_gather_plan(algo: AllGatherAlgo, bytes: usize, d: &Dims) -> CallPlan {
+    let nvec = bytes.div_ceil(16);
+    let (grid, limit) = match algo {
+        AllGatherAlgo::LowLatency => (
+            ll_grid(bytes.div_ceil(8), d.sm_count),
+            (d.staging_slot_bytes - 16) / 2,
+        ),
+        AllGatherAlgo::OneShot => (
+            (
+                blocks_for(nvec, ONESHOT_THREADS as usize, ONESHOT_MAX_BLOCKS),
+                ONESHOT_THREADS,
+            ),
+            d.staging_slot_bytes,
+        ),
+        AllGatherAlgo::Bandwidth | AllGatherAlgo::Auto => (
+            (
+                blocks_for(nvec, THREADS as usize * UNROLL, d.sm_count.min(MAX_BLOCKS)),
+                THREADS,
+            ),
+            usize::MAX,
+        ),
+    };
+    CallPlan {
+        blocks: grid.0,
+        threads: grid.1,
+        limit,
+        extra: Extra::None,
+    }
+}
+
+/// Blocks and plan of a bandwidth all-reduce over `nvec` vectors: enough blocks for chunks of
+/// at least `BW_MIN_CHUNK_VECS`, up to `max_blocks`, and chunks that fill the ring (measured
+/// on 4 H200s at 256 MiB: two 256-thread blocks per SM with 8 KiB chunks beat one 512-thread
+/// block per SM with 16 to 64 KiB chunks by 2 to 16%, and three or four blocks per SM).
+pub(crate) fn bandwidth_plan(
+    nvec: usize,
+    n_pes: usize,
+    max_blocks: usize,
+) -> (u32, abi::BandwidthPlan) {
+    let part = nvec.div_ceil(n_pes.max(1));
+    let blocks = blocks_for(part, BW_MIN_CHUNK_VECS, max_blocks.clamp(1, MAX_BLOCKS));
+    let plan = abi::BandwidthPlan {
+        chunk_vecs: (BW_STAGING_BYTES / 16 / (BW_SLOTS * blocks as usize)) as u32,
+        slots: BW_SLOTS as u32,
+    };
+    (blocks, plan)
+}
+
+/// Staging slot that a low-latency two-shot of `bytes` needs: one line (16 bytes for 8 of
+/// data) per line of a part, in each half.
+pub(crate) fn ll_twoshot_slot_bytes(bytes: usize, n_pes: usize) -> usize {
+    2 * 16 * bytes.div_ceil(8).div_ceil(n_pes.max(1))
+}
+
+/// The largest low-latency two-shot input whose parts fit half of a `slot_bytes` slot.
+pub(crate) fn ll_twoshot_max_input(slot_bytes: usize, n_pes: usize) -> usize {
+    slot_bytes / 32 * n_pes.max(1) * 8
+}
+
+/// Sentinel slot that a sentinel two-shot of `bytes` needs: a part's 16-byte vectors in each
+/// half.
+pub(crate) fn sentinel_twoshot_slot_bytes(bytes: usize, n_pes: usize) -> usize {
+    2 * 16 * bytes.div_ceil(16).div_ceil(n_pes.max(1))
+}
+
+/// The largest sentinel two-shot input whose parts fit half of a `slot_bytes` slot.
+pub(crate) fn sentinel_twoshot_max_input(slot_bytes: usize, n_pes: usize) -> usize {
+    slot_bytes / 32 * n_pes.max(1) * 16
+}
+
+/// Low-latency grid for `lines` lines, one per thread where possible: 128-thread blocks, one
+/// per SM at most; above 128 lines per SM, larger blocks, so that every line still has its
+/// own thread (measured on 2 H200s at 256 KiB: 4.01 us against 4.97 with 128 threads).
+pub(crate) fn ll_grid(lines: usize, max_blocks: usize) -> (u32, u32) {
+    let max_blocks = max_blocks.clamp(1, MAX_BLOCKS);
+    let threads = lines
+        .div_ceil(max_blocks)
+        .next_multiple_of(32)
+        .clamp(LL_THREADS as usize, LL_MAX_THREADS);
+    (blocks_for(lines, threads, max_blocks), threads as u32)
+}
+
+/// Grid size for `work` units of `per_block` each, between 1 and `max`.
+pub(crate) fn blocks_for(work: usize, per_block: usize, max: usize) -> u32 {
+    work.div_ceil(per_block).clamp(1, max) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn low_latency_two_shot_limit_matches_its_staging() {
+        for n in 1..=16 {
+            for bytes in [1, 7, 8, 9, 4096, 4097, 100_001, 1 << 20, 3 << 20] {
+                let need = ll_twoshot_slot_bytes(bytes, n);
+                let slot = need.div_ceil(256) * 256;
+                // Fits exactly when its parts fit half the slot.
+                assert!(bytes <= ll_twoshot_max_input(slot, n), "{bytes} {n}");
+                let part_lines = bytes.div_ceil(8).div_ceil(n);
+                assert!(part_lines * 16 <= slot / 2, "{bytes} {n}");
+                // One line of a part more does not fit.
+                let over = ll_twoshot_max_input(slot, n) + 1;
+                assert!(over.div_ceil(8).div_ceil(n) * 16 > slot / 2, "{bytes} {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn sentinel_two_shot_limit_matches_its_buffers() {
+        for n in 1..=16 {
+            for bytes in [1, 15, 16, 17, 4096, 4097, 100_001, 1 << 20, 3 << 20] {
+                let slot = sentinel_twoshot_slot_bytes(bytes, n).div_ceil(256) * 256;
+                assert!(bytes <= sentinel_twoshot_max_input(slot, n), "{bytes} {n}");
+                assert!(
+                    bytes.div_ceil(16).div_ceil(n) * 16 <= slot / 2,
+                    "{bytes} {n}"
+                );
+                let over = sentinel_twoshot_max_input(slot, n) + 1;
+                assert!(over.div_ceil(16).div_ceil(n) * 16 > slot / 2, "{bytes} {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn bandwidth_rings_fit_the_staging_slot() {
+        for n_pes in [1, 2, 4, 8] {
+            for nvec in [0, 1, 255, 4096, 1 << 20, 1 << 24] {
+                for max_blocks in [1, 64, 132, 256] {
+                    let (blocks, plan) = bandwidth_plan(nvec, n_pes, max_blocks);
+                    let blocks = blocks as usize;
+                    assert!(blocks >= 1 && blocks <= max_blocks.min(MAX_BLOCKS));
+                    assert!(plan.slots >= 1 && plan.chunk_vecs >= 1);
+                    let ring = plan.slots as usize * blocks * plan.chunk_vecs as usize * 16;
+                    assert!(ring <= BW_STAGING_BYTES, "{nvec} {n_pes} {max_blocks}");
+                }
+            }
+        }
+        // Small parts use few blocks, large ones all of them.
+        assert_eq!(bandwidth_plan(4096, 4, 132).0, 4);
+        let (blocks, plan) = bandwidth_plan(1 << 24, 4, 264);
+        assert_eq!((blocks, plan.chunk_vecs, plan.slots), (264, 496, 3));
+    }
+
+    #[test]
+    fn low_latency_grids_give_each_line_a_thread_while_they_can() {
+        for max_blocks in [1, 66, 132, 512] {
+            for lines in [1, 31, 128, 4096, 16_896, 16_897, 40_000, 67_584, 1 << 20] {
+                let (blocks, threads) = ll_grid(lines, max_blocks);
+                let (blocks, threads) = (blocks as usize, threads as usize);
+                assert!(blocks >= 1 && blocks <= max_blocks, "{lines} {max_blocks}");
+                assert!((LL_THREADS as usize..=LL_MAX_THREADS).contains(&threads));
+                assert_eq!(threads % 32, 0);
+                if lines <= max_blocks * LL_MAX_THREADS {
+                    assert!(blocks * threads >= lines, "{lines} {max_blocks}");
+                } else {
+                    assert_eq!((blocks, threads), (max_blocks, LL_MAX_THREADS));
+                }
+            }
+        }
+        // Small inputs keep 128-thread blocks.
+        assert_eq!(ll_grid(16_384, 132), (128, 128));
+        assert_eq!(ll_grid(32_768, 132), (128, 256));
+    }
+
+    #[test]
+    fn grids_stay_within_limits() {
+        assert_eq!(blocks_for(0, 512, 64), 1);
+        assert_eq!(blocks_for(513, 512, 64), 2);
+        assert_eq!(blocks_for(1 << 30, 512, 132), 132);
+    }
+
+    #[test]
+    fn plans_launch_what_the_previous_dispatch_did() {
+        let d = Dims {
+            n_pes: 4,
+            sm_count: 132,
+            bandwidth_max_blocks: 264,
+            staging_slot_bytes: 6 << 20,
+            sentinel_slot_bytes: 1 << 20,
+        };
+        // 256 KiB: the sentinel paths take one vector per thread.
+        let p = all_reduce_plan(AllReduceAlgo::SentinelTwoShot, 256 << 10, &d);
+        assert_eq!((p.blocks, p.threads), ll_grid(16_384, 132));
+        assert_eq!(p.limit, sentinel_twoshot_max_input(1 << 20, 4));
+        let p = all_reduce_plan(AllReduceAlgo::OneShot, 64 << 10, &d);
+        assert_eq!((p.blocks, p.threads, p.limit), (32, 128, 6 << 20));
+        // 8 MiB: a quarter per PE, 2048 vectors per 512-thread block.
+        let p = all_reduce_plan(AllReduceAlgo::TwoShot, 8 << 20, &d);
+        assert_eq!((p.blocks, p.threads, p.limit), (64, 512, usize::MAX));
+        let p = all_reduce_plan(AllReduceAlgo::Bandwidth, 256 << 20, &d);
+        assert_eq!((p.blocks, p.threads), (264, BW_THREADS));
+        assert!(matches!(p.extra, Extra::Plan(plan) if plan.chunk_vecs == 496));
+        let p = all_gather_plan(AllGatherAlgo::LowLatency, 4096, &d);
+        assert_eq!((p.blocks, p.threads), ll_grid(512, 132));
+        assert_eq!(p.limit, ((6 << 20) - 16) / 2);
+    }
+}

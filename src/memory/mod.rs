@@ -1,0 +1,282 @@
+//! Typed symmetric memory: allocation (collective), host copies, views and peer pointers.
+
+mod check;
+mod view;
+
+pub(crate) use view::check_len;
+pub use view::SymmetricView;
+
+use crate::element::Element;
+use crate::error::{CudaResultExt, Error, Result};
+use crate::runtime::{note_alloc, note_free, Nvshmem};
+use check::{AllocCheck, CheckKind};
+use nvshmem_sys as sys;
+use std::ops::{Bound, RangeBounds};
+
+/// A typed allocation in the symmetric heap: the same size at the same offset on every PE,
+/// so any PE can address any other PE's copy.
+///
+/// Allocation and free are **collective**: every PE must allocate the same sizes in the
+/// same order, and free in the same order. Debug builds check this and return
+/// [`Error::CollectiveMismatch`] instead of hanging or corrupting the heap.
+///
+/// ```no_run
+/// # fn main() -> nvshmem::Result<()> {
+/// let shmem = nvshmem::Nvshmem::init()?;
+/// let buf = shmem.malloc::<f32>(1024)?;
+/// buf.copy_from_host(&vec![1.0; 1024])?;
+/// assert_eq!(buf.to_vec()?[0], 1.0);
+/// # Ok(()) }
+/// ```
+pub struct SymmetricBuffer<T: Element> {
+    ptr: *mut T,
+    len: usize,
+    bytes: usize,
+    seq: u64,
+    live: bool,
+    shmem: Nvshmem,
+}
+
+// SAFETY: the pointer is device memory owned by this value.
+unsafe impl<T: Element> Send for SymmetricBuffer<T> {}
+unsafe impl<T: Element> Sync for SymmetricBuffer<T> {}
+
+impl<T: Element> std::fmt::Debug for SymmetricBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SymmetricBuffer<{}>({} elements at {:p})",
+            T::NVSHMEM_NAME,
+            self.len,
+            self.ptr
+        )
+    }
+}
+
+impl Nvshmem {
+    /// Allocate `len` elements in the symmetric heap (collective; contents undefined).
+    pub fn malloc<T: Element>(&self, len: usize) -> Result<SymmetricBuffer<T>> {
+        self.allocate(len, Alloc::Uninit)
+    }
+
+    /// Allocate `len` zeroed elements in the symmetric heap (collective).
+    pub fn calloc<T: Element>(&self, len: usize) -> Result<SymmetricBuffer<T>> {
+        self.allocate(len, Alloc::Zeroed)
+    }
+
+    /// Allocate `len` elements at an address aligned to `alignment` bytes (a power of two;
+    /// collective).
+    pub fn malloc_aligned<T: Element>(
+        &self,
+        alignment: usize,
+        len: usize,
+    ) -> Result<SymmetricBuffer<T>> {
+        if !alignment.is_power_of_two() || alignment < std::mem::align_of::<T>() {
+            return Err(Error::InvalidArgument(format!(
+                "alignment {alignment} must be a power of two and at least {}",
+                std::mem::align_of::<T>()
+            )));
+        }
+        self.allocate(len, Alloc::Aligned(alignment))
+    }
+
+    fn allocate<T: Element>(&self, len: usize, how: Alloc) -> Result<SymmetricBuffer<T>> {
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{len} elements of {} overflow usize",
+                T::NVSHMEM_NAME
+            ))
+        })?;
+        self.enter()?;
+        let align = match how {
+            Alloc::Aligned(a) => a,
+            _ => 0,
+        };
+        let seq = self.check_collective(CheckKind::Alloc, None, bytes, align)?;
+        let ptr = if bytes == 0 {
+            std::ptr::null_mut()
+        } else {
+            unsafe {
+                match how {
+                    Alloc::Uninit => sys::nvshmem_malloc(bytes),
+                    Alloc::Zeroed => sys::nvshmem_calloc(len, std::mem::size_of::<T>()),
+                    Alloc::Aligned(a) => sys::nvshmem_align(a, bytes),
+                }
+            }
+        };
+        if bytes != 0 && ptr.is_null() {
+            return Err(Error::HeapExhausted {
+                requested: bytes,
+                in_use: self
+                    .rt
+                    .heap_in_use
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                heap_size: self.rt.heap_size,
+            });
+        }
+        note_alloc(&self.rt, bytes);
+        Ok(SymmetricBuffer {
+            ptr: ptr as *mut T,
+            len,
+            bytes,
+            seq,
+            live: true,
+            shmem: self.clone(),
+        })
+    }
+
+    /// Debug builds: exchange what every PE is about to do and fail if they differ.
+    /// Returns the allocation's sequence number (0 in release builds).
+    fn check_collective(
+        &self,
+        kind: CheckKind,
+        seq: Option<u64>,
+        bytes: usize,
+        align: usize,
+    ) -> Result<u64> {
+        if !cfg!(debug_assertions) {
+            return Ok(seq.unwrap_or(0));
+        }
+        self.with_service(AllocCheck::new, |check| {
+            check.agree(self, kind, seq, bytes, align)
+        })
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Alloc {
+    Uninit,
+    Zeroed,
+    Aligned(usize),
+}
+
+impl<T: Element> SymmetricBuffer<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Size in bytes.
+    pub fn num_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The device address of this PE's copy (pass it to kernels).
+    pub fn as_ptr(&self) -> *mut T {
+        self.ptr
+    }
+
+    /// The device address as a `CUdeviceptr`.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    /// The runtime this buffer belongs to.
+    pub fn runtime(&self) -> &Nvshmem {
+        &self.shmem
+    }
+
+    /// Copy `src` into this PE's copy; `src.len()` must equal `len()`.
+    pub fn copy_from_host(&self, src: &[T]) -> Result<()> {
+        self.view(..).copy_from_host(src)
+    }
+
+    /// Copy this PE's copy into `dst`; `dst.len()` must equal `len()`.
+    pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
+        self.view(..).copy_to_host(dst)
+    }
+
+    /// This PE's copy as a `Vec`.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut v = vec![T::default(); self.len];
+        self.copy_to_host(&mut v)?;
+        Ok(v)
+    }
+
+    /// A window onto elements `range` of the buffer (on every PE).
+    ///
+    /// # Panics
+    /// If the range is out of bounds; [`try_view`](Self::try_view) returns an error instead.
+    pub fn view(&self, range: impl RangeBounds<usize>) -> SymmetricView<'_, T> {
+        self.try_view(range).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A window onto elements `range`, or an error if it does not fit.
+    pub fn try_view(&self, range: impl RangeBounds<usize>) -> Result<SymmetricView<'_, T>> {
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s + 1,
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e + 1,
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => self.len,
+        };
+        if start > end {
+            return Err(Error::InvalidArgument(format!(
+                "view range {start}..{end} starts after its end"
+            )));
+        }
+        if end > self.len {
+            return Err(Error::Length {
+                what: "view range end (at most the buffer's length)",
+                expected: self.len,
+                got: end,
+            });
+        }
+        // SAFETY: start <= len, so the address stays inside (or one past) the allocation.
+        let ptr = unsafe { self.ptr.add(start) };
+        Ok(SymmetricView::new(ptr, end - start, &self.shmem))
+    }
+
+    /// The address of `pe`'s copy that this GPU can load and store directly (over NVLink or
+    /// PCIe peer access), or `None` if `pe` is reachable only through NVSHMEM calls.
+    pub fn peer_ptr(&self, pe: usize) -> Result<Option<*mut T>> {
+        self.view(..).peer_ptr(pe)
+    }
+
+    /// Free now, reporting collective mismatches; dropping does the same but can only log.
+    pub fn free(mut self) -> Result<()> {
+        let r = self.release();
+        std::mem::forget(self);
+        r
+    }
+
+    fn release(&mut self) -> Result<()> {
+        if !self.live {
+            return Ok(());
+        }
+        self.shmem.enter()?;
+        self.shmem
+            .check_collective(CheckKind::Free, Some(self.seq), self.bytes, 0)?;
+        if !self.ptr.is_null() {
+            // Work queued on the stream may still use the buffer.
+            self.shmem
+                .stream()
+                .synchronize()
+                .during("cuStreamSynchronize")?;
+            unsafe { sys::nvshmem_free(self.ptr as *mut std::ffi::c_void) };
+        }
+        note_free(&self.shmem.rt, self.bytes);
+        self.live = false;
+        Ok(())
+    }
+}
+
+impl<T: Element> Drop for SymmetricBuffer<T> {
+    fn drop(&mut self) {
+        if let Err(e) = self.release() {
+            // A mismatched free would corrupt the heap: leak instead, and say why.
+            eprintln!(
+                "nvshmem: leaking a SymmetricBuffer<{}>: {e}",
+                T::NVSHMEM_NAME
+            );
+        }
+    }
+}
