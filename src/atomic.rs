@@ -178,7 +178,7 @@ impl HostAmo {
         self.token = self.token.wrapping_add(1).max(1);
         // host_amo(int op, int type, void *dest, uint64_t value_bits, uint64_t cond_bits,
         // int pe, uint64_t token, uint64_t *result)
-        let mut args = KernelArgs::with_capacity(8);
+        let mut args = KernelArgs::new();
         args.value(op.code())
             .value(ty)
             .device_ptr(dest)

@@ -373,7 +373,7 @@ impl Collectives {
             Params::SentinelPeers => (self.sentinel.device_ptr(), self.dims.sentinel_slot_bytes),
             _ => (self.staging.device_ptr(), self.dims.staging_slot_bytes),
         };
-        let mut args = KernelArgs::with_capacity(8);
+        let mut args = KernelArgs::new();
         args.device_ptr(src.as_ptr() as u64)
             .device_ptr(dst.as_ptr() as u64)
             .value(n)

@@ -18,12 +18,78 @@ use std::marker::PhantomData;
 /// ```
 #[derive(Default)]
 pub struct KernelArgs<'a> {
-    /// Every value, each from a word boundary (one allocation for all of them).
-    words: Vec<u64>,
+    /// Every value, each from a word boundary.
+    words: Small<u64, INLINE_WORDS>,
     /// Where each value starts in `words`.
-    starts: Vec<usize>,
-    sizes: Vec<usize>,
+    starts: Small<usize, INLINE_ARGS>,
+    sizes: Small<usize, INLINE_ARGS>,
     _borrows: PhantomData<&'a ()>,
+}
+
+/// Words and arguments kept without allocating: a launch of our collectives (8 arguments, a
+/// 136-byte table among them) builds its arguments on the stack, as it did before every
+/// launch went through `KernelArgs`.
+const INLINE_WORDS: usize = 32;
+const INLINE_ARGS: usize = 16;
+
+/// A vector of up to `N` elements in place, on the heap beyond.
+#[derive(Clone)]
+struct Small<T: Copy + Default, const N: usize> {
+    inline: [T; N],
+    len: usize,
+    /// Everything, once more than `N` (then never empty).
+    heap: Vec<T>,
+}
+
+impl<T: Copy + Default, const N: usize> Default for Small<T, N> {
+    fn default() -> Self {
+        Small {
+            inline: [T::default(); N],
+            len: 0,
+            heap: Vec::new(),
+        }
+    }
+}
+
+impl<T: Copy + Default, const N: usize> Small<T, N> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Grow to `len` elements, the new ones `T::default()`.
+    fn resize(&mut self, len: usize) {
+        if self.heap.is_empty() && len <= N {
+            self.inline[self.len..len.max(self.len)].fill(T::default());
+        } else {
+            if self.heap.is_empty() {
+                self.heap.extend_from_slice(&self.inline[..self.len]);
+            }
+            self.heap.resize(len, T::default());
+        }
+        self.len = len;
+    }
+
+    fn push(&mut self, v: T) {
+        let at = self.len;
+        self.resize(at + 1);
+        self.as_mut_slice()[at] = v;
+    }
+
+    fn as_slice(&self) -> &[T] {
+        if self.heap.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [T] {
+        if self.heap.is_empty() {
+            &mut self.inline[..self.len]
+        } else {
+            &mut self.heap
+        }
+    }
 }
 
 impl<'a> KernelArgs<'a> {
@@ -32,26 +98,17 @@ impl<'a> KernelArgs<'a> {
         Self::default()
     }
 
-    /// No arguments yet, with room for `n` of up to 8 bytes without reallocating.
-    pub fn with_capacity(n: usize) -> Self {
-        KernelArgs {
-            words: Vec::with_capacity(n),
-            starts: Vec::with_capacity(n),
-            sizes: Vec::with_capacity(n),
-            _borrows: PhantomData,
-        }
-    }
-
     /// Append a plain value: an integer, a float, a device address, or a `#[repr(C)]` struct
     /// laid out as the kernel's parameter type.
     pub fn value<T: Copy + 'static>(&mut self, v: T) -> &mut Self {
         let size = std::mem::size_of::<T>();
         let start = self.words.len();
         // Zero-sized values still get a word to point at.
-        self.words.resize(start + size.div_ceil(8).max(1), 0);
+        self.words.resize(start + size.div_ceil(8).max(1));
+        let words = &mut self.words.as_mut_slice()[start..];
         // SAFETY: the words from `start` hold at least `size` bytes; unaligned writes need no
         // alignment.
-        unsafe { std::ptr::write_unaligned(self.words.as_mut_ptr().add(start) as *mut T, v) };
+        unsafe { std::ptr::write_unaligned(words.as_mut_ptr() as *mut T, v) };
         self.starts.push(start);
         self.sizes.push(size);
         self
@@ -84,22 +141,30 @@ impl<'a> KernelArgs<'a> {
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.sizes.is_empty()
+        self.sizes.len() == 0
     }
 
     /// The size in bytes of each argument.
     pub fn sizes(&self) -> &[usize] {
-        &self.sizes
+        self.sizes.as_slice()
     }
 
-    /// The address of each value, as the driver takes them; valid until `self` changes.
-    pub(super) fn pointers(&mut self) -> Vec<*mut c_void> {
-        let base = self.words.as_mut_ptr();
-        self.starts
-            .iter()
+    /// Call `f` with the address of each value, as the driver takes them.
+    pub(super) fn with_pointers<R>(&mut self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
+        let mut pointers = [std::ptr::null_mut::<c_void>(); INLINE_ARGS];
+        let mut spilled = Vec::new();
+        let all: &mut [*mut c_void] = if self.len() <= INLINE_ARGS {
+            &mut pointers[..self.len()]
+        } else {
+            spilled.resize(self.len(), std::ptr::null_mut());
+            &mut spilled
+        };
+        let base = self.words.as_mut_slice().as_mut_ptr();
+        for (p, &start) in all.iter_mut().zip(self.starts.as_slice()) {
             // SAFETY: every start is inside `words`.
-            .map(|&s| unsafe { base.add(s) } as *mut c_void)
-            .collect()
+            *p = unsafe { base.add(start) } as *mut c_void;
+        }
+        f(all)
     }
 }
 
@@ -142,24 +207,30 @@ mod tests {
             .value(Big { x: [1, 2, 3, 4, 5] });
         assert_eq!(a.len(), 4);
         assert_eq!(a.sizes(), [4, 8, 4, 20]);
-        let p = a.pointers();
-        unsafe {
+        a.with_pointers(|p| unsafe {
             assert_eq!(*(p[0] as *const u32), 7);
             assert_eq!(*(p[1] as *const i64), -1);
             assert_eq!(*(p[2] as *const f32), 2.5);
             assert_eq!((*(p[3] as *const Big)).x, [1, 2, 3, 4, 5]);
-        }
+        });
         // Zero-sized values still get a slot to point at.
         a.value(());
         assert_eq!(a.sizes()[4], 0);
-        assert!(!a.pointers()[4].is_null());
-        // Values added after pointers were taken do not disturb the earlier ones.
-        let mut b = KernelArgs::with_capacity(1);
+        assert!(a.with_pointers(|p| !p[4].is_null()));
+        // Beyond what fits in place (words and arguments), the values move to the heap
+        // intact, and every pointer still reads its value.
+        let mut b = KernelArgs::new();
         for i in 0..100u64 {
-            b.value(i);
+            b.value(i).value([i as u32; 9]);
         }
-        let p = b.pointers();
-        assert!((0..100).all(|i| unsafe { *(p[i] as *const u64) } == i as u64));
+        assert_eq!(b.len(), 200);
+        b.with_pointers(|p| {
+            assert_eq!(p.len(), 200);
+            for i in 0..100 {
+                assert_eq!(unsafe { *(p[2 * i] as *const u64) }, i as u64);
+                assert_eq!(unsafe { *(p[2 * i + 1] as *const [u32; 9]) }, [i as u32; 9]);
+            }
+        });
     }
 
     #[test]

@@ -184,15 +184,16 @@ impl Function {
             attrs: attrs.as_mut_ptr(),
             numAttrs: n_attrs as u32,
         };
-        let mut params = args.pointers();
-        // SAFETY: `params` points at the argument values, which live until the call returns
-        // (the driver copies them); the caller vouches that they match the kernel.
-        cusys::cuLaunchKernelEx(
-            &config,
-            self.func,
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
+        // SAFETY: the pointers point at the argument values, which live until the call
+        // returns (the driver copies them); the caller vouches that they match the kernel.
+        args.with_pointers(|params| {
+            cusys::cuLaunchKernelEx(
+                &config,
+                self.func,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })
         .result()
         .map_err(|source| Error::Launch {
             kernel: self.name.to_string(),
