@@ -27,7 +27,7 @@ mod signal;
 mod sync;
 
 use harness::{Ctx, Harness};
-use nvshmem::Nvshmem;
+use nvshmem::{Error, Nvshmem};
 
 /// What a check returns: any error (from NVSHMEM, CUDA or a wrong value) is a failure.
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -63,9 +63,18 @@ fn run() -> Result<i32> {
     errors::checks(&mut h);
 
     let (passed, failed) = h.finish()?;
-    if ctx.me == 0 {
+    let me = ctx.me;
+    if me == 0 {
         println!("{passed} passed, {failed} failed");
     }
+    // The last handle is gone (buffers freed with free() included): NVSHMEM has finalised,
+    // so a new start is refused as finalised, not as already running.
     drop(ctx);
-    Ok(if failed > 0 { 1 } else { 0 })
+    let finalized = matches!(Nvshmem::init(), Err(Error::Finalized));
+    if !finalized {
+        eprintln!("[PE {me}] FAIL NVSHMEM still running after every handle was dropped");
+    } else if me == 0 {
+        println!("finalized after the last handle: ok");
+    }
+    Ok(if failed > 0 || !finalized { 1 } else { 0 })
 }

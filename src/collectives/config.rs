@@ -223,12 +223,21 @@ impl Workspace {
         }
     }
 
-    /// Symmetric bytes it takes on each PE (both slots, per PE and parity).
-    pub fn bytes(&self, n_pes: usize) -> usize {
-        2 * n_pes * (self.staging_slot_bytes + self.sentinel_slot_bytes)
+    /// Symmetric bytes it takes on each PE (both slots, per PE and parity); `None` when that
+    /// does not fit a `usize`.
+    pub fn bytes(&self, n_pes: usize) -> Option<usize> {
+        self.staging_slot_bytes
+            .checked_add(self.sentinel_slot_bytes)?
+            .checked_mul(n_pes)?
+            .checked_mul(2)
     }
 
-    pub(crate) fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self, n_pes: usize) -> Result<()> {
+        if self.bytes(n_pes).is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "{self:?} on {n_pes} PEs does not fit in memory (its size overflows)"
+            )));
+        }
         for (field, bytes, min) in [
             (
                 "staging_slot_bytes",
@@ -323,7 +332,7 @@ mod tests {
             assert!(slot >= BW_STAGING_BYTES);
             assert!(ll_twoshot_max_input(slot, n) >= t.ll_twoshot_max_bytes);
             assert_eq!(slot % 256, 0);
-            assert!(w.check().is_ok());
+            assert!(w.check(n).is_ok());
             assert!(t.check_fits(&dims(n, w)).is_ok(), "{n} PEs");
         }
     }
@@ -342,7 +351,7 @@ mod tests {
             (w2.staging_slot_bytes, w2.sentinel_slot_bytes),
             (6 << 20, 2 << 20)
         );
-        assert_eq!(w4.bytes(4), 2 * 4 * (7 << 20));
+        assert_eq!(w4.bytes(4), Some(2 * 4 * (7 << 20)));
     }
 
     #[test]
@@ -368,17 +377,21 @@ mod tests {
         let mut w = CollectivesConfig::for_pes(2).workspace;
         w.sentinel_slot_bytes = 1000;
         assert!(w
-            .check()
+            .check(2)
             .unwrap_err()
             .to_string()
             .contains("multiple of 256"));
         w.sentinel_slot_bytes = 1024;
         w.staging_slot_bytes = 1 << 20;
         assert!(w
-            .check()
+            .check(2)
             .unwrap_err()
             .to_string()
             .contains("staging_slot_bytes"));
+        // Sizes whose total overflows are refused, not wrapped into a small allocation.
+        w.staging_slot_bytes = usize::MAX / 2 / 256 * 256;
+        assert!(w.bytes(4).is_none());
+        assert!(w.check(4).unwrap_err().to_string().contains("overflows"));
     }
 
     #[test]

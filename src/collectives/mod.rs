@@ -105,7 +105,7 @@ impl Collectives {
                 "our collectives support up to {max_pes} PEs ({n} running); use Team::all_reduce"
             )));
         }
-        config.workspace.check()?;
+        config.workspace.check(n)?;
         let module = Module::load(shmem, &COLLECTIVES)?;
         let all_reduce = all_reduce_kernels()
             .map(|(row, t, o)| {

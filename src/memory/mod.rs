@@ -143,6 +143,34 @@ impl Nvshmem {
     }
 }
 
+/// `range` of a buffer of `len` elements as `start..end`, checked (without overflow).
+fn view_bounds(range: &impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> {
+    let past = |what| Error::InvalidArgument(format!("a view range {what} usize::MAX"));
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.checked_add(1).ok_or_else(|| past("starting after"))?,
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.checked_add(1).ok_or_else(|| past("ending at"))?,
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => len,
+    };
+    if start > end {
+        return Err(Error::InvalidArgument(format!(
+            "view range {start}..{end} starts after its end"
+        )));
+    }
+    if end > len {
+        return Err(Error::Length {
+            what: "view range end (at most the buffer's length)",
+            expected: len,
+            got: end,
+        });
+    }
+    Ok((start, end))
+}
+
 #[derive(Clone, Copy)]
 enum Alloc {
     Uninit,
@@ -208,28 +236,7 @@ impl<T: Element> SymmetricBuffer<T> {
 
     /// A window onto elements `range`, or an error if it does not fit.
     pub fn try_view(&self, range: impl RangeBounds<usize>) -> Result<SymmetricView<'_, T>> {
-        let start = match range.start_bound() {
-            Bound::Included(&s) => s,
-            Bound::Excluded(&s) => s + 1,
-            Bound::Unbounded => 0,
-        };
-        let end = match range.end_bound() {
-            Bound::Included(&e) => e + 1,
-            Bound::Excluded(&e) => e,
-            Bound::Unbounded => self.len,
-        };
-        if start > end {
-            return Err(Error::InvalidArgument(format!(
-                "view range {start}..{end} starts after its end"
-            )));
-        }
-        if end > self.len {
-            return Err(Error::Length {
-                what: "view range end (at most the buffer's length)",
-                expected: self.len,
-                got: end,
-            });
-        }
+        let (start, end) = view_bounds(&range, self.len)?;
         // SAFETY: start <= len, so the address stays inside (or one past) the allocation.
         let ptr = unsafe { self.ptr.add(start) };
         Ok(SymmetricView::new(ptr, end - start, &self.shmem))
@@ -244,7 +251,9 @@ impl<T: Element> SymmetricBuffer<T> {
     /// Free now, reporting collective mismatches; dropping does the same but can only log.
     pub fn free(mut self) -> Result<()> {
         let r = self.release();
-        std::mem::forget(self);
+        // Dropping `self` now releases its runtime handle; it must not free again (after a
+        // failed free the other PEs are not freeing: the memory is leaked instead).
+        self.live = false;
         r
     }
 
@@ -278,5 +287,33 @@ impl<T: Element> Drop for SymmetricBuffer<T> {
                 T::NVSHMEM_NAME
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn view_ranges_are_checked_without_overflow() {
+        assert_eq!(view_bounds(&(..), 10).unwrap(), (0, 10));
+        assert_eq!(view_bounds(&(2..=4), 10).unwrap(), (2, 5));
+        assert_eq!(view_bounds(&(10..), 10).unwrap(), (10, 10));
+        assert!(matches!(
+            view_bounds(&std::ops::Range { start: 3, end: 2 }, 10),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            view_bounds(&(0..11), 10),
+            Err(Error::Length {
+                expected: 10,
+                got: 11,
+                ..
+            })
+        ));
+        // These overflowed (a panic in debug builds, a wrapped range in release).
+        assert!(view_bounds(&(0..=usize::MAX), 10).is_err());
+        let after_max = (Bound::Excluded(usize::MAX), Bound::Unbounded);
+        assert!(view_bounds(&after_max, 10).is_err());
     }
 }

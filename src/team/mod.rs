@@ -104,7 +104,7 @@ impl Team {
     /// Collective over this team; PEs outside the new team get `None`.
     pub fn split_strided(&self, start: usize, stride: usize, size: usize) -> Result<Option<Team>> {
         let n = self.n_pes();
-        if size == 0 || stride == 0 || start + (size - 1) * stride >= n {
+        if !strided_fits(start, stride, size, n) {
             return Err(Error::InvalidArgument(format!(
                 "split_strided(start {start}, stride {stride}, size {size}) does not fit a team of {n} PEs"
             )));
@@ -165,5 +165,32 @@ impl Drop for Team {
             let _ = self.shmem.enter();
             unsafe { sys::nvshmem_team_destroy(self.handle) };
         }
+    }
+}
+
+/// Whether PEs `start, start + stride, ...` (`size` of them) are all in a team of `n`
+/// (without overflow: huge arguments do not fit, they do not wrap).
+fn strided_fits(start: usize, stride: usize, size: usize, n: usize) -> bool {
+    let last = (size.checked_sub(1))
+        .and_then(|k| k.checked_mul(stride))
+        .and_then(|span| span.checked_add(start));
+    stride != 0 && last.is_some_and(|last| last < n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strided_splits_fit_without_overflow() {
+        assert!(strided_fits(0, 2, 2, 4));
+        assert!(strided_fits(1, 2, 2, 4));
+        assert!(!strided_fits(1, 2, 3, 4));
+        assert!(!strided_fits(0, 0, 1, 4));
+        assert!(!strided_fits(0, 1, 0, 4));
+        // These wrapped to a small number before.
+        assert!(!strided_fits(1, usize::MAX, 2, 4));
+        assert!(!strided_fits(usize::MAX, 1, 1, 4));
+        assert!(!strided_fits(3, 1 << 62, 5, 4));
     }
 }
