@@ -152,7 +152,7 @@ impl HostAmo {
     fn load(shmem: &Nvshmem) -> Result<Self> {
         let kernel = Module::load_for_service(shmem, &ATOMICS)?.function("host_amo")?;
         let stream = shmem.new_stream()?;
-        shmem.enter()?;
+        shmem.bind_context()?;
         // SAFETY: a plain device allocation, freed on drop.
         let result = unsafe { cu::malloc_sync(RESULT_BYTES) }.during("cuMemAlloc")?;
         Ok(HostAmo {
@@ -190,7 +190,7 @@ impl HostAmo {
         // SAFETY: the arguments match host_amo's parameters; `dest` is an element of a
         // symmetric buffer (checked by the caller) and `result` holds two u64.
         unsafe { self.kernel.launch(grid(1, 1), &self.stream, &mut args)? };
-        shmem.enter()?;
+        shmem.bind_context()?;
         let s = self.stream.cu_stream();
         let mut out = [0u64; 2];
         // SAFETY: `result` holds two u64; `out` outlives the copy, which the synchronisation

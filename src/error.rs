@@ -7,6 +7,38 @@
 use cudarc::driver::DriverError;
 use std::fmt;
 
+/// What bounds a PE's symmetric heap (see [`Error::HeapExhausted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeapLimit {
+    /// A fixed heap (`NVSHMEM_DISABLE_CUDA_VMM=1`) of `NVSHMEM_SYMMETRIC_SIZE` bytes.
+    SymmetricSize(usize),
+    /// A growing heap (the default) may reserve at most `NVSHMEM_MAX_MEMORY_PER_GPU` bytes.
+    MaxMemoryPerGpu(usize),
+    /// A growing heap maps new memory in steps of `NVSHMEM_CUMEM_GRANULARITY`; the GPU had
+    /// this many bytes free, less than the step (and a margin for CUDA) needs.
+    GpuMemory(usize),
+}
+
+impl fmt::Display for HeapLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HeapLimit::SymmetricSize(size) => write!(
+                f,
+                "its fixed heap of {size} bytes; raise NVSHMEM_SYMMETRIC_SIZE (for example \
+                 NVSHMEM_SYMMETRIC_SIZE=4G) on every PE"
+            ),
+            HeapLimit::MaxMemoryPerGpu(max) => {
+                write!(f, "NVSHMEM_MAX_MEMORY_PER_GPU={max}; raise it on every PE")
+            }
+            HeapLimit::GpuMemory(free) => write!(
+                f,
+                "the GPU's free memory ({free} bytes); free device memory held outside the \
+                 symmetric heap, or allocate less"
+            ),
+        }
+    }
+}
+
 /// Everything that can go wrong in this crate.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -43,14 +75,18 @@ pub enum Error {
         /// The release of the host library loaded now.
         running: String,
     },
-    /// `nvshmem_malloc` returned NULL: the symmetric heap is full.
+    /// A symmetric allocation that some PE's heap cannot take. Checked on every PE before
+    /// NVSHMEM is asked (a heap that fails to grow takes the whole job down), and agreed:
+    /// every PE returns this error, and the heap stays usable.
     HeapExhausted {
         /// Bytes asked for.
         requested: usize,
-        /// Bytes this crate had allocated before.
+        /// Bytes this crate had allocated on the refusing PE.
         in_use: usize,
-        /// The heap's size (`NVSHMEM_SYMMETRIC_SIZE`).
-        heap_size: usize,
+        /// The PE whose heap refused (the lowest, if several did).
+        pe: usize,
+        /// The limit it ran into, and so the variable to raise.
+        limit: HeapLimit,
     },
     /// A PE number outside `0..n_pes` (of the world, or of a team).
     PeOutOfRange {
@@ -110,7 +146,8 @@ pub enum Error {
         /// This PE's GPU.
         expected: usize,
     },
-    /// PEs disagreed on a collective call (debug builds check allocation order and sizes).
+    /// PEs disagreed on a collective call (allocation order and sizes, a collectives
+    /// configuration).
     CollectiveMismatch(String),
     /// A kernel module could not be loaded, registered or looked into.
     Module {
@@ -167,13 +204,12 @@ impl fmt::Display for Error {
             Error::HeapExhausted {
                 requested,
                 in_use,
-                heap_size,
+                pe,
+                limit,
             } => write!(
                 f,
-                "symmetric heap exhausted: asked for {requested} bytes with {in_use} bytes in use \
-                 of a {heap_size}-byte heap (about {} bytes left); raise NVSHMEM_SYMMETRIC_SIZE \
-                 (for example NVSHMEM_SYMMETRIC_SIZE=4G) on every PE",
-                heap_size.saturating_sub(*in_use)
+                "symmetric heap exhausted: {requested} bytes asked for, and PE {pe} (with \
+                 {in_use} bytes in use) is bounded by {limit}"
             ),
             Error::PeOutOfRange { pe, n_pes } => write!(
                 f,
@@ -283,15 +319,29 @@ mod tests {
 
     #[test]
     fn heap_exhaustion_says_what_to_raise() {
-        let text = Error::HeapExhausted {
-            requested: 1 << 30,
-            in_use: 3 << 28,
-            heap_size: 1 << 30,
-        }
-        .to_string();
-        assert!(text.contains("1073741824 bytes"), "{text}");
-        assert!(text.contains("268435456 bytes left"), "{text}");
-        assert!(text.contains("NVSHMEM_SYMMETRIC_SIZE"), "{text}");
+        let exhausted = |limit| {
+            Error::HeapExhausted {
+                requested: 1 << 30,
+                in_use: 3 << 28,
+                pe: 1,
+                limit,
+            }
+            .to_string()
+        };
+        let text = exhausted(HeapLimit::SymmetricSize(1 << 30));
+        assert!(text.contains("1073741824 bytes asked for"), "{text}");
+        assert!(
+            text.contains("PE 1 (with 805306368 bytes in use)"),
+            "{text}"
+        );
+        assert!(text.contains("raise NVSHMEM_SYMMETRIC_SIZE"), "{text}");
+        let text = exhausted(HeapLimit::MaxMemoryPerGpu(1 << 37));
+        assert!(
+            text.contains("NVSHMEM_MAX_MEMORY_PER_GPU=137438953472; raise"),
+            "{text}"
+        );
+        let text = exhausted(HeapLimit::GpuMemory(5 << 20));
+        assert!(text.contains("free memory (5242880 bytes)"), "{text}");
     }
 
     #[test]

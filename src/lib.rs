@@ -20,6 +20,18 @@
 //! kernel modules with the one launch path ([`module`]), and our device collectives
 //! ([`collectives`]), whose kernels are in [`cubins`]. Every operation takes its destination
 //! first, as NVSHMEM does.
+//!
+//! # Threads
+//! Every type is `Send + Sync` and may be used from any thread. NVSHMEM's host library runs
+//! at `NVSHMEM_THREAD_SERIALIZED`, so the crate serialises its own calls into it: each is
+//! made holding one process-wide lock, and a blocking call (a barrier, a blocking get)
+//! holds it until it returns. Kernel launches, including our collectives, take no lock.
+//!
+//! # Lifetimes on the GPU
+//! Freeing a symmetric buffer, destroying a team, dropping a [`Collectives`] or a module, and
+//! finalising wait for all work on this PE's GPU (every stream) first, so no kernel still
+//! running writes into memory that is reused. A CUDA graph holds raw addresses: it must not
+//! be launched after the buffers, teams or `Collectives` it was captured with are gone.
 
 #![warn(missing_docs)]
 
@@ -43,7 +55,7 @@ pub use collectives::{
 pub use cudarc;
 pub use cudarc::driver::{CudaStream, LaunchConfig};
 pub use element::{AtomicElement, AtomicInteger, DataType, Element, ReduceOp};
-pub use error::{Error, Result};
+pub use error::{Error, HeapLimit, Result};
 pub use half::{bf16, f16};
 pub use memory::{SymmetricBuffer, SymmetricView};
 pub use nvshmem_sys as sys;

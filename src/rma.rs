@@ -109,7 +109,7 @@ impl Nvshmem {
         if t.bytes == 0 {
             return Ok(());
         }
-        self.enter()?;
+        let _host = self.host_call()?;
         call(&t, s);
         Ok(())
     }
@@ -228,7 +228,7 @@ impl Nvshmem {
         pe: usize,
     ) -> Result<()> {
         let (ptr, pe) = self.element_at(dest.into(), index, pe)?;
-        self.enter()?;
+        let _host = self.host_call()?;
         unsafe { T::p(ptr, value, pe) };
         Ok(())
     }
@@ -241,7 +241,7 @@ impl Nvshmem {
         pe: usize,
     ) -> Result<T> {
         let (ptr, pe) = self.element_at(src.into(), index, pe)?;
-        self.enter()?;
+        let _host = self.host_call()?;
         Ok(unsafe { T::g(ptr, pe) })
     }
 
@@ -256,7 +256,7 @@ impl Nvshmem {
     ) -> Result<()> {
         let (ptr, pe) = self.element_at(dest.into(), index, pe)?;
         let s = self.raw_stream(stream)?;
-        self.enter()?;
+        let _host = self.host_call()?;
         unsafe { T::p_on_stream(ptr, value, pe, s) };
         Ok(())
     }
@@ -272,7 +272,7 @@ impl Nvshmem {
     ) -> Result<T> {
         let (ptr, pe) = self.element_at(src.into(), index, pe)?;
         let s = self.raw_stream(stream)?;
-        self.enter()?;
+        let _host = self.host_call()?;
         Ok(unsafe { T::g_on_stream(ptr, pe, s) })
     }
 }

@@ -8,6 +8,7 @@ use crate::error::{check, CudaResultExt, Error, Result};
 use cudarc::driver::{CudaContext, CudaStream};
 use nvshmem_sys as sys;
 use std::any::{Any, TypeId};
+use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -22,11 +23,84 @@ enum State {
 
 static STATE: Mutex<State> = Mutex::new(State::NotStarted);
 
+/// Serialises this process's calls into NVSHMEM's host library, which is initialised at
+/// `NVSHMEM_THREAD_SERIALIZED`: any thread may call it, but never two at once. Every host call
+/// of this crate is made holding a [`HostCall`] (see [`host_call`]).
+static HOST_LIBRARY: Mutex<()> = Mutex::new(());
+
+thread_local! {
+    /// How many [`HostCall`]s this thread holds: only the first takes the lock, so a call
+    /// made under a guard may take another (the lock is not re-entrant).
+    static HOST_CALLS_HELD: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Permission to call NVSHMEM's host library: while it lives, no other thread of this
+/// process is inside NVSHMEM through this crate. Not `Send`: a guard stays on its thread.
+#[must_use = "NVSHMEM may only be called while the guard is held: bind it (`let _host = ...`)"]
+pub(crate) struct HostCall {
+    _lock: Option<MutexGuard<'static, ()>>,
+}
+
+impl Drop for HostCall {
+    fn drop(&mut self) {
+        HOST_CALLS_HELD.with(|held| held.set(held.get() - 1));
+    }
+}
+
+/// Take the host library for this thread (at once when this thread already has it). For the
+/// rare call that has no runtime handle; everything else uses [`Nvshmem::host_call`].
+pub(crate) fn host_call() -> HostCall {
+    let first = HOST_CALLS_HELD.with(|held| {
+        held.set(held.get() + 1);
+        held.get() == 1
+    });
+    HostCall {
+        _lock: first.then(|| lock(&HOST_LIBRARY)),
+    }
+}
+
 /// Set once this process made a [`UniqueId`]: NVSHMEM then only starts with it.
 static UNIQUE_ID_MADE: AtomicBool = AtomicBool::new(false);
 
-/// Default of `NVSHMEM_SYMMETRIC_SIZE` in NVSHMEM 3.
-const DEFAULT_HEAP_SIZE: usize = 1 << 30;
+/// The symmetric heap as NVSHMEM configures it from its environment at start-up (defaults
+/// of NVSHMEM 3, as `NVSHMEM_INFO=1` prints them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeapConfig {
+    /// `NVSHMEM_SYMMETRIC_SIZE`: the whole of a fixed heap, a growing heap's first mapping.
+    pub(crate) symmetric_size: usize,
+    /// Whether the heap grows (CUDA VMM, NVSHMEM's default on x86) or is fixed
+    /// (`NVSHMEM_DISABLE_CUDA_VMM=1`).
+    pub(crate) grows: bool,
+    /// `NVSHMEM_MAX_MEMORY_PER_GPU`: what a growing heap may reserve in all.
+    pub(crate) max_memory_per_gpu: usize,
+    /// `NVSHMEM_CUMEM_GRANULARITY`: the step a growing heap maps memory in.
+    pub(crate) granularity: usize,
+}
+
+impl HeapConfig {
+    pub(crate) fn from_env(var: impl Fn(&str) -> Option<String>) -> Self {
+        let size =
+            |name: &str, default: usize| var(name).and_then(|v| parse_size(&v)).unwrap_or(default);
+        let vmm_disabled = var("NVSHMEM_DISABLE_CUDA_VMM")
+            .and_then(|v| parse_bool(&v))
+            .unwrap_or(false);
+        HeapConfig {
+            symmetric_size: size("NVSHMEM_SYMMETRIC_SIZE", 1 << 30),
+            grows: !vmm_disabled,
+            max_memory_per_gpu: size("NVSHMEM_MAX_MEMORY_PER_GPU", 128 << 30),
+            granularity: size("NVSHMEM_CUMEM_GRANULARITY", 512 << 20).max(1),
+        }
+    }
+}
+
+/// A boolean variable as NVSHMEM reads it.
+fn parse_bool(text: &str) -> Option<bool> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "y" | "on" => Some(true),
+        "0" | "false" | "no" | "n" | "off" | "" => Some(false),
+        _ => None,
+    }
+}
 
 /// How to start NVSHMEM. The bootstrap itself comes from the launcher's environment:
 /// PMI under `nvshmrun`/hydra `mpiexec` (the default), `NVSHMEM_BOOTSTRAP_PMI=PMI-2` or
@@ -72,6 +146,7 @@ impl UniqueId {
             State::NotStarted => {}
         }
         let mut id = sys::nvshmemx_uniqueid_t::default();
+        let _host = host_call();
         check("nvshmemx_get_uniqueid", unsafe {
             sys::nvshmemx_get_uniqueid(&mut id)
         })?;
@@ -119,8 +194,12 @@ pub(crate) struct Runtime {
     n_pes: usize,
     node_pe: usize,
     node_n_pes: usize,
-    pub(crate) heap_size: usize,
+    pub(crate) heap: HeapConfig,
+    /// Bytes of symmetric memory this crate holds now.
     pub(crate) heap_in_use: AtomicUsize,
+    /// The most it ever held at once (or the first mapping): a growing heap keeps what it
+    /// mapped, so up to this much needs no new GPU memory.
+    pub(crate) heap_mapped: AtomicUsize,
     /// Made on first use, dropped in reverse order before NVSHMEM is finalised (they may free
     /// symmetric memory or unregister kernels). A service must not hold an [`Nvshmem`]: that
     /// would keep the runtime alive for ever.
@@ -130,13 +209,17 @@ pub(crate) struct Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
-        let _ = self.stream.synchronize();
+        // Kernels on any stream may still use symmetric memory or NVSHMEM's device state.
+        let _ = self.ctx.synchronize();
         let mut services =
             std::mem::take(self.services.get_mut().unwrap_or_else(|p| p.into_inner()));
         while let Some(service) = services.pop() {
             drop(service);
         }
-        unsafe { sys::nvshmemx_hostlib_finalize() };
+        {
+            let _host = host_call();
+            unsafe { sys::nvshmemx_hostlib_finalize() };
+        }
         if let Ok(mut s) = STATE.lock() {
             *s = State::Finalized;
         }
@@ -170,6 +253,7 @@ impl fmt::Debug for Nvshmem {
 /// The NVSHMEM release of the host library loaded in this process.
 pub fn library_version() -> (i32, i32, i32) {
     let (mut major, mut minor, mut patch) = (0, 0, 0);
+    let _host = host_call();
     unsafe { sys::nvshmemx_vendor_get_version_info(&mut major, &mut minor, &mut patch) };
     (major, minor, patch)
 }
@@ -274,6 +358,7 @@ impl Nvshmem {
                     .into(),
             ));
         }
+        let _host = host_call();
         check_library_version()?;
         let device_count = check_gpu()?;
 
@@ -337,10 +422,7 @@ impl Nvshmem {
             if status < sys::NVSHMEM_STATUS_IS_INITIALIZED as i32 {
                 return Err(Error::NotInitialized { status });
             }
-            let heap_size = std::env::var("NVSHMEM_SYMMETRIC_SIZE")
-                .ok()
-                .and_then(|s| parse_size(&s))
-                .unwrap_or(DEFAULT_HEAP_SIZE);
+            let heap = HeapConfig::from_env(|name| std::env::var(name).ok());
             Ok(Runtime {
                 ctx,
                 stream,
@@ -348,8 +430,9 @@ impl Nvshmem {
                 n_pes: n_pes as usize,
                 node_pe: node_pe as usize,
                 node_n_pes: node_n_pes.max(1) as usize,
-                heap_size,
+                heap,
                 heap_in_use: AtomicUsize::new(0),
+                heap_mapped: AtomicUsize::new(heap.symmetric_size),
                 services: Mutex::new(Vec::new()),
             })
         })();
@@ -413,9 +496,24 @@ impl Nvshmem {
         format!("{a}.{b}.{c}")
     }
 
-    /// Make this PE's context current on the calling thread (NVSHMEM calls need it).
-    pub(crate) fn enter(&self) -> Result<()> {
+    /// Make this PE's context current on the calling thread, for CUDA calls.
+    pub(crate) fn bind_context(&self) -> Result<()> {
         self.rt.ctx.bind_to_thread().during("cuCtxSetCurrent")
+    }
+
+    /// Take the host library for this thread ([`HostCall`]) and make this PE's context
+    /// current: what every NVSHMEM host call needs.
+    pub(crate) fn host_call(&self) -> Result<HostCall> {
+        let host = host_call();
+        self.bind_context()?;
+        Ok(host)
+    }
+
+    /// Wait until nothing runs on this PE's GPU, on any stream: before memory that kernels
+    /// may still use is freed or NVSHMEM state they may use is torn down.
+    pub(crate) fn quiesce(&self) -> Result<()> {
+        self.bind_context()?;
+        self.rt.ctx.synchronize().during("cuCtxSynchronize")
     }
 
     /// Check a PE number against the world team.
@@ -487,7 +585,7 @@ impl Nvshmem {
             compute_capability: ctx.compute_capability().during("cuDeviceGetAttribute")?,
             nvshmem_version: self.version(),
             bootstrap: bootstrap_name(),
-            heap_size: self.rt.heap_size,
+            heap_size: self.rt.heap.symmetric_size,
         })
     }
 }
@@ -567,7 +665,8 @@ impl fmt::Display for RuntimeInfo {
 }
 
 pub(crate) fn note_alloc(rt: &Runtime, bytes: usize) {
-    rt.heap_in_use.fetch_add(bytes, Ordering::Relaxed);
+    let now = rt.heap_in_use.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    rt.heap_mapped.fetch_max(now, Ordering::Relaxed);
 }
 
 pub(crate) fn note_free(rt: &Runtime, bytes: usize) {
@@ -586,6 +685,39 @@ mod tests {
         assert_eq!(parse_size("2GiB"), Some(2 << 30));
         assert_eq!(parse_size("1.5g"), Some(3 << 29));
         assert_eq!(parse_size("lots"), None);
+    }
+
+    #[test]
+    fn the_heap_configuration_follows_nvshmem_defaults_and_variables() {
+        let none = HeapConfig::from_env(|_| None);
+        assert_eq!(
+            none,
+            HeapConfig {
+                symmetric_size: 1 << 30,
+                grows: true,
+                max_memory_per_gpu: 128 << 30,
+                granularity: 512 << 20,
+            }
+        );
+        let set = HeapConfig::from_env(|name| {
+            Some(
+                match name {
+                    "NVSHMEM_SYMMETRIC_SIZE" => "4G",
+                    "NVSHMEM_DISABLE_CUDA_VMM" => "1",
+                    "NVSHMEM_MAX_MEMORY_PER_GPU" => "16g",
+                    "NVSHMEM_CUMEM_GRANULARITY" => "2M",
+                    _ => return None,
+                }
+                .to_string(),
+            )
+        });
+        assert_eq!(set.symmetric_size, 4 << 30);
+        assert!(!set.grows);
+        assert_eq!(set.max_memory_per_gpu, 16 << 30);
+        assert_eq!(set.granularity, 2 << 20);
+        assert_eq!(parse_bool("TRUE"), Some(true));
+        assert_eq!(parse_bool("off"), Some(false));
+        assert_eq!(parse_bool("maybe"), None);
     }
 
     #[test]

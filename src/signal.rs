@@ -139,6 +139,7 @@ static OWN_STREAM_NBI: AtomicBool = AtomicBool::new(false);
 /// barriers).
 pub(crate) fn complete_own_stream(shmem: &Nvshmem) -> Result<()> {
     if OWN_STREAM_NBI.swap(false, Ordering::AcqRel) {
+        let _host = shmem.host_call()?;
         let stream = shmem.stream();
         unsafe { sys::nvshmemx_quiet_on_stream(stream.cu_stream() as sys::cudaStream_t) };
         stream.synchronize().during("cuStreamSynchronize")?;
@@ -175,7 +176,7 @@ impl Nvshmem {
         let t = self.transfer(dest, src, pe)?;
         let sig = sig.element_ptr(self, "the signal buffer", sig_index)?;
         let s = self.stream_or_own(stream)?;
-        self.enter()?;
+        let _host = self.host_call()?;
         let call = if nbi {
             sys::nvshmemx_putmem_signal_nbi_on_stream
         } else {
@@ -299,7 +300,7 @@ impl Nvshmem {
         let ptr = sig.element_ptr(self, "the signal buffer", index)?;
         let pe = self.check_pe(pe)?;
         let s = self.stream_or_own(stream)?;
-        self.enter()?;
+        let _host = self.host_call()?;
         unsafe { sys::nvshmemx_signal_op_on_stream(ptr, value, op.raw(), pe, s) };
         Ok(())
     }
@@ -318,6 +319,7 @@ impl Nvshmem {
     ) -> Result<u64> {
         let ptr = self.signal_wait_with(sig.into(), index, cmp, value, None)?;
         self.stream().synchronize().during("cuStreamSynchronize")?;
+        let _host = self.host_call()?;
         Ok(unsafe { sys::nvshmem_signal_fetch(ptr) })
     }
 
@@ -346,7 +348,7 @@ impl Nvshmem {
     ) -> Result<*mut u64> {
         let ptr = sig.element_ptr(self, "the signal buffer", index)?;
         let s = self.stream_or_own(stream)?;
-        self.enter()?;
+        let _host = self.host_call()?;
         unsafe { sys::nvshmemx_signal_wait_until_on_stream(ptr, cmp.raw(), value, s) };
         Ok(ptr)
     }
@@ -366,7 +368,7 @@ impl Nvshmem {
         index: usize,
     ) -> Result<u64> {
         let ptr = sig.into().element_ptr(self, "the signal buffer", index)?;
-        self.enter()?;
+        let _host = self.host_call()?;
         Ok(unsafe { sys::nvshmem_signal_fetch(ptr) })
     }
 }

@@ -59,7 +59,7 @@ impl Nvshmem {
     /// # Ok(()) }
     /// ```
     pub fn quiet(&self) -> Result<()> {
-        self.enter()?;
+        let _host = self.host_call()?;
         complete_own_stream(self)?;
         unsafe { sys::nvshmem_quiet() };
         Ok(())
@@ -68,7 +68,7 @@ impl Nvshmem {
     /// Order this PE's puts (and non-fetching atomics) to each PE: those issued before reach
     /// their PE before those issued after. Does not wait.
     pub fn fence(&self) -> Result<()> {
-        self.enter()?;
+        let _host = self.host_call()?;
         unsafe { sys::nvshmem_fence() };
         Ok(())
     }
@@ -76,7 +76,7 @@ impl Nvshmem {
     /// Wait until every PE has called it, after completing this PE's operations (a quiet).
     /// Collective over all PEs.
     pub fn barrier_all(&self) -> Result<()> {
-        self.enter()?;
+        let _host = self.host_call()?;
         complete_own_stream(self)?;
         unsafe { sys::nvshmem_barrier_all() };
         Ok(())
@@ -92,7 +92,7 @@ impl Nvshmem {
     /// ```
     pub fn barrier(&self, team: &Team) -> Result<()> {
         let t = self.team_handle(team)?;
-        self.enter()?;
+        let _host = self.host_call()?;
         complete_own_stream(self)?;
         check("nvshmem_barrier", unsafe { sys::nvshmem_barrier(t) })
     }
@@ -100,7 +100,7 @@ impl Nvshmem {
     /// Wait until every PE has called it, without completing outstanding operations.
     /// Collective over all PEs.
     pub fn sync_all(&self) -> Result<()> {
-        self.enter()?;
+        let _host = self.host_call()?;
         unsafe { sys::nvshmem_sync_all() };
         Ok(())
     }
@@ -108,7 +108,7 @@ impl Nvshmem {
     /// [`sync_all`](Self::sync_all) over the PEs of `team` (collective over the team).
     pub fn sync(&self, team: &Team) -> Result<()> {
         let t = self.team_handle(team)?;
-        self.enter()?;
+        let _host = self.host_call()?;
         check("nvshmem_team_sync", unsafe { sys::nvshmem_team_sync(t) })
     }
 
@@ -125,7 +125,7 @@ impl Nvshmem {
         value: T,
     ) -> Result<()> {
         let ptr = ivar.into().element_ptr(self, "the wait variable", index)?;
-        self.enter()?;
+        let _host = self.host_call()?;
         let stream = self.stream();
         unsafe {
             T::wait_until_on_stream(
@@ -160,7 +160,7 @@ impl Nvshmem {
     ) -> Result<()> {
         let ptr = ivar.into().element_ptr(self, "the wait variable", index)?;
         let s = self.raw_stream(stream)?;
-        self.enter()?;
+        let _host = self.host_call()?;
         unsafe { T::wait_until_on_stream(ptr, cmp.raw(), value, s) };
         Ok(())
     }
@@ -215,7 +215,7 @@ impl Nvshmem {
     /// Check `stream`, make the context current and enqueue `call` on it.
     fn enqueue(&self, stream: &CudaStream, call: impl FnOnce(sys::cudaStream_t)) -> Result<()> {
         let s = self.raw_stream(stream)?;
-        self.enter()?;
+        let _host = self.host_call()?;
         call(s);
         Ok(())
     }

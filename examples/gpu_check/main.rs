@@ -21,6 +21,7 @@ mod collectives;
 mod data;
 mod errors;
 mod harness;
+mod reliability;
 mod rma;
 mod runtime;
 mod signal;
@@ -61,6 +62,7 @@ fn run() -> Result<i32> {
     sync::checks(&mut h);
     collectives::checks(&mut h);
     errors::checks(&mut h);
+    reliability::checks(&mut h);
 
     let (passed, failed) = h.finish()?;
     let me = ctx.me;

@@ -270,11 +270,18 @@ pub struct CollectivesConfig {
     /// complete before it touches memory. This hides most of the launch latency between
     /// back-to-back kernels; `false` launches plainly.
     pub programmatic_launch: bool,
+    /// Before every call, the PEs exchange what they are about to do (operation, type,
+    /// algorithm, length, where the buffers are) and refuse a call they disagree on with
+    /// [`Error::CollectiveMismatch`], instead of leaving
+    /// stale data on one PE and storing past a view on another. It costs a host round trip
+    /// per call (an fcollect and a stream synchronisation) and is skipped while the stream is
+    /// captured into a graph. On by default in debug builds.
+    pub check_calls: bool,
 }
 
 impl CollectivesConfig {
     /// The measured thresholds for this PE count, a workspace that fits them, programmatic
-    /// launches.
+    /// launches, and per-call agreement in debug builds.
     ///
     /// ```
     /// use nvshmem::collectives::{CollectivesConfig, Workspace};
@@ -290,6 +297,7 @@ impl CollectivesConfig {
             workspace: Workspace::for_thresholds(&thresholds, n_pes),
             thresholds,
             programmatic_launch: true,
+            check_calls: cfg!(debug_assertions),
         }
     }
 }

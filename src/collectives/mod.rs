@@ -22,6 +22,7 @@
 //! (grids and workspace limits of a call), [`config`] (the workspace, sized once, and the
 //! thresholds of the automatic choice) and this module (the workspace and the dispatch).
 
+mod agree;
 pub mod algo;
 pub mod config;
 mod plan;
@@ -37,6 +38,7 @@ use crate::memory::{check_len, SymmetricBuffer, SymmetricView};
 use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
 use crate::runtime::Nvshmem;
 use crate::team::collectives::check_overlap;
+use agree::{config_hash, Agreement, Record};
 use algo::{all_gather_kernel, all_reduce_kernel, all_reduce_kernels, type_and_op, Algo, Params};
 use cudarc::driver::{sys as cusys, CudaStream};
 use plan::{all_gather_plan, all_reduce_plan, CallPlan, Dims, Extra};
@@ -46,6 +48,9 @@ pub struct Collectives {
     shmem: Nvshmem,
     thresholds: Thresholds,
     programmatic_launch: bool,
+    check_calls: bool,
+    /// Scratch of the agreements (configuration, and calls when `check_calls`).
+    agreement: Agreement,
     dims: Dims,
     /// The epoch of this PE's calls, one copy per block index (`Ctrl`).
     ctrl: SymmetricBuffer<u64>,
@@ -106,6 +111,15 @@ impl Collectives {
             )));
         }
         config.workspace.check(n)?;
+        // Before anything that depends on it: the same configuration on every PE.
+        let agreement = Agreement::new(shmem)?;
+        agreement.agree(
+            shmem,
+            Record::Config {
+                hash: config_hash(&config),
+                n_pes: n as u64,
+            },
+        )?;
         let module = Module::load(shmem, &COLLECTIVES)?;
         let all_reduce = all_reduce_kernels()
             .map(|(row, t, o)| {
@@ -155,6 +169,8 @@ impl Collectives {
             shmem: shmem.clone(),
             thresholds: config.thresholds,
             programmatic_launch: config.programmatic_launch,
+            check_calls: config.check_calls,
+            agreement,
             dims,
             ctrl,
             flags,
@@ -173,6 +189,7 @@ impl Collectives {
             thresholds: self.thresholds.clone(),
             workspace: self.workspace(),
             programmatic_launch: self.programmatic_launch,
+            check_calls: self.check_calls,
         }
     }
 
@@ -182,9 +199,22 @@ impl Collectives {
     }
 
     /// Change the thresholds of the automatic choice. They must fit the workspace allocated
-    /// at construction; every PE must make the same change at the same point of its calls.
+    /// at construction. Collective: every PE makes the same change at the same point of its
+    /// calls, and the PEs check that they agree ([`Error::CollectiveMismatch`] otherwise,
+    /// with the thresholds unchanged).
     pub fn set_thresholds(&mut self, thresholds: Thresholds) -> Result<()> {
         thresholds.check_fits(&self.dims)?;
+        let config = CollectivesConfig {
+            thresholds: thresholds.clone(),
+            ..self.config()
+        };
+        self.agreement.agree(
+            &self.shmem,
+            Record::Config {
+                hash: config_hash(&config),
+                n_pes: self.dims.n_pes as u64,
+            },
+        )?;
         self.thresholds = thresholds;
         Ok(())
     }
@@ -279,6 +309,18 @@ impl Collectives {
             .expect("every algorithm that takes a type has its kernels");
         let plan = all_reduce_plan(algo, bytes, &self.dims);
         let params = algo::ALL_REDUCE_ROWS[row].params;
+        self.agree_call(
+            Record::Call {
+                all_gather: false,
+                dtype: T::DTYPE,
+                op: Some(op),
+                row,
+                len: src.len(),
+                dst: self.heap_offset(dst.as_ptr() as u64),
+                src: self.heap_offset(src.as_ptr() as u64),
+            },
+            stream,
+        )?;
         self.launch(
             function,
             &algo,
@@ -332,6 +374,18 @@ impl Collectives {
         let row = algo.index().expect("Auto was resolved");
         let plan = all_gather_plan(algo, bytes, &self.dims);
         let params = algo::ALL_GATHER_ROWS[row].params;
+        self.agree_call(
+            Record::Call {
+                all_gather: true,
+                dtype: T::DTYPE,
+                op: None,
+                row,
+                len: src.len(),
+                dst: self.heap_offset(dst.as_ptr() as u64),
+                src: self.heap_offset(src.as_ptr() as u64),
+            },
+            stream,
+        )?;
         self.launch(
             &self.all_gather[row],
             &algo,
@@ -343,6 +397,29 @@ impl Collectives {
             bytes,
             stream,
         )
+    }
+
+    /// Where `ptr` sits in the symmetric heap, as an offset from our workspace: the same on
+    /// every PE for the same symmetric location, whatever each PE's mapping.
+    fn heap_offset(&self, ptr: u64) -> i64 {
+        ptr.wrapping_sub(self.ctrl.device_ptr()) as i64
+    }
+
+    /// With `check_calls`, agree with every PE on this call before launching it (skipped
+    /// while `stream` is being captured: a graph replays what was checked when it ran
+    /// eagerly, and the exchange cannot be captured).
+    fn agree_call(&self, record: Record, stream: &CudaStream) -> Result<()> {
+        if !self.check_calls {
+            return Ok(());
+        }
+        self.shmem.bind_context()?;
+        // SAFETY: a live stream of this context.
+        let capture = unsafe { cudarc::driver::result::stream::is_capturing(stream.cu_stream()) }
+            .during("cuStreamIsCapturing")?;
+        if capture != cusys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Ok(());
+        }
+        self.agreement.agree(&self.shmem, record)
     }
 
     /// Launch one call: the parameters every kernel takes

@@ -1,11 +1,13 @@
-//! The debug-build agreement check of collective allocation: before each symmetric
-//! allocation and free, every PE publishes `[kind, sequence, bytes, alignment]` with one
-//! fcollect, and a PE that differs is named in an error instead of a hang or a corrupted heap.
+//! The agreement of collective allocation, in every build: before each symmetric allocation
+//! and free, every PE publishes what it is about to do (`[kind, sequence, bytes, alignment]`)
+//! and whether its heap can take it, with one fcollect. A PE that differs is named in an
+//! error, and a refusal by any PE is an error on every PE, instead of a hang, a corrupted heap
+//! or a job that NVSHMEM takes down. It costs one small fcollect per allocation and free.
 //!
 //! A runtime service ([`Nvshmem::with_service`]): made on the first allocation, which every
 //! PE makes at the same point, and freed before NVSHMEM is finalised.
 
-use crate::error::{check, CudaResultExt, Error, Result};
+use crate::error::{check, CudaResultExt, Error, HeapLimit, Result};
 use crate::runtime::Nvshmem;
 use nvshmem_sys as sys;
 
@@ -16,8 +18,44 @@ pub(crate) enum CheckKind {
     Free = 2,
 }
 
-/// Words each PE publishes.
-const WORDS: usize = 4;
+/// What a PE publishes: what it is about to do (the words that must agree), then whether its
+/// heap refuses it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Proposal {
+    pub(crate) kind: CheckKind,
+    /// The allocation's sequence number for a free; `None` for a new allocation.
+    pub(crate) seq: Option<u64>,
+    pub(crate) bytes: usize,
+    pub(crate) align: usize,
+    /// This PE's verdict ([`super::heap::refusal`]); always `None` for a free.
+    pub(crate) refused: Option<HeapLimit>,
+    pub(crate) in_use: usize,
+}
+
+/// Words each PE publishes: kind, sequence, bytes, alignment (these must agree), then the
+/// refusal's code and value, and the bytes in use.
+const WORDS: usize = 7;
+/// The words every PE must publish alike.
+const AGREED: usize = 4;
+
+fn encode(limit: Option<HeapLimit>) -> [u64; 2] {
+    match limit {
+        None => [0, 0],
+        Some(HeapLimit::SymmetricSize(v)) => [1, v as u64],
+        Some(HeapLimit::MaxMemoryPerGpu(v)) => [2, v as u64],
+        Some(HeapLimit::GpuMemory(v)) => [3, v as u64],
+    }
+}
+
+fn decode(code: u64, value: u64) -> Option<HeapLimit> {
+    let v = value as usize;
+    match code {
+        1 => Some(HeapLimit::SymmetricSize(v)),
+        2 => Some(HeapLimit::MaxMemoryPerGpu(v)),
+        3 => Some(HeapLimit::GpuMemory(v)),
+        _ => None,
+    }
+}
 
 /// Symmetric scratch for the exchange: 4 words of ours, then 4 words per PE.
 pub(crate) struct AllocCheck {
@@ -34,7 +72,7 @@ impl AllocCheck {
     /// Allocate the scratch (collective). Called with the runtime's services locked, so it
     /// allocates with NVSHMEM directly.
     pub(crate) fn new(shmem: &Nvshmem) -> Result<Self> {
-        shmem.enter()?;
+        let _host = shmem.host_call()?;
         let n_pes = shmem.n_pes();
         let bytes = (n_pes + 1) * WORDS * 8;
         let scratch = unsafe { sys::nvshmem_malloc(bytes) } as *mut u64;
@@ -42,7 +80,8 @@ impl AllocCheck {
             return Err(Error::HeapExhausted {
                 requested: bytes,
                 in_use: 0,
-                heap_size: shmem.rt.heap_size,
+                pe: shmem.my_pe(),
+                limit: HeapLimit::SymmetricSize(shmem.rt.heap.symmetric_size),
             });
         }
         Ok(AllocCheck {
@@ -52,18 +91,22 @@ impl AllocCheck {
         })
     }
 
-    /// Exchange what every PE is about to do and fail if they differ. Returns the sequence
-    /// number of the allocation (a new one for `Alloc`, `seq` for `Free`).
-    pub(crate) fn agree(
-        &mut self,
-        shmem: &Nvshmem,
-        kind: CheckKind,
-        seq: Option<u64>,
-        bytes: usize,
-        align: usize,
-    ) -> Result<u64> {
-        let seq = seq.unwrap_or(self.next_seq);
-        let mine = [kind as u64, seq, bytes as u64, align as u64];
+    /// Exchange what every PE is about to do; fail if they differ or if any PE's heap refuses.
+    /// Returns the sequence number of the allocation (a new one for `Alloc`, the given one for
+    /// `Free`).
+    pub(crate) fn agree(&mut self, shmem: &Nvshmem, p: Proposal) -> Result<u64> {
+        let seq = p.seq.unwrap_or(self.next_seq);
+        let [code, value] = encode(p.refused);
+        let mine = [
+            p.kind as u64,
+            seq,
+            p.bytes as u64,
+            p.align as u64,
+            code,
+            value,
+            p.in_use as u64,
+        ];
+        let _host = shmem.host_call()?;
         let stream = shmem.stream();
         let mut all = vec![0u64; self.n_pes * WORDS];
         unsafe {
@@ -94,23 +137,39 @@ impl AllocCheck {
         if let Some(msg) = describe_mismatch(shmem.my_pe(), &all) {
             return Err(Error::CollectiveMismatch(msg));
         }
-        if kind == CheckKind::Alloc {
+        if let Some(e) = first_refusal(&all) {
+            return Err(e);
+        }
+        if p.kind == CheckKind::Alloc {
             self.next_seq += 1;
         }
         Ok(seq)
     }
 }
 
+/// The refusal of the lowest PE that refused, as every PE reports it.
+fn first_refusal(all: &[u64]) -> Option<Error> {
+    all.chunks(WORDS).enumerate().find_map(|(pe, r)| {
+        decode(r[4], r[5]).map(|limit| Error::HeapExhausted {
+            requested: r[2] as usize,
+            in_use: r[6] as usize,
+            pe,
+            limit,
+        })
+    })
+}
+
 impl Drop for AllocCheck {
     fn drop(&mut self) {
         // The runtime drops its services with its context current, before finalising.
+        let _host = crate::runtime::host_call();
         unsafe { sys::nvshmem_free(self.scratch as *mut std::ffi::c_void) };
     }
 }
 
 /// Compare what each PE published; `None` when all agree.
 fn describe_mismatch(my_pe: usize, all: &[u64]) -> Option<String> {
-    let records: Vec<&[u64]> = all.chunks(WORDS).collect();
+    let records: Vec<&[u64]> = all.chunks(WORDS).map(|r| &r[..AGREED]).collect();
     let first = records.first()?;
     let pe = records.iter().position(|r| r != first)?;
     let show = |r: &[u64]| {
@@ -139,14 +198,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_refusal_by_any_pe_is_the_lowest_refusing_pe_s_error_everywhere() {
+        let mut all = vec![1, 0, 4096, 0, 0, 0, 64];
+        all.extend([1, 0, 4096, 0, 3, 1 << 20, 128]);
+        all.extend([1, 0, 4096, 0, 1, 1 << 30, 256]);
+        assert_eq!(describe_mismatch(0, &all), None);
+        match first_refusal(&all) {
+            Some(Error::HeapExhausted {
+                requested: 4096,
+                in_use: 128,
+                pe: 1,
+                limit: HeapLimit::GpuMemory(1048576),
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(first_refusal(&all[..WORDS]).is_none());
+        for limit in [
+            HeapLimit::SymmetricSize(7),
+            HeapLimit::MaxMemoryPerGpu(8),
+            HeapLimit::GpuMemory(9),
+        ] {
+            let [c, v] = encode(Some(limit));
+            assert_eq!(decode(c, v), Some(limit));
+        }
+    }
+
+    #[test]
     fn agreeing_pes_pass_the_allocation_check() {
-        let all = [1, 3, 4096, 0, 1, 3, 4096, 0, 1, 3, 4096, 0];
+        let all = [
+            1, 3, 4096, 0, 0, 0, 0, 1, 3, 4096, 0, 0, 0, 0, 1, 3, 4096, 0, 0, 0, 0,
+        ];
         assert_eq!(describe_mismatch(0, &all), None);
     }
 
     #[test]
     fn a_pe_allocating_another_size_is_named() {
-        let all = [1, 3, 4096, 0, 1, 3, 4096, 0, 1, 3, 8192, 0];
+        let all = [
+            1, 3, 4096, 0, 0, 0, 0, 1, 3, 4096, 0, 0, 0, 0, 1, 3, 8192, 0, 0, 0, 0,
+        ];
         let msg = describe_mismatch(1, &all).unwrap();
         assert!(
             msg.contains("PE 2 is doing allocation #3 of 8192 bytes"),
@@ -160,14 +249,14 @@ mod tests {
 
     #[test]
     fn a_pe_freeing_out_of_order_is_named() {
-        let all = [2, 0, 64, 0, 2, 1, 128, 0];
+        let all = [2, 0, 64, 0, 0, 0, 0, 2, 1, 128, 0, 0, 0, 0];
         let msg = describe_mismatch(0, &all).unwrap();
         assert!(msg.contains("free of allocation #1 of 128 bytes"), "{msg}");
     }
 
     #[test]
     fn a_pe_allocating_while_another_frees_is_named() {
-        let all = [1, 5, 64, 0, 2, 4, 64, 0];
+        let all = [1, 5, 64, 0, 0, 0, 0, 2, 4, 64, 0, 0, 0, 0];
         assert!(describe_mismatch(0, &all)
             .unwrap()
             .contains("PE 1 is doing free of allocation #4"));

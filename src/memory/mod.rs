@@ -1,24 +1,28 @@
 //! Typed symmetric memory: allocation (collective), host copies, views and peer pointers.
 
 mod check;
+mod heap;
 mod view;
 
 pub(crate) use view::check_len;
 pub use view::SymmetricView;
 
 use crate::element::Element;
-use crate::error::{CudaResultExt, Error, Result};
+use crate::error::{CudaResultExt, Error, HeapLimit, Result};
 use crate::runtime::{note_alloc, note_free, Nvshmem};
-use check::{AllocCheck, CheckKind};
+use check::{AllocCheck, CheckKind, Proposal};
+use heap::HeapUse;
 use nvshmem_sys as sys;
 use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::Ordering;
 
 /// A typed allocation in the symmetric heap: the same size at the same offset on every PE,
 /// so any PE can address any other PE's copy.
 ///
 /// Allocation and free are **collective**: every PE must allocate the same sizes in the
-/// same order, and free in the same order. Debug builds check this and return
-/// [`Error::CollectiveMismatch`] instead of hanging or corrupting the heap.
+/// same order, and free in the same order. Every call checks this (one small exchange) and
+/// returns [`Error::CollectiveMismatch`] instead of hanging or corrupting the heap; an
+/// allocation that any PE's heap cannot take is [`Error::HeapExhausted`] on every PE.
 ///
 /// ```no_run
 /// # fn main() -> nvshmem::Result<()> {
@@ -87,12 +91,30 @@ impl Nvshmem {
                 T::NVSHMEM_NAME
             ))
         })?;
-        self.enter()?;
+        let _host = self.host_call()?;
         let align = match how {
             Alloc::Aligned(a) => a,
             _ => 0,
         };
-        let seq = self.check_collective(CheckKind::Alloc, None, bytes, align)?;
+        let in_use = self.rt.heap_in_use.load(Ordering::Relaxed);
+        let now = HeapUse {
+            in_use,
+            mapped: self.rt.heap_mapped.load(Ordering::Relaxed),
+        };
+        let gpu_free = || {
+            cudarc::driver::result::mem_get_info()
+                .map(|(free, _)| free)
+                .during("cuMemGetInfo")
+        };
+        let refused = heap::refusal(&self.rt.heap, now, bytes, gpu_free)?;
+        let seq = self.agree_collective(Proposal {
+            kind: CheckKind::Alloc,
+            seq: None,
+            bytes,
+            align,
+            refused,
+            in_use,
+        })?;
         let ptr = if bytes == 0 {
             std::ptr::null_mut()
         } else {
@@ -104,14 +126,14 @@ impl Nvshmem {
                 }
             }
         };
+        // A fixed heap too fragmented for the request: NVSHMEM returns NULL on every PE alike
+        // (same heap, same sequence of calls), so no PE goes on alone.
         if bytes != 0 && ptr.is_null() {
             return Err(Error::HeapExhausted {
                 requested: bytes,
-                in_use: self
-                    .rt
-                    .heap_in_use
-                    .load(std::sync::atomic::Ordering::Relaxed),
-                heap_size: self.rt.heap_size,
+                in_use,
+                pe: self.my_pe(),
+                limit: HeapLimit::SymmetricSize(self.rt.heap.symmetric_size),
             });
         }
         note_alloc(&self.rt, bytes);
@@ -125,21 +147,10 @@ impl Nvshmem {
         })
     }
 
-    /// Debug builds: exchange what every PE is about to do and fail if they differ.
-    /// Returns the allocation's sequence number (0 in release builds).
-    fn check_collective(
-        &self,
-        kind: CheckKind,
-        seq: Option<u64>,
-        bytes: usize,
-        align: usize,
-    ) -> Result<u64> {
-        if !cfg!(debug_assertions) {
-            return Ok(seq.unwrap_or(0));
-        }
-        self.with_service(AllocCheck::new, |check| {
-            check.agree(self, kind, seq, bytes, align)
-        })
+    /// Exchange what every PE is about to do and fail if they differ or any heap refuses.
+    /// Returns the allocation's sequence number.
+    fn agree_collective(&self, proposal: Proposal) -> Result<u64> {
+        self.with_service(AllocCheck::new, |check| check.agree(self, proposal))
     }
 }
 
@@ -261,15 +272,19 @@ impl<T: Element> SymmetricBuffer<T> {
         if !self.live {
             return Ok(());
         }
-        self.shmem.enter()?;
-        self.shmem
-            .check_collective(CheckKind::Free, Some(self.seq), self.bytes, 0)?;
+        let _host = self.shmem.host_call()?;
+        self.shmem.agree_collective(Proposal {
+            kind: CheckKind::Free,
+            seq: Some(self.seq),
+            bytes: self.bytes,
+            align: 0,
+            refused: None,
+            in_use: 0,
+        })?;
         if !self.ptr.is_null() {
-            // Work queued on the stream may still use the buffer.
-            self.shmem
-                .stream()
-                .synchronize()
-                .during("cuStreamSynchronize")?;
+            // Kernels on any stream (not only the runtime's) may still use the buffer; the
+            // allocation that reuses its memory must not see their stores.
+            self.shmem.quiesce()?;
             unsafe { sys::nvshmem_free(self.ptr as *mut std::ffi::c_void) };
         }
         note_free(&self.shmem.rt, self.bytes);

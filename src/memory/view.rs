@@ -114,7 +114,7 @@ impl<'a, T: Element> SymmetricView<'a, T> {
         if host_len == 0 {
             return Ok(());
         }
-        self.shmem.enter()?;
+        let _host = self.shmem.host_call()?;
         let stream = self.shmem.stream();
         copy(self.ptr as u64, stream.cu_stream())?;
         stream.synchronize().during("cuStreamSynchronize")
@@ -130,7 +130,7 @@ impl<'a, T: Element> SymmetricView<'a, T> {
     /// See [`SymmetricBuffer::peer_ptr`].
     pub fn peer_ptr(&self, pe: usize) -> Result<Option<*mut T>> {
         let pe = self.shmem.check_pe(pe)?;
-        self.shmem.enter()?;
+        let _host = self.shmem.host_call()?;
         let p = unsafe { sys::nvshmem_ptr(self.ptr as *const std::ffi::c_void, pe) };
         Ok((!p.is_null()).then_some(p as *mut T))
     }

@@ -74,6 +74,7 @@ impl Drop for Loaded {
         // Kernels of this module may still run on any stream: wait for all of them.
         let _ = self.enter();
         let _ = self.ctx.synchronize();
+        let _host = crate::runtime::host_call();
         // SAFETY: no kernel of the module is running, and no function refers to it any more.
         unsafe {
             match self.handle {
@@ -190,7 +191,7 @@ impl Module {
         hold_runtime: bool,
     ) -> Result<Self> {
         check_image(bytes, name)?;
-        shmem.enter()?;
+        let _host = shmem.host_call()?;
         let image = aligned_copy(bytes);
         let handle = match kind {
             // SAFETY: `image` is a complete, aligned image that outlives the call.

@@ -4,7 +4,7 @@
 pub mod collectives;
 
 use crate::error::{Error, Result};
-use crate::runtime::Nvshmem;
+use crate::runtime::{host_call, Nvshmem};
 use nvshmem_sys as sys;
 
 /// A team of PEs. The predefined teams (world, shared, node) live as long as the runtime;
@@ -70,18 +70,21 @@ impl Team {
 
     /// This PE's number in the team, `None` if it is not a member.
     pub fn my_pe(&self) -> Option<usize> {
+        let _host = host_call();
         let pe = unsafe { sys::nvshmem_team_my_pe(self.handle) };
         (pe >= 0).then_some(pe as usize)
     }
 
     /// Number of PEs in the team.
     pub fn n_pes(&self) -> usize {
+        let _host = host_call();
         unsafe { sys::nvshmem_team_n_pes(self.handle) }.max(0) as usize
     }
 
     /// The number in `dest` of this team's PE `pe`, `None` if it is not in `dest`.
     pub fn translate_pe(&self, pe: usize, dest: &Team) -> Result<Option<usize>> {
         self.check_pe(pe)?;
+        let _host = host_call();
         let t = unsafe { sys::nvshmem_team_translate_pe(self.handle, pe as i32, dest.handle) };
         Ok((t >= 0).then_some(t as usize))
     }
@@ -109,7 +112,7 @@ impl Team {
                 "split_strided(start {start}, stride {stride}, size {size}) does not fit a team of {n} PEs"
             )));
         }
-        self.shmem.enter()?;
+        let _host = self.shmem.host_call()?;
         let mut new = sys::NVSHMEM_TEAM_INVALID;
         let status = unsafe {
             sys::nvshmem_team_split_strided(
@@ -132,7 +135,7 @@ impl Team {
         if x_range == 0 {
             return Err(Error::InvalidArgument("split_2d needs x_range >= 1".into()));
         }
-        self.shmem.enter()?;
+        let _host = self.shmem.host_call()?;
         let (mut x, mut y) = (sys::NVSHMEM_TEAM_INVALID, sys::NVSHMEM_TEAM_INVALID);
         let status = unsafe {
             sys::nvshmem_team_split_2d(
@@ -162,7 +165,9 @@ impl Team {
 impl Drop for Team {
     fn drop(&mut self) {
         if self.owned {
-            let _ = self.shmem.enter();
+            // A kernel may still use the team (its collectives on a stream).
+            let _ = self.shmem.quiesce();
+            let _host = self.shmem.host_call();
             unsafe { sys::nvshmem_team_destroy(self.handle) };
         }
     }

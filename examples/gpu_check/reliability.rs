@@ -1,0 +1,207 @@
+//! Reliability: the host API from many threads at once, frees that wait for kernels on every
+//! stream, and allocations the heap cannot take refused on every PE with the heap still usable.
+
+use crate::harness::*;
+use nvshmem::cudarc::driver::result as cu;
+use nvshmem::{AllReduceAlgo, Collectives, CollectivesConfig, Error, HeapLimit, ReduceOp};
+
+const THREADS: usize = 8;
+const ITERS: usize = 200;
+
+/// What thread `t` of PE `pe` writes in its iteration `i`.
+fn stamp(pe: usize, t: usize, i: usize) -> u64 {
+    ((pe as u64) << 40) | ((t as u64) << 20) | (i as u64 + 1)
+}
+
+pub(crate) fn checks(h: &mut Harness) {
+    let c = h.ctx;
+    h.check(
+        "threads: 8 threads put, get, quiet and add atomically at once",
+        |_| {
+            let sh = &c.shmem;
+            // Slots and counters that the left PE's threads write into.
+            let slots = c.zeros::<u64>(THREADS * ITERS)?;
+            let counters = c.zeros::<u64>(THREADS)?;
+            let mine: Vec<u64> = (0..THREADS * ITERS)
+                .map(|k| stamp(c.me, k / ITERS, k % ITERS))
+                .collect();
+            let sources = c.upload(&mine)?;
+            let outcomes: Vec<std::result::Result<(), String>> = std::thread::scope(|scope| {
+                let workers: Vec<_> = (0..THREADS)
+                    .map(|t| {
+                        let (slots, counters, sources) = (&slots, &counters, &sources);
+                        scope.spawn(move || -> std::result::Result<(), String> {
+                            let e = |e: nvshmem::Error| format!("thread {t}: {e}");
+                            for i in 0..ITERS {
+                                let at = t * ITERS + i;
+                                let v = stamp(c.me, t, i);
+                                if i % 2 == 0 {
+                                    sh.p(slots, at, v, c.right).map_err(e)?;
+                                } else {
+                                    sh.put(slots.view(at..=at), sources.view(at..=at), c.right)
+                                        .map_err(e)?;
+                                }
+                                sh.quiet().map_err(e)?;
+                                let back = sh.g(slots, at, c.right).map_err(e)?;
+                                if back != v {
+                                    return Err(format!(
+                                        "thread {t}: read {back:#x} back from PE {}, wrote {v:#x}",
+                                        c.right
+                                    ));
+                                }
+                                sh.atomic_add(counters, t, 1u64, c.right).map_err(e)?;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|w| w.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+                    .collect()
+            });
+            sh.barrier_all()?;
+            let mut problems = Problems::default();
+            for o in outcomes {
+                problems.note(o.map_err(Into::into));
+            }
+            let want: Vec<u64> = (0..THREADS * ITERS)
+                .map(|k| stamp(c.left, k / ITERS, k % ITERS))
+                .collect();
+            problems.note(same("slots from the left PE", &slots.to_vec()?, &want));
+            problems.note(same(
+                "atomic counters",
+                &counters.to_vec()?,
+                &[ITERS as u64; THREADS],
+            ));
+            problems.done()
+        },
+    );
+
+    h.check(
+        "free waits for kernels still writing on another stream",
+        |_| {
+            let sh = &c.shmem;
+            const SMALL: usize = 1 << 20;
+            // Keep a side stream busy for milliseconds, then have it write the small buffer.
+            let busy = sh.malloc::<u8>(256 << 20)?;
+            let small = sh.malloc::<u8>(SMALL)?;
+            let addr = small.device_ptr();
+            let side = sh.new_stream()?;
+            unsafe {
+                for _ in 0..40 {
+                    cu::memset_d8_async(busy.device_ptr(), 1, busy.len(), side.cu_stream())?;
+                }
+                cu::memset_d8_async(addr, 0xAA, SMALL, side.cu_stream())?;
+            }
+            small.free()?;
+            // The same request gets the freed memory back; what the side stream wrote into the
+            // old buffer must not show up in the new one.
+            let again = sh.malloc::<u8>(SMALL)?;
+            ensure(again.device_ptr() == addr, || {
+                format!(
+                    "the heap did not hand the freed memory back ({:#x}, then {addr:#x}): the \
+                 check cannot tell",
+                    again.device_ptr()
+                )
+            })?;
+            again.copy_from_host(&vec![0x55; SMALL])?;
+            side.synchronize()?;
+            let got = again.to_vec()?;
+            let late = got.iter().filter(|&&b| b != 0x55).count();
+            ensure(late == 0, || {
+                format!(
+                    "{late} bytes of the new buffer were overwritten by a kernel on the freed one"
+                )
+            })
+        },
+    );
+
+    h.check(
+        "heap: refused allocations leave the heap and the job usable",
+        |_| {
+            let sh = &c.shmem;
+            let mut problems = Problems::default();
+            // More than any GPU's heap may reserve (NVSHMEM_MAX_MEMORY_PER_GPU, 128 GiB by
+            // default): NVSHMEM itself would take the job down.
+            problems.note(refused(
+                "a 1 TiB allocation",
+                sh.malloc::<u8>(1 << 40),
+                |e| {
+                    matches!(
+                        e,
+                        Error::HeapExhausted {
+                            limit: HeapLimit::MaxMemoryPerGpu(_),
+                            ..
+                        }
+                    )
+                },
+            ));
+            // More than the GPU has free, under that maximum where the GPU is small enough.
+            let (free, _) = cu::mem_get_info()?;
+            problems.note(refused(
+                "an allocation of the GPU's free memory and 1 GiB",
+                sh.malloc::<u8>(free + (1 << 30)),
+                |e| {
+                    matches!(
+                        e,
+                        Error::HeapExhausted {
+                            limit: HeapLimit::GpuMemory(_) | HeapLimit::MaxMemoryPerGpu(_),
+                            ..
+                        }
+                    )
+                },
+            ));
+            // The heap and the collectives still work.
+            let n = 1 << 20;
+            let x = c.upload(&vec![c.me as f32 + 1.0; n])?;
+            let sum = sh.malloc::<f32>(n)?;
+            c.world.all_reduce(&sum, &x, ReduceOp::Sum, &c.stream)?;
+            c.sync()?;
+            let want = (c.n * (c.n + 1) / 2) as f32;
+            problems.note(same(
+                "all-reduce after the refusals",
+                &sum.to_vec()?,
+                &vec![want; n],
+            ));
+            problems.done()
+        },
+    );
+
+    h.check("collectives: calls checked across PEs; different lengths refused everywhere", |_| {
+        let sh = &c.shmem;
+        let mut config = CollectivesConfig::for_pes(c.n);
+        config.check_calls = true;
+        let coll = Collectives::with_config(sh, config)?;
+        let n = 2000;
+        let x = c.upload(&vec![1.0f32; n])?;
+        let y = sh.malloc::<f32>(n)?;
+        let mut problems = Problems::default();
+        if c.n >= 2 {
+            // PE 0 passes half the length the others pass.
+            let len = if c.me == 0 { n / 2 } else { n };
+            let r = coll.all_reduce(y.view(..len), x.view(..len), ReduceOp::Sum, AllReduceAlgo::Auto, &c.stream);
+            problems.note(refused("all_reduce with PE 0 passing 1000 elements and the others 2000", r, |e| {
+                matches!(e, Error::CollectiveMismatch(m) if m.contains("1000 elements") && m.contains("2000 elements"))
+            }));
+        }
+        // Calls the PEs agree on run, and are right.
+        coll.all_reduce(&y, &x, ReduceOp::Sum, AllReduceAlgo::Auto, &c.stream)?;
+        c.sync()?;
+        problems.note(same("checked all-reduce", &y.to_vec()?, &vec![c.n as f32; n]));
+        problems.done()
+    });
+
+    if c.n >= 2 {
+        h.check("collectives: a different configuration on one PE is refused everywhere", |_| {
+            let mut config = CollectivesConfig::for_pes(c.n);
+            if c.me == 1 {
+                config.thresholds.oneshot_max_bytes += 16;
+            }
+            let made = Collectives::with_config(&c.shmem, config).map(|_| ());
+            refused("Collectives with PE 1's one-shot threshold 16 bytes higher", made, |e| {
+                matches!(e, Error::CollectiveMismatch(m) if m.contains("PE 1 makes Collectives with configuration"))
+            })
+        });
+    }
+}

@@ -1,0 +1,279 @@
+//! The PEs agree before they rely on each other: on the configuration when a [`Collectives`]
+//! is made (a hash of it; different workspaces would put staging at different offsets), and,
+//! when [`CollectivesConfig::check_calls`] asks for it, on every call (operation, type,
+//! algorithm, length and where the buffers are). A disagreement is
+//! [`Error::CollectiveMismatch`] on every PE, naming both sides, instead of stale data on one
+//! PE and stores past a view on another.
+//!
+//! [`Collectives`]: super::Collectives
+//! [`CollectivesConfig::check_calls`]: super::CollectivesConfig::check_calls
+
+use super::algo::{ALL_GATHER_ROWS, ALL_REDUCE_ROWS};
+use super::CollectivesConfig;
+use crate::element::{DataType, ReduceOp};
+use crate::error::{CudaResultExt, Error, Result};
+use crate::memory::SymmetricBuffer;
+use crate::runtime::Nvshmem;
+
+/// Words of a record.
+pub(crate) const WORDS: usize = 8;
+
+/// What a PE is about to do, as the words it publishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Record {
+    /// Making a `Collectives` with a configuration of this hash, on this many PEs.
+    Config { hash: u64, n_pes: u64 },
+    /// A call: which collective, its element type (and operator), its algorithm's row, its
+    /// length, and where `dst` and `src` sit in the symmetric heap.
+    Call {
+        all_gather: bool,
+        dtype: DataType,
+        op: Option<ReduceOp>,
+        row: usize,
+        len: usize,
+        dst: i64,
+        src: i64,
+    },
+}
+
+const DTYPES: [DataType; 12] = [
+    DataType::I8,
+    DataType::I16,
+    DataType::I32,
+    DataType::I64,
+    DataType::U8,
+    DataType::U16,
+    DataType::U32,
+    DataType::U64,
+    DataType::F32,
+    DataType::F64,
+    DataType::F16,
+    DataType::BF16,
+];
+
+impl Record {
+    pub(crate) fn encode(self) -> [u64; WORDS] {
+        match self {
+            Record::Config { hash, n_pes } => [1, hash, n_pes, 0, 0, 0, 0, 0],
+            Record::Call {
+                all_gather,
+                dtype,
+                op,
+                row,
+                len,
+                dst,
+                src,
+            } => [
+                if all_gather { 3 } else { 2 },
+                dtype as u64,
+                op.map_or(u64::MAX, |o| {
+                    ReduceOp::ALL.iter().position(|&x| x == o).unwrap() as u64
+                }),
+                row as u64,
+                len as u64,
+                dst as u64,
+                src as u64,
+                0,
+            ],
+        }
+    }
+
+    /// A record as words say it (`None` for words no PE writes).
+    fn decode(w: &[u64]) -> Option<Record> {
+        match w[0] {
+            1 => Some(Record::Config {
+                hash: w[1],
+                n_pes: w[2],
+            }),
+            2 | 3 => Some(Record::Call {
+                all_gather: w[0] == 3,
+                dtype: *DTYPES.iter().find(|&&t| t as u64 == w[1])?,
+                op: ReduceOp::ALL.get(w[2] as usize).copied(),
+                row: w[3] as usize,
+                len: w[4] as usize,
+                dst: w[5] as i64,
+                src: w[6] as i64,
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Record {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Record::Config { hash, n_pes } => write!(
+                f,
+                "makes Collectives with configuration {hash:#018x} on {n_pes} PEs"
+            ),
+            Record::Call {
+                all_gather,
+                dtype,
+                op,
+                row,
+                len,
+                dst,
+                src,
+            } => {
+                let algo = if all_gather {
+                    ALL_GATHER_ROWS.get(row).map(|r| r.name)
+                } else {
+                    ALL_REDUCE_ROWS.get(row).map(|r| r.name)
+                };
+                let what = if all_gather {
+                    "all_gather"
+                } else {
+                    "all_reduce"
+                };
+                let op = op.map(|o| format!("{o:?}, ")).unwrap_or_default();
+                write!(
+                    f,
+                    "calls {what}({op}{dtype:?}, {}, {len} elements, dst at heap offset {dst}, \
+                     src at {src})",
+                    algo.unwrap_or("?")
+                )
+            }
+        }
+    }
+}
+
+/// A stable hash of a configuration (FNV-1a over its printed form: the same on every PE
+/// that runs this build).
+pub(crate) fn config_hash(config: &CollectivesConfig) -> u64 {
+    format!("{config:?}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
+/// The first PE whose record differs from PE 0's, described from `my_pe`.
+pub(crate) fn describe_disagreement(my_pe: usize, all: &[u64]) -> Option<String> {
+    let records: Vec<&[u64]> = all.chunks(WORDS).collect();
+    let first = records.first()?;
+    let pe = records.iter().position(|r| r != first)?;
+    let show = |w: &[u64]| match Record::decode(w) {
+        Some(r) => r.to_string(),
+        None => format!("publishes {w:?}"),
+    };
+    Some(format!(
+        "PE 0 {} while PE {pe} {} (seen from PE {my_pe}); every PE must make the same calls on \
+         its Collectives, with the same configuration",
+        show(first),
+        show(records[pe])
+    ))
+}
+
+/// Symmetric scratch for the exchange: one record of ours, then one per PE.
+pub(crate) struct Agreement {
+    mine: SymmetricBuffer<u64>,
+    all: SymmetricBuffer<u64>,
+}
+
+impl Agreement {
+    /// Allocate the scratch (collective).
+    pub(crate) fn new(shmem: &Nvshmem) -> Result<Self> {
+        Ok(Agreement {
+            mine: shmem.malloc::<u64>(WORDS)?,
+            all: shmem.malloc::<u64>(WORDS * shmem.n_pes())?,
+        })
+    }
+
+    /// Publish `record`, collect every PE's, and fail if any differs. Blocks until every PE
+    /// has published (collective, on the runtime's stream).
+    pub(crate) fn agree(&self, shmem: &Nvshmem, record: Record) -> Result<()> {
+        self.mine.copy_from_host(&record.encode())?;
+        shmem
+            .team_world()
+            .fcollect(&self.all, &self.mine, shmem.stream())?;
+        shmem.stream().synchronize().during("cuStreamSynchronize")?;
+        let all = self.all.to_vec()?;
+        match describe_disagreement(shmem.my_pe(), &all) {
+            Some(msg) => Err(Error::CollectiveMismatch(msg)),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(len: usize) -> Record {
+        Record::Call {
+            all_gather: false,
+            dtype: DataType::BF16,
+            op: Some(ReduceOp::Sum),
+            row: 0,
+            len,
+            dst: 4096,
+            src: -8192,
+        }
+    }
+
+    #[test]
+    fn records_round_trip_through_their_words() {
+        for r in [
+            call(1000),
+            Record::Config { hash: 7, n_pes: 4 },
+            Record::Call {
+                all_gather: true,
+                dtype: DataType::U8,
+                op: None,
+                row: 2,
+                len: 3,
+                dst: 0,
+                src: 16,
+            },
+        ] {
+            assert_eq!(Record::decode(&r.encode()), Some(r));
+        }
+    }
+
+    #[test]
+    fn a_pe_passing_another_length_is_named_with_both_calls() {
+        let mut all = Vec::new();
+        for len in [1000, 1000, 2000] {
+            all.extend(call(len).encode());
+        }
+        let msg = describe_disagreement(1, &all).unwrap();
+        assert!(
+            msg.contains("PE 0 calls all_reduce(Sum, BF16, sentinel, 1000 elements"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("PE 2 calls all_reduce(Sum, BF16, sentinel, 2000 elements"),
+            "{msg}"
+        );
+        assert!(msg.contains("seen from PE 1"), "{msg}");
+        let same: Vec<u64> = [call(5).encode(), call(5).encode()].concat();
+        assert_eq!(describe_disagreement(0, &same), None);
+    }
+
+    #[test]
+    fn configurations_differ_by_hash() {
+        let a = CollectivesConfig::for_pes(2);
+        let mut b = a.clone();
+        assert_eq!(config_hash(&a), config_hash(&b));
+        b.thresholds.oneshot_max_bytes += 1;
+        assert_ne!(config_hash(&a), config_hash(&b));
+        let all = [
+            Record::Config {
+                hash: config_hash(&a),
+                n_pes: 2,
+            }
+            .encode(),
+            Record::Config {
+                hash: config_hash(&b),
+                n_pes: 2,
+            }
+            .encode(),
+        ]
+        .concat();
+        let msg = describe_disagreement(0, &all).unwrap();
+        assert!(
+            msg.contains("PE 1 makes Collectives with configuration"),
+            "{msg}"
+        );
+    }
+}
