@@ -554,6 +554,10 @@ impl Nvshmem {
         init: impl FnOnce(&Nvshmem) -> Result<S>,
         use_it: impl FnOnce(&mut S) -> Result<R>,
     ) -> Result<R> {
+        // The host library first, then the services: the order every path takes (a service's
+        // `init` loads a module and an allocation's agreement is a service), so two threads
+        // never hold one each.
+        let _host = self.host_call()?;
         let service = {
             let mut services = lock(&self.rt.services);
             match services.iter().find(|(id, _)| *id == TypeId::of::<S>()) {

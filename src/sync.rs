@@ -125,16 +125,20 @@ impl Nvshmem {
         value: T,
     ) -> Result<()> {
         let ptr = ivar.into().element_ptr(self, "the wait variable", index)?;
-        let _host = self.host_call()?;
         let stream = self.stream();
-        unsafe {
-            T::wait_until_on_stream(
-                ptr,
-                cmp.raw(),
-                value,
-                stream.cu_stream() as sys::cudaStream_t,
-            )
-        };
+        {
+            let _host = self.host_call()?;
+            unsafe {
+                T::wait_until_on_stream(
+                    ptr,
+                    cmp.raw(),
+                    value,
+                    stream.cu_stream() as sys::cudaStream_t,
+                )
+            };
+        }
+        // Without the host library's lock: the PE that ends the wait may need this process's
+        // other threads to call NVSHMEM first.
         stream.synchronize().during("cuStreamSynchronize")
     }
 

@@ -116,6 +116,37 @@ fn call_sites(text: &str) -> Vec<(usize, String)> {
     out
 }
 
+/// Whether, at the end of `before` (a function body up to a call), a guard is held: bound to
+/// a name (`let _host = ...host_call(...)`; `let _ =` drops it at once) in a block that is
+/// still open.
+fn holds_guard(before: &str) -> bool {
+    let Some(at) = before.rfind("host_call(") else {
+        return false;
+    };
+    let line_start = before[..at].rfind('\n').map_or(0, |i| i + 1);
+    let statement = before[line_start..at].trim_start();
+    let named = statement.strip_prefix("let ").is_some_and(|rest| {
+        rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            && !rest.starts_with("_ ")
+            && !rest.starts_with("_=")
+    });
+    // The guard's block closes where the depth falls below the guard's.
+    let mut depth = 0i64;
+    for c in before[at..].chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth < 0 {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    named
+}
+
 fn line_of(text: &str, at: usize) -> usize {
     text[..at].matches('\n').count() + 1
 }
@@ -179,9 +210,8 @@ fn every_nvshmem_host_call_holds_the_host_library() {
                 ));
                 continue;
             };
-            let before = &text[f.body.start..at];
             let body = &text[f.body.clone()];
-            let guarded = before.contains("host_call(") || calls(body, &guarded_helpers);
+            let guarded = holds_guard(&text[f.body.start..at]) || calls(body, &guarded_helpers);
             if !guarded {
                 unguarded.push(format!(
                     "{rel}:{}: {name} in fn {} without a HostCall",
@@ -218,4 +248,24 @@ fn the_scan_finds_an_unguarded_call() {
     assert_eq!(in_fn(sites[0].0).name, "bad");
     assert!(!text[in_fn(sites[0].0).body.clone()].contains("host_call("));
     assert!(text[in_fn(sites[1].0).body.clone()].contains("host_call("));
+}
+
+#[test]
+fn a_guard_must_be_named_and_still_in_scope() {
+    assert!(holds_guard(
+        "{\n    let _host = self.host_call()?;\n    unsafe { "
+    ));
+    assert!(holds_guard(
+        "{\n    let host = host_call();\n    { unsafe { "
+    ));
+    // Dropped at once.
+    assert!(!holds_guard(
+        "{\n    let _ = self.host_call();\n    unsafe { "
+    ));
+    assert!(!holds_guard("{\n    self.host_call()?;\n    unsafe { "));
+    // Its block has closed.
+    assert!(!holds_guard(
+        "{\n    {\n        let _host = host_call();\n    }\n    unsafe { "
+    ));
+    assert!(!holds_guard("{\n    unsafe { "));
 }
