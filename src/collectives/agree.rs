@@ -14,6 +14,7 @@ use crate::element::{DataType, ReduceOp};
 use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::SymmetricBuffer;
 use crate::runtime::Nvshmem;
+use std::sync::Mutex;
 
 /// Words of a record.
 pub(crate) const WORDS: usize = 8;
@@ -165,29 +166,31 @@ pub(crate) fn describe_disagreement(my_pe: usize, all: &[u64]) -> Option<String>
 }
 
 /// Symmetric scratch for the exchange: one record of ours, then one per PE.
+/// One exchange at a time: a `Collectives` may be shared between threads.
 pub(crate) struct Agreement {
-    mine: SymmetricBuffer<u64>,
-    all: SymmetricBuffer<u64>,
+    scratch: Mutex<(SymmetricBuffer<u64>, SymmetricBuffer<u64>)>,
 }
 
 impl Agreement {
     /// Allocate the scratch (collective).
     pub(crate) fn new(shmem: &Nvshmem) -> Result<Self> {
         Ok(Agreement {
-            mine: shmem.malloc::<u64>(WORDS)?,
-            all: shmem.malloc::<u64>(WORDS * shmem.n_pes())?,
+            scratch: Mutex::new((
+                shmem.malloc::<u64>(WORDS)?,
+                shmem.malloc::<u64>(WORDS * shmem.n_pes())?,
+            )),
         })
     }
 
     /// Publish `record`, collect every PE's, and fail if any differs. Blocks until every PE
     /// has published (collective, on the runtime's stream).
     pub(crate) fn agree(&self, shmem: &Nvshmem, record: Record) -> Result<()> {
-        self.mine.copy_from_host(&record.encode())?;
-        shmem
-            .team_world()
-            .fcollect(&self.all, &self.mine, shmem.stream())?;
+        let scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        let (mine, all) = &*scratch;
+        mine.copy_from_host(&record.encode())?;
+        shmem.team_world().fcollect(all, mine, shmem.stream())?;
         shmem.stream().synchronize().during("cuStreamSynchronize")?;
-        let all = self.all.to_vec()?;
+        let all = all.to_vec()?;
         match describe_disagreement(shmem.my_pe(), &all) {
             Some(msg) => Err(Error::CollectiveMismatch(msg)),
             None => Ok(()),
