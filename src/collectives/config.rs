@@ -272,10 +272,12 @@ pub struct CollectivesConfig {
     pub programmatic_launch: bool,
     /// Before every call, the PEs exchange what they are about to do (operation, type,
     /// algorithm, length, where the buffers are) and refuse a call they disagree on with
-    /// [`Error::CollectiveMismatch`], instead of leaving
-    /// stale data on one PE and storing past a view on another. It costs a host round trip
-    /// per call (an fcollect and a stream synchronisation) and is skipped while the stream is
-    /// captured into a graph. On by default in debug builds.
+    /// [`Error::CollectiveMismatch`], instead of leaving stale data on one PE and storing past
+    /// a view on another. It costs a host round trip per call (an fcollect on the runtime's
+    /// stream, [`Nvshmem::stream`](crate::Nvshmem::stream), and a wait for it) and is skipped
+    /// while the stream is captured into a graph. Every call becomes a host-side barrier: a
+    /// program whose PEs wait for each other through work queued on the runtime's stream
+    /// before a call must turn it off. On by default in debug builds.
     pub check_calls: bool,
 }
 
