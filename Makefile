@@ -1,6 +1,6 @@
 # One-command setup, build, test and benchmark. `make test` and `make bench` do all set-up.
 #
-#   make setup     pinned CUDA compiler, NVSHMEM, NCCL, MPICH and libclang wheels into .venv,
+#   make setup     pinned CUDA compiler, NVSHMEM, NCCL, cuBLAS, MPICH and libclang wheels into .venv,
 #                  and .venv/bin/nvshmemrun
 #   make test      CPU tests (no GPU needed)
 #   make run EXAMPLE=hello NP=2
@@ -24,7 +24,7 @@ CUDA_WHEELS := nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==1
                nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
 NVSHMEM_WHEELS := nvidia-nvshmem-cu13==3.4.5
 # libclang for bindgen (the wheel ships libclang.so; nvshmem-build's LIBCLANG_WHEEL agrees).
-OTHER_WHEELS := nvidia-nccl-cu13==2.28.9 mpich==5.0.2 libclang==18.1.1
+OTHER_WHEELS := nvidia-nccl-cu13==2.28.9 nvidia-cublas==13.1.0.3 mpich==5.0.2 libclang==18.1.1
 WHEELS := $(if $(CUDA_HOME),,$(CUDA_WHEELS)) $(if $(NVSHMEM_HOME),,$(NVSHMEM_WHEELS)) $(OTHER_WHEELS)
 STAMP := $(VENV)/.setup-done
 
@@ -63,7 +63,7 @@ check:
 	@$(MAKE) --no-print-directory build
 	@for np in $(CHECK_NP); do \
 	  if [ $$np -gt $(word 2,$(GPUS)) ]; then echo "check: -np $$np skipped ($(word 2,$(GPUS)) GPUs)"; continue; fi; \
-	  for prog in examples/coll_check examples/gpu_check ring-pipeline; do \
+	  for prog in examples/coll_check examples/gpu_check examples/tp_mlp ring-pipeline; do \
 	    args=$$([ $$prog = examples/gpu_check ] && echo "$(ARGS)"); \
 	    echo "scripts/nvshmrun -np $$np target/release/$$prog $$args"; \
 	    scripts/nvshmrun -np $$np target/release/$$prog $$args || exit 1; \

@@ -4,6 +4,7 @@
 //! (`Err(Error::PeOutOfRange { pe, .. })`); driver failures keep the driver's error as their
 //! [`source`](std::error::Error::source).
 
+use cudarc::cublaslt::result::CublasError;
 use cudarc::driver::DriverError;
 use std::fmt;
 
@@ -165,6 +166,15 @@ pub enum Error {
         /// The driver's error.
         source: DriverError,
     },
+    /// cuBLASLt could not be loaded, or refused a call.
+    Cublas {
+        /// The cuBLASLt function, or `"load"` when the library was not found.
+        call: &'static str,
+        /// What to do, where there is something to say.
+        message: String,
+        /// cuBLASLt's status, when it returned one.
+        source: Option<CublasError>,
+    },
     /// An argument is invalid for another reason; the message says which and why.
     InvalidArgument(String),
 }
@@ -264,6 +274,20 @@ impl fmt::Display for Error {
             Error::Launch { kernel, source } => {
                 write!(f, "the launch of kernel {kernel} failed: {source:?}")
             }
+            Error::Cublas {
+                call,
+                message,
+                source,
+            } => {
+                write!(f, "cuBLASLt {call} failed")?;
+                if let Some(e) = source {
+                    write!(f, " ({e})")?;
+                }
+                if !message.is_empty() {
+                    write!(f, ": {message}")?;
+                }
+                Ok(())
+            }
             Error::InvalidArgument(msg) => f.write_str(msg),
         }
     }
@@ -274,6 +298,10 @@ impl std::error::Error for Error {
         match self {
             Error::Cuda { source, .. } | Error::Launch { source, .. } => Some(source),
             Error::Module {
+                source: Some(source),
+                ..
+            } => Some(source),
+            Error::Cublas {
                 source: Some(source),
                 ..
             } => Some(source),

@@ -17,9 +17,9 @@
 //! Layers (see ARCHITECTURE.md): [`nvshmem_sys`] is the raw FFI; this crate adds the
 //! runtime handle ([`Nvshmem`]), typed symmetric memory ([`memory`]), one-sided operations
 //! ([`rma`], [`signal`], [`atomic`], [`sync`]), [`team`]s with NVSHMEM's own collectives,
-//! kernel modules with the one launch path ([`module`]), and our device collectives
-//! ([`collectives`]), whose kernels are in [`cubins`]. Every operation takes its destination
-//! first, as NVSHMEM does.
+//! kernel modules with the one launch path ([`module`]), our device collectives
+//! ([`collectives`]), whose kernels are in [`cubins`], and tensor-parallel layers on them
+//! ([`tp`]). Every operation takes its destination first, as NVSHMEM does.
 //!
 //! # Threads
 //! Every type is `Send + Sync` and may be used from any thread. NVSHMEM's host library runs
@@ -48,6 +48,7 @@ pub mod runtime;
 pub mod signal;
 pub mod sync;
 pub mod team;
+pub mod tp;
 
 pub use collectives::{
     AllGatherAlgo, AllReduceAlgo, Collectives, CollectivesConfig, Thresholds, Workspace,
@@ -57,7 +58,7 @@ pub use cudarc::driver::{CudaStream, LaunchConfig};
 pub use element::{AtomicElement, AtomicInteger, DataType, Element, ReduceOp};
 pub use error::{Error, HeapLimit, Result};
 pub use half::{bf16, f16};
-pub use memory::{SymmetricBuffer, SymmetricView};
+pub use memory::{DeviceBuffer, DeviceSlice, SymmetricBuffer, SymmetricView};
 pub use nvshmem_sys as sys;
 pub use runtime::{InitOptions, Nvshmem, RuntimeInfo, UniqueId};
 pub use signal::{Cmp, SignalOp};

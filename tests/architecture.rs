@@ -130,7 +130,7 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 }
 
 /// The modules of src/ in ARCHITECTURE.md's order: each may import only those before it.
-const LAYERS: [&str; 14] = [
+const LAYERS: [&str; 15] = [
     "error",
     "abi",
     "runtime",
@@ -144,6 +144,7 @@ const LAYERS: [&str; 14] = [
     "cubins",
     "atomic",
     "collectives",
+    "tp",
     "lib",
 ];
 

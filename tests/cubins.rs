@@ -43,20 +43,32 @@ fn atomics_cubin_has_the_host_atomics_kernel() {
 }
 
 #[test]
+fn tp_cubin_has_the_element_wise_kernels_of_the_layers() {
+    check_set(
+        &nvshmem::cubins::TP,
+        &["silu_mul_bf16".to_string(), "unchunk_bf16".to_string()],
+    );
+}
+
+#[test]
 fn the_library_ships_only_library_kernels() {
     // Demos and benchmark kernels live in their own crates (examples/bench).
-    let names: Vec<&str> = [nvshmem::cubins::COLLECTIVES, nvshmem::cubins::ATOMICS]
-        .iter()
-        .map(|s| s.name())
-        .collect();
-    assert_eq!(names, ["collectives", "atomics"]);
+    let names: Vec<&str> = [
+        nvshmem::cubins::COLLECTIVES,
+        nvshmem::cubins::ATOMICS,
+        nvshmem::cubins::TP,
+    ]
+    .iter()
+    .map(|s| s.name())
+    .collect();
+    assert_eq!(names, ["collectives", "atomics", "tp"]);
     let kernels = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels")).unwrap();
     let mut sources: Vec<String> = kernels
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| n.ends_with(".cu"))
         .collect();
     sources.sort();
-    assert_eq!(sources, ["atomics.cu", "collectives.cu"]);
+    assert_eq!(sources, ["atomics.cu", "collectives.cu", "tp.cu"]);
 }
 
 #[test]
@@ -75,7 +87,11 @@ fn cubins_are_built_for_hopper_unless_told_otherwise() {
             })
             .collect(),
     };
-    for set in [&nvshmem::cubins::COLLECTIVES, &nvshmem::cubins::ATOMICS] {
+    for set in [
+        &nvshmem::cubins::COLLECTIVES,
+        &nvshmem::cubins::ATOMICS,
+        &nvshmem::cubins::TP,
+    ] {
         let caps: Vec<u32> = set.images().iter().map(|i| i.capability).collect();
         assert_eq!(caps, expected, "{}", set.name());
     }

@@ -1,9 +1,11 @@
 //! Typed symmetric memory: allocation (collective), host copies, views and peer pointers.
 
 mod check;
+mod device;
 mod heap;
 mod view;
 
+pub use device::DeviceBuffer;
 pub(crate) use view::check_len;
 pub use view::SymmetricView;
 
@@ -44,6 +46,46 @@ pub struct SymmetricBuffer<T: Element> {
 // SAFETY: the pointer is device memory owned by this value.
 unsafe impl<T: Element> Send for SymmetricBuffer<T> {}
 unsafe impl<T: Element> Sync for SymmetricBuffer<T> {}
+
+/// Device memory of this PE seen as `len()` elements at `device_ptr()`: what a kernel or a
+/// library call on this PE reads or writes, symmetric or not.
+pub trait DeviceSlice<T: Element> {
+    /// The device address of the first element on this PE.
+    fn device_ptr(&self) -> u64;
+    /// The number of elements.
+    fn len(&self) -> usize;
+    /// Whether there is no element.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T: Element> DeviceSlice<T> for SymmetricBuffer<T> {
+    fn device_ptr(&self) -> u64 {
+        self.ptr as u64
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl<T: Element> DeviceSlice<T> for SymmetricView<'_, T> {
+    fn device_ptr(&self) -> u64 {
+        self.as_ptr() as u64
+    }
+    fn len(&self) -> usize {
+        SymmetricView::len(self)
+    }
+}
+
+impl<T: Element> DeviceSlice<T> for DeviceBuffer<T> {
+    fn device_ptr(&self) -> u64 {
+        DeviceBuffer::device_ptr(self)
+    }
+    fn len(&self) -> usize {
+        DeviceBuffer::len(self)
+    }
+}
 
 impl<T: Element> std::fmt::Debug for SymmetricBuffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -155,7 +197,7 @@ impl Nvshmem {
 }
 
 /// `range` of a buffer of `len` elements as `start..end`, checked (without overflow).
-fn view_bounds(range: &impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> {
+pub(crate) fn view_bounds(range: &impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> {
     let past = |what| Error::InvalidArgument(format!("a view range {what} usize::MAX"));
     let start = match range.start_bound() {
         Bound::Included(&s) => s,

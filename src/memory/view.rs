@@ -7,6 +7,7 @@ use crate::error::{CudaResultExt, Error, Result};
 use crate::runtime::Nvshmem;
 use nvshmem_sys as sys;
 use std::marker::PhantomData;
+use std::ops::RangeBounds;
 
 /// A borrowed window onto part of a [`SymmetricBuffer`], the same on every PE.
 ///
@@ -125,6 +126,22 @@ impl<'a, T: Element> SymmetricView<'a, T> {
         let mut v = vec![T::default(); self.len];
         self.copy_to_host(&mut v)?;
         Ok(v)
+    }
+
+    /// A window onto elements `range` of this view (on every PE).
+    ///
+    /// # Panics
+    /// If the range is out of bounds; [`try_view`](Self::try_view) returns an error instead.
+    pub fn view(&self, range: impl RangeBounds<usize>) -> SymmetricView<'a, T> {
+        self.try_view(range).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A window onto elements `range` of this view, or an error if it does not fit.
+    pub fn try_view(&self, range: impl RangeBounds<usize>) -> Result<SymmetricView<'a, T>> {
+        let (start, end) = super::view_bounds(&range, self.len)?;
+        // SAFETY: start <= len, so the address stays inside (or one past) the view.
+        let ptr = unsafe { self.ptr.add(start) };
+        Ok(SymmetricView::new(ptr, end - start, self.shmem))
     }
 
     /// See [`SymmetricBuffer::peer_ptr`].

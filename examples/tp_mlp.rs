@@ -1,0 +1,1038 @@
+//! GPU checks of the tensor-parallel layers (`nvshmem::tp`), then a short timing table.
+//!
+//! ```text
+//! scripts/nvshmrun -np 2 target/release/examples/tp_mlp --test all
+//! scripts/nvshmrun -np 4 target/release/examples/tp_mlp --test mlp --shape 70b --m 1,128,2048
+//! ```
+//! `--test all|column|row|mlp` (several with commas), `--shape 8b|70b|HIDDEN,FFN` (the large
+//! shape checked against the unsharded product on one GPU and timed; 8b by default), `--m
+//! LIST` (its token counts), `--iters N` (timed graph replays per row), `--no-timing`.
+//!
+//! Every layer is checked on random bf16 data: small and odd shapes against an f64 CPU
+//! reference, the large shape against the unsharded GEMMs on this GPU (cuBLASLt). Replicated
+//! outputs must be bitwise identical on every PE. Prints `N passed, M failed` on PE 0 and
+//! exits non-zero if anything failed.
+//!
+//! Tolerance: every output goes through bf16 (2^-8 relative spacing) at least once, and the
+//! layers round intermediate values to bf16 (the GEMM outputs, each PE's partial product,
+//! SiLU(gate)·up) where the reference rounds the same values from f64 sums, which can fall on
+//! the other side of a bf16 rounding boundary than the GPU's f32 sums. So an element may
+//! differ from the reference by 2^-7 of its own magnitude plus 2^-7 of the output's root mean
+//! square (the scale at which cancellation leaves a small element carrying its inputs'
+//! rounding), and, in the MLP, by 2^-7 of its largest term act_j·down_ij (one intermediate
+//! that rounded the other way moves act_j by up to 2^-7 of itself). A wrong shard, a missing
+//! PE or swapped gate and up projections miss by the order of the RMS itself.
+
+use nvshmem::cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
+use nvshmem::tp::{
+    shard_range, take_cols, take_rows, ColumnInput, ColumnParallelLinear, LinearShape,
+    RowParallelLinear, Schedule, TensorParallel, TpMlp,
+};
+use nvshmem::{bf16, AllGatherAlgo, DeviceBuffer, Error, Nvshmem, ReduceOp, SymmetricBuffer};
+use std::sync::Arc;
+
+#[path = "common/splitmix.rs"]
+mod splitmix;
+
+use splitmix::{SplitMix64, GOLDEN};
+
+type Outcome = Result<(), String>;
+
+fn text(e: Error) -> String {
+    e.to_string()
+}
+
+// ---- command line -------------------------------------------------------------------------
+
+struct Args {
+    column: bool,
+    row: bool,
+    mlp: bool,
+    hidden: usize,
+    ffn: usize,
+    shape_name: String,
+    ms: Vec<usize>,
+    iters: usize,
+    timing: bool,
+    verbose: bool,
+}
+
+const USAGE: &str = "usage: tp_mlp [--test all|column|row|mlp[,..]] [--shape 8b|70b|HIDDEN,FFN] \
+                     [--m LIST] [--iters N] [--no-timing] [--verbose]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        column: true,
+        row: true,
+        mlp: true,
+        hidden: 4096,
+        ffn: 14336,
+        shape_name: "8b".into(),
+        ms: vec![1, 16, 128, 512],
+        iters: 50,
+        timing: true,
+        verbose: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value; {USAGE}"));
+        match flag.as_str() {
+            "--test" => {
+                let v = value()?;
+                (a.column, a.row, a.mlp) = (false, false, false);
+                for t in v.split(',') {
+                    match t {
+                        "all" => (a.column, a.row, a.mlp) = (true, true, true),
+                        "column" => a.column = true,
+                        "row" => a.row = true,
+                        "mlp" => a.mlp = true,
+                        _ => return Err(format!("unknown test {t:?}; {USAGE}")),
+                    }
+                }
+            }
+            "--shape" => {
+                let v = value()?;
+                (a.hidden, a.ffn) = match v.as_str() {
+                    "8b" => (4096, 14336),
+                    "70b" => (8192, 28672),
+                    _ => {
+                        let parts: Vec<_> =
+                            v.split(',').map(|s| s.trim().parse::<usize>()).collect();
+                        match parts.as_slice() {
+                            [Ok(h), Ok(f)] if *h > 0 && *f > 0 => (*h, *f),
+                            _ => {
+                                return Err(format!(
+                                    "--shape {v:?}: 8b, 70b or HIDDEN,FFN; {USAGE}"
+                                ))
+                            }
+                        }
+                    }
+                };
+                a.shape_name = v;
+            }
+            "--m" => {
+                let v = value()?;
+                a.ms = v
+                    .split(',')
+                    .map(|s| {
+                        s.trim()
+                            .parse::<usize>()
+                            .map_err(|_| format!("--m {v:?}: a list of token counts"))
+                    })
+                    .collect::<Result<_, _>>()?;
+                if a.ms.is_empty() || a.ms.contains(&0) {
+                    return Err(format!("--m {v:?}: token counts are positive"));
+                }
+            }
+            "--iters" => {
+                a.iters = value()?
+                    .parse()
+                    .map_err(|_| format!("--iters: a number; {USAGE}"))?;
+                a.iters = a.iters.max(5);
+            }
+            "--no-timing" => a.timing = false,
+            "--verbose" => a.verbose = true,
+            "--help" | "-h" => return Err(USAGE.into()),
+            _ => return Err(format!("unknown argument {flag:?}; {USAGE}")),
+        }
+    }
+    Ok(a)
+}
+
+// ---- data and references ------------------------------------------------------------------
+
+/// Random values of one check: the same on every PE for the same seed.
+struct Rng(SplitMix64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(SplitMix64(seed.wrapping_mul(GOLDEN) ^ 0x5EED))
+    }
+    /// Uniform in [-scale, scale), as bf16.
+    fn bf16s(&mut self, n: usize, scale: f32) -> Vec<bf16> {
+        (0..n)
+            .map(|_| {
+                let u = (self.0.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+                bf16::from_f32(u * scale)
+            })
+            .collect()
+    }
+}
+
+/// A weight of `rows × cols` scaled so that products with unit inputs stay near 1.
+fn weight(rng: &mut Rng, rows: usize, cols: usize) -> Vec<bf16> {
+    rng.bf16s(rows * cols, (3.0 / cols as f32).sqrt())
+}
+
+fn round_bf16(v: f64) -> f64 {
+    bf16::from_f64(v).to_f64()
+}
+
+/// `x · wᵀ` in f64: `x` is `m × k`, `w` is `n × k`.
+fn matmul(x: &[bf16], w: &[bf16], m: usize, n: usize, k: usize) -> Vec<f64> {
+    let xf: Vec<f64> = x.iter().map(|v| v.to_f64()).collect();
+    let wf: Vec<f64> = w.iter().map(|v| v.to_f64()).collect();
+    let mut y = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            y[i * n + j] = (0..k).map(|l| xf[i * k + l] * wf[j * k + l]).sum();
+        }
+    }
+    y
+}
+
+/// The row-parallel product as the layer computes it: each PE's partial product rounded to
+/// bf16, then summed.
+fn row_parallel(x: &[bf16], w: &[bf16], m: usize, n: usize, k: usize, n_pes: usize) -> Vec<f64> {
+    let mut y = vec![0.0; m * n];
+    for pe in 0..n_pes {
+        let r = shard_range(k, pe, n_pes);
+        let part = matmul(
+            &take_cols(x, k, r.clone()),
+            &take_cols(w, k, r.clone()),
+            m,
+            n,
+            r.len(),
+        );
+        for (acc, p) in y.iter_mut().zip(part) {
+            *acc += round_bf16(p);
+        }
+    }
+    y
+}
+
+fn silu_times(g: f64, u: f64) -> f64 {
+    g / (1.0 + (-g).exp()) * u
+}
+
+/// The MLP as the layers compute it, rounding where they round, and for each output its
+/// largest term |act_j · down_ij| (see the tolerance).
+fn mlp_reference(
+    x: &[bf16],
+    (gate, up, down): (&[bf16], &[bf16], &[bf16]),
+    m: usize,
+    hidden: usize,
+    ffn: usize,
+    n_pes: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let g = matmul(x, gate, m, ffn, hidden);
+    let u = matmul(x, up, m, ffn, hidden);
+    let act: Vec<bf16> = g
+        .iter()
+        .zip(&u)
+        .map(|(&g, &u)| bf16::from_f64(silu_times(round_bf16(g), round_bf16(u))))
+        .collect();
+    let largest_term = (0..m * hidden)
+        .map(|e| {
+            let (i, o) = (e / hidden, e % hidden);
+            (0..ffn)
+                .map(|j| (act[i * ffn + j].to_f64() * down[o * ffn + j].to_f64()).abs())
+                .fold(0.0, f64::max)
+        })
+        .collect();
+    (
+        row_parallel(&act, down, m, hidden, ffn, n_pes),
+        largest_term,
+    )
+}
+
+/// `got` against `want` within the tolerance the module documentation justifies.
+fn compare(what: &str, got: &[bf16], want: &[f64]) -> Outcome {
+    compare_with(what, got, want, &[])
+}
+
+/// [`compare`], each element also allowed 2^-7 of its `largest_term` (empty: none).
+fn compare_with(what: &str, got: &[bf16], want: &[f64], largest_term: &[f64]) -> Outcome {
+    if got.len() != want.len() {
+        return Err(format!(
+            "{what}: {} elements, expected {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    if want.is_empty() {
+        return Ok(());
+    }
+    let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
+    let scale = 1.0 / 128.0;
+    let mut worst = (0.0f64, 0usize);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let err = (g.to_f64() - w).abs();
+        // A NaN output counts as infinitely wrong.
+        let term = largest_term.get(i).copied().unwrap_or(0.0);
+        let ratio = match err / (scale * (w.abs() + rms + term)) {
+            r if r.is_nan() => f64::INFINITY,
+            r => r,
+        };
+        if ratio > worst.0 {
+            worst = (ratio, i);
+        }
+    }
+    if worst.0 > 1.0 {
+        let i = worst.1;
+        return Err(format!(
+            "{what}: element {i} is {} where {} was expected (error {:.1}x the tolerance; \
+             output RMS {rms:.3e})",
+            got[i], want[i], worst.0
+        ));
+    }
+    Ok(())
+}
+
+fn bits(v: &[bf16]) -> Vec<u16> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+// ---- the checks ---------------------------------------------------------------------------
+
+/// Every schedule is checked; 3 pieces leave uneven ones (127 tokens) and more pieces than
+/// tokens (1 and 2 tokens).
+const SCHEDULES: [Schedule; 2] = [Schedule::Sequential, Schedule::Overlapped { chunks: 3 }];
+
+struct Checks {
+    shmem: Nvshmem,
+    tp: TensorParallel,
+    stream: Arc<CudaStream>,
+    verbose: bool,
+    names: Vec<String>,
+    failed: Vec<i32>,
+}
+
+impl Checks {
+    fn run(&mut self, name: String, f: impl FnOnce(&Self, u64) -> Outcome) {
+        let seed = name.bytes().fold(0xCBF2_9CE4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01B3)
+        });
+        let outcome = f(self, seed);
+        match &outcome {
+            Err(e) => eprintln!("[PE {}] FAIL {name}: {e}", self.shmem.my_pe()),
+            Ok(()) if self.verbose && self.shmem.my_pe() == 0 => eprintln!("ok   {name}"),
+            Ok(()) => {}
+        }
+        if let Err(e) = self.shmem.barrier_all() {
+            eprintln!("[PE {}] barrier after {name}: {e}", self.shmem.my_pe());
+        }
+        self.names.push(name);
+        self.failed.push(outcome.is_err() as i32);
+    }
+
+    /// The checks that failed on any PE, and how many passed.
+    fn finish(&self) -> Result<(usize, usize), Error> {
+        let mine = self.shmem.malloc::<i32>(self.failed.len())?;
+        let all = self.shmem.malloc::<i32>(self.failed.len())?;
+        mine.copy_from_host(&self.failed)?;
+        self.tp.collectives().all_reduce(
+            &all,
+            &mine,
+            ReduceOp::Sum,
+            nvshmem::AllReduceAlgo::Auto,
+            &self.stream,
+        )?;
+        sync(&self.stream)?;
+        let totals = all.to_vec()?;
+        if self.shmem.my_pe() == 0 {
+            for (name, pes) in self.names.iter().zip(&totals).filter(|(_, &t)| t > 0) {
+                eprintln!("FAILED {name} (on {pes} of {} PEs)", self.shmem.n_pes());
+            }
+        }
+        let failed = totals.iter().filter(|&&t| t > 0).count();
+        Ok((totals.len() - failed, failed))
+    }
+
+    fn me(&self) -> usize {
+        self.shmem.my_pe()
+    }
+
+    fn n(&self) -> usize {
+        self.shmem.n_pes()
+    }
+
+    fn symmetric(&self, data: &[bf16]) -> Result<SymmetricBuffer<bf16>, String> {
+        let b = self.shmem.malloc::<bf16>(data.len()).map_err(text)?;
+        b.copy_from_host(data).map_err(text)?;
+        Ok(b)
+    }
+
+    fn device(&self, data: &[bf16]) -> Result<DeviceBuffer<bf16>, String> {
+        let b = self.shmem.alloc_device::<bf16>(data.len()).map_err(text)?;
+        b.copy_from_host(data).map_err(text)?;
+        Ok(b)
+    }
+
+    /// Every PE's `y` must have the same bits: each PE's hash, all-gathered.
+    fn identical(&self, what: &str, y: &[bf16]) -> Outcome {
+        let hash = y.iter().fold(0xCBF2_9CE4_8422_2325u64, |h, v| {
+            (h ^ v.to_bits() as u64).wrapping_mul(0x100_0000_01B3)
+        });
+        let mine = self.shmem.malloc::<u64>(1).map_err(text)?;
+        let all = self.shmem.malloc::<u64>(self.n()).map_err(text)?;
+        mine.copy_from_host(&[hash]).map_err(text)?;
+        self.tp
+            .collectives()
+            .all_gather(&all, &mine, AllGatherAlgo::Auto, &self.stream)
+            .map_err(text)?;
+        sync(&self.stream).map_err(text)?;
+        let hashes = all.to_vec().map_err(text)?;
+        match hashes.iter().position(|&h| h != hashes[0]) {
+            None => Ok(()),
+            Some(pe) => Err(format!("{what}: PE {pe}'s output differs from PE 0's")),
+        }
+    }
+}
+
+fn sync(stream: &CudaStream) -> Result<(), Error> {
+    stream.synchronize().map_err(|source| Error::Cuda {
+        call: "cuStreamSynchronize",
+        source,
+    })
+}
+
+/// Column-parallel, replicated input: this PE's columns of `x · wᵀ`.
+fn column_replicated(c: &Checks, seed: u64, (m, k, n): (usize, usize, usize)) -> Outcome {
+    let mut rng = Rng::new(seed);
+    let (x, w) = (rng.bf16s(m * k, 1.0), weight(&mut rng, n, k));
+    let layer = ColumnParallelLinear::new(&c.tp, k, n, ColumnInput::Replicated, m).map_err(text)?;
+    layer.load_weight(&w).map_err(text)?;
+    let xs = c.symmetric(&x)?;
+    let y = c
+        .shmem
+        .alloc_device::<bf16>(m * layer.local_out_features())
+        .map_err(text)?;
+    layer.forward(&y, &xs, &c.stream).map_err(text)?;
+    sync(&c.stream).map_err(text)?;
+    let want = take_cols(&matmul(&x, &w, m, n, k), n, shard_range(n, c.me(), c.n()));
+    compare("column-parallel output", &y.to_vec().map_err(text)?, &want)
+}
+
+/// Column-parallel, sequence-parallel input: each PE gives `per_pe` rows.
+fn column_sequence(
+    c: &Checks,
+    seed: u64,
+    (per_pe, k, n): (usize, usize, usize),
+    schedule: Schedule,
+) -> Outcome {
+    let mut rng = Rng::new(seed);
+    let m = per_pe * c.n();
+    let (x, w) = (rng.bf16s(m * k, 1.0), weight(&mut rng, n, k));
+    let layer =
+        ColumnParallelLinear::new(&c.tp, k, n, ColumnInput::SequenceParallel, m).map_err(text)?;
+    layer.load_weight(&w).map_err(text)?;
+    let mine = c.symmetric(&take_rows(&x, k, c.me() * per_pe..(c.me() + 1) * per_pe))?;
+    let y = c
+        .shmem
+        .alloc_device::<bf16>(m * layer.local_out_features())
+        .map_err(text)?;
+    layer
+        .forward_with(&y, &mine, schedule, &c.stream)
+        .map_err(text)?;
+    sync(&c.stream).map_err(text)?;
+    let want = take_cols(&matmul(&x, &w, m, n, k), n, shard_range(n, c.me(), c.n()));
+    compare(
+        "sequence-parallel output",
+        &y.to_vec().map_err(text)?,
+        &want,
+    )
+}
+
+/// Row-parallel with an all-reduce: the whole product, identical on every PE.
+fn row_all_reduce(
+    c: &Checks,
+    seed: u64,
+    (m, k, n): (usize, usize, usize),
+    schedule: Schedule,
+) -> Outcome {
+    let mut rng = Rng::new(seed);
+    let (x, w) = (rng.bf16s(m * k, 1.0), weight(&mut rng, n, k));
+    let layer = RowParallelLinear::new(&c.tp, k, n, m).map_err(text)?;
+    layer.load_weight(&w).map_err(text)?;
+    let xs = c.device(&take_cols(&x, k, layer.local_in_features()))?;
+    let y = c.shmem.malloc::<bf16>(m * n).map_err(text)?;
+    layer
+        .forward_with(&y, &xs, schedule, &c.stream)
+        .map_err(text)?;
+    sync(&c.stream).map_err(text)?;
+    let got = y.to_vec().map_err(text)?;
+    compare(
+        "row-parallel output",
+        &got,
+        &row_parallel(&x, &w, m, n, k, c.n()),
+    )?;
+    c.identical("row-parallel output", &got)
+}
+
+struct MlpData {
+    x: Vec<bf16>,
+    gate: Vec<bf16>,
+    up: Vec<bf16>,
+    down: Vec<bf16>,
+}
+
+fn mlp_data(seed: u64, m: usize, hidden: usize, ffn: usize) -> MlpData {
+    let mut rng = Rng::new(seed);
+    MlpData {
+        x: rng.bf16s(m * hidden, 1.0),
+        gate: weight(&mut rng, ffn, hidden),
+        up: weight(&mut rng, ffn, hidden),
+        down: weight(&mut rng, hidden, ffn),
+    }
+}
+
+fn mlp_small(
+    c: &Checks,
+    seed: u64,
+    (m, hidden, ffn): (usize, usize, usize),
+    schedule: Schedule,
+) -> Outcome {
+    let d = mlp_data(seed, m, hidden, ffn);
+    let mlp = TpMlp::new(&c.tp, hidden, ffn, m).map_err(text)?;
+    mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
+    let x = c.device(&d.x)?;
+    let y = c.shmem.malloc::<bf16>(m * hidden).map_err(text)?;
+    mlp.forward_with(&y, &x, schedule, &c.stream)
+        .map_err(text)?;
+    sync(&c.stream).map_err(text)?;
+    let got = y.to_vec().map_err(text)?;
+    let (want, term) = mlp_reference(&d.x, (&d.gate, &d.up, &d.down), m, hidden, ffn, c.n());
+    compare_with("MLP output", &got, &want, &term)?;
+    c.identical("MLP output", &got)
+}
+
+/// The unsharded MLP on this GPU: full gate/up GEMM, SiLU·up, full down GEMM.
+fn mlp_unsharded(
+    c: &Checks,
+    d: &MlpData,
+    m: usize,
+    hidden: usize,
+    ffn: usize,
+) -> Result<Vec<bf16>, String> {
+    let gemm = c.tp.gemm();
+    let mut gate_up = d.gate.clone();
+    gate_up.extend_from_slice(&d.up);
+    let (w1, w2) = (c.device(&gate_up)?, c.device(&d.down)?);
+    let x = c.device(&d.x)?;
+    let gu = c.shmem.alloc_device::<bf16>(m * 2 * ffn).map_err(text)?;
+    let act = c.shmem.alloc_device::<bf16>(m * ffn).map_err(text)?;
+    let y = c.shmem.alloc_device::<bf16>(m * hidden).map_err(text)?;
+    let s = &c.stream;
+    gemm.linear(
+        &gu,
+        &x,
+        &w1,
+        LinearShape {
+            m,
+            n: 2 * ffn,
+            k: hidden,
+        },
+        s,
+    )
+    .map_err(text)?;
+    c.tp.silu_mul(&act, &gu, m, s).map_err(text)?;
+    gemm.linear(
+        &y,
+        &act,
+        &w2,
+        LinearShape {
+            m,
+            n: hidden,
+            k: ffn,
+        },
+        s,
+    )
+    .map_err(text)?;
+    sync(s).map_err(text)?;
+    y.to_vec().map_err(text)
+}
+
+/// The large shape: the MLP against the unsharded MLP on this GPU, and the column and row
+/// layers of its sizes against single GEMMs.
+fn large(
+    c: &Checks,
+    seed: u64,
+    m: usize,
+    hidden: usize,
+    ffn: usize,
+    which: (bool, bool, bool),
+) -> Outcome {
+    let d = mlp_data(seed, m, hidden, ffn);
+    let f64s = |v: &[bf16]| v.iter().map(|x| x.to_f64()).collect::<Vec<_>>();
+    let s = &c.stream;
+    if which.0 {
+        // Column: the gate projection alone.
+        let layer = ColumnParallelLinear::new(&c.tp, hidden, ffn, ColumnInput::Replicated, m)
+            .map_err(text)?;
+        layer.load_weight(&d.gate).map_err(text)?;
+        let (xs, w) = (c.symmetric(&d.x)?, c.device(&d.gate)?);
+        let y = c
+            .shmem
+            .alloc_device::<bf16>(m * layer.local_out_features())
+            .map_err(text)?;
+        let full = c.shmem.alloc_device::<bf16>(m * ffn).map_err(text)?;
+        layer.forward(&y, &xs, s).map_err(text)?;
+        c.tp.gemm()
+            .linear(
+                &full,
+                &xs,
+                &w,
+                LinearShape {
+                    m,
+                    n: ffn,
+                    k: hidden,
+                },
+                s,
+            )
+            .map_err(text)?;
+        sync(s).map_err(text)?;
+        let want = take_cols(
+            &full.to_vec().map_err(text)?,
+            ffn,
+            shard_range(ffn, c.me(), c.n()),
+        );
+        compare(
+            "column-parallel vs unsharded",
+            &y.to_vec().map_err(text)?,
+            &f64s(&want),
+        )?;
+    }
+    if which.1 {
+        // Row: the down projection alone, on the input x widened to ffn features.
+        let mut rng = Rng::new(seed ^ 1);
+        let x = rng.bf16s(m * ffn, 1.0);
+        let layer = RowParallelLinear::new(&c.tp, ffn, hidden, m).map_err(text)?;
+        layer.load_weight(&d.down).map_err(text)?;
+        let xs = c.device(&take_cols(&x, ffn, layer.local_in_features()))?;
+        let (xf, w) = (c.device(&x)?, c.device(&d.down)?);
+        let y = c.shmem.malloc::<bf16>(m * hidden).map_err(text)?;
+        let full = c.shmem.alloc_device::<bf16>(m * hidden).map_err(text)?;
+        layer.forward(&y, &xs, s).map_err(text)?;
+        c.tp.gemm()
+            .linear(
+                &full,
+                &xf,
+                &w,
+                LinearShape {
+                    m,
+                    n: hidden,
+                    k: ffn,
+                },
+                s,
+            )
+            .map_err(text)?;
+        sync(s).map_err(text)?;
+        let got = y.to_vec().map_err(text)?;
+        compare(
+            "row-parallel vs unsharded",
+            &got,
+            &f64s(&full.to_vec().map_err(text)?),
+        )?;
+        c.identical("row-parallel output", &got)?;
+    }
+    if which.2 {
+        let mlp = TpMlp::new(&c.tp, hidden, ffn, m).map_err(text)?;
+        mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
+        let x = c.device(&d.x)?;
+        let want = f64s(&mlp_unsharded(c, &d, m, hidden, ffn)?);
+        for schedule in [Schedule::Sequential, Schedule::Overlapped { chunks: 4 }] {
+            let y = c.shmem.malloc::<bf16>(m * hidden).map_err(text)?;
+            mlp.forward_with(&y, &x, schedule, s).map_err(text)?;
+            sync(s).map_err(text)?;
+            let got = y.to_vec().map_err(text)?;
+            compare(&format!("MLP ({schedule:?}) vs unsharded"), &got, &want)?;
+            c.identical("MLP output", &got)?;
+        }
+    }
+    Ok(())
+}
+
+fn capture(
+    stream: &Arc<CudaStream>,
+    op: impl FnOnce() -> Result<(), Error>,
+) -> Result<CudaGraph, String> {
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(|e| format!("cuStreamBeginCapture: {e}"))?;
+    let enqueued = op();
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+    enqueued.map_err(text)?;
+    graph
+        .map_err(|e| format!("cuStreamEndCapture: {e}"))?
+        .ok_or_else(|| "the capture produced no graph".to_string())
+}
+
+/// A captured forward replayed on new inputs gives what an eager call gives, bit for bit;
+/// two calls back to back (no host wait between) each give their own result.
+fn mlp_graph_and_back_to_back(
+    c: &Checks,
+    seed: u64,
+    (m, hidden, ffn): (usize, usize, usize),
+) -> Outcome {
+    let d = mlp_data(seed, m, hidden, ffn);
+    let mlp = TpMlp::new(&c.tp, hidden, ffn, m).map_err(text)?;
+    mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
+    let mut rng = Rng::new(seed ^ 2);
+    let inputs: Vec<Vec<bf16>> = (0..3).map(|_| rng.bf16s(m * hidden, 1.0)).collect();
+    // Eager, one at a time.
+    let mut eager = Vec::new();
+    for x in &inputs {
+        let (x, y) = (
+            c.device(x)?,
+            c.shmem.malloc::<bf16>(m * hidden).map_err(text)?,
+        );
+        mlp.forward(&y, &x, &c.stream).map_err(text)?;
+        sync(&c.stream).map_err(text)?;
+        eager.push(bits(&y.to_vec().map_err(text)?));
+    }
+    // Back to back on one stream.
+    let xs: Vec<_> = inputs
+        .iter()
+        .map(|x| c.device(x))
+        .collect::<Result<_, _>>()?;
+    let ys: Vec<_> = (0..3)
+        .map(|_| c.shmem.malloc::<bf16>(m * hidden).map_err(text))
+        .collect::<Result<_, _>>()?;
+    for (x, y) in xs.iter().zip(&ys) {
+        mlp.forward(y, x, &c.stream).map_err(text)?;
+    }
+    sync(&c.stream).map_err(text)?;
+    for (i, y) in ys.iter().enumerate() {
+        if bits(&y.to_vec().map_err(text)?) != eager[i] {
+            return Err(format!(
+                "back-to-back call {i} differs from the same call made alone"
+            ));
+        }
+    }
+    // A graph of one forward, replayed with each input copied into its input buffer.
+    let (x, y) = (&xs[0], &ys[0]);
+    let graph = capture(&c.stream, || mlp.forward(y, x, &c.stream))?;
+    for (i, input) in inputs.iter().enumerate().rev() {
+        x.copy_from_host(input).map_err(text)?;
+        graph.launch().map_err(|e| format!("cuGraphLaunch: {e}"))?;
+        sync(&c.stream).map_err(text)?;
+        if bits(&y.to_vec().map_err(text)?) != eager[i] {
+            return Err(format!(
+                "graph replay on input {i} differs from the eager call"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Bad arguments are errors that say what is wrong, on every PE alike.
+fn errors(c: &Checks, _seed: u64) -> Outcome {
+    let expect = |what: &str, r: Result<(), Error>, want: fn(&Error) -> bool| -> Outcome {
+        match r {
+            Err(e) if want(&e) => Ok(()),
+            Err(e) => Err(format!("{what}: the wrong error: {e}")),
+            Ok(()) => Err(format!("{what}: accepted")),
+        }
+    };
+    let (hidden, ffn, m) = (64, 32 * c.n(), 4);
+    let mlp = TpMlp::new(&c.tp, hidden, ffn, m).map_err(text)?;
+    let x = c.shmem.alloc_device::<bf16>(m * hidden).map_err(text)?;
+    let big = c
+        .shmem
+        .alloc_device::<bf16>((m + 1) * hidden)
+        .map_err(text)?;
+    let y = c.shmem.malloc::<bf16>((m + 1) * hidden).map_err(text)?;
+    let length = |e: &Error| matches!(e, Error::Length { .. });
+    let argument = |e: &Error| matches!(e, Error::InvalidArgument(_));
+    expect(
+        "a gate weight of the wrong size",
+        mlp.load_weights(&[bf16::ZERO; 3], &[], &[]),
+        length,
+    )?;
+    expect(
+        "an output of the wrong length",
+        mlp.forward(&y, &x, &c.stream),
+        length,
+    )?;
+    expect(
+        "more tokens than max_tokens",
+        mlp.forward(&y, &big, &c.stream),
+        argument,
+    )?;
+    let ragged = c.shmem.alloc_device::<bf16>(hidden + 1).map_err(text)?;
+    expect(
+        "an input that is not whole rows",
+        mlp.forward(y.view(..hidden), &ragged, &c.stream),
+        argument,
+    )?;
+    let too_narrow = RowParallelLinear::new(&c.tp, c.n() - 1, 8, 1).map(|_| ());
+    expect("fewer input features than PEs", too_narrow, argument)?;
+    Ok(())
+}
+
+// ---- timing -------------------------------------------------------------------------------
+
+fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.1), at(0.9))
+}
+
+/// Graph replays of `graph` timed with CUDA events, after a warm-up: microseconds each.
+fn time_graph(c: &Checks, graph: &CudaGraph, iters: usize) -> Result<Vec<f64>, String> {
+    let ctx = c.shmem.context();
+    let ev = |_| {
+        ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| format!("cuEventCreate: {e}"))
+    };
+    let events: Vec<_> = (0..=iters).map(ev).collect::<Result<_, _>>()?;
+    for _ in 0..5 {
+        graph.launch().map_err(|e| format!("cuGraphLaunch: {e}"))?;
+    }
+    // Every PE starts its timed replays together.
+    sync(&c.stream).map_err(text)?;
+    c.shmem.barrier_all().map_err(text)?;
+    events[0]
+        .record(&c.stream)
+        .map_err(|e| format!("cuEventRecord: {e}"))?;
+    for e in &events[1..] {
+        graph.launch().map_err(|e| format!("cuGraphLaunch: {e}"))?;
+        e.record(&c.stream)
+            .map_err(|e| format!("cuEventRecord: {e}"))?;
+    }
+    sync(&c.stream).map_err(text)?;
+    events
+        .windows(2)
+        .map(|w| {
+            w[0].elapsed_ms(&w[1])
+                .map(|ms| ms as f64 * 1e3)
+                .map_err(|e| format!("cuEventElapsedTime: {e}"))
+        })
+        .collect()
+}
+
+/// The MLP in a CUDA graph against its local GEMMs and kernel alone (no all-reduce), for
+/// each token count, on fresh data; every timed output is checked bit for bit against an
+/// eager call on the same data.
+fn timing(c: &Checks, a: &Args) -> Outcome {
+    let (hidden, ffn) = (a.hidden, a.ffn);
+    let max_m = *a.ms.iter().max().expect("a non-empty --m");
+    let d = mlp_data(0x7135, 0, hidden, ffn);
+    let mlp = TpMlp::new(&c.tp, hidden, ffn, max_m).map_err(text)?;
+    mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
+    let f = mlp.down().local_in_features().len();
+    let (gemm, s) = (c.tp.gemm(), &c.stream);
+    if c.me() == 0 {
+        println!(
+            "\nMLP {} (hidden {hidden}, ffn {ffn}), TP {}, bf16, CUDA graphs, {} replays in 5 alternating blocks, PE 0; \
+             us: median [p10, p90]",
+            a.shape_name,
+            c.n(),
+            a.iters
+        );
+        println!(
+            "{:>6} {:>26} {:>26} {:>9} {:>26} {:>9} {:>13}",
+            "M",
+            "compute-only",
+            "sequential",
+            "overhead",
+            "overlapped (4 pieces)",
+            "overhead",
+            "TFLOP/s/GPU"
+        );
+    }
+    let mut rng = Rng::new(0x7136);
+    for &m in &a.ms {
+        let x = c.device(&rng.bf16s(m * hidden, 1.0))?;
+        let y = c.shmem.malloc::<bf16>(m * hidden).map_err(text)?;
+        let gu = c.shmem.alloc_device::<bf16>(m * 2 * f).map_err(text)?;
+        let act = c.shmem.alloc_device::<bf16>(m * f).map_err(text)?;
+        let partial = c.shmem.alloc_device::<bf16>(m * hidden).map_err(text)?;
+        // The local work of one forward call: what no schedule can go below.
+        let compute = || -> Result<(), Error> {
+            gemm.linear(
+                &gu,
+                &x,
+                mlp.gate_up().weight(),
+                LinearShape {
+                    m,
+                    n: 2 * f,
+                    k: hidden,
+                },
+                s,
+            )?;
+            c.tp.silu_mul(&act, &gu, m, s)?;
+            gemm.linear(
+                &partial,
+                &act,
+                mlp.down().weight(),
+                LinearShape { m, n: hidden, k: f },
+                s,
+            )
+        };
+        mlp.forward(&y, &x, s).map_err(text)?;
+        compute().map_err(text)?;
+        sync(s).map_err(text)?;
+        let (eager, eager_partial) = (
+            bits(&y.to_vec().map_err(text)?),
+            bits(&partial.to_vec().map_err(text)?),
+        );
+        let overlapped = Schedule::Overlapped { chunks: 4 };
+        let y2 = c.shmem.malloc::<bf16>(m * hidden).map_err(text)?;
+        mlp.forward_with(&y2, &x, overlapped, s).map_err(text)?;
+        sync(s).map_err(text)?;
+        let eager_overlapped = bits(&y2.to_vec().map_err(text)?);
+        let graphs = [
+            capture(s, compute)?,
+            capture(s, || mlp.forward(&y, &x, s))?,
+            capture(s, || mlp.forward_with(&y2, &x, overlapped, s))?,
+        ];
+        // In alternating blocks, so that clock and power drift fall on all alike.
+        let mut times = vec![Vec::new(); graphs.len()];
+        let rounds = 5;
+        for _ in 0..rounds {
+            for (g, t) in graphs.iter().zip(&mut times) {
+                t.extend(time_graph(c, g, a.iters.div_ceil(rounds))?);
+            }
+        }
+        if bits(&y.to_vec().map_err(text)?) != eager
+            || bits(&y2.to_vec().map_err(text)?) != eager_overlapped
+            || bits(&partial.to_vec().map_err(text)?) != eager_partial
+        {
+            return Err(format!(
+                "M={m}: the timed graphs' output differs from the eager call"
+            ));
+        }
+        let [tc, tt, to] = [0, 1, 2].map(|i| median(times[i].clone()));
+        let flops = 6.0 * m as f64 * hidden as f64 * ffn as f64 / c.n() as f64;
+        let cell = |(med, p10, p90): (f64, f64, f64)| format!("{med:.1} [{p10:.1}, {p90:.1}]");
+        if c.me() == 0 {
+            println!(
+                "{m:>6} {:>26} {:>26} {:>8.1}% {:>26} {:>8.1}% {:>13.1}",
+                cell(tc),
+                cell(tt),
+                (tt.0 - tc.0) / tc.0 * 100.0,
+                cell(to),
+                (to.0 - tc.0) / tc.0 * 100.0,
+                flops / tt.0.min(to.0) * 1e-6
+            );
+        }
+    }
+    Ok(())
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("tp_mlp: {e}");
+            std::process::exit(2);
+        }
+    };
+    let shmem = match Nvshmem::init() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("tp_mlp: {e}");
+            std::process::exit(2);
+        }
+    };
+    let tp = match TensorParallel::new(&shmem) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("tp_mlp: PE {}: {e}", shmem.my_pe());
+            std::process::exit(2);
+        }
+    };
+    let n = shmem.n_pes();
+    if shmem.my_pe() == 0 {
+        println!(
+            "tp_mlp: {n} PEs; {}",
+            shmem.info().map(|i| i.to_string()).unwrap_or_default()
+        );
+    }
+    let mut c = Checks {
+        stream: shmem.stream().clone(),
+        shmem,
+        tp,
+        verbose: args.verbose,
+        names: Vec::new(),
+        failed: Vec::new(),
+    };
+    // (m, k, n): odd token counts, features that are not multiples of 128 (nor of 8, where
+    // cuBLASLt takes 2-byte aligned rows), every PE holding at least one feature.
+    let small = [
+        (1, 64, 96),
+        (3, 200, 328),
+        (127, 136, 40 * n),
+        (16, 129, 8 * n + 3),
+    ];
+    if args.column {
+        for s in small {
+            c.run(
+                format!("column replicated m={} k={} n={}", s.0, s.1, s.2),
+                |c, seed| column_replicated(c, seed, s),
+            );
+        }
+        for schedule in SCHEDULES {
+            for (per_pe, k, nn) in [(1, 64, 96), (3, 200, 328), (16, 129, 8 * n + 3)] {
+                c.run(
+                    format!(
+                        "column sequence-parallel {per_pe} rows per PE k={k} n={nn} {schedule:?}"
+                    ),
+                    |c, seed| column_sequence(c, seed, (per_pe, k, nn), schedule),
+                );
+            }
+        }
+    }
+    if args.row {
+        for schedule in SCHEDULES {
+            for (m, k, nn) in small {
+                // Row-parallel shards the input features: swap the roles of k and n.
+                let s = (m, nn, k);
+                c.run(
+                    format!("row all-reduce m={} k={} n={} {schedule:?}", s.0, s.1, s.2),
+                    |c, seed| row_all_reduce(c, seed, s, schedule),
+                );
+            }
+        }
+    }
+    if args.mlp {
+        for s in [
+            (1, 64, 8 * n),
+            (3, 96, 200),
+            (127, 136, 328),
+            (16, 200, 16 * n + 5),
+        ] {
+            for schedule in SCHEDULES {
+                c.run(
+                    format!("mlp m={} hidden={} ffn={} {schedule:?}", s.0, s.1, s.2),
+                    |c, seed| mlp_small(c, seed, s, schedule),
+                );
+            }
+        }
+        c.run(
+            "mlp graph replay and back-to-back calls".into(),
+            |c, seed| mlp_graph_and_back_to_back(c, seed, (64, 256, 512 * n)),
+        );
+        c.run("errors name the bad argument".into(), errors);
+    }
+    let which = (args.column, args.row, args.mlp);
+    for &m in &args.ms {
+        c.run(
+            format!(
+                "{} shape (hidden {}, ffn {}) m={m} against the unsharded GEMMs",
+                args.shape_name, args.hidden, args.ffn
+            ),
+            |c, seed| large(c, seed, m, args.hidden, args.ffn, which),
+        );
+    }
+    if args.timing && args.mlp {
+        c.run("timing (every timed output checked)".into(), |c, _| {
+            timing(c, &args)
+        });
+    }
+    match c.finish() {
+        Ok((passed, failed)) => {
+            if c.me() == 0 {
+                println!("{passed} passed, {failed} failed");
+            }
+            std::process::exit(if failed == 0 { 0 } else { 1 });
+        }
+        Err(e) => {
+            eprintln!("tp_mlp: PE {}: the final tally failed: {e}", c.me());
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,54 @@
+// Element-wise kernels of the tensor-parallel layers (src/tp): what sits between their GEMMs.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+__device__ __forceinline__ float silu_times(float gate, float up) {
+    return gate / (1.0f + expf(-gate)) * up;
+}
+
+// out[r][j] = silu(gu[r][j]) * gu[r][f + j] for r < m, j < f: each row of gu holds this PE's
+// gate features, then its up features (the merged column-parallel output). In f32, rounded
+// once to bf16. Eight elements per thread when f is a multiple of 8 (16-byte rows).
+extern "C" __global__ void silu_mul_bf16(const __nv_bfloat16 *gu, __nv_bfloat16 *out, uint64_t m,
+                                         uint64_t f) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (f % 8 == 0) {
+        const uint64_t per_row = f / 8, n = m * per_row;
+        for (uint64_t i = first; i < n; i += stride) {
+            const uint64_t r = i / per_row, j = (i % per_row) * 8;
+            const uint4 g = *(const uint4 *)(gu + r * 2 * f + j);
+            const uint4 u = *(const uint4 *)(gu + r * 2 * f + f + j);
+            const __nv_bfloat162 *g2 = (const __nv_bfloat162 *)&g, *u2 = (const __nv_bfloat162 *)&u;
+            uint4 o;
+            __nv_bfloat162 *o2 = (__nv_bfloat162 *)&o;
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                const float2 gf = __bfloat1622float2(g2[h]), uf = __bfloat1622float2(u2[h]);
+                o2[h] = __floats2bfloat162_rn(silu_times(gf.x, uf.x), silu_times(gf.y, uf.y));
+            }
+            *(uint4 *)(out + r * f + j) = o;
+        }
+    } else {
+        const uint64_t n = m * f;
+        for (uint64_t i = first; i < n; i += stride) {
+            const uint64_t r = i / f, j = i % f;
+            const float g = __bfloat162float(gu[r * 2 * f + j]);
+            const float u = __bfloat162float(gu[r * 2 * f + f + j]);
+            out[i] = __float2bfloat16_rn(silu_times(g, u));
+        }
+    }
+}
+
+// dst (m × n, row-major) from src holding the same matrix cut into column pieces of width w
+// (the last one narrower), each piece stored whole (m × its width, row-major) after the one
+// before: how an overlapped row-parallel layer leaves its pieces' all-reduced products.
+extern "C" __global__ void unchunk_bf16(const __nv_bfloat16 *src, __nv_bfloat16 *dst, uint64_t m,
+                                        uint64_t n, uint64_t w) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < m * n; i += stride) {
+        const uint64_t r = i / n, c = i % n, piece = c / w;
+        const uint64_t first = piece * w, width = (n - first < w) ? n - first : w;
+        dst[i] = src[m * first + r * width + (c - first)];
+    }
+}

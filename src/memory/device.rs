@@ -1,0 +1,147 @@
+//! Ordinary device memory of this PE: not symmetric, so allocating it is not collective and
+//! no peer can address it. For what only this PE's kernels touch, such as a tensor-parallel
+//! layer's weight shard.
+
+use crate::element::Element;
+use crate::error::{CudaResultExt, Result};
+use crate::memory::check_len;
+use crate::runtime::Nvshmem;
+use cudarc::driver::result as cu;
+use std::marker::PhantomData;
+
+/// `len` elements of this PE's GPU memory, zeroed when allocated, freed on drop (after every
+/// stream of the GPU is idle, as for symmetric buffers).
+///
+/// ```no_run
+/// # fn main() -> nvshmem::Result<()> {
+/// let shmem = nvshmem::Nvshmem::init()?;
+/// let w = shmem.alloc_device::<nvshmem::bf16>(4096)?; // only this PE allocates
+/// w.copy_from_host(&vec![nvshmem::bf16::ONE; 4096])?;
+/// assert_eq!(w.to_vec()?[0], nvshmem::bf16::ONE);
+/// # Ok(()) }
+/// ```
+pub struct DeviceBuffer<T: Element> {
+    ptr: u64,
+    len: usize,
+    shmem: Nvshmem,
+    _t: PhantomData<T>,
+}
+
+// SAFETY: the address is device memory owned by this value.
+unsafe impl<T: Element> Send for DeviceBuffer<T> {}
+unsafe impl<T: Element> Sync for DeviceBuffer<T> {}
+
+impl<T: Element> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceBuffer<{}>({} elements at {:#x})",
+            T::NVSHMEM_NAME,
+            self.len,
+            self.ptr
+        )
+    }
+}
+
+impl Nvshmem {
+    /// `len` zeroed elements of ordinary device memory on this PE's GPU (not collective).
+    pub fn alloc_device<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        self.bind_context()?;
+        let bytes = len * std::mem::size_of::<T>();
+        let ptr = if bytes == 0 {
+            0
+        } else {
+            // SAFETY: a current context; the memory is zeroed before anyone reads it.
+            unsafe {
+                let p = cu::malloc_sync(bytes).during("cuMemAlloc")?;
+                cu::memset_d8_sync(p, 0, bytes).during("cuMemsetD8")?;
+                p
+            }
+        };
+        Ok(DeviceBuffer {
+            ptr,
+            len,
+            shmem: self.clone(),
+            _t: PhantomData,
+        })
+    }
+}
+
+impl<T: Element> DeviceBuffer<T> {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The size in bytes.
+    pub fn num_bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+
+    /// The device address of the first element.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// The runtime it was allocated with.
+    pub fn runtime(&self) -> &Nvshmem {
+        &self.shmem
+    }
+
+    /// Copy `src` into the buffer; lengths must match. Waits for the copy.
+    pub fn copy_from_host(&self, src: &[T]) -> Result<()> {
+        check_len("host source", self.len, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.shmem.bind_context()?;
+        let stream = self.shmem.stream();
+        // SAFETY: `src` has `len` elements and outlives the copy, which is waited for.
+        unsafe { cu::memcpy_htod_async(self.ptr, src, stream.cu_stream()) }
+            .during("cuMemcpyHtoDAsync")?;
+        stream.synchronize().during("cuStreamSynchronize")
+    }
+
+    /// Copy the buffer into `dst`; lengths must match. Waits for the copy (and for the work
+    /// before it on the runtime's stream).
+    pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
+        check_len("host destination", self.len, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.shmem.bind_context()?;
+        let stream = self.shmem.stream();
+        // SAFETY: `dst` has `len` elements and outlives the copy, which is waited for.
+        unsafe { cu::memcpy_dtoh_async(dst, self.ptr, stream.cu_stream()) }
+            .during("cuMemcpyDtoHAsync")?;
+        stream.synchronize().during("cuStreamSynchronize")
+    }
+
+    /// The buffer as a `Vec`.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut v = vec![T::default(); self.len];
+        self.copy_to_host(&mut v)?;
+        Ok(v)
+    }
+}
+
+impl<T: Element> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        if self.ptr == 0 {
+            return;
+        }
+        // Kernels on any stream may still read or write it.
+        let freed = self.shmem.quiesce().and_then(|()| {
+            // SAFETY: allocated by cuMemAlloc, no longer used.
+            unsafe { cu::free_sync(self.ptr) }.during("cuMemFree")
+        });
+        if let Err(e) = freed {
+            eprintln!("nvshmem: leaking a DeviceBuffer<{}>: {e}", T::NVSHMEM_NAME);
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! The column-parallel linear layer: each PE holds some of the output features.
+
+use super::Schedule;
+use super::TensorParallel;
+use super::{check_tokens, check_weight, join, merged_rows, rows_of, shard_range, LinearShape};
+use crate::collectives::AllGatherAlgo;
+use crate::error::{Error, Result};
+use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricBuffer, SymmetricView};
+use cudarc::driver::CudaStream;
+use half::bf16;
+
+/// What a [`ColumnParallelLinear`] is given as input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnInput {
+    /// Every PE has all the tokens: no communication.
+    Replicated,
+    /// Each PE has an equal share of the tokens, in PE order (sequence parallelism): they
+    /// are all-gathered, then multiplied.
+    SequenceParallel,
+}
+
+/// `y = x · wᵀ` with the weight's output features (its rows) sharded across the PEs: PE `p`
+/// computes output features [`shard_range`]`(out, p, n)` for every token, so `y` is
+/// `tokens × local_out_features()` on each PE.
+///
+/// The output features may be several matrices stacked ([`merged`](Self::merged)), each
+/// sharded alike, as the gate and up projections of an MLP: the local output is this PE's
+/// columns of the first, then of the second.
+///
+/// ```no_run
+/// # fn main() -> nvshmem::Result<()> {
+/// use nvshmem::{bf16, tp::{ColumnInput, ColumnParallelLinear, TensorParallel}};
+/// let shmem = nvshmem::Nvshmem::init()?;
+/// let tp = TensorParallel::new(&shmem)?;
+/// let qkv = ColumnParallelLinear::new(&tp, 4096, 6144, ColumnInput::SequenceParallel, 2048)?;
+/// qkv.load_weight(&vec![bf16::ZERO; 6144 * 4096])?;
+/// let tokens = 2048;
+/// let x = shmem.malloc::<bf16>(tokens / shmem.n_pes() * 4096)?; // this PE's tokens
+/// let y = shmem.alloc_device::<bf16>(tokens * qkv.local_out_features())?;
+/// qkv.forward(&y, &x, shmem.stream())?;
+/// # Ok(()) }
+/// ```
+pub struct ColumnParallelLinear {
+    tp: TensorParallel,
+    in_features: usize,
+    parts: Vec<usize>,
+    local_out: usize,
+    input: ColumnInput,
+    max_tokens: usize,
+    weight: DeviceBuffer<bf16>,
+    /// Every PE's tokens, gathered (sequence parallel only).
+    gathered: Option<SymmetricBuffer<bf16>>,
+}
+
+impl ColumnParallelLinear {
+    /// A layer of `in_features → out_features` with a zero weight (load it with
+    /// [`load_weight`](Self::load_weight)). `max_tokens` bounds the tokens of a forward
+    /// call (all PEs' together); with [`ColumnInput::SequenceParallel`] the layer allocates
+    /// symmetric memory for them, so building it is collective.
+    pub fn new(
+        tp: &TensorParallel,
+        in_features: usize,
+        out_features: usize,
+        input: ColumnInput,
+        max_tokens: usize,
+    ) -> Result<Self> {
+        Self::merged(tp, in_features, &[out_features], input, max_tokens)
+    }
+
+    /// A layer whose output features are the matrices of `parts` rows stacked, each sharded
+    /// across the PEs alike (vLLM's merged column-parallel layer).
+    pub fn merged(
+        tp: &TensorParallel,
+        in_features: usize,
+        parts: &[usize],
+        input: ColumnInput,
+        max_tokens: usize,
+    ) -> Result<Self> {
+        let (n, me) = (tp.n_pes(), tp.my_pe());
+        if in_features == 0 || parts.is_empty() || parts.iter().any(|&p| p < n) {
+            return Err(Error::InvalidArgument(format!(
+                "a column-parallel layer of {in_features} input features and output parts \
+                 {parts:?} over {n} PEs: every part needs at least one output feature per PE"
+            )));
+        }
+        let local_out = parts.iter().map(|&p| shard_range(p, me, n).len()).sum();
+        let shmem = tp.runtime();
+        let weight = shmem.alloc_device::<bf16>(local_out * in_features)?;
+        let gathered = match input {
+            ColumnInput::Replicated => None,
+            ColumnInput::SequenceParallel => Some(shmem.malloc::<bf16>(max_tokens * in_features)?),
+        };
+        Ok(ColumnParallelLinear {
+            tp: tp.clone(),
+            in_features,
+            parts: parts.to_vec(),
+            local_out,
+            input,
+            max_tokens,
+            weight,
+            gathered,
+        })
+    }
+
+    /// Input features.
+    pub fn in_features(&self) -> usize {
+        self.in_features
+    }
+
+    /// Output features of the whole layer (every part, every PE).
+    pub fn out_features(&self) -> usize {
+        self.parts.iter().sum()
+    }
+
+    /// Output features this PE computes: the columns of its `y`.
+    pub fn local_out_features(&self) -> usize {
+        self.local_out
+    }
+
+    /// How the layer takes its input.
+    pub fn input(&self) -> ColumnInput {
+        self.input
+    }
+
+    /// This PE's weight shard, `local_out_features × in_features`, row-major.
+    pub fn weight(&self) -> &DeviceBuffer<bf16> {
+        &self.weight
+    }
+
+    /// Keep this PE's rows of the full weight (`out_features × in_features`, row-major, the
+    /// parts stacked): [`merged_rows`] of it.
+    pub fn load_weight(&self, full: &[bf16]) -> Result<()> {
+        check_weight(
+            "the column-parallel weight (out_features × in_features)",
+            full.len(),
+            self.out_features(),
+            self.in_features,
+        )?;
+        let part = merged_rows(
+            full,
+            self.in_features,
+            &self.parts,
+            self.tp.my_pe(),
+            self.tp.n_pes(),
+        );
+        self.weight.copy_from_host(&part)
+    }
+
+    /// `y = x · wᵀ` for this PE's output features, on `stream`. With replicated input `x` is
+    /// `tokens × in_features`; sequence parallel, it is this PE's `tokens / n_pes` rows, and
+    /// every PE passes as many. `y` is `tokens × local_out_features`.
+    pub fn forward<'a>(
+        &self,
+        y: &impl DeviceSlice<bf16>,
+        x: impl Into<SymmetricView<'a, bf16>>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.forward_with(y, x, Schedule::Sequential, stream)
+    }
+
+    /// [`forward`](Self::forward) with a [`Schedule`]: sequence parallel,
+    /// [`Schedule::Overlapped`] multiplies this PE's own tokens while the all-gather brings
+    /// the others', then the others'. Replicated input has no communication to overlap.
+    pub fn forward_with<'a>(
+        &self,
+        y: &impl DeviceSlice<bf16>,
+        x: impl Into<SymmetricView<'a, bf16>>,
+        schedule: Schedule,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let x = x.into();
+        let rows = rows_of("the column-parallel input", x.len(), self.in_features)?;
+        let (n, me) = (self.tp.n_pes(), self.tp.my_pe());
+        let tokens = match self.input {
+            ColumnInput::Replicated => rows,
+            ColumnInput::SequenceParallel => rows * n,
+        };
+        if y.len() != tokens * self.local_out {
+            return Err(Error::Length {
+                what: "the column-parallel output (tokens × local_out_features)",
+                expected: tokens * self.local_out,
+                got: y.len(),
+            });
+        }
+        let Some(gathered) = &self.gathered else {
+            // SAFETY: the lengths were checked above.
+            return unsafe { self.run(y.device_ptr(), x.as_ptr() as u64, tokens, stream) };
+        };
+        check_tokens("ColumnParallelLinear::forward", tokens, self.max_tokens)?;
+        let all = gathered.view(..tokens * self.in_features);
+        let coll = self.tp.collectives();
+        if !matches!(schedule, Schedule::Overlapped { .. }) || n == 1 {
+            coll.all_gather(all, x, AllGatherAlgo::Auto, stream)?;
+            // SAFETY: the lengths were checked above.
+            return unsafe { self.run(y.device_ptr(), all.as_ptr() as u64, tokens, stream) };
+        }
+        // The all-gather on the side stream (after everything before the call), this PE's
+        // own rows from `x` meanwhile, then the rows before and after them from `gathered`.
+        let side = self.tp.side();
+        join(side, stream)?;
+        coll.all_gather(all, x, AllGatherAlgo::Auto, side)?;
+        let bf = std::mem::size_of::<bf16>() as u64;
+        let y_row = |r: usize| y.device_ptr() + (r * self.local_out) as u64 * bf;
+        let all_row = |r: usize| all.as_ptr() as u64 + (r * self.in_features) as u64 * bf;
+        let (mine, end) = (me * rows..(me + 1) * rows, tokens);
+        // SAFETY: every range lies inside `y`, `x` and `gathered`, whose lengths were checked.
+        unsafe {
+            self.run(y_row(mine.start), x.as_ptr() as u64, rows, stream)?;
+            join(stream, side)?;
+            self.run(y.device_ptr(), all_row(0), mine.start, stream)?;
+            self.run(y_row(mine.end), all_row(mine.end), end - mine.end, stream)
+        }
+    }
+
+    /// The GEMM alone, on input that is already complete.
+    ///
+    /// # Safety
+    /// `y` holds `tokens × local_out` and `x` `tokens × in_features` elements.
+    pub(super) unsafe fn run(
+        &self,
+        y: u64,
+        x: u64,
+        tokens: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let shape = LinearShape {
+            m: tokens,
+            n: self.local_out,
+            k: self.in_features,
+        };
+        self.tp
+            .gemm()
+            .linear_raw(y, shape.n, x, self.weight.device_ptr(), shape, stream)
+    }
+}

@@ -1,0 +1,388 @@
+//! Local GEMMs through cuBLASLt: `y = x · wᵀ` with `x` (m × k), `w` (n × k, a linear layer's
+//! weight as PyTorch stores it) and `y` (m × n), all row-major bf16, accumulated in f32.
+//!
+//! Row-major `y = x · wᵀ` is column-major `yᵀ = w · xᵀ` with the same memory: cuBLASLt's "TN"
+//! case (A = w transposed, B = x), the layout its Hopper kernels favour.
+
+use crate::error::{Error, Result};
+use crate::memory::{DeviceBuffer, DeviceSlice};
+use crate::runtime::Nvshmem;
+use cudarc::cublaslt::result as lt;
+use cudarc::cublaslt::sys as ltsys;
+use cudarc::driver::CudaStream;
+use half::bf16;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+/// The workspace cuBLASLt may use per call: what its Hopper kernels ask for at most
+/// (NVIDIA recommends 32 MiB on Hopper).
+pub const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// The shape of one `y = x · wᵀ`: `m` rows (tokens), `n` output and `k` input features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LinearShape {
+    /// Rows of `x` and `y`.
+    pub m: usize,
+    /// Columns of `y`, rows of `w`.
+    pub n: usize,
+    /// Columns of `x` and `w`.
+    pub k: usize,
+}
+
+impl LinearShape {
+    /// Floating-point operations of the product (`2 m n k`).
+    pub fn flops(&self) -> f64 {
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64
+    }
+}
+
+/// What a cached plan depends on besides the shape: the row stride of `y` and the
+/// alignment every pointer has (cuBLASLt picks kernels that assume it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    shape: LinearShape,
+    ldy: usize,
+    align: u32,
+}
+
+/// The descriptors and chosen algorithm of one key.
+struct Plan {
+    desc: ltsys::cublasLtMatmulDesc_t,
+    w: ltsys::cublasLtMatrixLayout_t,
+    x: ltsys::cublasLtMatrixLayout_t,
+    y: ltsys::cublasLtMatrixLayout_t,
+    algo: ltsys::cublasLtMatmulAlgo_t,
+}
+
+// SAFETY: the descriptors are immutable once made, and cuBLASLt reads them from any thread.
+unsafe impl Send for Plan {}
+unsafe impl Sync for Plan {}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        // SAFETY: created by `Gemm::plan`, destroyed once.
+        unsafe {
+            let _ = lt::destroy_matrix_layout(self.y);
+            let _ = lt::destroy_matrix_layout(self.x);
+            let _ = lt::destroy_matrix_layout(self.w);
+            let _ = lt::destroy_matmul_desc(self.desc);
+        }
+    }
+}
+
+fn cublas(call: &'static str, e: lt::CublasError) -> Error {
+    Error::Cublas {
+        call,
+        message: String::new(),
+        source: Some(e),
+    }
+}
+
+/// The largest power of two (at most 256) that divides every address.
+fn common_alignment(addresses: &[u64]) -> u32 {
+    let bits = addresses.iter().fold(0u64, |acc, a| acc | a) | 256;
+    1 << bits.trailing_zeros()
+}
+
+/// A cuBLASLt handle with its workspace and a plan per shape, for bf16 linear layers on
+/// this PE's GPU. Plans are made on first use (a heuristic query, no GPU work), so a call
+/// can be captured in a CUDA graph, and its first call should be made before timing.
+///
+/// ```no_run
+/// # fn main() -> nvshmem::Result<()> {
+/// use nvshmem::{bf16, tp::{Gemm, LinearShape}};
+/// let shmem = nvshmem::Nvshmem::init()?;
+/// let gemm = Gemm::new(&shmem)?;
+/// let shape = LinearShape { m: 16, n: 1024, k: 4096 };
+/// let x = shmem.alloc_device::<bf16>(shape.m * shape.k)?;
+/// let w = shmem.alloc_device::<bf16>(shape.n * shape.k)?;
+/// let y = shmem.alloc_device::<bf16>(shape.m * shape.n)?;
+/// gemm.linear(&y, &x, &w, shape, shmem.stream())?;
+/// # Ok(()) }
+/// ```
+pub struct Gemm {
+    shmem: Nvshmem,
+    handle: ltsys::cublasLtHandle_t,
+    workspace: DeviceBuffer<u8>,
+    plans: Mutex<HashMap<Key, Arc<Plan>>>,
+}
+
+// SAFETY: a cuBLASLt handle may be used from any thread (it holds no per-call state; calls
+// on one handle from several threads are allowed); plans are immutable once made and shared
+// behind a lock.
+unsafe impl Send for Gemm {}
+unsafe impl Sync for Gemm {}
+
+impl Drop for Gemm {
+    fn drop(&mut self) {
+        // Calls may still run: the plans and workspace go after the GPU is idle.
+        let _ = self.shmem.quiesce();
+        self.plans.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        // SAFETY: created in `new`, destroyed once.
+        unsafe {
+            let _ = lt::destroy_handle(self.handle);
+        }
+    }
+}
+
+impl Gemm {
+    /// Load cuBLASLt and make a handle and a workspace on this PE's GPU.
+    pub fn new(shmem: &Nvshmem) -> Result<Self> {
+        // SAFETY: only tries to open the library.
+        if !unsafe { ltsys::is_culib_present() } {
+            return Err(Error::Cublas {
+                call: "load",
+                message: "libcublasLt.so.13 was not found: run `make setup` (installs the pinned \
+                          nvidia-cublas wheel) and launch through scripts/nvshmrun or nvshmemrun, \
+                          or add the folder holding libcublasLt.so.13 to LD_LIBRARY_PATH"
+                    .into(),
+                source: None,
+            });
+        }
+        shmem.bind_context()?;
+        let handle = lt::create_handle().map_err(|e| cublas("cublasLtCreate", e))?;
+        let workspace = match shmem.alloc_device::<u8>(WORKSPACE_BYTES) {
+            Ok(w) => w,
+            Err(e) => {
+                // SAFETY: just created.
+                unsafe {
+                    let _ = lt::destroy_handle(handle);
+                }
+                return Err(e);
+            }
+        };
+        Ok(Gemm {
+            shmem: shmem.clone(),
+            handle,
+            workspace,
+            plans: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// `y = x · wᵀ` on `stream`: `x` is `m × k`, `w` is `n × k` and `y` is `m × n`, row-major,
+    /// each exactly that long. Nothing is launched when `m` is 0.
+    pub fn linear(
+        &self,
+        y: &impl DeviceSlice<bf16>,
+        x: &impl DeviceSlice<bf16>,
+        w: &impl DeviceSlice<bf16>,
+        shape: LinearShape,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let LinearShape { m, n, k } = shape;
+        for (what, got, want) in [
+            ("the GEMM input x (m × k)", x.len(), m * k),
+            ("the GEMM weight w (n × k)", w.len(), n * k),
+            ("the GEMM output y (m × n)", y.len(), m * n),
+        ] {
+            if got != want {
+                return Err(Error::Length {
+                    what,
+                    expected: want,
+                    got,
+                });
+            }
+        }
+        // SAFETY: the lengths were checked against the shape, and the slices are device
+        // memory of this PE.
+        unsafe {
+            self.linear_raw(
+                y.device_ptr(),
+                n,
+                x.device_ptr(),
+                w.device_ptr(),
+                shape,
+                stream,
+            )
+        }
+    }
+
+    /// `y = x · wᵀ` with `y`'s rows `ldy` elements apart (`ldy >= n`), for a product that
+    /// fills some of `y`'s columns.
+    ///
+    /// # Safety
+    /// `x` must hold `m × k`, `w` `n × k` and `y` `(m - 1) × ldy + n` elements of this PE's
+    /// GPU, valid until the call has run on `stream`.
+    pub(crate) unsafe fn linear_raw(
+        &self,
+        y: u64,
+        ldy: usize,
+        x: u64,
+        w: u64,
+        shape: LinearShape,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let LinearShape { m, n, k } = shape;
+        if n == 0 || k == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "a GEMM of {m} × {k} by {k} × {n}: a linear layer needs input and output features"
+            )));
+        }
+        if ldy < n {
+            return Err(Error::InvalidArgument(format!(
+                "the GEMM output's rows are {ldy} elements apart, fewer than its {n} columns"
+            )));
+        }
+        if m == 0 {
+            return Ok(());
+        }
+        let key = Key {
+            shape,
+            ldy,
+            align: common_alignment(&[
+                y,
+                x,
+                w,
+                (ldy * std::mem::size_of::<bf16>()) as u64,
+                (k * std::mem::size_of::<bf16>()) as u64,
+            ]),
+        };
+        let plan = self.plan(key)?;
+        self.shmem.bind_context()?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        lt::matmul(
+            self.handle,
+            plan.desc,
+            &alpha as *const f32 as *const c_void,
+            &beta as *const f32 as *const c_void,
+            w as *const c_void,
+            plan.w,
+            x as *const c_void,
+            plan.x,
+            y as *const c_void,
+            plan.y,
+            y as *mut c_void,
+            plan.y,
+            &plan.algo,
+            self.workspace.device_ptr() as *mut c_void,
+            WORKSPACE_BYTES,
+            stream.cu_stream() as ltsys::cudaStream_t,
+        )
+        .map_err(|e| cublas("cublasLtMatmul", e))
+    }
+
+    /// The plan of `key`, made on first use.
+    fn plan(&self, key: Key) -> Result<Arc<Plan>> {
+        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = plans.get(&key) {
+            return Ok(p.clone());
+        }
+        let plan = Arc::new(self.make_plan(key)?);
+        plans.insert(key, plan.clone());
+        Ok(plan)
+    }
+
+    fn make_plan(&self, key: Key) -> Result<Plan> {
+        let LinearShape { m, n, k } = key.shape;
+        let bf = ltsys::cudaDataType_t::CUDA_R_16BF;
+        let desc = lt::create_matmul_desc(
+            ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ltsys::cudaDataType_t::CUDA_R_32F,
+        )
+        .map_err(|e| cublas("cublasLtMatmulDescCreate", e))?;
+        // From here on `plan` owns what is made, and frees it on an early return.
+        let mut plan = Plan {
+            desc,
+            w: std::ptr::null_mut(),
+            x: std::ptr::null_mut(),
+            y: std::ptr::null_mut(),
+            algo: ltsys::cublasLtMatmulAlgo_t { data: [0; 8] },
+        };
+        let layout = |rows: usize, cols: usize, ld: usize| {
+            lt::create_matrix_layout(bf, rows as u64, cols as u64, ld as i64)
+                .map_err(|e| cublas("cublasLtMatrixLayoutCreate", e))
+        };
+        // Column-major views of the row-major buffers: w is k × n, x is k × m, y is n × m.
+        plan.w = layout(k, n, k)?;
+        plan.x = layout(k, m, k)?;
+        plan.y = layout(n, m, key.ldy)?;
+        // cublasOperation_t (cuBLAS's header, not cuBLASLt's): CUBLAS_OP_T is 1.
+        let transpose: i32 = 1;
+        // SAFETY: live descriptors; the attribute values outlive the calls.
+        unsafe {
+            lt::set_matmul_desc_attribute(
+                plan.desc,
+                ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                &transpose as *const _ as *const c_void,
+                std::mem::size_of_val(&transpose),
+            )
+            .map_err(|e| cublas("cublasLtMatmulDescSetAttribute", e))?;
+            let pref = lt::create_matmul_pref()
+                .map_err(|e| cublas("cublasLtMatmulPreferenceCreate", e))?;
+            let chosen = self.choose(&plan, pref, key);
+            let _ = lt::destroy_matmul_pref(pref);
+            plan.algo = chosen?;
+        }
+        Ok(plan)
+    }
+
+    /// cuBLASLt's first choice for `plan` under `key`'s workspace and alignment.
+    ///
+    /// # Safety
+    /// Live descriptors.
+    unsafe fn choose(
+        &self,
+        plan: &Plan,
+        pref: ltsys::cublasLtMatmulPreference_t,
+        key: Key,
+    ) -> Result<ltsys::cublasLtMatmulAlgo_t> {
+        use ltsys::cublasLtMatmulPreferenceAttributes_t as P;
+        let set = |attr: P, value: u64| {
+            lt::set_matmul_pref_attribute(
+                pref,
+                attr,
+                &value as *const u64 as *const c_void,
+                std::mem::size_of::<u64>(),
+            )
+            .map_err(|e| cublas("cublasLtMatmulPreferenceSetAttribute", e))
+        };
+        set(
+            P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            WORKSPACE_BYTES as u64,
+        )?;
+        let align = |attr: P| {
+            lt::set_matmul_pref_attribute(
+                pref,
+                attr,
+                &key.align as *const u32 as *const c_void,
+                std::mem::size_of::<u32>(),
+            )
+            .map_err(|e| cublas("cublasLtMatmulPreferenceSetAttribute", e))
+        };
+        align(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES)?;
+        align(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES)?;
+        align(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES)?;
+        align(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)?;
+        let LinearShape { m, n, k } = key.shape;
+        lt::get_matmul_algo_heuristic(self.handle, plan.desc, plan.w, plan.x, plan.y, plan.y, pref)
+            .map(|h| h.algo)
+            .map_err(|e| Error::Cublas {
+                call: "cublasLtMatmulAlgoGetHeuristic",
+                message: format!(
+                    "no bf16 algorithm for y ({m} × {n}, rows {} apart) = x ({m} × {k}) · wᵀ with \
+                 {}-byte aligned pointers",
+                    key.ldy, key.align
+                ),
+                source: Some(e),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alignment_is_the_largest_common_power_of_two() {
+        assert_eq!(common_alignment(&[0x1000, 0x2000]), 256);
+        assert_eq!(common_alignment(&[0x1000, 0x1002]), 2);
+        assert_eq!(common_alignment(&[0x1010, 0x20, 8192]), 16);
+        assert_eq!(common_alignment(&[0]), 256);
+    }
+
+    #[test]
+    fn flops_count_multiply_and_add() {
+        assert_eq!(LinearShape { m: 2, n: 3, k: 4 }.flops(), 48.0);
+    }
+}

@@ -1,0 +1,290 @@
+//! Tensor parallelism: linear layers whose weights are sharded across the PEs, with their
+//! local GEMMs through cuBLASLt ([`Gemm`]) and their communication through our collectives.
+//!
+//! - [`ColumnParallelLinear`]: the weight's output features are sharded; the input is
+//!   replicated (no communication) or sharded along the tokens (sequence parallel: an
+//!   all-gather, then the GEMM).
+//! - [`RowParallelLinear`]: the input features are sharded; the partial products are summed
+//!   by an all-reduce, so the output is replicated and bitwise identical on every PE.
+//! - [`TpMlp`]: a Llama-style MLP, gate and up projections as one column-parallel GEMM,
+//!   `SiLU(gate) * up` in a small kernel, and the row-parallel down projection.
+//!
+//! Everything is bf16 in and out with f32 accumulation, runs on the stream it is given with
+//! no host synchronisation, and can be captured in a CUDA graph. The tensor-parallel group is
+//! the world team: every PE builds the same layers in the same order (building one that
+//! allocates symmetric memory is collective) and runs the same forward calls. Weights live
+//! in ordinary device memory ([`DeviceBuffer`](crate::DeviceBuffer)); what a collective reads or writes lives in
+//! symmetric memory.
+//!
+//! ```no_run
+//! # fn main() -> nvshmem::Result<()> {
+//! use nvshmem::{bf16, tp::{TensorParallel, TpMlp}};
+//! let shmem = nvshmem::Nvshmem::init()?;
+//! let tp = TensorParallel::new(&shmem)?;
+//! let (hidden, ffn, tokens) = (4096, 14336, 128);
+//! let mlp = TpMlp::new(&tp, hidden, ffn, tokens)?;
+//! # let (gate, up, down) = (vec![bf16::ZERO; ffn * hidden], vec![bf16::ZERO; ffn * hidden], vec![bf16::ZERO; hidden * ffn]);
+//! mlp.load_weights(&gate, &up, &down)?; // full weights; each PE keeps its shard
+//! let x = shmem.alloc_device::<bf16>(tokens * hidden)?;
+//! let y = shmem.malloc::<bf16>(tokens * hidden)?;
+//! mlp.forward(&y, &x, shmem.stream())?; // y is the same on every PE
+//! # Ok(()) }
+//! ```
+
+mod column;
+mod gemm;
+mod mlp;
+mod row;
+mod shard;
+
+pub use column::{ColumnInput, ColumnParallelLinear};
+pub use gemm::{Gemm, LinearShape, WORKSPACE_BYTES};
+pub use mlp::TpMlp;
+pub use row::RowParallelLinear;
+pub use shard::{merged_rows, shard_range, take_cols, take_rows};
+
+use crate::collectives::Collectives;
+use crate::cubins::TP;
+use crate::error::{Error, Result};
+use crate::memory::DeviceSlice;
+use crate::module::{grid, Function, KernelArgs, Module};
+use crate::runtime::Nvshmem;
+use cudarc::driver::CudaStream;
+use half::bf16;
+use std::sync::Arc;
+
+/// How a layer orders its GEMM and its communication.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Schedule {
+    /// The GEMM, then the collective, on the caller's stream: what a user writes first.
+    #[default]
+    Sequential,
+    /// Communication on a second stream, overlapped with computation. A row-parallel layer
+    /// cuts its GEMM into about `chunks` pieces and all-reduces each piece while the next
+    /// one computes: along the tokens when each piece still has enough tokens to be
+    /// compute-bound, else along the output features (each piece then reads its own rows of
+    /// the weight, so small batches read the weight once, and a last kernel puts the pieces'
+    /// columns in place). A sequence-parallel column layer multiplies this PE's own tokens
+    /// while the all-gather brings the others'. With `chunks` below 2, or too few tokens or
+    /// features to cut, a layer runs sequentially. The caller's stream
+    /// waits for the second stream before the call returns, so what follows on it sees the
+    /// whole result, and the call can be captured in a CUDA graph like a sequential one.
+    Overlapped {
+        /// Pieces of the row-parallel GEMM.
+        chunks: usize,
+    },
+}
+
+/// What every layer of one tensor-parallel group shares: the runtime, the collectives, the
+/// cuBLASLt handle and the element-wise kernels. Cheap to clone.
+#[derive(Clone)]
+pub struct TensorParallel {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shmem: Nvshmem,
+    collectives: Arc<Collectives>,
+    gemm: Gemm,
+    silu_mul: Function,
+    unchunk: Function,
+    sms: u32,
+    /// Where overlapped schedules communicate.
+    side: Arc<CudaStream>,
+}
+
+impl TensorParallel {
+    /// A group over every PE with a new [`Collectives`] of the default configuration
+    /// (collective).
+    pub fn new(shmem: &Nvshmem) -> Result<Self> {
+        Self::with_collectives(shmem, Arc::new(Collectives::new(shmem)?))
+    }
+
+    /// A group over every PE that communicates through `collectives` (which other code may
+    /// share: its calls are ordered by stream as usual).
+    pub fn with_collectives(shmem: &Nvshmem, collectives: Arc<Collectives>) -> Result<Self> {
+        let gemm = Gemm::new(shmem)?;
+        let module = Module::load(shmem, &TP)?;
+        let silu_mul = module.function("silu_mul_bf16")?;
+        let unchunk = module.function("unchunk_bf16")?;
+        let sms = shmem
+            .context()
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(|source| Error::Cuda {
+                call: "cuDeviceGetAttribute",
+                source,
+            })? as u32;
+        Ok(TensorParallel {
+            inner: Arc::new(Inner {
+                side: shmem.new_stream()?,
+                shmem: shmem.clone(),
+                collectives,
+                gemm,
+                silu_mul,
+                unchunk,
+                sms,
+            }),
+        })
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &Nvshmem {
+        &self.inner.shmem
+    }
+
+    /// The collectives the layers communicate through.
+    pub fn collectives(&self) -> &Collectives {
+        &self.inner.collectives
+    }
+
+    /// The cuBLASLt GEMMs the layers compute with.
+    pub fn gemm(&self) -> &Gemm {
+        &self.inner.gemm
+    }
+
+    /// The stream on which overlapped schedules communicate. Layers of one group take turns
+    /// on it: a group's overlapped calls must be made one at a time (as any collective call).
+    pub(crate) fn side(&self) -> &Arc<CudaStream> {
+        &self.inner.side
+    }
+
+    /// PEs in the group.
+    pub fn n_pes(&self) -> usize {
+        self.inner.shmem.n_pes()
+    }
+
+    /// This PE's place in the group.
+    pub fn my_pe(&self) -> usize {
+        self.inner.shmem.my_pe()
+    }
+
+    /// `out[r][j] = silu(gu[r][j]) * gu[r][f + j]`, in f32 rounded once to bf16: `gu` holds
+    /// `tokens` rows of gate features then as many up features (`tokens × 2f`), `out` is
+    /// `tokens × f`, both row-major. The kernel between [`TpMlp`]'s GEMMs, for MLPs built
+    /// from the parts.
+    pub fn silu_mul(
+        &self,
+        out: &impl DeviceSlice<bf16>,
+        gu: &impl DeviceSlice<bf16>,
+        tokens: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let f = out.len().checked_div(tokens).unwrap_or(0);
+        if out.len() != tokens * f || gu.len() != 2 * tokens * f {
+            return Err(Error::InvalidArgument(format!(
+                "silu_mul of {tokens} tokens: the output has {} elements and the gate/up input \
+                 {}; they must be tokens × f and tokens × 2f",
+                out.len(),
+                gu.len()
+            )));
+        }
+        // SAFETY: the lengths were checked.
+        unsafe { self.silu_mul_raw(out.device_ptr(), gu.device_ptr(), tokens, f, stream) }
+    }
+
+    /// [`silu_mul`](Self::silu_mul) on addresses.
+    ///
+    /// # Safety
+    /// Both must hold that many elements of this PE's GPU until the kernel has run.
+    pub(crate) unsafe fn silu_mul_raw(
+        &self,
+        out: u64,
+        gu: u64,
+        m: usize,
+        f: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let work = if f % 8 == 0 { m * f / 8 } else { m * f };
+        if work == 0 {
+            return Ok(());
+        }
+        let mut args = KernelArgs::new();
+        args.device_ptr(gu)
+            .device_ptr(out)
+            .value(m as u64)
+            .value(f as u64);
+        self.inner
+            .silu_mul
+            .launch(self.spread(work), stream, &mut args)
+    }
+}
+
+impl TensorParallel {
+    /// A grid for `work` independent pieces of 256 threads' work, at most 8 blocks per SM.
+    fn spread(&self, work: usize) -> cudarc::driver::LaunchConfig {
+        let threads = 256;
+        grid(
+            work.div_ceil(threads).min(self.inner.sms as usize * 8) as u32,
+            threads as u32,
+        )
+    }
+
+    /// `dst` (`m × n`, row-major) from `src`, the same matrix cut into column pieces of width
+    /// `w` stored one after the other, each whole.
+    ///
+    /// # Safety
+    /// Both hold `m × n` elements of this PE's GPU until the kernel has run.
+    pub(crate) unsafe fn unchunk_raw(
+        &self,
+        dst: u64,
+        src: u64,
+        (m, n, w): (usize, usize, usize),
+        stream: &CudaStream,
+    ) -> Result<()> {
+        if m * n == 0 {
+            return Ok(());
+        }
+        let mut args = KernelArgs::new();
+        args.device_ptr(src)
+            .device_ptr(dst)
+            .value(m as u64)
+            .value(n as u64)
+            .value(w as u64);
+        self.inner
+            .unchunk
+            .launch(self.spread(m * n), stream, &mut args)
+    }
+}
+
+/// `waiter` waits, on the device, for what `stream` has enqueued so far.
+fn join(waiter: &CudaStream, stream: &CudaStream) -> Result<()> {
+    waiter.join(stream).map_err(|source| Error::Cuda {
+        call: "cuStreamWaitEvent",
+        source,
+    })
+}
+
+/// Check that `got` elements are `rows × cols` for some `rows`, and return `rows`.
+fn rows_of(what: &str, got: usize, cols: usize) -> Result<usize> {
+    if cols == 0 || got % cols != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "{what} has {got} elements, not a whole number of rows of {cols}"
+        )));
+    }
+    Ok(got / cols)
+}
+
+/// Check `tokens` against a layer's `max_tokens`.
+fn check_tokens(what: &str, tokens: usize, max_tokens: usize) -> Result<()> {
+    if tokens > max_tokens {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: {tokens} tokens, more than the {max_tokens} the layer was built for \
+             (its max_tokens)"
+        )));
+    }
+    Ok(())
+}
+
+/// Check a full weight's length against `rows × cols`.
+fn check_weight(what: &'static str, got: usize, rows: usize, cols: usize) -> Result<()> {
+    if got != rows * cols {
+        return Err(Error::Length {
+            what,
+            expected: rows * cols,
+            got,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,399 @@
+//! The row-parallel linear layer: each PE holds some of the input features, and the partial
+//! products are summed across the PEs.
+
+use super::Schedule;
+use super::TensorParallel;
+use super::{check_tokens, check_weight, join, rows_of, shard_range, take_cols, LinearShape};
+use crate::collectives::AllReduceAlgo;
+use crate::element::ReduceOp;
+use crate::error::{Error, Result};
+use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricBuffer, SymmetricView};
+use cudarc::driver::CudaStream;
+use half::bf16;
+use std::ops::Range;
+
+/// `y = x · wᵀ` with the weight's input features (its columns) sharded across the PEs: PE
+/// `p` holds input features [`shard_range`]`(in, p, n)` of `x` and of `w`, multiplies them
+/// into a partial product (rounded to bf16, as a cuBLAS GEMM writes it), and an all-reduce
+/// sums the PEs' partial products in f32, in PE order. `y` is replicated: bitwise identical
+/// on every PE.
+///
+/// ```no_run
+/// # fn main() -> nvshmem::Result<()> {
+/// use nvshmem::{bf16, tp::{RowParallelLinear, TensorParallel}};
+/// let shmem = nvshmem::Nvshmem::init()?;
+/// let tp = TensorParallel::new(&shmem)?;
+/// let o_proj = RowParallelLinear::new(&tp, 4096, 4096, 128)?;
+/// o_proj.load_weight(&vec![bf16::ZERO; 4096 * 4096])?;
+/// let x = shmem.alloc_device::<bf16>(128 * o_proj.local_in_features().len())?;
+/// let y = shmem.malloc::<bf16>(128 * 4096)?;
+/// o_proj.forward(&y, &x, shmem.stream())?;
+/// # Ok(()) }
+/// ```
+pub struct RowParallelLinear {
+    tp: TensorParallel,
+    in_features: usize,
+    out_features: usize,
+    local_in: Range<usize>,
+    max_tokens: usize,
+    weight: DeviceBuffer<bf16>,
+    /// This PE's partial product, which the all-reduce reads.
+    partial: SymmetricBuffer<bf16>,
+    /// The all-reduced pieces of an overlapped call cut along the output features, before
+    /// their columns go in place (up to `PIECES_BY_FEATURES_TOKENS` tokens).
+    reduced: SymmetricBuffer<bf16>,
+}
+
+/// Tokens per piece from which a GEMM piece is compute-bound, so that cutting along the
+/// tokens costs little (below it, each piece would read the whole weight again): Hopper does
+/// about 200-300 bf16 flops per byte of memory traffic, and a GEMM of `m` tokens about `m`
+/// per byte of weight.
+const TOKENS_PER_PIECE: usize = 512;
+
+/// Tokens up to which an overlapped call may cut along the output features (the reduced
+/// scratch holds that many).
+const PIECES_BY_FEATURES_TOKENS: usize = 2048;
+
+/// How an overlapped row-parallel call is cut.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pieces {
+    /// Not at all.
+    Whole,
+    /// Along the tokens, these rows each.
+    Tokens(Vec<Range<usize>>),
+    /// Along the output features, this many each (the last fewer).
+    Features(usize),
+}
+
+/// The cut of `tokens × features` into about `chunks` pieces. Every piece starts on a
+/// 16-byte boundary of the partial product (our collectives' alignment): token pieces start
+/// at multiples of `8 / gcd(features, 8)` rows, feature pieces are multiples of 8 wide.
+fn pieces(tokens: usize, features: usize, chunks: usize, reduced_tokens: usize) -> Pieces {
+    if tokens >= TOKENS_PER_PIECE * chunks || (tokens > reduced_tokens && tokens >= chunks) {
+        let g = 8 / gcd(features, 8);
+        let mut rows: Vec<Range<usize>> = Vec::new();
+        let mut start = 0;
+        for c in 1..=chunks {
+            let end = if c == chunks {
+                tokens
+            } else {
+                shard_range(tokens, c - 1, chunks).end / g * g
+            };
+            if end > start {
+                rows.push(start..end);
+                start = end;
+            }
+        }
+        return match rows.len() {
+            0 | 1 => Pieces::Whole,
+            _ => Pieces::Tokens(rows),
+        };
+    }
+    if tokens > reduced_tokens {
+        return Pieces::Whole;
+    }
+    let width = features.div_ceil(chunks).div_ceil(8) * 8;
+    if width >= features {
+        Pieces::Whole
+    } else {
+        Pieces::Features(width)
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+impl RowParallelLinear {
+    /// A layer of `in_features → out_features` with a zero weight, for up to `max_tokens`
+    /// tokens per call. Allocates symmetric memory for the partial products: collective.
+    pub fn new(
+        tp: &TensorParallel,
+        in_features: usize,
+        out_features: usize,
+        max_tokens: usize,
+    ) -> Result<Self> {
+        let (n, me) = (tp.n_pes(), tp.my_pe());
+        if in_features < n || out_features == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "a row-parallel layer of {in_features} → {out_features} features over {n} PEs: \
+                 it needs output features and at least one input feature per PE"
+            )));
+        }
+        let local_in = shard_range(in_features, me, n);
+        let shmem = tp.runtime();
+        let weight = shmem.alloc_device::<bf16>(out_features * local_in.len())?;
+        let partial = shmem.malloc::<bf16>(max_tokens * out_features)?;
+        let reduced =
+            shmem.malloc::<bf16>(max_tokens.min(PIECES_BY_FEATURES_TOKENS) * out_features)?;
+        Ok(RowParallelLinear {
+            tp: tp.clone(),
+            in_features,
+            out_features,
+            local_in,
+            max_tokens,
+            weight,
+            partial,
+            reduced,
+        })
+    }
+
+    /// Input features of the whole layer.
+    pub fn in_features(&self) -> usize {
+        self.in_features
+    }
+
+    /// Output features.
+    pub fn out_features(&self) -> usize {
+        self.out_features
+    }
+
+    /// The input features this PE holds: the columns of its `x`.
+    pub fn local_in_features(&self) -> Range<usize> {
+        self.local_in.clone()
+    }
+
+    /// This PE's weight shard, `out_features × local_in_features().len()`, row-major.
+    pub fn weight(&self) -> &DeviceBuffer<bf16> {
+        &self.weight
+    }
+
+    /// Keep this PE's columns of the full weight (`out_features × in_features`, row-major).
+    pub fn load_weight(&self, full: &[bf16]) -> Result<()> {
+        check_weight(
+            "the row-parallel weight (out_features × in_features)",
+            full.len(),
+            self.out_features,
+            self.in_features,
+        )?;
+        self.weight
+            .copy_from_host(&take_cols(full, self.in_features, self.local_in.clone()))
+    }
+
+    /// `y = Σ over PEs of x_p · w_pᵀ`, on `stream`: `x` is this PE's `tokens ×
+    /// local_in_features` and `y` is `tokens × out_features`, the same on every PE afterwards.
+    pub fn forward<'a>(
+        &self,
+        y: impl Into<SymmetricView<'a, bf16>>,
+        x: &impl DeviceSlice<bf16>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.forward_with(y, x, Schedule::Sequential, stream)
+    }
+
+    /// [`forward`](Self::forward) with a [`Schedule`]: [`Schedule::Overlapped`] cuts the
+    /// GEMM along the tokens and all-reduces each piece while the next one computes.
+    pub fn forward_with<'a>(
+        &self,
+        y: impl Into<SymmetricView<'a, bf16>>,
+        x: &impl DeviceSlice<bf16>,
+        schedule: Schedule,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let tokens = rows_of("the row-parallel input", x.len(), self.local_in.len())?;
+        // SAFETY: `x` holds `tokens × local_in` elements.
+        unsafe { self.run(y.into(), x.device_ptr(), tokens, schedule, stream) }
+    }
+
+    /// The GEMM into the partial product and the all-reduce into `y`, in `schedule`.
+    ///
+    /// # Safety
+    /// `x` holds `tokens × local_in` elements of this PE's GPU.
+    pub(super) unsafe fn run(
+        &self,
+        y: SymmetricView<'_, bf16>,
+        x: u64,
+        tokens: usize,
+        schedule: Schedule,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        check_tokens("RowParallelLinear::forward", tokens, self.max_tokens)?;
+        if y.len() != tokens * self.out_features {
+            return Err(Error::Length {
+                what: "the row-parallel output (tokens × out_features)",
+                expected: tokens * self.out_features,
+                got: y.len(),
+            });
+        }
+        let chunks = match schedule {
+            Schedule::Overlapped { chunks } if chunks >= 2 => chunks,
+            _ => return self.piece(y, x, 0..tokens, stream),
+        };
+        match pieces(tokens, self.out_features, chunks, self.reduced_tokens()) {
+            Pieces::Whole => self.piece(y, x, 0..tokens, stream),
+            Pieces::Tokens(rows) => self.by_tokens(y, x, &rows, stream),
+            Pieces::Features(width) => self.by_features(y, x, tokens, width, stream),
+        }
+    }
+
+    /// Tokens whose pieces along the output features fit the reduced scratch.
+    fn reduced_tokens(&self) -> usize {
+        self.reduced.len() / self.out_features
+    }
+
+    /// Each piece of tokens: its GEMM on `stream`, its all-reduce on the side stream; then
+    /// the caller's stream waits for the last one. The side stream first waits for
+    /// everything before (the input, and earlier calls of the collectives, which share their
+    /// workspace).
+    ///
+    /// # Safety
+    /// As for [`run`](Self::run).
+    unsafe fn by_tokens(
+        &self,
+        y: SymmetricView<'_, bf16>,
+        x: u64,
+        pieces: &[Range<usize>],
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (side, cols) = (self.tp.side(), self.out_features);
+        for rows in pieces {
+            self.gemm_rows(x, rows.clone(), stream)?;
+            join(side, stream)?;
+            let span = rows.start * cols..rows.end * cols;
+            self.tp.collectives().all_reduce(
+                y.view(span.clone()),
+                self.partial.view(span),
+                ReduceOp::Sum,
+                AllReduceAlgo::Auto,
+                side,
+            )?;
+        }
+        join(stream, side)
+    }
+
+    /// Each piece of `width` output features (the last one narrower): its GEMM (this PE's
+    /// rows of the weight for them) into its own block of the partial product, its
+    /// all-reduce into the same block of the reduced scratch (or of `y` itself for one
+    /// token, where the blocks are `y`'s columns in place); then the columns go in place.
+    ///
+    /// # Safety
+    /// As for [`run`](Self::run).
+    unsafe fn by_features(
+        &self,
+        y: SymmetricView<'_, bf16>,
+        x: u64,
+        tokens: usize,
+        width: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (side, n, k) = (self.tp.side(), self.out_features, self.local_in.len());
+        let bf = std::mem::size_of::<bf16>() as u64;
+        for first in (0..n).step_by(width) {
+            let w = width.min(n - first);
+            let block = tokens * first..tokens * (first + w);
+            let shape = LinearShape { m: tokens, n: w, k };
+            self.tp.gemm().linear_raw(
+                self.partial.device_ptr() + block.start as u64 * bf,
+                w,
+                x,
+                self.weight.device_ptr() + (first * k) as u64 * bf,
+                shape,
+                stream,
+            )?;
+            join(side, stream)?;
+            let dst = match tokens {
+                1 => y.view(block.clone()),
+                _ => self.reduced.view(block.clone()),
+            };
+            self.tp.collectives().all_reduce(
+                dst,
+                self.partial.view(block),
+                ReduceOp::Sum,
+                AllReduceAlgo::Auto,
+                side,
+            )?;
+        }
+        join(stream, side)?;
+        if tokens > 1 {
+            let shape = (tokens, n, width);
+            self.tp
+                .unchunk_raw(y.as_ptr() as u64, self.reduced.device_ptr(), shape, stream)?;
+        }
+        Ok(())
+    }
+
+    /// The GEMM of `rows` into the partial product, then their all-reduce, on `stream`.
+    ///
+    /// # Safety
+    /// As for [`run`](Self::run).
+    unsafe fn piece(
+        &self,
+        y: SymmetricView<'_, bf16>,
+        x: u64,
+        rows: Range<usize>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let cols = self.out_features;
+        self.gemm_rows(x, rows.clone(), stream)?;
+        let partial = self.partial.view(rows.start * cols..rows.end * cols);
+        self.tp
+            .collectives()
+            .all_reduce(y, partial, ReduceOp::Sum, AllReduceAlgo::Auto, stream)
+    }
+
+    /// The partial product of tokens `rows`, into the same rows of `partial`.
+    ///
+    /// # Safety
+    /// As for [`run`](Self::run), with `rows` inside the call's tokens.
+    unsafe fn gemm_rows(&self, x: u64, rows: Range<usize>, stream: &CudaStream) -> Result<()> {
+        let k = self.local_in.len();
+        let shape = LinearShape {
+            m: rows.len(),
+            n: self.out_features,
+            k,
+        };
+        let row_bytes = |width: usize| (rows.start * width * std::mem::size_of::<bf16>()) as u64;
+        self.tp.gemm().linear_raw(
+            self.partial.device_ptr() + row_bytes(shape.n),
+            shape.n,
+            x + row_bytes(k),
+            self.weight.device_ptr(),
+            shape,
+            stream,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn few_tokens_are_cut_along_the_features_in_aligned_widths() {
+        assert_eq!(pieces(1, 4096, 4, 2048), Pieces::Features(1024));
+        assert_eq!(pieces(128, 4096, 4, 2048), Pieces::Features(1024));
+        // 129 features in 3: 43 rounded up to 48, then 48, 33.
+        assert_eq!(pieces(16, 129, 3, 2048), Pieces::Features(48));
+        // Too narrow to cut.
+        assert_eq!(pieces(16, 8, 4, 2048), Pieces::Whole);
+    }
+
+    #[test]
+    fn many_tokens_are_cut_along_the_tokens_on_aligned_rows() {
+        let rows = |p: Pieces| match p {
+            Pieces::Tokens(r) => r,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            rows(pieces(2048, 4096, 4, 2048)),
+            [0..512, 512..1024, 1024..1536, 1536..2048]
+        );
+        // 129 features: rows start at multiples of 8 (16-byte boundaries).
+        let r = rows(pieces(2049, 129, 4, 2048));
+        assert!(r.iter().all(|p| p.start % 8 == 0));
+        assert_eq!((r[0].start, r.last().unwrap().end), (0, 2049));
+        assert!(r.windows(2).all(|w| w[0].end == w[1].start));
+        // More tokens than the reduced scratch holds, but too few per piece: still tokens.
+        assert!(matches!(pieces(300, 4096, 2, 256), Pieces::Tokens(_)));
+    }
+
+    #[test]
+    fn nothing_to_cut_is_whole() {
+        assert_eq!(pieces(3, 4096, 4, 2), Pieces::Whole);
+        assert_eq!(pieces(1, 4096, 1, 2048), Pieces::Whole);
+    }
+}
