@@ -88,6 +88,8 @@ fn common_alignment(addresses: &[u64]) -> u32 {
 /// A cuBLASLt handle with its workspace and a plan per shape, for bf16 linear layers on
 /// this PE's GPU. Plans are made on first use (a heuristic query, no GPU work), so a call
 /// can be captured in a CUDA graph, and its first call should be made before timing.
+/// Calls share the workspace: calls on streams that may run at the same time need a `Gemm`
+/// each.
 ///
 /// ```no_run
 /// # fn main() -> nvshmem::Result<()> {

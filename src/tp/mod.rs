@@ -69,6 +69,8 @@ pub enum Schedule {
     /// features to cut, a layer runs sequentially. The caller's stream
     /// waits for the second stream before the call returns, so what follows on it sees the
     /// whole result, and the call can be captured in a CUDA graph like a sequential one.
+    /// The layers of one [`TensorParallel`] share that second stream: make their overlapped
+    /// calls one at a time (from one thread, or in an order every PE keeps anyway).
     Overlapped {
         /// Pieces of the row-parallel GEMM.
         chunks: usize,
@@ -77,6 +79,10 @@ pub enum Schedule {
 
 /// What every layer of one tensor-parallel group shares: the runtime, the collectives, the
 /// cuBLASLt handle and the element-wise kernels. Cheap to clone.
+///
+/// The GEMMs of a group share one cuBLASLt workspace: run layers of one group on streams
+/// that may overlap each other only through its own schedules; give concurrent work its
+/// own group.
 #[derive(Clone)]
 pub struct TensorParallel {
     inner: Arc<Inner>,
