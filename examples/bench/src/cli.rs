@@ -97,6 +97,40 @@ POINT-TO-POINT (--tests p2p, or a subset), PE 0 and --peer (default PE 1); other
   repetition writes, its own slot of a 128 MiB region (the last one's is checked); g follows
   dependent reads over 8 MiB of distinct lines.
 
+TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp)
+  A Llama MLP forward, y = down(SiLU(x gate^T) * (x up^T)) in bf16, with the FFN features
+  sharded over every PE (tensor-parallel degree = PEs), for each --tp-shapes shape (8b: hidden
+  4096, ffn 14336; 70b: hidden 8192, ffn 28672) and each --tp-m token count M:
+    compute-only  this PE's merged gate/up GEMM (cuBLASLt), the SiLU(gate)*up kernel and the
+                  down GEMM into a local buffer, no communication: the lower bound
+    cublas+nccl   the same calls, then ncclAllReduce (sum, bf16) of the down projection's
+                  partial product into the output (with nccl in --impls)
+    cublas+ours   nvshmem::tp::TpMlp::forward: GEMM, kernel, GEMM, our all-reduce (with ours
+                  in --impls)
+    overlapped    TpMlp::forward_with(Schedule::Overlapped { chunks: 4 }): the down GEMM in 4
+                  pieces, each piece's all-reduce on a second stream while the next computes
+                  (with ours in --impls)
+  Each implementation's forward is captured into a CUDA graph of --graph-ops forwards, cut to
+  --case-budget as for the collectives (the size is the output, M x hidden bf16). After the
+  warm-up replays the timed replays alternate between the implementations: the --iters
+  replays of each are split into 5 rounds, each round a block of replays of every
+  implementation in turn (the order rotated every round), and the samples are pooled per
+  implementation, so that clock drift weighs on all alike.
+  time     = median per forward ± half the p10-p90 range, as above
+  TFLOP/s  = per GPU: 6 M hidden ffn / PEs / time
+  vs nccl  = time of cublas+nccl / time (> 1: faster)
+  overhead = (time - time of compute-only) / time of compute-only
+  Check: every M gets new random data, the same on every PE (x uniform in [-1, 1), weights
+  uniform in ±sqrt(3 / input features)). Outputs are poisoned after the first eager calls,
+  so the timed graph replays must rewrite them; afterwards they are compared with the
+  unsharded MLP on this GPU (gate/up GEMM of 2 ffn features, SiLU(gate)*up, down GEMM):
+  |got - ref| <= (|ref| + rms(ref)) / 64 for every element. cublas+ours and overlapped must
+  also be bitwise identical on every PE; compute-only (a partial product when there are 2 PEs
+  or more) must equal an eager run of the same calls bit for bit, and the reference too with
+  one PE.
+  Needs cuBLASLt (libcublasLt.so.13, installed by `make setup`), and room for a shape's full
+  weights on every GPU (for the reference) and in every PE's host memory.
+
 ITERATIONS
   Unless --fixed-iters: iterations and warm-ups are halved above 4 MiB and divided by five
   above 32 MiB; in-kernel repetitions of latency kernels shrink with size above 64 KiB.
@@ -106,14 +140,17 @@ ITERATIONS
 OUTPUT (PE 0)
   stdout: environment header (GPUs, driver, CUDA, NVSHMEM and NCCL versions, peer access
   matrix, NVSHMEM_*/NCCL_*/CUDA_VISIBLE_DEVICES) and tables: ours vs NVSHMEM vs NCCL with
-  speed-ups (time of the other / time of ours: > 1 means ours is faster).
-  --out DIR: bench.json (environment, options, every result with min/max/mean/p10/p90),
-  bench.csv, summary.txt, and SVG plots (latency and bus bandwidth vs size, log axes).
+  speed-ups (time of the other / time of ours: > 1 means ours is faster); tp: one table per
+  shape.
+  --out DIR: bench.json (environment, options, every result with min/max/mean/p10/p90; tp
+  rows add hidden, ffn, tokens, TFLOP/s, speed-up and overhead), bench.csv, summary.txt, and
+  SVG plots (latency and bus bandwidth vs size, tp time and TFLOP/s vs M, log axes).
   Exit status: 0 when every check passed, 1 when a check or an operation failed, 2 on bad
   options.
 
 ENVIRONMENT
-  NVSHMEM_SYMMETRIC_SIZE, when not set, becomes 3 x the largest size + 512 MiB (at least 1 GiB).
+  NVSHMEM_SYMMETRIC_SIZE, when not set, becomes 3 x the largest size (with tp: 2 x the largest
+  M x hidden bf16, when that is more) + 512 MiB, at least 1 GiB.
   NVSHMEM_DISABLE_NCCL, when not set, becomes 1: the nvshmem column then measures NVSHMEM's own
   collectives (NVSHMEM can route its on-stream collectives through NCCL); set it to 0 to allow.
   scripts/nvshmrun puts libnccl.so on LD_LIBRARY_PATH; without NCCL use --impls ours,nvshmem.";
@@ -138,7 +175,11 @@ pub enum TestName {
     P2pHost,
     /// NCCL send/recv ping-pong and bandwidth only
     Sendrecv,
-    /// Everything
+    /// Tensor-parallel Llama MLP forward: the GEMMs alone, with NCCL's all-reduce, with ours
+    /// (nvshmem::tp::TpMlp); not part of all
+    Tp,
+    /// Every collective and point-to-point test (not tp, which needs cuBLASLt and gigabytes of
+    /// weights per GPU: add it with --tests all,tp)
     All,
 }
 
@@ -211,7 +252,8 @@ pub struct Args {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "bf16,f32")]
     pub dtypes: Vec<DType>,
 
-    /// Collective implementations, comma separated (NCCL point-to-point runs only with nccl)
+    /// Collective implementations, comma separated (NCCL point-to-point runs only with nccl;
+    /// tp runs cublas+nccl with nccl, cublas+ours and overlapped with ours, and compute-only always)
     #[arg(
         long,
         value_enum,
@@ -310,6 +352,16 @@ pub struct Args {
     #[arg(long, default_value_t = 0x5eed)]
     pub seed: u64,
 
+    /// MLP shapes of the tp test, comma separated: 8b (hidden 4096, ffn 14336), 70b (hidden
+    /// 8192, ffn 28672), or a pair of numbers HIDDEN,FFN
+    #[arg(long, default_value = "8b,70b")]
+    pub tp_shapes: String,
+
+    /// Token counts M of the tp test, comma separated
+    /// [default: 1,16,64,128,512,2048,8192; --quick: 1,128,2048]
+    #[arg(long, value_delimiter = ',')]
+    pub tp_m: Vec<usize>,
+
     /// Abort when one measurement makes no progress for this many seconds (0: never)
     #[arg(long, default_value_t = 600)]
     pub watchdog: u64,
@@ -325,6 +377,7 @@ pub struct Tests {
     pub p2p_bw: bool,
     pub p2p_host: bool,
     pub sendrecv: bool,
+    pub tp: bool,
 }
 
 impl Tests {
@@ -339,6 +392,7 @@ impl Tests {
                 TestName::P2pBw => t.p2p_bw = true,
                 TestName::P2pHost => t.p2p_host = true,
                 TestName::Sendrecv => t.sendrecv = true,
+                TestName::Tp => t.tp = true,
                 TestName::P2p | TestName::All => {
                     t.p2p_latency = true;
                     t.p2p_signal = true;
@@ -367,6 +421,62 @@ impl Tests {
     pub fn device_p2p(&self) -> bool {
         self.p2p_latency || self.p2p_signal || self.p2p_bw
     }
+}
+
+/// The Llama MLP shapes that --tp-shapes knows by name: (name, hidden, ffn).
+pub const TP_NAMED_SHAPES: [(&str, usize, usize); 2] = [("8b", 4096, 14336), ("70b", 8192, 28672)];
+
+/// One MLP shape of the tp test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TpShape {
+    /// `8b`, `70b`, or `HIDDENxFFN`.
+    pub name: String,
+    pub hidden: usize,
+    pub ffn: usize,
+}
+
+/// Parse --tp-shapes: names of [`TP_NAMED_SHAPES`] and `HIDDEN,FFN` pairs, comma separated
+/// (`8b,70b`, `4096,14336`, `70b,1024,4096`); a shape given twice counts once.
+pub fn parse_tp_shapes(text: &str) -> Result<Vec<TpShape>, String> {
+    let mut shapes: Vec<TpShape> = Vec::new();
+    let mut tokens = text.split(',').map(str::trim);
+    while let Some(token) = tokens.next() {
+        let lower = token.to_ascii_lowercase();
+        let shape = match TP_NAMED_SHAPES.iter().find(|(name, _, _)| *name == lower) {
+            Some(&(name, hidden, ffn)) => TpShape {
+                name: name.into(),
+                hidden,
+                ffn,
+            },
+            None => {
+                let number = |t: &str| -> Result<usize, String> {
+                    match t.parse::<usize>() {
+                        Ok(v) if v > 0 => Ok(v),
+                        _ => Err(format!(
+                            "--tp-shapes: `{t}` is neither a shape name (8b, 70b) nor a positive \
+                             number of features (HIDDEN,FFN)"
+                        )),
+                    }
+                };
+                let hidden = number(token)?;
+                let ffn = number(tokens.next().ok_or_else(|| {
+                    format!("--tp-shapes: hidden size {hidden} needs its FFN size after it (HIDDEN,FFN)")
+                })?)?;
+                TpShape {
+                    name: format!("{hidden}x{ffn}"),
+                    hidden,
+                    ffn,
+                }
+            }
+        };
+        if !shapes
+            .iter()
+            .any(|s| (s.hidden, s.ffn) == (shape.hidden, shape.ffn))
+        {
+            shapes.push(shape);
+        }
+    }
+    Ok(shapes)
 }
 
 /// The resolved settings every PE runs with.
@@ -399,6 +509,10 @@ pub struct Config {
     pub plots: bool,
     pub seed: u64,
     pub watchdog_s: u64,
+    /// MLP shapes of the tp test.
+    pub tp_shapes: Vec<TpShape>,
+    /// Token counts of the tp test, ascending.
+    pub tp_m: Vec<usize>,
 }
 
 const KIB: usize = 1 << 10;
@@ -464,6 +578,19 @@ impl Config {
         if tests.any_collective() && (dtypes.is_empty() || impls.is_empty() || modes.is_empty()) {
             return Err("--dtypes, --impls and --modes must each name at least one value".into());
         }
+        let tp_shapes = parse_tp_shapes(&a.tp_shapes)?;
+        let tp_m = if a.tp_m.is_empty() {
+            if q {
+                vec![1, 128, 2048]
+            } else {
+                vec![1, 16, 64, 128, 512, 2048, 8192]
+            }
+        } else {
+            if a.tp_m.contains(&0) {
+                return Err("--tp-m: token counts must be at least 1".into());
+            }
+            dedup_sorted(a.tp_m)
+        };
         let lat_sizes: Vec<usize> = sizes.iter().copied().filter(|&s| s <= lat_max).collect();
         Ok(Config {
             tests,
@@ -490,6 +617,8 @@ impl Config {
             plots: !a.no_plots,
             seed: a.seed,
             watchdog_s: a.watchdog,
+            tp_shapes,
+            tp_m,
         })
     }
 
@@ -499,7 +628,8 @@ impl Config {
             && (self.tests.any_collective()
                 || self.tests.p2p_signal
                 || self.tests.p2p_bw
-                || self.tests.sendrecv)
+                || self.tests.sendrecv
+                || self.tests.tp)
     }
 
     pub fn has_impl(&self, i: Impl) -> bool {
@@ -575,6 +705,20 @@ impl Config {
             .iter()
             .chain(self.lat_sizes.iter())
             .copied()
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Symmetric memory the tp test holds at once (0 without it): the partial product and the
+    /// output of the largest shape at the largest token count, bf16.
+    pub fn tp_symmetric_bytes(&self) -> usize {
+        if !self.tests.tp {
+            return 0;
+        }
+        let m = self.tp_m.last().copied().unwrap_or(0);
+        self.tp_shapes
+            .iter()
+            .map(|s| 2 * m * s.hidden * std::mem::size_of::<half::bf16>())
             .max()
             .unwrap_or(0)
     }
@@ -839,6 +983,80 @@ mod tests {
     }
 
     #[test]
+    fn tp_is_named_not_part_of_all() {
+        let c = parse(&[]).unwrap();
+        assert!(!c.tests.tp);
+        assert_eq!(c.tp_symmetric_bytes(), 0);
+        let c = parse(&["--tests", "tp"]).unwrap();
+        assert!(c.tests.tp && !c.tests.any_collective() && !c.tests.any_p2p());
+        assert!(c.needs_nccl());
+        assert!(!parse(&["--tests", "tp", "--impls", "ours"])
+            .unwrap()
+            .needs_nccl());
+        let c = parse(&["--tests", "all,tp"]).unwrap();
+        assert!(c.tests.tp && c.tests.allreduce && c.tests.p2p_bw);
+    }
+
+    #[test]
+    fn tp_shapes_parse_by_name_and_by_size() {
+        let c = parse(&[]).unwrap();
+        let sizes = |c: &Config| -> Vec<(String, usize, usize)> {
+            c.tp_shapes
+                .iter()
+                .map(|s| (s.name.clone(), s.hidden, s.ffn))
+                .collect()
+        };
+        assert_eq!(
+            sizes(&c),
+            vec![("8b".into(), 4096, 14336), ("70b".into(), 8192, 28672)]
+        );
+        let c = parse(&["--tp-shapes", "4096,14336"]).unwrap();
+        assert_eq!(sizes(&c), vec![("4096x14336".into(), 4096, 14336)]);
+        let c = parse(&["--tp-shapes", "70B, 1024,4096 ,8b,70b"]).unwrap();
+        assert_eq!(
+            sizes(&c),
+            vec![
+                ("70b".into(), 8192, 28672),
+                ("1024x4096".into(), 1024, 4096),
+                ("8b".into(), 4096, 14336)
+            ]
+        );
+        for bad in ["13b", "8b,4096", "0,128", "128,0", "", "8b,,70b", "4096,x"] {
+            assert!(parse(&["--tp-shapes", bad]).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn tp_token_counts_parse_and_have_defaults() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.tp_m, vec![1, 16, 64, 128, 512, 2048, 8192]);
+        assert_eq!(parse(&["--quick"]).unwrap().tp_m, vec![1, 128, 2048]);
+        let c = parse(&["--tp-m", "2048,1,16,1", "--quick"]).unwrap();
+        assert_eq!(c.tp_m, vec![1, 16, 2048]);
+        assert!(parse(&["--tp-m", "0"]).is_err());
+        assert!(parse(&["--tp-m", "8,x"]).is_err());
+        assert_ne!(
+            parse(&["--tests", "tp"]).unwrap().fingerprint(),
+            parse(&["--tests", "tp", "--tp-m", "1"])
+                .unwrap()
+                .fingerprint()
+        );
+        assert_ne!(
+            parse(&[]).unwrap().fingerprint(),
+            parse(&["--tp-shapes", "8b"]).unwrap().fingerprint()
+        );
+    }
+
+    #[test]
+    fn the_symmetric_heap_fits_the_tp_buffers() {
+        // 70b at M = 8192: a partial product and an output of 8192 x 8192 bf16.
+        let c = parse(&["--tests", "tp"]).unwrap();
+        assert_eq!(c.tp_symmetric_bytes(), 2 * 8192 * 8192 * 2);
+        let c = parse(&["--tests", "tp", "--tp-shapes", "8b", "--tp-m", "16,512"]).unwrap();
+        assert_eq!(c.tp_symmetric_bytes(), 2 * 512 * 4096 * 2);
+    }
+
+    #[test]
     fn help_documents_the_options() {
         use clap::CommandFactory;
         let help = Args::command().render_long_help().to_string();
@@ -851,6 +1069,12 @@ mod tests {
             "--quick",
             "busbw",
             "nvshmrun",
+            "--tp-shapes",
+            "--tp-m",
+            "compute-only",
+            "cublas+nccl",
+            "cublas+ours",
+            "not part of `all`",
         ] {
             assert!(help.contains(word), "help lacks {word}");
         }

@@ -275,6 +275,7 @@ fn point<T: BenchElem>(
         busbw_gbs: None,
         status: Status::Ok,
         check: "ok".into(),
+        tp: None,
     };
     let what = format!(
         "{} {} {} {} {}",

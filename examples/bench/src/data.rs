@@ -156,6 +156,44 @@ pub fn allgather_case<T: BenchElem>(
     (input, expected)
 }
 
+/// `len` bf16 values uniform in [-scale, scale) (before rounding to bf16) of case `key`, the
+/// same on every PE: value `i` comes from the random word `i` of PE 0's stream, whichever PE
+/// asks, so the PEs agree on data without communicating.
+pub fn uniform_bf16(key: u64, len: usize, scale: f32, threads: usize) -> Vec<bf16> {
+    let base = pe_base(key, 0);
+    let mut out = vec![bf16::ZERO; len];
+    par_fill(&mut out, threads, |start, chunk| {
+        for (j, x) in chunk.iter_mut().enumerate() {
+            // The top 24 bits: a multiple of 2^-23 in [-1, 1).
+            let w = mix(base.wrapping_add((start + j) as u64));
+            let u = (w >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+            *x = bf16::from_f32(u * scale);
+        }
+    });
+    out
+}
+
+/// Compare with a tolerance: element `i` passes when `|got - expected| <= rel * (|expected| +
+/// rms(expected))`, the root mean square taken over the whole of `expected` (a NaN never
+/// passes).
+pub fn compare_close(got: &[bf16], expected: &[bf16], rel: f64) -> Mismatch {
+    let rms = if expected.is_empty() {
+        0.0
+    } else {
+        (expected.iter().map(|v| v.to_f64().powi(2)).sum::<f64>() / expected.len() as f64).sqrt()
+    };
+    compare_with(
+        got,
+        expected,
+        "elements",
+        |g, e| {
+            let e = e.to_f64();
+            (g.to_f64() - e).abs() <= rel * (e.abs() + rms)
+        },
+        |v| format!("{}", v.to_f64()),
+    )
+}
+
 /// `len` random bytes of PE `pe` in case `key`.
 pub fn bytes(key: u64, pe: usize, len: usize) -> Vec<u8> {
     bytes_at(key, pe, 0, len)
@@ -332,6 +370,40 @@ mod tests {
                 .for_each(|(j, x)| *x = word(1, 0, s + j))
         });
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn uniform_values_are_shared_by_every_pe_and_stay_in_range() {
+        let k = key(11, &[4]);
+        let a = uniform_bf16(k, 100_000, 0.5, 1);
+        assert_eq!(
+            a,
+            uniform_bf16(k, 100_000, 0.5, 7),
+            "threads change nothing"
+        );
+        assert_ne!(a, uniform_bf16(key(11, &[5]), 100_000, 0.5, 1));
+        assert!(a.iter().all(|v| v.to_f64().abs() <= 0.5));
+        let mean = a.iter().map(|v| v.to_f64()).sum::<f64>() / a.len() as f64;
+        let var = a.iter().map(|v| v.to_f64().powi(2)).sum::<f64>() / a.len() as f64;
+        // Uniform in [-s, s): mean 0, variance s^2 / 3.
+        assert!(mean.abs() < 0.01, "{mean}");
+        assert!((var - 0.25 / 3.0).abs() < 0.002, "{var}");
+        assert!(a.iter().any(|v| v.to_f64() < -0.49) && a.iter().any(|v| v.to_f64() > 0.49));
+    }
+
+    #[test]
+    fn close_comparison_scales_with_the_element_and_the_rms() {
+        let b = |v: f32| bf16::from_f32(v);
+        let expected = [b(1.0), b(-1.0), b(0.0), b(1.0)];
+        // rms 0.866; tolerance 1/64 * (|e| + rms): 0.0292 at ±1, 0.0135 at 0.
+        let good = [b(1.02), b(-0.98), b(0.0117), b(1.0)];
+        assert_eq!(compare_close(&good, &expected, 1.0 / 64.0).count, 0);
+        let bad = [b(1.04), b(-1.0), b(0.0156), b(f32::NAN)];
+        let m = compare_close(&bad, &expected, 1.0 / 64.0);
+        assert_eq!(m.count, 3);
+        assert_eq!(m.first.as_ref().map(|f| f.0), Some(0));
+        assert_eq!(compare_close(&bad[..2], &expected, 1.0).count, 2);
+        assert_eq!(compare_close(&[], &[], 1.0 / 64.0).count, 0);
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod plot;
 mod report;
 mod stats;
 mod timing;
+mod tp;
 
 /// This crate's kernels (kernels/bench_p2p.cu), built by build.rs.
 mod kernels {
@@ -31,6 +32,7 @@ use coord::Coord;
 use error::{BenchError, CudaExt, Guard, Result};
 use nvshmem::module::Module;
 use nvshmem::{Collectives, Nvshmem};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Progress lines on stderr, from PE 0 only.
@@ -117,9 +119,9 @@ fn set_environment(cfg: &Config) {
     if std::env::var_os("NVSHMEM_SYMMETRIC_SIZE").is_some() {
         return;
     }
-    // Two buffers of the largest size, plus room for our collectives' workspace, NVSHMEM's own
-    // and allocation alignment.
-    let need = 3 * cfg.max_size() + (512 << 20);
+    // Two buffers of the largest size (or the tp test's partial product and output, when
+    // more), plus room for our collectives' workspace, NVSHMEM's own and allocation alignment.
+    let need = (3 * cfg.max_size()).max(cfg.tp_symmetric_bytes()) + (512 << 20);
     let mib = need.max(1 << 30).div_ceil(1 << 20);
     std::env::set_var("NVSHMEM_SYMMETRIC_SIZE", format!("{mib}M"));
 }
@@ -177,6 +179,22 @@ fn run(shmem: &Nvshmem, cfg: &Config) -> Result<bool> {
             cfg.seed,
             if cfg.fixed_iters { ", fixed iterations" } else { "" }
         );
+        if cfg.tests.tp {
+            println!(
+                "               tp shapes {}, M {:?}, implementations {}",
+                cfg.tp_shapes
+                    .iter()
+                    .map(|s| format!("{} (hidden {}, ffn {})", s.name, s.hidden, s.ffn))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                cfg.tp_m,
+                tp::TpImpl::selected(cfg)
+                    .into_iter()
+                    .map(tp::TpImpl::name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
     }
 
     let stream = shmem.new_stream()?;
@@ -188,27 +206,46 @@ fn run(shmem: &Nvshmem, cfg: &Config) -> Result<bool> {
         .div_ceil(shmem.node_n_pes())
         .max(1);
 
+    // Our collectives: those measured, and the tp test's all-reduce (which it always needs:
+    // the tensor-parallel layers are built on them).
+    let ours = match (cfg.tests.any_collective() && cfg.has_impl(Impl::Ours)) || cfg.tests.tp {
+        true => {
+            progress.say("loading our collectives");
+            timing::step("loading our collectives");
+            Some(Guard::new(Arc::new(Collectives::new(shmem)?)))
+        }
+        false => None,
+    };
     if cfg.tests.any_collective() {
-        let ours = match cfg.has_impl(Impl::Ours) {
-            true => {
-                progress.say("loading our collectives");
-                timing::step("loading our collectives");
-                Some(Guard::new(Collectives::new(shmem)?))
-            }
-            false => None,
-        };
         let ctx = coll::Ctx {
             shmem,
             coord: &coord,
             cfg,
             stream: &stream,
-            ours: ours.as_deref(),
+            ours: match cfg.has_impl(Impl::Ours) {
+                true => ours.as_deref().map(|c| &**c),
+                false => None,
+            },
             nccl: nccl.as_deref(),
             progress: &progress,
             threads,
         };
         coll::run(&ctx, &mut timer, &mut results)?;
     }
+    if let (true, Some(collectives)) = (cfg.tests.tp, ours.as_deref()) {
+        let ctx = tp::Ctx {
+            shmem,
+            coord: &coord,
+            cfg,
+            stream: &stream,
+            collectives,
+            nccl: nccl.as_deref(),
+            progress: &progress,
+            threads,
+        };
+        tp::run(&ctx, &mut timer, &mut results)?;
+    }
+    drop(ours);
 
     if cfg.tests.any_p2p() && !cfg.has_impl(Impl::Nccl) {
         results

@@ -472,6 +472,7 @@ impl P2p<'_> {
             busbw_gbs: bw,
             status: check.0,
             check: check.1,
+            tp: None,
         }
     }
 

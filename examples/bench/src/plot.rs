@@ -2,7 +2,8 @@
 
 use crate::cli::Config;
 use crate::error::{BenchError, Result};
-use crate::report::{Record, Status};
+use crate::report::{tp_shapes_of, Record, Status};
+use crate::tp::{TpImpl, TP_TEST};
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -94,8 +95,20 @@ fn usable(series: &[Series]) -> Vec<Series> {
         .collect()
 }
 
-/// Draw `series` into an SVG at `path`. Returns false (and writes nothing) without data.
+/// Draw `series` into an SVG at `path`, against message size. Returns false (and writes
+/// nothing) without data.
 pub fn line_plot(path: &Path, title: &str, y_desc: &str, series: &[Series]) -> Result<bool> {
+    line_plot_x(path, title, "message size (bytes)", y_desc, series)
+}
+
+/// [`line_plot`] with `x_desc` naming the x axis (powers of two, log scale).
+pub fn line_plot_x(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[Series],
+) -> Result<bool> {
     let series = usable(series);
     if series.is_empty() {
         return Ok(false);
@@ -126,7 +139,7 @@ pub fn line_plot(path: &Path, title: &str, y_desc: &str, series: &[Series]) -> R
         .map_err(|e| err(&e))?;
     chart
         .configure_mesh()
-        .x_desc("message size (bytes)")
+        .x_desc(x_desc)
         .y_desc(y_desc)
         .x_label_formatter(&|v| axis_size(*v))
         .y_label_formatter(&|v| value_label(*v))
@@ -194,6 +207,20 @@ fn algbw(r: &Record) -> Option<f64> {
     r.algbw_gbs
 }
 
+fn tp_tflops(r: &Record) -> Option<f64> {
+    r.tp?.tflops_per_gpu
+}
+
+/// A shape name as part of a file name: letters, digits, `-` and `_` kept, the rest `_`.
+fn file_part(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' => c,
+            _ => '_',
+        })
+        .collect()
+}
+
 /// All plots for the results; returns the files written.
 pub fn write_plots(dir: &Path, records: &[Record], cfg: &Config) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)
@@ -245,6 +272,60 @@ pub fn write_plots(dir: &Path, records: &[Record], cfg: &Config) -> Result<Vec<P
                         .map(|&i| series_of(records, i, sel(i), busbw))
                         .collect(),
                 )?;
+            }
+        }
+    }
+
+    // Tensor-parallel MLP: time and TFLOP/s per GPU against tokens, one pair per shape.
+    let mut tp_written = Vec::new();
+    for (shape, hidden, ffn) in tp_shapes_of(records) {
+        let n_pes = records
+            .iter()
+            .find(|r| r.test == TP_TEST && r.variant == shape)
+            .map(|r| r.n_pes)
+            .unwrap_or(0);
+        let series = |value: fn(&Record) -> Option<f64>| -> Vec<Series> {
+            TpImpl::ALL
+                .iter()
+                .map(|imp| {
+                    let mut points: Vec<(f64, f64)> = records
+                        .iter()
+                        .filter(|r| {
+                            r.test == TP_TEST
+                                && r.variant == shape
+                                && r.implementation == imp.name()
+                                && r.status != Status::Unsupported
+                        })
+                        .filter_map(|r| Some((r.tp?.tokens as f64, value(r)?)))
+                        .collect();
+                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    Series {
+                        label: imp.name().to_string(),
+                        points,
+                    }
+                })
+                .collect()
+        };
+        let heading =
+            format!("tensor-parallel MLP {shape} (hidden {hidden}, ffn {ffn}), bf16, TP {n_pes}");
+        for (name, title, y, value) in [
+            (
+                "time",
+                "time per forward",
+                "time (us)",
+                time as fn(&Record) -> Option<f64>,
+            ),
+            ("tflops", "TFLOP/s per GPU", "TFLOP/s per GPU", tp_tflops),
+        ] {
+            let path = dir.join(format!("tp_{}_{name}.svg", file_part(&shape)));
+            if line_plot_x(
+                &path,
+                &format!("{heading}: {title}"),
+                "tokens (M)",
+                y,
+                &series(value),
+            )? {
+                tp_written.push(path);
             }
         }
     }
@@ -327,6 +408,7 @@ pub fn write_plots(dir: &Path, records: &[Record], cfg: &Config) -> Result<Vec<P
             bw,
         )?;
     }
+    written.extend(tp_written);
     Ok(written)
 }
 
@@ -420,9 +502,43 @@ mod tests {
             "{names:?}"
         );
         assert!(
-            !names.iter().any(|n| n.starts_with("allgather")),
+            !names
+                .iter()
+                .any(|n| n.starts_with("allgather") || n.starts_with("tp_")),
             "{names:?}"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn tp_plots_are_written_per_shape() {
+        use crate::report::tests::tp_record;
+        let dir = std::env::temp_dir().join(format!("bench-tp-plots-{}", std::process::id()));
+        let cfg = crate::cli::Config::from_args(
+            <crate::cli::Args as clap::Parser>::try_parse_from(["bench", "--tests", "tp"]).unwrap(),
+        )
+        .unwrap();
+        let mut recs = Vec::new();
+        for m in [1, 16, 128] {
+            recs.push(tp_record("8b", TpImpl::ComputeOnly, m, 10.0 + m as f64));
+            recs.push(tp_record("8b", TpImpl::CublasOurs, m, 12.0 + m as f64));
+        }
+        recs.push(tp_record("4096x14336", TpImpl::CublasNccl, 64, 30.0));
+        let files = write_plots(&dir, &recs, &cfg).unwrap();
+        let names: Vec<String> = files
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        for want in [
+            "tp_8b_time.svg",
+            "tp_8b_tflops.svg",
+            "tp_4096x14336_time.svg",
+        ] {
+            assert!(names.contains(&want.to_string()), "{names:?}");
+        }
+        let svg = std::fs::read_to_string(dir.join("tp_8b_time.svg")).unwrap();
+        assert!(svg.contains("tokens (M)") && svg.contains("cublas+ours"));
+        assert_eq!(file_part("a,b/c"), "a_b_c");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

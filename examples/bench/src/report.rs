@@ -4,6 +4,7 @@ use crate::cli::{format_size, Config};
 use crate::env::Environment;
 use crate::error::{BenchError, Result};
 use crate::stats::Summary;
+use crate::tp::{TpImpl, TP_TEST};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -49,6 +50,25 @@ pub struct Record {
     pub status: Status,
     /// `ok`, or what went wrong.
     pub check: String,
+    /// The figures of a tensor-parallel MLP row (`test` = `tp`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tp: Option<TpFigures>,
+}
+
+/// What a tensor-parallel MLP row adds: its shape, token count and the figures derived from
+/// its median time.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TpFigures {
+    pub hidden: usize,
+    pub ffn: usize,
+    /// Tokens of the forward call (M).
+    pub tokens: usize,
+    /// 10^12 floating-point operations per second per GPU: 6 M hidden ffn / PEs / time.
+    pub tflops_per_gpu: Option<f64>,
+    /// Time of `cublas+nccl` / this time, at the same shape and M (> 1: faster).
+    pub speedup_vs_nccl: Option<f64>,
+    /// (this time - time of `compute-only`) / time of `compute-only`, in percent.
+    pub overhead_percent: Option<f64>,
 }
 
 impl Record {
@@ -57,6 +77,12 @@ impl Record {
     }
 
     pub fn key(&self) -> String {
+        if let Some(tp) = &self.tp {
+            return format!(
+                "{} {} M={} {}",
+                self.test, self.variant, tp.tokens, self.implementation
+            );
+        }
         let mut k = format!(
             "{} {} {} {} {}",
             self.test,
@@ -288,7 +314,7 @@ pub fn p2p_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
     let mut out = Vec::new();
     let p2p: Vec<Record> = records
         .iter()
-        .filter(|r| r.test != "allreduce" && r.test != "allgather")
+        .filter(|r| r.test != "allreduce" && r.test != "allgather" && r.test != TP_TEST)
         .cloned()
         .collect();
     if p2p.is_empty() {
@@ -432,10 +458,122 @@ pub fn p2p_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
     out
 }
 
+/// The shapes of the tp rows, in the order first measured: (name, hidden, ffn).
+pub fn tp_shapes_of(records: &[Record]) -> Vec<(String, usize, usize)> {
+    let mut shapes: Vec<(String, usize, usize)> = Vec::new();
+    for r in records.iter().filter(|r| r.test == TP_TEST) {
+        if let Some(tp) = &r.tp {
+            if !shapes.iter().any(|(name, _, _)| *name == r.variant) {
+                shapes.push((r.variant.clone(), tp.hidden, tp.ffn));
+            }
+        }
+    }
+    shapes
+}
+
+fn percent_cell(v: Option<f64>) -> String {
+    match v {
+        Some(v) => format!("{v:.1}%"),
+        None => "-".into(),
+    }
+}
+
+/// One table per tensor-parallel MLP shape: a row per token count, the implementations side
+/// by side.
+pub fn tp_tables(records: &[Record]) -> Vec<Table> {
+    let mut out = Vec::new();
+    for (shape, hidden, ffn) in tp_shapes_of(records) {
+        let sel: Vec<&Record> = records
+            .iter()
+            .filter(|r| r.test == TP_TEST && r.variant == shape)
+            .collect();
+        let n_pes = sel[0].n_pes;
+        let impls: Vec<&str> = TpImpl::ALL
+            .iter()
+            .map(|i| i.name())
+            .filter(|name| sel.iter().any(|r| r.implementation == *name))
+            .collect();
+        let compute = TpImpl::ComputeOnly.name();
+        let nccl = TpImpl::CublasNccl.name();
+        let ours_impls = [TpImpl::CublasOurs.name(), TpImpl::Overlapped.name()];
+        let mut headers = vec!["M".to_string()];
+        for &i in &impls {
+            headers.push(format!("{i} us"));
+            headers.push("TFLOP/s".into());
+            if i != compute {
+                headers.push("overhead".into());
+            }
+        }
+        let both = impls.contains(&nccl) && ours_impls.iter().any(|o| impls.contains(o));
+        if both {
+            headers.push("best ours vs nccl".into());
+        }
+        let mut tokens: Vec<usize> = sel.iter().filter_map(|r| r.tp.map(|t| t.tokens)).collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        let mut rows = Vec::new();
+        for m in tokens {
+            let get = |imp: &str| {
+                sel.iter()
+                    .copied()
+                    .find(|r| r.implementation == imp && r.tp.is_some_and(|t| t.tokens == m))
+            };
+            let mut row = vec![m.to_string()];
+            for &i in &impls {
+                let r = get(i);
+                let fig = r.and_then(|r| r.tp);
+                row.push(time_cell(r));
+                row.push(match fig.and_then(|f| f.tflops_per_gpu) {
+                    Some(v) => fmt_gbs(v),
+                    None => "-".into(),
+                });
+                if i != compute {
+                    row.push(percent_cell(fig.and_then(|f| f.overhead_percent)));
+                }
+            }
+            if both {
+                // The faster of our schedules.
+                let best = ours_impls
+                    .iter()
+                    .filter_map(|&o| get(o))
+                    .filter(|r| r.median_us().is_some())
+                    .min_by(|a, b| a.median_us().unwrap().total_cmp(&b.median_us().unwrap()));
+                row.push(speedup(best, get(nccl)));
+            }
+            rows.push(row);
+        }
+        let mut footer = vec![
+            "us = median time per forward ± half the p10-p90 range",
+            "TFLOP/s per GPU = 6 M hidden ffn / PEs / time",
+        ];
+        if impls.iter().any(|&i| i != compute) {
+            footer.push("overhead = (time - compute-only) / compute-only");
+        }
+        if both {
+            footer.push(
+                "\"best ours vs nccl\" = time of cublas+nccl / the faster of cublas+ours and overlapped (> 1: ours is faster)",
+            );
+        }
+        footer.push("! = check failed");
+        out.push(Table {
+            title: format!(
+                "tensor-parallel MLP {shape} (hidden {hidden}, ffn {ffn}), bf16, TP {n_pes} (one PE per GPU), CUDA graphs"
+            ),
+            headers,
+            rows,
+            footer: vec![footer.join("; ")],
+        });
+    }
+    out
+}
+
 /// Everything PE 0 prints after the header.
 pub fn render_tables(results: &Results, cfg: &Config) -> String {
     let mut s = String::new();
     for t in collective_tables(&results.records, cfg) {
+        s.push_str(&t.render());
+    }
+    for t in tp_tables(&results.records) {
         s.push_str(&t.render());
     }
     for t in p2p_tables(&results.records, cfg) {
@@ -475,7 +613,7 @@ pub fn render_tables(results: &Results, cfg: &Config) -> String {
 }
 
 /// The CSV header and rows.
-pub const CSV_HEADER: &str = "test,variant,implementation,mode,dtype,bytes,count,n_pes,samples,median_us,mean_us,min_us,max_us,p10_us,p90_us,algbw_gbs,busbw_gbs,status,check";
+pub const CSV_HEADER: &str = "test,variant,implementation,mode,dtype,bytes,count,n_pes,samples,median_us,mean_us,min_us,max_us,p10_us,p90_us,algbw_gbs,busbw_gbs,hidden,ffn,tokens,tflops_per_gpu,speedup_vs_nccl,tp_overhead_percent,status,check";
 
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
@@ -493,7 +631,7 @@ pub fn to_csv(records: &[Record]) -> String {
     let mut s = String::from(CSV_HEADER);
     s.push('\n');
     for r in records {
-        let t = r.time_us;
+        let (t, tp) = (r.time_us, r.tp);
         let status = match r.status {
             Status::Ok => "ok",
             Status::Failed => "failed",
@@ -517,6 +655,12 @@ pub fn to_csv(records: &[Record]) -> String {
             opt(t.map(|t| t.p90)),
             opt(r.algbw_gbs),
             opt(r.busbw_gbs),
+            tp.map(|t| t.hidden.to_string()).unwrap_or_default(),
+            tp.map(|t| t.ffn.to_string()).unwrap_or_default(),
+            tp.map(|t| t.tokens.to_string()).unwrap_or_default(),
+            opt(tp.and_then(|t| t.tflops_per_gpu)),
+            opt(tp.and_then(|t| t.speedup_vs_nccl)),
+            opt(tp.and_then(|t| t.overhead_percent)),
             status.to_string(),
             csv_field(&r.check),
         ];
@@ -613,7 +757,34 @@ pub mod tests {
             } else {
                 "3 wrong, \"first\", at 1".into()
             },
+            tp: None,
         }
+    }
+
+    /// A tp row: `shape` 8b-like (hidden 4096, ffn 14336) at `tokens`.
+    pub fn tp_record(shape: &str, imp: TpImpl, tokens: usize, median: f64) -> Record {
+        let mut r = record(
+            TP_TEST,
+            imp.name(),
+            "graph",
+            tokens * 4096 * 2,
+            median,
+            Status::Ok,
+        );
+        r.variant = shape.into();
+        r.dtype = "bf16".into();
+        r.count = tokens * 4096;
+        r.algbw_gbs = None;
+        r.busbw_gbs = None;
+        r.tp = Some(TpFigures {
+            hidden: 4096,
+            ffn: 14336,
+            tokens,
+            tflops_per_gpu: Some(6.0 * tokens as f64 * 4096.0 * 14336.0 / 8.0 / median * 1e-6),
+            speedup_vs_nccl: None,
+            overhead_percent: None,
+        });
+        r
     }
 
     fn cfg(args: &[&str]) -> Config {
@@ -733,6 +904,67 @@ pub mod tests {
         let text = render_tables(&res, &c);
         assert!(text.contains("FAILED (1)"), "{text}");
         assert!(text.contains("put warp"), "{text}");
+    }
+
+    #[test]
+    fn tp_rows_get_a_table_per_shape_and_their_own_csv_columns() {
+        let mut rows = vec![
+            tp_record("8b", TpImpl::ComputeOnly, 16, 10.0),
+            tp_record("8b", TpImpl::CublasNccl, 16, 30.0),
+            tp_record("8b", TpImpl::CublasOurs, 16, 15.0),
+            tp_record("70b", TpImpl::ComputeOnly, 1, 20.0),
+        ];
+        crate::tp::fill_relative(&mut rows[..3]);
+        rows.push(record("allreduce", "ours", "plain", 64, 1.0, Status::Ok));
+        let tables = tp_tables(&rows);
+        assert_eq!(tables.len(), 2);
+        let text = tables[0].render();
+        assert!(
+            text.contains("tensor-parallel MLP 8b (hidden 4096, ffn 14336)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cublas+ours us") && text.contains("best ours vs nccl"),
+            "{text}"
+        );
+        // ours: 50% over compute-only, 2x faster than nccl (200% over compute-only).
+        assert!(
+            text.contains("50.0%") && text.contains("200.0%") && text.contains("2.00x"),
+            "{text}"
+        );
+        let other = tables[1].render();
+        assert!(
+            !other.contains("ours vs nccl") && !other.contains("overhead"),
+            "{other}"
+        );
+        // The point-to-point tables leave tp rows alone.
+        assert!(p2p_tables(&rows, &cfg(&[])).is_empty());
+        let csv = to_csv(&rows);
+        let lines: Vec<&str> = csv.lines().collect();
+        let cols = CSV_HEADER.split(',').count();
+        assert!(lines.iter().all(|l| l.split(',').count() == cols), "{csv}");
+        assert!(
+            lines[3].starts_with("tp,8b,cublas+ours,graph,bf16,"),
+            "{}",
+            lines[3]
+        );
+        assert!(lines[3].contains(",4096,14336,16,"), "{}", lines[3]);
+        assert!(lines[3].ends_with(",2,50,ok,ok"), "{}", lines[3]);
+        assert!(lines[5].ends_with(",,,,,,,ok,ok"), "{}", lines[5]);
+        assert_eq!(rows[2].key(), "tp 8b M=16 cublas+ours");
+        let json = to_json(
+            &Results {
+                records: rows,
+                notes: vec![],
+            },
+            &cfg(&[]),
+            None,
+        )
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["results"][2]["tp"]["speedup_vs_nccl"], 2.0);
+        assert_eq!(v["results"][2]["tp"]["tokens"], 16);
+        assert!(v["results"][4].get("tp").is_none());
     }
 
     #[test]
