@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricBuffer, SymmetricView};
 use cudarc::driver::CudaStream;
 use half::bf16;
+use std::sync::Arc;
 
 /// What a [`ColumnParallelLinear`] is given as input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,7 +154,7 @@ impl ColumnParallelLinear {
         &self,
         y: &impl DeviceSlice<bf16>,
         x: impl Into<SymmetricView<'a, bf16>>,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.forward_with(y, x, Schedule::Sequential, stream)
     }
@@ -166,7 +167,7 @@ impl ColumnParallelLinear {
         y: &impl DeviceSlice<bf16>,
         x: impl Into<SymmetricView<'a, bf16>>,
         schedule: Schedule,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let x = x.into();
         let rows = rows_of("the column-parallel input", x.len(), self.in_features)?;

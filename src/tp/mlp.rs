@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricView};
 use cudarc::driver::CudaStream;
 use half::bf16;
+use std::sync::Arc;
 
 /// `y = down(SiLU(x · gateᵀ) * (x · upᵀ))` with the FFN features sharded across the PEs:
 /// the gate and up projections are one merged [`ColumnParallelLinear`] (replicated input),
@@ -101,7 +102,7 @@ impl TpMlp {
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,
         x: &impl DeviceSlice<bf16>,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.forward_with(y, x, Schedule::Sequential, stream)
     }
@@ -112,7 +113,7 @@ impl TpMlp {
         y: impl Into<SymmetricView<'a, bf16>>,
         x: &impl DeviceSlice<bf16>,
         schedule: Schedule,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let tokens = rows_of("the MLP input", x.len(), self.hidden)?;
         check_tokens("TpMlp::forward", tokens, self.max_tokens)?;

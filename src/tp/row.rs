@@ -11,6 +11,7 @@ use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricBuffer, SymmetricView};
 use cudarc::driver::CudaStream;
 use half::bf16;
 use std::ops::Range;
+use std::sync::Arc;
 
 /// `y = x · wᵀ` with the weight's input features (its columns) sharded across the PEs: PE
 /// `p` holds input features [`shard_range`]`(in, p, n)` of `x` and of `w`, multiplies them
@@ -180,7 +181,7 @@ impl RowParallelLinear {
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,
         x: &impl DeviceSlice<bf16>,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.forward_with(y, x, Schedule::Sequential, stream)
     }
@@ -192,7 +193,7 @@ impl RowParallelLinear {
         y: impl Into<SymmetricView<'a, bf16>>,
         x: &impl DeviceSlice<bf16>,
         schedule: Schedule,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let tokens = rows_of("the row-parallel input", x.len(), self.local_in.len())?;
         // SAFETY: `x` holds `tokens × local_in` elements.
@@ -209,7 +210,7 @@ impl RowParallelLinear {
         x: u64,
         tokens: usize,
         schedule: Schedule,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         check_tokens("RowParallelLinear::forward", tokens, self.max_tokens)?;
         if y.len() != tokens * self.out_features {
@@ -247,7 +248,7 @@ impl RowParallelLinear {
         y: SymmetricView<'_, bf16>,
         x: u64,
         pieces: &[Range<usize>],
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (side, cols) = (self.tp.side(), self.out_features);
         for rows in pieces {
@@ -278,7 +279,7 @@ impl RowParallelLinear {
         x: u64,
         tokens: usize,
         width: usize,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (side, n, k) = (self.tp.side(), self.out_features, self.local_in.len());
         let bf = std::mem::size_of::<bf16>() as u64;
@@ -325,7 +326,7 @@ impl RowParallelLinear {
         y: SymmetricView<'_, bf16>,
         x: u64,
         rows: Range<usize>,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let cols = self.out_features;
         self.gemm_rows(x, rows.clone(), stream)?;

@@ -423,7 +423,7 @@ impl Ops<'_> {
 
     /// Errors come back as text: a failure to enqueue is reported, and fatal only if the PEs
     /// disagree.
-    fn enqueue(&self, imp: TpImpl, stream: &CudaStream) -> Result<(), String> {
+    fn enqueue(&self, imp: TpImpl, stream: &Arc<CudaStream>) -> Result<(), String> {
         match imp {
             TpImpl::ComputeOnly => self
                 .local(&self.bufs.compute, stream)
