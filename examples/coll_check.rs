@@ -10,7 +10,7 @@
 use nvshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use nvshmem::{
     bf16, f16, AllGatherAlgo, AllReduceAlgo, Collectives, DataType, Element, Error, Nvshmem,
-    ReduceOp, Result, SymmetricBuffer,
+    ReduceOp, ReduceScatterAlgo, Result, SymmetricBuffer,
 };
 
 #[path = "common/splitmix.rs"]
@@ -237,6 +237,91 @@ fn all_reduce_case<T: Reducible>(
     coll.all_reduce(out, &src, op, algo, shmem.stream())?;
     sync(shmem)?;
     compare("all_reduce", &out.to_vec()?, &want)
+}
+
+/// Each PE's block of the reduced inputs: `src` is `n_pes` blocks of `n`.
+fn reduce_scatter_case<T: Reducible>(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    op: ReduceOp,
+    n: usize,
+) -> Result<()> {
+    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let all = inputs::<T>(seed, np, n * np);
+    let want = reference(op, &all)[me * n..(me + 1) * n].to_vec();
+    let src = shmem.malloc::<T>(n * np)?;
+    src.copy_from_host(&all[me])?;
+    let dst = shmem.malloc::<T>(n)?;
+    // Poison the output so an unwritten element shows.
+    dst.copy_from_host(&vec![
+        T::from_acc(T::random(&mut Rng::new(999, me)).to_acc());
+        n
+    ])?;
+    coll.reduce_scatter(&dst, &src, op, ReduceScatterAlgo::Auto, shmem.stream())?;
+    sync(shmem)?;
+    compare("reduce_scatter", &dst.to_vec()?, &want)
+}
+
+/// Reduce-scatters back to back on one stream, then one captured in a graph and replayed:
+/// each must leave its own result.
+fn reduce_scatter_repeated(shmem: &Nvshmem, coll: &Collectives, seed: u64, n: usize) -> Result<()> {
+    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let rounds: Vec<Vec<Vec<f32>>> = (0..3)
+        .map(|r| inputs::<f32>(seed + r, np, n * np))
+        .collect();
+    let srcs = rounds
+        .iter()
+        .map(|all| {
+            let b = shmem.malloc::<f32>(n * np)?;
+            b.copy_from_host(&all[me])?;
+            Ok(b)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let dsts = (0..3)
+        .map(|_| shmem.calloc::<f32>(n))
+        .collect::<Result<Vec<_>>>()?;
+    for (s, d) in srcs.iter().zip(&dsts) {
+        coll.reduce_scatter(d, s, ReduceOp::Sum, ReduceScatterAlgo::Auto, shmem.stream())?;
+    }
+    sync(shmem)?;
+    let want = |r: usize| reference(ReduceOp::Sum, &rounds[r])[me * n..(me + 1) * n].to_vec();
+    for (r, d) in dsts.iter().enumerate() {
+        compare(
+            &format!("back-to-back reduce_scatter {r}"),
+            &d.to_vec()?,
+            &want(r),
+        )?;
+    }
+    let stream = shmem.new_stream()?;
+    cuda(
+        "cuStreamBeginCapture",
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+    )?;
+    let captured = coll.reduce_scatter(
+        &dsts[0],
+        &srcs[0],
+        ReduceOp::Sum,
+        ReduceScatterAlgo::Auto,
+        &stream,
+    );
+    let graph = cuda(
+        "cuStreamEndCapture",
+        stream.end_capture(CUgraphInstantiate_flags(0)),
+    )?;
+    captured?;
+    let graph = graph.ok_or_else(|| Error::InvalidArgument("capture produced no graph".into()))?;
+    for r in [1, 2] {
+        srcs[0].copy_from_host(&rounds[r][me])?;
+        cuda("cuGraphLaunch", graph.launch())?;
+        cuda("cuStreamSynchronize", stream.synchronize())?;
+        compare(
+            &format!("graph replay of reduce_scatter {r}"),
+            &dsts[0].to_vec()?,
+            &want(r),
+        )?;
+    }
+    Ok(())
 }
 
 fn all_gather_case<T: Reducible>(
@@ -512,6 +597,30 @@ fn main() {
             });
         }
     }
+    // Blocks of 16-byte multiples go by vectors; the others element by element.
+    for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+        for n in [1usize, 3, 8, 1000, 4099, 65_536, 300_001] {
+            let tag = format!("reduce_scatter {op:?} n={n}");
+            c.check(&format!("{tag} f32"), |s, seed| {
+                reduce_scatter_case::<f32>(s, &coll, seed, op, n)
+            });
+            c.check(&format!("{tag} bf16"), |s, seed| {
+                reduce_scatter_case::<bf16>(s, &coll, seed, op, n)
+            });
+            c.check(&format!("{tag} f16"), |s, seed| {
+                reduce_scatter_case::<f16>(s, &coll, seed, op, n)
+            });
+            c.check(&format!("{tag} i32"), |s, seed| {
+                reduce_scatter_case::<i32>(s, &coll, seed, op, n)
+            });
+        }
+    }
+    c.check("reduce_scatter Auto Sum n=4M bf16", |s, seed| {
+        reduce_scatter_case::<bf16>(s, &coll, seed, ReduceOp::Sum, 4 << 20)
+    });
+    c.check("reduce_scatter back to back and in a graph", |s, seed| {
+        reduce_scatter_repeated(s, &coll, seed, 4096 + 8)
+    });
     c.check("all_gather Auto n=8M bf16", |s, seed| {
         all_gather_case::<bf16>(s, &coll, seed, AllGatherAlgo::Auto, 8 << 20)
     });
@@ -695,6 +804,29 @@ fn main() {
             coll.all_gather(&b, &a, AllGatherAlgo::Auto, st),
             "all_gather length",
             |e| matches!(e, Error::Length { .. }),
+        )?;
+        // The source must be n_pes blocks of the destination's length.
+        let wrong = s.malloc::<f32>(32 * s.n_pes() + 4)?;
+        expect_err(
+            coll.reduce_scatter(&b, &wrong, ReduceOp::Sum, ReduceScatterAlgo::Auto, st),
+            "reduce_scatter length",
+            |e| matches!(e, Error::Length { .. }),
+        )?;
+        expect_err(
+            coll.reduce_scatter(u.view(..32), &u, ReduceOp::Sum, ReduceScatterAlgo::Auto, st),
+            "reduce_scatter of u64 (and overlapping)",
+            |e| matches!(e, Error::TypeMismatch { .. }),
+        )?;
+        expect_err(
+            coll.reduce_scatter(
+                a.view(..64 / s.n_pes()),
+                &a,
+                ReduceOp::Sum,
+                ReduceScatterAlgo::Auto,
+                st,
+            ),
+            "reduce_scatter overlap",
+            |e| matches!(e, Error::Overlap { .. } | Error::Length { .. }),
         )?;
         let ints = s.malloc::<i32>(64)?;
         expect_err(

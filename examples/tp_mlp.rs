@@ -26,7 +26,7 @@
 use nvshmem::cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
 use nvshmem::tp::{
-    shard_range, take_cols, take_rows, ColumnInput, ColumnParallelLinear, LinearShape,
+    shard_range, take_cols, take_rows, ColumnInput, ColumnParallelLinear, LinearShape, RowOutput,
     RowParallelLinear, Schedule, TensorParallel, TpMlp,
 };
 use nvshmem::{bf16, AllGatherAlgo, DeviceBuffer, Error, Nvshmem, ReduceOp, SymmetricBuffer};
@@ -459,6 +459,36 @@ fn row_all_reduce(
         &row_parallel(&x, &w, m, n, k, c.n()),
     )?;
     c.identical("row-parallel output", &got)
+}
+
+/// Row-parallel with a reduce-scatter: this PE's `per_pe` rows of the whole product.
+fn row_reduce_scatter(c: &Checks, seed: u64, (per_pe, k, n): (usize, usize, usize)) -> Outcome {
+    let mut rng = Rng::new(seed);
+    let m = per_pe * c.n();
+    let (x, w) = (rng.bf16s(m * k, 1.0), weight(&mut rng, n, k));
+    let layer = RowParallelLinear::with_output(&c.tp, k, n, RowOutput::SequenceParallel, m)
+        .map_err(text)?;
+    layer.load_weight(&w).map_err(text)?;
+    let xs = c.device(&take_cols(&x, k, layer.local_in_features()))?;
+    let y = c.shmem.malloc::<bf16>(per_pe * n).map_err(text)?;
+    layer.forward(&y, &xs, &c.stream).map_err(text)?;
+    sync(&c.stream).map_err(text)?;
+    let all = row_parallel(&x, &w, m, n, k, c.n());
+    let mine = &all[c.me() * per_pe * n..(c.me() + 1) * per_pe * n];
+    compare(
+        "row-parallel reduce-scatter output",
+        &y.to_vec().map_err(text)?,
+        mine,
+    )?;
+    // Tokens that do not share equally are refused on every PE.
+    if c.n() > 1 {
+        let odd = c.device(&vec![bf16::ZERO; (m - 1) * layer.local_in_features().len()])?;
+        match layer.forward(&y, &odd, &c.stream) {
+            Err(Error::InvalidArgument(msg)) if msg.contains("equally") => {}
+            other => return Err(format!("{} tokens over {} PEs: {other:?}", m - 1, c.n())),
+        }
+    }
+    Ok(())
 }
 
 struct MlpData {
@@ -986,6 +1016,14 @@ fn main() {
                     |c, seed| row_all_reduce(c, seed, s, schedule),
                 );
             }
+        }
+    }
+    if args.row {
+        for s in [(1, 96, 64), (3, 328, 200), (16, 129, 8 * n + 3)] {
+            c.run(
+                format!("row reduce-scatter {} rows per PE k={} n={}", s.0, s.1, s.2),
+                |c, seed| row_reduce_scatter(c, seed, s),
+            );
         }
     }
     if args.mlp {

@@ -1,4 +1,4 @@
-// All-reduce and all-gather over NVLink, initiated from the device.
+// All-reduce, all-gather and reduce-scatter over NVLink, initiated from the device.
 //
 // Every PE's buffers are symmetric, so a peer's copy is reached with a plain load or store
 // through nvshmem_ptr(). Synchronisation uses per-block flags in the symmetric heap:
@@ -23,6 +23,7 @@
 #include "collectives/bandwidth.cuh"
 #include "collectives/low_latency.cuh"
 #include "collectives/oneshot.cuh"
+#include "collectives/reduce_scatter.cuh"
 #include "collectives/sentinel.cuh"
 #include "collectives/twoshot.cuh"
 
@@ -71,6 +72,25 @@ FLOAT_ALLREDUCE_TYPE(f32, float)
 FLOAT_ALLREDUCE_TYPE(f16, __half)
 FLOAT_ALLREDUCE_TYPE(bf16, __nv_bfloat16)
 ALLREDUCE_TYPE(i32, int32_t)
+
+// One entry point `ALGO_reducescatter_NAME_OPNAME` per type and operator: the parameters
+// every collective takes (the staging pair unused by the pull algorithm), n per PE.
+#define REDUCESCATTER_ENTRY(ALGO, NAME, T, OPNAME, CALL)                                                    \
+    extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ALGO##_reducescatter_##NAME##_##OPNAME(                 \
+        const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {  \
+        enter_call();                                                                                       \
+        CALL;                                                                                               \
+    }
+
+#define REDUCESCATTER_TYPE(NAME, T)                                                                          \
+    REDUCESCATTER_ENTRY(pull, NAME, T, sum, (pull_reducescatter<T, OpSum>(src, dst, n, ctrl, flags)))  \
+    REDUCESCATTER_ENTRY(pull, NAME, T, max, (pull_reducescatter<T, OpMax>(src, dst, n, ctrl, flags)))  \
+    REDUCESCATTER_ENTRY(pull, NAME, T, min, (pull_reducescatter<T, OpMin>(src, dst, n, ctrl, flags)))
+
+REDUCESCATTER_TYPE(f32, float)
+REDUCESCATTER_TYPE(f16, __half)
+REDUCESCATTER_TYPE(bf16, __nv_bfloat16)
+REDUCESCATTER_TYPE(i32, int32_t)
 
 // The all-gathers move bytes, whatever the element type.
 #define ALLGATHER_ENTRY(ALGO, EXTRA, CALL)                                                                  \

@@ -51,7 +51,8 @@ pub mod team;
 pub mod tp;
 
 pub use collectives::{
-    AllGatherAlgo, AllReduceAlgo, Collectives, CollectivesConfig, Thresholds, Workspace,
+    AllGatherAlgo, AllReduceAlgo, Collectives, CollectivesConfig, ReduceScatterAlgo, Thresholds,
+    Workspace,
 };
 pub use cudarc;
 pub use cudarc::driver::{CudaStream, LaunchConfig};

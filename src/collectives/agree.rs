@@ -8,7 +8,7 @@
 //! [`Collectives`]: super::Collectives
 //! [`CollectivesConfig::check_calls`]: super::CollectivesConfig::check_calls
 
-use super::algo::{ALL_GATHER_ROWS, ALL_REDUCE_ROWS};
+use super::algo::{ALL_GATHER_ROWS, ALL_REDUCE_ROWS, REDUCE_SCATTER_ROWS};
 use super::CollectivesConfig;
 use crate::element::{DataType, ReduceOp};
 use crate::error::{CudaResultExt, Error, Result};
@@ -19,6 +19,39 @@ use std::sync::Mutex;
 /// Words of a record.
 pub(crate) const WORDS: usize = 8;
 
+/// Which collective a call is, with the word that tags its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Collective {
+    AllReduce = 2,
+    AllGather = 3,
+    ReduceScatter = 4,
+}
+
+impl Collective {
+    const ALL: [Collective; 3] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::AllGather => "all_gather",
+            Collective::ReduceScatter => "reduce_scatter",
+        }
+    }
+
+    /// The name of its algorithm `row`.
+    fn algorithm(self, row: usize) -> Option<&'static str> {
+        match self {
+            Collective::AllReduce => ALL_REDUCE_ROWS.get(row).map(|r| r.name),
+            Collective::AllGather => ALL_GATHER_ROWS.get(row).map(|r| r.name),
+            Collective::ReduceScatter => REDUCE_SCATTER_ROWS.get(row).map(|r| r.name),
+        }
+    }
+}
+
 /// What a PE is about to do, as the words it publishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Record {
@@ -27,7 +60,7 @@ pub(crate) enum Record {
     /// A call: which collective, its element type (and operator), its algorithm's row, its
     /// length, and where `dst` and `src` sit in the symmetric heap.
     Call {
-        all_gather: bool,
+        collective: Collective,
         dtype: DataType,
         op: Option<ReduceOp>,
         row: usize,
@@ -57,7 +90,7 @@ impl Record {
         match self {
             Record::Config { hash, n_pes } => [1, hash, n_pes, 0, 0, 0, 0, 0],
             Record::Call {
-                all_gather,
+                collective,
                 dtype,
                 op,
                 row,
@@ -65,7 +98,7 @@ impl Record {
                 dst,
                 src,
             } => [
-                if all_gather { 3 } else { 2 },
+                collective as u64,
                 dtype as u64,
                 op.map_or(u64::MAX, |o| {
                     ReduceOp::ALL.iter().position(|&x| x == o).unwrap() as u64
@@ -86,8 +119,8 @@ impl Record {
                 hash: w[1],
                 n_pes: w[2],
             }),
-            2 | 3 => Some(Record::Call {
-                all_gather: w[0] == 3,
+            2..=4 => Some(Record::Call {
+                collective: *Collective::ALL.iter().find(|&&c| c as u64 == w[0])?,
                 dtype: *DTYPES.iter().find(|&&t| t as u64 == w[1])?,
                 op: ReduceOp::ALL.get(w[2] as usize).copied(),
                 row: w[3] as usize,
@@ -108,7 +141,7 @@ impl std::fmt::Display for Record {
                 "makes Collectives with configuration {hash:#018x} on {n_pes} PEs"
             ),
             Record::Call {
-                all_gather,
+                collective,
                 dtype,
                 op,
                 row,
@@ -116,16 +149,8 @@ impl std::fmt::Display for Record {
                 dst,
                 src,
             } => {
-                let algo = if all_gather {
-                    ALL_GATHER_ROWS.get(row).map(|r| r.name)
-                } else {
-                    ALL_REDUCE_ROWS.get(row).map(|r| r.name)
-                };
-                let what = if all_gather {
-                    "all_gather"
-                } else {
-                    "all_reduce"
-                };
+                let algo = collective.algorithm(row);
+                let what = collective.name();
                 let op = op.map(|o| format!("{o:?}, ")).unwrap_or_default();
                 write!(
                     f,
@@ -204,7 +229,7 @@ mod tests {
 
     fn call(len: usize) -> Record {
         Record::Call {
-            all_gather: false,
+            collective: Collective::AllReduce,
             dtype: DataType::BF16,
             op: Some(ReduceOp::Sum),
             row: 0,
@@ -220,13 +245,22 @@ mod tests {
             call(1000),
             Record::Config { hash: 7, n_pes: 4 },
             Record::Call {
-                all_gather: true,
+                collective: Collective::AllGather,
                 dtype: DataType::U8,
                 op: None,
                 row: 2,
                 len: 3,
                 dst: 0,
                 src: 16,
+            },
+            Record::Call {
+                collective: Collective::ReduceScatter,
+                dtype: DataType::I32,
+                op: Some(ReduceOp::Max),
+                row: 0,
+                len: 5,
+                dst: -16,
+                src: 32,
             },
         ] {
             assert_eq!(Record::decode(&r.encode()), Some(r));

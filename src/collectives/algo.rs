@@ -58,6 +58,17 @@ pub enum AllGatherAlgo {
     Bandwidth,
 }
 
+/// Reduce-scatter algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceScatterAlgo {
+    /// Chosen by size and PE count (today: [`Pull`](Self::Pull)).
+    Auto,
+    /// No staging: after a start barrier each PE reads its block of every PE's input
+    /// (remote loads over NVLink), reduces it in PE order and stores it; an end barrier keeps
+    /// the inputs alive until every PE has read them.
+    Pull,
+}
+
 /// Where a kernel's region parameter points, and its by-value parameter after the common
 /// ones (`kernels/collectives.cu`: `src, dst, n, ctrl, flags, region, slot_bytes[, extra]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +171,15 @@ pub(crate) const ALL_GATHER_ROWS: [Row<AllGatherAlgo>; 3] = [
     },
 ];
 
+/// The reduce-scatter algorithms (`Auto` has no row).
+pub(crate) const REDUCE_SCATTER_ROWS: [Row<ReduceScatterAlgo>; 1] = [Row {
+    algo: ReduceScatterAlgo::Pull,
+    name: "pull",
+    kernel: "pull",
+    floats_only: false,
+    params: Params::Staging,
+}];
+
 /// The element types our all-reduce takes, with their names in kernel names.
 pub(crate) const TYPES: [(DataType, &str); 4] = [
     (DataType::F32, "f32"),
@@ -175,7 +195,7 @@ pub(crate) const OPS: [(ReduceOp, &str); 3] = [
     (ReduceOp::Min, "min"),
 ];
 
-/// The shared parts of the two algorithm enums.
+/// The shared parts of the algorithm enums.
 pub(crate) trait Algo: Copy + PartialEq + fmt::Debug + 'static {
     const AUTO: Self;
     const ROWS: &'static [Row<Self>];
@@ -228,6 +248,12 @@ impl Algo for AllGatherAlgo {
     const WHAT: &'static str = "all-gather";
 }
 
+impl Algo for ReduceScatterAlgo {
+    const AUTO: Self = ReduceScatterAlgo::Auto;
+    const ROWS: &'static [Row<Self>] = &REDUCE_SCATTER_ROWS;
+    const WHAT: &'static str = "reduce-scatter";
+}
+
 impl AllReduceAlgo {
     /// Every algorithm, `Auto` first.
     ///
@@ -276,6 +302,29 @@ impl AllGatherAlgo {
     }
 }
 
+impl ReduceScatterAlgo {
+    /// Every algorithm, `Auto` first.
+    pub const ALL: [ReduceScatterAlgo; 2] = [ReduceScatterAlgo::Auto, ReduceScatterAlgo::Pull];
+
+    /// Its name on command lines (`pull`), as `Display` prints and `FromStr` reads it.
+    pub fn name(self) -> &'static str {
+        Algo::name(self)
+    }
+}
+
+impl fmt::Display for ReduceScatterAlgo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ReduceScatterAlgo {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Algo::parse(s)
+    }
+}
+
 impl fmt::Display for AllReduceAlgo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -303,13 +352,29 @@ impl FromStr for AllGatherAlgo {
 }
 
 /// The entry points of `kernels/collectives.cu`, in kernel-table order: every all-reduce
-/// algorithm for every type it takes and every operator, then the all-gathers.
+/// algorithm for every type it takes and every operator, then the all-gathers, then every
+/// reduce-scatter algorithm for every type and operator.
 pub fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> = all_reduce_kernels()
         .filter_map(|(row, t, o)| Some(all_reduce_kernel(row, t?, o)))
         .collect();
     names.extend(ALL_GATHER_ROWS.iter().map(all_gather_kernel));
+    names.extend(reduce_scatter_kernels().map(|(row, t, o)| reduce_scatter_kernel(row, t, o)));
     names
+}
+
+/// Every slot of the reduce-scatter kernel table: (row, type index, operator index),
+/// row-major (every algorithm takes every type).
+pub(crate) fn reduce_scatter_kernels(
+) -> impl Iterator<Item = (&'static Row<ReduceScatterAlgo>, usize, usize)> {
+    REDUCE_SCATTER_ROWS.iter().flat_map(|row| {
+        (0..TYPES.len()).flat_map(move |t| (0..OPS.len()).map(move |o| (row, t, o)))
+    })
+}
+
+/// `pull_reducescatter_bf16_sum`.
+pub(crate) fn reduce_scatter_kernel(row: &Row<ReduceScatterAlgo>, t: usize, o: usize) -> String {
+    format!("{}_reducescatter_{}_{}", row.kernel, TYPES[t].1, OPS[o].1)
 }
 
 /// Every slot of the all-reduce kernel table: (row, type index if the row takes the type,
@@ -357,6 +422,10 @@ mod tests {
         // Every algorithm but Auto has a row, and no two share a name.
         assert_eq!(ALL_REDUCE_ROWS.len() + 1, AllReduceAlgo::ALL.len());
         assert_eq!(ALL_GATHER_ROWS.len() + 1, AllGatherAlgo::ALL.len());
+        assert_eq!(REDUCE_SCATTER_ROWS.len() + 1, ReduceScatterAlgo::ALL.len());
+        for a in ReduceScatterAlgo::ALL {
+            assert_eq!(a.to_string().parse::<ReduceScatterAlgo>().unwrap(), a);
+        }
         let mut names: Vec<&str> = AllReduceAlgo::ALL.iter().map(|a| a.name()).collect();
         names.dedup();
         assert_eq!(names.len(), AllReduceAlgo::ALL.len());
@@ -370,7 +439,8 @@ mod tests {
     #[test]
     fn kernel_names_cover_types_ops_and_algorithms() {
         let names = kernel_names();
-        assert_eq!(names.len(), 5 * 4 * 3 + 2 * 3 * 3 + 3);
+        assert_eq!(names.len(), 5 * 4 * 3 + 2 * 3 * 3 + 3 + 4 * 3);
+        assert!(names.contains(&"pull_reducescatter_i32_max".to_string()));
         assert!(names.contains(&"sentinel_twoshot_allreduce_f16_min".to_string()));
         assert!(names.contains(&"sentinel_allreduce_bf16_sum".to_string()));
         assert!(!names

@@ -1,4 +1,4 @@
-//! Device-initiated all-reduce and all-gather over NVLink: our kernels in
+//! Device-initiated all-reduce, all-gather and reduce-scatter over NVLink: our kernels in
 //! `kernels/collectives.cu`, launched on a stream with no host synchronisation, so they can be
 //! captured in CUDA graphs.
 //!
@@ -27,7 +27,7 @@ pub mod algo;
 pub mod config;
 mod plan;
 
-pub use algo::{kernel_names, AllGatherAlgo, AllReduceAlgo};
+pub use algo::{kernel_names, AllGatherAlgo, AllReduceAlgo, ReduceScatterAlgo};
 pub use config::{CollectivesConfig, Thresholds, Workspace};
 
 use crate::abi;
@@ -38,10 +38,13 @@ use crate::memory::{check_len, SymmetricBuffer, SymmetricView};
 use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
 use crate::runtime::Nvshmem;
 use crate::team::collectives::check_overlap;
-use agree::{config_hash, Agreement, Record};
-use algo::{all_gather_kernel, all_reduce_kernel, all_reduce_kernels, type_and_op, Algo, Params};
+use agree::{config_hash, Agreement, Collective, Record};
+use algo::{
+    all_gather_kernel, all_reduce_kernel, all_reduce_kernels, reduce_scatter_kernel,
+    reduce_scatter_kernels, type_and_op, Algo, Params,
+};
 use cudarc::driver::{sys as cusys, CudaStream};
-use plan::{all_gather_plan, all_reduce_plan, CallPlan, Dims, Extra};
+use plan::{all_gather_plan, all_reduce_plan, reduce_scatter_plan, CallPlan, Dims, Extra};
 
 /// Our all-reduce and all-gather kernels over the world team, with their symmetric workspace.
 pub struct Collectives {
@@ -66,6 +69,8 @@ pub struct Collectives {
     all_reduce: Vec<Option<Function>>,
     /// By algorithm row.
     all_gather: Vec<Function>,
+    /// By algorithm row, type and operator (`algo::reduce_scatter_kernels` order).
+    reduce_scatter: Vec<Function>,
 }
 
 // SAFETY: the tables hold device addresses, only ever passed to kernels; the functions and
@@ -131,6 +136,9 @@ impl Collectives {
             .iter()
             .map(|row| module.function(&all_gather_kernel(row)))
             .collect::<Result<Vec<_>>>()?;
+        let reduce_scatter = reduce_scatter_kernels()
+            .map(|(row, t, o)| module.function(&reduce_scatter_kernel(row, t, o)))
+            .collect::<Result<Vec<_>>>()?;
         let (sm_count, per_sm) = agreed_grid_limits(shmem, &all_reduce)?;
         let dims = Dims {
             n_pes: n,
@@ -179,6 +187,7 @@ impl Collectives {
             tables,
             all_reduce,
             all_gather,
+            reduce_scatter,
         })
     }
 
@@ -311,7 +320,7 @@ impl Collectives {
         let params = algo::ALL_REDUCE_ROWS[row].params;
         self.agree_call(
             Record::Call {
-                all_gather: false,
+                collective: Collective::AllReduce,
                 dtype: T::DTYPE,
                 op: Some(op),
                 row,
@@ -376,7 +385,7 @@ impl Collectives {
         let params = algo::ALL_GATHER_ROWS[row].params;
         self.agree_call(
             Record::Call {
-                all_gather: true,
+                collective: Collective::AllGather,
                 dtype: T::DTYPE,
                 op: None,
                 row,
@@ -394,6 +403,87 @@ impl Collectives {
             &src,
             &dst,
             bytes,
+            bytes,
+            stream,
+        )
+    }
+
+    /// `dst = op over PEs of block my_pe of src`: `src` holds `n_pes` blocks of
+    /// `dst.len()` elements, and PE `p` gets block `p` reduced over every PE, in PE order (in
+    /// f32 for 16-bit types), for `f32`, `f16`, `bf16` and `i32` with `Sum`, `Max` or `Min`.
+    /// `dst` and `src` must not overlap. Blocks that start on 16-byte boundaries (a block
+    /// of a multiple of 16 bytes) go by vectors; others element by element, more slowly.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::{Collectives, ReduceOp, ReduceScatterAlgo};
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let coll = Collectives::new(&shmem)?;
+    /// let grads = shmem.malloc::<f32>(4096 * shmem.n_pes())?;
+    /// let mine = shmem.malloc::<f32>(4096)?; // this PE's block, summed over PEs
+    /// coll.reduce_scatter(&mine, &grads, ReduceOp::Sum, ReduceScatterAlgo::Auto, shmem.stream())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn reduce_scatter<'a, T: Element>(
+        &self,
+        dst: impl Into<SymmetricView<'a, T>>,
+        src: impl Into<SymmetricView<'a, T>>,
+        op: ReduceOp,
+        algo: ReduceScatterAlgo,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (dst, src) = (dst.into(), src.into());
+        let (t, o) = type_and_op(T::DTYPE, op);
+        let t = t.ok_or_else(|| Error::TypeMismatch {
+            what: "our reduce-scatter (Team::reduce_scatter takes any)".into(),
+            expected: "f32, f16, bf16 or i32",
+            got: T::NVSHMEM_NAME.into(),
+        })?;
+        let o = o.ok_or_else(|| Error::TypeMismatch {
+            what: "our reduce-scatter (Team::reduce_scatter takes any)".into(),
+            expected: "the Sum, Max or Min operator",
+            got: format!("{op:?}"),
+        })?;
+        self.check_view(&src, "the reduce_scatter source")?;
+        self.check_view(&dst, "the reduce_scatter destination")?;
+        check_len(
+            "reduce_scatter source (n_pes x destination)",
+            dst.len() * self.dims.n_pes,
+            src.len(),
+        )?;
+        check_overlap("reduce_scatter", &dst, &src, false)?;
+        let bytes = dst.num_bytes();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let algo = match algo {
+            ReduceScatterAlgo::Auto => ReduceScatterAlgo::Pull,
+            a => a,
+        };
+        let row = algo.index().expect("Auto was resolved");
+        let function = &self.reduce_scatter[(row * algo::TYPES.len() + t) * algo::OPS.len() + o];
+        let plan = reduce_scatter_plan(algo, bytes, &self.dims);
+        let params = algo::REDUCE_SCATTER_ROWS[row].params;
+        self.agree_call(
+            Record::Call {
+                collective: Collective::ReduceScatter,
+                dtype: T::DTYPE,
+                op: Some(op),
+                row,
+                len: dst.len(),
+                dst: self.heap_offset(dst.as_ptr() as u64),
+                src: self.heap_offset(src.as_ptr() as u64),
+            },
+            stream,
+        )?;
+        self.launch(
+            function,
+            &algo,
+            params,
+            plan,
+            &src,
+            &dst,
+            dst.len(),
             bytes,
             stream,
         )

@@ -1,7 +1,7 @@
 //! How one call is launched: its grid, how much of the workspace it may use, and its
 //! by-value parameter. Pure arithmetic, tested on the CPU.
 
-use super::algo::{AllGatherAlgo, AllReduceAlgo};
+use super::algo::{AllGatherAlgo, AllReduceAlgo, ReduceScatterAlgo};
 use crate::abi;
 
 /// Blocks a call launches at most (the epoch and the flags have a copy per block index).
@@ -148,6 +148,20 @@ pub(crate) fn all_gather_plan(algo: AllGatherAlgo, bytes: usize, d: &Dims) -> Ca
         threads: grid.1,
         limit,
         extra: Extra::None,
+    }
+}
+
+/// The plan of a reduce-scatter of `bytes` per PE out (`algo` is not `Auto`): the pull
+/// algorithm's grid is the two-shot all-reduce's over its part.
+pub(crate) fn reduce_scatter_plan(algo: ReduceScatterAlgo, bytes: usize, d: &Dims) -> CallPlan {
+    let nvec = bytes.div_ceil(16);
+    match algo {
+        ReduceScatterAlgo::Pull | ReduceScatterAlgo::Auto => CallPlan {
+            blocks: blocks_for(nvec, THREADS as usize * UNROLL, d.sm_count.min(MAX_BLOCKS)),
+            threads: THREADS,
+            limit: usize::MAX,
+            extra: Extra::None,
+        },
     }
 }
 

@@ -5,7 +5,8 @@
 //!   replicated (no communication) or sharded along the tokens (sequence parallel: an
 //!   all-gather, then the GEMM).
 //! - [`RowParallelLinear`]: the input features are sharded; the partial products are summed
-//!   by an all-reduce, so the output is replicated and bitwise identical on every PE.
+//!   by an all-reduce, so the output is replicated and bitwise identical on every PE, or by
+//!   a reduce-scatter, so each PE gets its share of the tokens (sequence parallel).
 //! - [`TpMlp`]: a Llama-style MLP, gate and up projections as one column-parallel GEMM,
 //!   `SiLU(gate) * up` in a small kernel, and the row-parallel down projection.
 //!
@@ -40,7 +41,7 @@ mod shard;
 pub use column::{ColumnInput, ColumnParallelLinear};
 pub use gemm::{Gemm, LinearShape, WORKSPACE_BYTES};
 pub use mlp::TpMlp;
-pub use row::RowParallelLinear;
+pub use row::{RowOutput, RowParallelLinear};
 pub use shard::{merged_rows, shard_range, take_cols, take_rows};
 
 use crate::collectives::Collectives;

@@ -4,7 +4,7 @@
 use super::Schedule;
 use super::TensorParallel;
 use super::{check_tokens, check_weight, join, rows_of, shard_range, take_cols, LinearShape};
-use crate::collectives::AllReduceAlgo;
+use crate::collectives::{AllReduceAlgo, ReduceScatterAlgo};
 use crate::element::ReduceOp;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricBuffer, SymmetricView};
@@ -15,9 +15,10 @@ use std::sync::Arc;
 
 /// `y = x · wᵀ` with the weight's input features (its columns) sharded across the PEs: PE
 /// `p` holds input features [`shard_range`]`(in, p, n)` of `x` and of `w`, multiplies them
-/// into a partial product (rounded to bf16, as a cuBLAS GEMM writes it), and an all-reduce
-/// sums the PEs' partial products in f32, in PE order. `y` is replicated: bitwise identical
-/// on every PE.
+/// into a partial product (rounded to bf16, as a cuBLAS GEMM writes it), and the PEs' partial
+/// products are summed in f32, in PE order: by an all-reduce, so that `y` is replicated and
+/// bitwise identical on every PE ([`RowOutput::Replicated`]), or by a reduce-scatter, so that
+/// each PE gets its share of the tokens ([`RowOutput::SequenceParallel`]).
 ///
 /// ```no_run
 /// # fn main() -> nvshmem::Result<()> {
@@ -33,6 +34,7 @@ use std::sync::Arc;
 /// ```
 pub struct RowParallelLinear {
     tp: TensorParallel,
+    output: RowOutput,
     in_features: usize,
     out_features: usize,
     local_in: Range<usize>,
@@ -109,13 +111,47 @@ fn gcd(a: usize, b: usize) -> usize {
     }
 }
 
+/// What a [`RowParallelLinear`] leaves in its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RowOutput {
+    /// Every PE gets every token (an all-reduce): `y` is `tokens × out_features`, the same
+    /// bits on every PE.
+    #[default]
+    Replicated,
+    /// Each PE gets an equal share of the tokens, in PE order (a reduce-scatter; sequence
+    /// parallelism, the counterpart of [`ColumnInput::SequenceParallel`]): `y` is
+    /// `tokens / n_pes × out_features`, and `tokens` must be a multiple of `n_pes`. Runs
+    /// sequentially whatever the [`Schedule`].
+    ///
+    /// [`ColumnInput::SequenceParallel`]: super::ColumnInput::SequenceParallel
+    SequenceParallel,
+}
+
 impl RowParallelLinear {
-    /// A layer of `in_features → out_features` with a zero weight, for up to `max_tokens`
-    /// tokens per call. Allocates symmetric memory for the partial products: collective.
+    /// A layer of `in_features → out_features` with a zero weight and a replicated output,
+    /// for up to `max_tokens` tokens per call. Allocates symmetric memory for the partial
+    /// products: collective.
     pub fn new(
         tp: &TensorParallel,
         in_features: usize,
         out_features: usize,
+        max_tokens: usize,
+    ) -> Result<Self> {
+        Self::with_output(
+            tp,
+            in_features,
+            out_features,
+            RowOutput::Replicated,
+            max_tokens,
+        )
+    }
+
+    /// [`new`](Self::new) with the output `output`.
+    pub fn with_output(
+        tp: &TensorParallel,
+        in_features: usize,
+        out_features: usize,
+        output: RowOutput,
         max_tokens: usize,
     ) -> Result<Self> {
         let (n, me) = (tp.n_pes(), tp.my_pe());
@@ -133,6 +169,7 @@ impl RowParallelLinear {
             shmem.malloc::<bf16>(max_tokens.min(PIECES_BY_FEATURES_TOKENS) * out_features)?;
         Ok(RowParallelLinear {
             tp: tp.clone(),
+            output,
             in_features,
             out_features,
             local_in,
@@ -151,6 +188,11 @@ impl RowParallelLinear {
     /// Output features.
     pub fn out_features(&self) -> usize {
         self.out_features
+    }
+
+    /// What the layer leaves in its output.
+    pub fn output(&self) -> RowOutput {
+        self.output
     }
 
     /// The input features this PE holds: the columns of its `x`.
@@ -176,7 +218,8 @@ impl RowParallelLinear {
     }
 
     /// `y = Σ over PEs of x_p · w_pᵀ`, on `stream`: `x` is this PE's `tokens ×
-    /// local_in_features` and `y` is `tokens × out_features`, the same on every PE afterwards.
+    /// local_in_features`; `y` is `tokens × out_features`, the same on every PE afterwards,
+    /// or this PE's `tokens / n_pes` rows of it ([`RowOutput`]).
     pub fn forward<'a>(
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,
@@ -213,6 +256,9 @@ impl RowParallelLinear {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         check_tokens("RowParallelLinear::forward", tokens, self.max_tokens)?;
+        if self.output == RowOutput::SequenceParallel {
+            return self.reduce_scatter(y, x, tokens, stream);
+        }
         if y.len() != tokens * self.out_features {
             return Err(Error::Length {
                 what: "the row-parallel output (tokens × out_features)",
@@ -229,6 +275,42 @@ impl RowParallelLinear {
             Pieces::Tokens(rows) => self.by_tokens(y, x, &rows, stream),
             Pieces::Features(width) => self.by_features(y, x, tokens, width, stream),
         }
+    }
+
+    /// The GEMM of every token, then the reduce-scatter that leaves this PE its share.
+    ///
+    /// # Safety
+    /// As for [`run`](Self::run).
+    unsafe fn reduce_scatter(
+        &self,
+        y: SymmetricView<'_, bf16>,
+        x: u64,
+        tokens: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let n = self.tp.n_pes();
+        if tokens % n != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "a row-parallel layer with a sequence-parallel output shares the tokens equally: \
+                 {tokens} tokens over {n} PEs"
+            )));
+        }
+        let cols = self.out_features;
+        if y.len() != tokens / n * cols {
+            return Err(Error::Length {
+                what: "the row-parallel output (tokens / n_pes × out_features)",
+                expected: tokens / n * cols,
+                got: y.len(),
+            });
+        }
+        self.gemm_rows(x, 0..tokens, stream)?;
+        self.tp.collectives().reduce_scatter(
+            y,
+            self.partial.view(..tokens * cols),
+            ReduceOp::Sum,
+            ReduceScatterAlgo::Auto,
+            stream,
+        )
     }
 
     /// Tokens whose pieces along the output features fit the reduced scratch.

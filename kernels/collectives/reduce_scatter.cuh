@@ -1,0 +1,40 @@
+// Reduce-scatter: PE q ends with block q of every PE's src, reduced in PE order.
+#pragma once
+
+#include <nvshmem.h>
+#include <stdint.h>
+
+#include "collectives/call.cuh"
+#include "collectives/reduce.cuh"
+
+// ---- pull reduce-scatter ------------------------------------------------------------------
+// No staging: after a start barrier (every PE's src ready), each PE reads its block of every
+// PE's src (remote loads), reduces in PE order into its own dst; an end barrier keeps src
+// alive until every PE's reads are done. src holds npes blocks of n elements; dst holds n.
+// Blocks on 16-byte boundaries go by vectors, others element by element.
+template <typename T, typename Op>
+__device__ void pull_reducescatter(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags) {
+    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const uint64_t e = call_epoch(ctrl);
+    __shared__ const T *peer_block[MAX_PES];
+    for (int p = threadIdx.x; p < npes; p += blockDim.x)
+        peer_block[p] = (const T *)nvshmem_ptr(src, p) + (size_t)me * n;
+    signal_and_wait(flags, FLAGS_START, me, npes, e);
+
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    if ((n * sizeof(T)) % 16 == 0) {
+        const size_t nvec = n / Vec<T>::N;
+        auto src_of = [&](int p) -> const uint4 * { return (const uint4 *)peer_block[p]; };
+        uint4 *out = (uint4 *)dst;
+        reduce_vectors_any<T, Op>(0, nvec, first, stride, npes, src_of, &out, 1);
+    } else {
+        for (size_t i = first; i < n; i += stride) {
+            typename Acc<T>::type a = to_acc<T>(ld_cg_t(peer_block[0] + i));
+            for (int p = 1; p < npes; p++) a = Op::apply(a, to_acc<T>(ld_cg_t(peer_block[p] + i)));
+            dst[i] = from_acc<T>(a);
+        }
+    }
+    signal_and_wait(flags, FLAGS_DONE, me, npes, e);
+    finish_call(ctrl, e);
+}
