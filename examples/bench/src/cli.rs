@@ -2,7 +2,7 @@
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, ValueEnum};
-use nvshmem::{AllGatherAlgo, AllReduceAlgo};
+use nvshmem::{AllGatherAlgo, AllReduceAlgo, ReduceScatterAlgo};
 use serde::{Serialize, Serializer};
 use std::fmt::Display;
 use std::path::PathBuf;
@@ -40,8 +40,8 @@ fn by_name<T: Display, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error
     s.collect_str(value)
 }
 
-const ABOUT: &str = "NVSHMEM vs NCCL benchmark: our all-reduce/all-gather kernels, NVSHMEM's own \
-on-stream collectives and NCCL side by side, plus device-, host- and stream-initiated \
+const ABOUT: &str = "NVSHMEM vs NCCL benchmark: our all-reduce/all-gather/reduce-scatter kernels, \
+NVSHMEM's own on-stream collectives and NCCL side by side, plus device-, host- and stream-initiated \
 point-to-point latency and bandwidth";
 
 const LONG_ABOUT: &str = "\
@@ -53,24 +53,31 @@ NVSHMEM vs NCCL benchmark suite. Run one PE per GPU:
 Every PE runs the same sequence of operations; PE 0 prints the environment header, progress \
 (stderr) and the result tables (stdout), and writes JSON, CSV and SVG plots to --out.
 
-COLLECTIVES (--tests allreduce,allgather)
+COLLECTIVES (--tests allreduce,allgather,reducescatter)
   For each data type, message size, implementation and launch mode:
-    ours     nvshmem::Collectives::all_reduce (sum) / all_gather, algorithm --algo /
-             --allgather-algo (default auto)
-    nvshmem  nvshmemx_<type>_sum_reduce_on_stream / nvshmemx_<type>_fcollect_on_stream
-    nccl     ncclAllReduce (sum) / ncclAllGather (communicator from a unique id that PE 0
-             broadcasts through NVSHMEM)
+    ours     nvshmem::Collectives::all_reduce (sum) / all_gather / reduce_scatter (sum),
+             algorithm --algo / --allgather-algo / --reducescatter-algo (default auto)
+    nvshmem  nvshmemx_<type>_sum_reduce_on_stream / nvshmemx_<type>_fcollect_on_stream /
+             nvshmemx_<type>_sum_reducescatter_on_stream
+    nccl     ncclAllReduce (sum) / ncclAllGather / ncclReduceScatter (sum) (communicator from
+             a unique id that PE 0 broadcasts through NVSHMEM)
   Modes: plain = one launch per operation; graph = --graph-ops operations captured into one CUDA
   graph, the time of a replay divided by --graph-ops.
   Size is the buffer size as in nccl-tests: the all-reduce buffer, the all-gather OUTPUT
-  (each PE contributes size / PEs). Sizes that do not divide are rounded down.
+  (each PE contributes size / PEs), the reduce-scatter INPUT (each PE's source holds a block
+  of size / PEs for every PE, and each PE gets its block, size / PEs, summed over the PEs).
+  Sizes that do not divide are rounded down.
+  NVSHMEM's reduce-scatter stages the whole source in its reduction scratch, which must hold
+  twice the size (NVSHMEM_REDUCE_SCRATCH_SIZE, 512 KiB unless set, reserved for each of
+  NVSHMEM_MAX_TEAMS teams): larger sizes are not run for nvshmem (see the notes).
   time   = median over --iters timed operations (CUDA events between consecutive operations),
            after --warmup untimed ones; spread = (p90 - p10) / 2 / median
-  algbw  = size / time;  busbw = algbw * 2(n-1)/n (all-reduce) or (n-1)/n (all-gather)
+  algbw  = size / time;  busbw = algbw * 2(n-1)/n (all-reduce) or (n-1)/n (all-gather,
+           reduce-scatter)
   Check: every size gets new random input on every PE (values k/4, |k| small enough that every
   partial sum is exact in bf16), the output is compared bit for bit with a CPU reference on
-  every PE after the timed runs; the output buffer is poisoned (0xFF bytes) before each
-  implementation/mode.
+  every PE after the timed runs (reduce-scatter: this PE's block of every PE's input added in
+  PE order); the output buffer is poisoned (0xFF bytes) before each implementation/mode.
 
 POINT-TO-POINT (--tests p2p, or a subset), PE 0 and --peer (default PE 1); other PEs idle
   p2p-latency  device-initiated, kernels in examples/bench/kernels/bench_p2p.cu, timed inside the kernel with
@@ -149,8 +156,12 @@ OUTPUT (PE 0)
   options.
 
 ENVIRONMENT
-  NVSHMEM_SYMMETRIC_SIZE, when not set, becomes 3 x the largest size (with tp: 2 x the largest
-  M x hidden bf16, when that is more) + 512 MiB, at least 1 GiB.
+  NVSHMEM_SYMMETRIC_SIZE, when not set, becomes 3 x the largest size (a collective's input and
+  output are at most 2 x the largest size; with tp: 2 x the largest M x hidden bf16, when that
+  is more) + 512 MiB, at least 1 GiB.
+  NVSHMEM_REDUCE_SCRATCH_SIZE is left as it is: NVSHMEM's reduce-scatter runs up to half of it
+  (above). Raising it to 2 x the largest size, the same on every PE, runs every size; NVSHMEM
+  reserves it for each of NVSHMEM_MAX_TEAMS teams (default 32) besides the symmetric heap.
   NVSHMEM_DISABLE_NCCL, when not set, becomes 1: the nvshmem column then measures NVSHMEM's own
   collectives (NVSHMEM can route its on-stream collectives through NCCL); set it to 0 to allow.
   scripts/nvshmrun puts libnccl.so on LD_LIBRARY_PATH; without NCCL use --impls ours,nvshmem.";
@@ -163,6 +174,8 @@ pub enum TestName {
     Allreduce,
     /// All-gather: ours, NVSHMEM, NCCL
     Allgather,
+    /// Reduce-scatter (sum): ours, NVSHMEM, NCCL
+    Reducescatter,
     /// Every point-to-point test (p2p-latency, p2p-signal, p2p-bw, p2p-host, sendrecv)
     P2p,
     /// Device-initiated p/g and put/get latency at thread, warp and block scope
@@ -271,6 +284,10 @@ pub struct Args {
     #[arg(long, value_parser = algo_parser::<AllGatherAlgo>(AllGatherAlgo::ALL.map(AllGatherAlgo::name)))]
     pub allgather_algo: Option<AllGatherAlgo>,
 
+    /// Algorithm of our reduce-scatter: auto (by size) or one forced
+    #[arg(long, default_value = "auto", value_parser = algo_parser::<ReduceScatterAlgo>(ReduceScatterAlgo::ALL.map(ReduceScatterAlgo::name)))]
+    pub reducescatter_algo: ReduceScatterAlgo,
+
     /// Collective launch modes, comma separated
     #[arg(long, value_enum, value_delimiter = ',', default_value = "plain,graph")]
     pub modes: Vec<Mode>,
@@ -372,6 +389,7 @@ pub struct Args {
 pub struct Tests {
     pub allreduce: bool,
     pub allgather: bool,
+    pub reducescatter: bool,
     pub p2p_latency: bool,
     pub p2p_signal: bool,
     pub p2p_bw: bool,
@@ -387,6 +405,7 @@ impl Tests {
             match name {
                 TestName::Allreduce => t.allreduce = true,
                 TestName::Allgather => t.allgather = true,
+                TestName::Reducescatter => t.reducescatter = true,
                 TestName::P2pLatency => t.p2p_latency = true,
                 TestName::P2pSignal => t.p2p_signal = true,
                 TestName::P2pBw => t.p2p_bw = true,
@@ -402,6 +421,7 @@ impl Tests {
                     if *name == TestName::All {
                         t.allreduce = true;
                         t.allgather = true;
+                        t.reducescatter = true;
                     }
                 }
             }
@@ -410,7 +430,7 @@ impl Tests {
     }
 
     pub fn any_collective(&self) -> bool {
-        self.allreduce || self.allgather
+        self.allreduce || self.allgather || self.reducescatter
     }
 
     pub fn any_p2p(&self) -> bool {
@@ -489,6 +509,8 @@ pub struct Config {
     pub algo: AllReduceAlgo,
     #[serde(serialize_with = "by_name")]
     pub allgather_algo: AllGatherAlgo,
+    #[serde(serialize_with = "by_name")]
+    pub reducescatter_algo: ReduceScatterAlgo,
     pub modes: Vec<Mode>,
     /// Sizes of the collectives and bandwidth tests.
     pub sizes: Vec<usize>,
@@ -600,6 +622,7 @@ impl Config {
             allgather_algo: a
                 .allgather_algo
                 .unwrap_or_else(|| all_gather_of_family(a.algo)),
+            reducescatter_algo: a.reducescatter_algo,
             modes,
             sizes,
             lat_sizes,
@@ -853,6 +876,8 @@ mod tests {
     fn defaults_cover_everything() {
         let c = parse(&[]).unwrap();
         assert!(c.tests.allreduce && c.tests.allgather && c.tests.p2p_latency && c.tests.sendrecv);
+        assert!(c.tests.reducescatter);
+        assert_eq!(c.reducescatter_algo, ReduceScatterAlgo::Auto);
         assert_eq!(c.dtypes, vec![DType::Bf16, DType::F32]);
         assert_eq!(c.impls, vec![Impl::Ours, Impl::Nvshmem, Impl::Nccl]);
         assert_eq!(c.modes, vec![Mode::Plain, Mode::Graph]);
@@ -914,8 +939,21 @@ mod tests {
         assert!(c.tests.allreduce && !c.tests.allgather && c.tests.p2p_bw && !c.tests.p2p_latency);
         assert_eq!(c.dtypes, vec![DType::F32]);
         assert_eq!(c.impls, vec![Impl::Ours, Impl::Nccl]);
+        let c = parse(&["--tests", "reducescatter", "--dtypes", "bf16"]).unwrap();
+        assert!(c.tests.reducescatter && !c.tests.allreduce && !c.tests.allgather);
+        assert!(c.tests.any_collective() && !c.tests.any_p2p() && !c.tests.tp);
+        assert!(c.needs_nccl());
+        assert!(
+            !parse(&["--tests", "reducescatter", "--impls", "ours,nvshmem"])
+                .unwrap()
+                .needs_nccl()
+        );
+        let c = parse(&["--tests", "allgather,reducescatter"]).unwrap();
+        assert!(!c.tests.allreduce && c.tests.allgather && c.tests.reducescatter);
         let c = parse(&["--tests", "p2p", "--impls", "ours,nvshmem"]).unwrap();
-        assert!(!c.tests.allreduce && c.tests.p2p_host && c.tests.sendrecv);
+        assert!(
+            !c.tests.allreduce && !c.tests.reducescatter && c.tests.p2p_host && c.tests.sendrecv
+        );
         assert!(!c.needs_nccl());
         let c = parse(&["--sizes", "1K,8,1K,64"]).unwrap();
         assert_eq!(c.sizes, vec![8, 64, 1024]);
@@ -967,7 +1005,21 @@ mod tests {
             let c = parse(&["--allgather-algo", a.name()]).unwrap();
             assert_eq!(c.allgather_algo, a);
         }
+        for a in ReduceScatterAlgo::ALL {
+            let c = parse(&["--reducescatter-algo", a.name()]).unwrap();
+            assert_eq!(c.reducescatter_algo, a);
+        }
         assert!(parse(&["--algo", "fastest"]).is_err());
+        assert!(parse(&["--reducescatter-algo", "push"]).is_err());
+        // --algo leaves the reduce-scatter alone.
+        let c = parse(&["--algo", "twoshot"]).unwrap();
+        assert_eq!(c.reducescatter_algo, ReduceScatterAlgo::Auto);
+        assert_ne!(
+            parse(&[]).unwrap().fingerprint(),
+            parse(&["--reducescatter-algo", "pull"])
+                .unwrap()
+                .fingerprint()
+        );
         // --algo alone picks the all-gather of its family.
         let c = parse(&["--algo", "sentinel-twoshot"]).unwrap();
         assert_eq!(c.allgather_algo, AllGatherAlgo::LowLatency);
@@ -994,7 +1046,7 @@ mod tests {
             .unwrap()
             .needs_nccl());
         let c = parse(&["--tests", "all,tp"]).unwrap();
-        assert!(c.tests.tp && c.tests.allreduce && c.tests.p2p_bw);
+        assert!(c.tests.tp && c.tests.allreduce && c.tests.reducescatter && c.tests.p2p_bw);
     }
 
     #[test]
@@ -1075,6 +1127,11 @@ mod tests {
             "cublas+nccl",
             "cublas+ours",
             "not part of `all`",
+            "reducescatter",
+            "--reducescatter-algo",
+            "ncclReduceScatter",
+            "reduce-scatter INPUT",
+            "NVSHMEM_REDUCE_SCRATCH_SIZE",
         ] {
             assert!(help.contains(word), "help lacks {word}");
         }

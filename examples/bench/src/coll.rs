@@ -13,7 +13,8 @@ use crate::Progress;
 use cudarc::driver::CudaStream;
 use half::bf16;
 use nvshmem::{
-    AllGatherAlgo, AllReduceAlgo, Collectives, Nvshmem, ReduceOp, SymmetricBuffer, Team,
+    AllGatherAlgo, AllReduceAlgo, Collectives, Nvshmem, ReduceOp, ReduceScatterAlgo,
+    SymmetricBuffer, Team,
 };
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ struct Ops<'a> {
     ours: Option<&'a Collectives>,
     all_reduce_algo: AllReduceAlgo,
     all_gather_algo: AllGatherAlgo,
+    reduce_scatter_algo: ReduceScatterAlgo,
     nccl: Option<&'a Nccl>,
     world: &'a Team,
 }
@@ -62,21 +64,33 @@ impl Ops<'_> {
                     Collective::AllGather => {
                         ours.all_gather(dst, src, self.all_gather_algo, stream)
                     }
+                    Collective::ReduceScatter => ours.reduce_scatter(
+                        dst,
+                        src,
+                        ReduceOp::Sum,
+                        self.reduce_scatter_algo,
+                        stream,
+                    ),
                 };
                 r.map_err(|e| e.to_string())
             }
             Impl::Nvshmem => {
-                // nvshmemx_<type>_sum_reduce_on_stream / nvshmemx_<type>_fcollect_on_stream
+                // nvshmemx_<type>_sum_reduce_on_stream / nvshmemx_<type>_fcollect_on_stream /
+                // nvshmemx_<type>_sum_reducescatter_on_stream
                 let r = match coll {
                     Collective::AllReduce => self.world.all_reduce(dst, src, ReduceOp::Sum, stream),
                     Collective::AllGather => self.world.fcollect(dst, src, stream),
+                    Collective::ReduceScatter => {
+                        self.world.reduce_scatter(dst, src, ReduceOp::Sum, stream)
+                    }
                 };
                 r.map_err(|e| e.to_string())
             }
             Impl::Nccl => {
                 let nccl = self.nccl.ok_or("NCCL is not initialised")?;
                 // SAFETY: the buffers hold src.len() and dst.len() elements of T, and
-                // dst.len() is src.len() (all-reduce) or src.len() * PEs (all-gather).
+                // dst.len() is src.len() (all-reduce), src.len() * PEs (all-gather) or
+                // src.len() / PEs (reduce-scatter).
                 unsafe {
                     match coll {
                         Collective::AllReduce => nccl.all_reduce(
@@ -93,6 +107,13 @@ impl Ops<'_> {
                             T::NCCL,
                             stream,
                         ),
+                        Collective::ReduceScatter => nccl.reduce_scatter(
+                            src.device_ptr(),
+                            dst.device_ptr(),
+                            dst.len(),
+                            T::NCCL,
+                            stream,
+                        ),
                     }
                 }
             }
@@ -106,22 +127,113 @@ type Disabled = HashSet<(Collective, Impl, &'static str, Option<Mode>)>;
 
 pub fn run(ctx: &Ctx, timer: &mut Timer, results: &mut Results) -> Result<()> {
     let mut disabled = Disabled::new();
-    for coll in [Collective::AllReduce, Collective::AllGather] {
+    let scratch = match ctx.cfg.tests.reducescatter && ctx.cfg.has_impl(Impl::Nvshmem) {
+        true => Some(reduce_scratch_on_every_pe(ctx)?),
+        false => None,
+    };
+    for coll in Collective::ALL {
         let selected = match coll {
             Collective::AllReduce => ctx.cfg.tests.allreduce,
             Collective::AllGather => ctx.cfg.tests.allgather,
+            Collective::ReduceScatter => ctx.cfg.tests.reducescatter,
         };
         if !selected {
             continue;
         }
+        // The largest size NVSHMEM's implementation can take.
+        let nvshmem_max = match (coll, scratch) {
+            (Collective::ReduceScatter, Some(bytes)) => {
+                nvshmem_reduce_scatter_max(bytes, ctx.shmem.n_pes())
+            }
+            _ => usize::MAX,
+        };
         for &dtype in &ctx.cfg.dtypes {
             match dtype {
-                DType::Bf16 => run_type::<bf16>(ctx, timer, results, &mut disabled, coll)?,
-                DType::F32 => run_type::<f32>(ctx, timer, results, &mut disabled, coll)?,
+                DType::Bf16 => {
+                    run_type::<bf16>(ctx, timer, results, &mut disabled, coll, nvshmem_max)?
+                }
+                DType::F32 => {
+                    run_type::<f32>(ctx, timer, results, &mut disabled, coll, nvshmem_max)?
+                }
             }
         }
     }
     Ok(())
+}
+
+/// NVSHMEM's reduction scratch when `NVSHMEM_REDUCE_SCRATCH_SIZE` is not set.
+const NVSHMEM_REDUCE_SCRATCH_DEFAULT: usize = 1 << 19;
+
+/// The bytes of NVSHMEM's reduction scratch that `NVSHMEM_REDUCE_SCRATCH_SIZE` (`None`: not
+/// set) gives, read as NVSHMEM reads sizes: a number, possibly with a fraction, then
+/// optionally a K, M, G or T multiplier (powers of 1024; what follows it is ignored),
+/// rounded up. `None` for a value NVSHMEM would not take.
+fn reduce_scratch_bytes(value: Option<&str>) -> Option<usize> {
+    let Some(text) = value else {
+        return Some(NVSHMEM_REDUCE_SCRATCH_DEFAULT);
+    };
+    let text = text.trim_start();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, rest) = text.split_at(split);
+    let value: f64 = number.parse().ok()?;
+    let shift = match rest.chars().next() {
+        None => 0,
+        Some('k' | 'K') => 10,
+        Some('m' | 'M') => 20,
+        Some('g' | 'G') => 30,
+        Some('t' | 'T') => 40,
+        Some(_) => return None,
+    };
+    let bytes = (value * (1u64 << shift) as f64).ceil();
+    (bytes.is_finite() && bytes <= usize::MAX as f64).then_some(bytes as usize)
+}
+
+/// NVSHMEM's reduction scratch on every PE: the smallest of the PEs' (a value NVSHMEM would
+/// not take counts as none).
+fn reduce_scratch_on_every_pe(ctx: &Ctx) -> Result<usize> {
+    let var = std::env::var("NVSHMEM_REDUCE_SCRATCH_SIZE").ok();
+    let mine = reduce_scratch_bytes(var.as_deref()).unwrap_or(0);
+    let least = ctx.coord.reduce(ReduceOp::Min, &[mine as u64])?[0];
+    Ok(usize::try_from(least).unwrap_or(usize::MAX))
+}
+
+/// The largest reduce-scatter (input bytes per PE) that NVSHMEM's on-stream reduce-scatter
+/// takes with `scratch` bytes of reduction scratch on `n_pes` PEs: it stages the whole input
+/// in half of the scratch, and stops the kernel when that does not fit (a team of one PE
+/// only copies).
+fn nvshmem_reduce_scatter_max(scratch: usize, n_pes: usize) -> usize {
+    if n_pes <= 1 {
+        usize::MAX
+    } else {
+        scratch / 2
+    }
+}
+
+/// The note on the sizes that NVSHMEM's implementation of `coll` did not run (ascending,
+/// not empty) because they exceed `max` bytes.
+fn nvshmem_skipped_note(coll: Collective, dtype: &str, sizes: &[usize], max: usize) -> String {
+    let (first, last) = (sizes[0], sizes[sizes.len() - 1]);
+    let which = if first == last {
+        format!("size {}", format_size(first))
+    } else {
+        format!(
+            "{} sizes, {} to {}",
+            sizes.len(),
+            format_size(first),
+            format_size(last)
+        )
+    };
+    format!(
+        "{} {dtype}: nvshmem not run at {which}: NVSHMEM's reduce-scatter stages the whole \
+         input in half of its reduction scratch, {} here; set NVSHMEM_REDUCE_SCRATCH_SIZE to at \
+         least {} on every PE to run them (NVSHMEM reserves it for each of NVSHMEM_MAX_TEAMS \
+         teams)",
+        coll.name(),
+        format_size(max),
+        format_size(2 * last)
+    )
 }
 
 fn dtype_id(name: &str) -> u64 {
@@ -134,17 +246,22 @@ fn run_type<T: BenchElem>(
     results: &mut Results,
     disabled: &mut Disabled,
     coll: Collective,
+    nvshmem_max: usize,
 ) -> Result<()> {
     let n = ctx.shmem.n_pes();
     let me = ctx.shmem.my_pe();
     let elem = std::mem::size_of::<T>();
     let sizes = &ctx.cfg.sizes;
     let mut skipped = Vec::new();
+    let mut nvshmem_skipped = Vec::new();
     for (index, &size) in sizes.iter().enumerate() {
-        // nccl-tests: the size is the all-reduce buffer or the all-gather output.
+        // nccl-tests: the size is the all-reduce buffer, the all-gather output or the
+        // reduce-scatter input; `count` is the elements of one PE's block in the latter two.
         let (count, bytes) = match coll {
             Collective::AllReduce => (size / elem, (size / elem) * elem),
-            Collective::AllGather => (size / (elem * n), (size / (elem * n)) * elem * n),
+            Collective::AllGather | Collective::ReduceScatter => {
+                (size / (elem * n), (size / (elem * n)) * elem * n)
+            }
         };
         if count == 0 {
             skipped.push(size);
@@ -157,12 +274,18 @@ fn run_type<T: BenchElem>(
         let (input, expected) = match coll {
             Collective::AllReduce => data::allreduce_case::<T>(key, me, n, count, ctx.threads),
             Collective::AllGather => data::allgather_case::<T>(key, me, n, count, ctx.threads),
+            Collective::ReduceScatter => {
+                data::reducescatter_case::<T>(key, me, n, count, ctx.threads)
+            }
         };
-        let out_len = expected.len();
-        let src = Guard::new(ctx.shmem.malloc::<T>(count)?);
-        let dst = Guard::new(ctx.shmem.malloc::<T>(out_len)?);
+        let src = Guard::new(ctx.shmem.malloc::<T>(input.len())?);
+        let dst = Guard::new(ctx.shmem.malloc::<T>(expected.len())?);
         let first = results.records.len();
         for &imp in &ctx.cfg.impls {
+            if imp == Impl::Nvshmem && bytes > nvshmem_max {
+                nvshmem_skipped.push(bytes);
+                continue;
+            }
             for &mode in &ctx.cfg.modes {
                 if disabled.contains(&(coll, imp, T::NAME, None))
                     || disabled.contains(&(coll, imp, T::NAME, Some(mode)))
@@ -198,6 +321,11 @@ fn run_type<T: BenchElem>(
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        ctx.progress.say(&note);
+        results.notes.push(note);
+    }
+    if !nvshmem_skipped.is_empty() {
+        let note = nvshmem_skipped_note(coll, T::NAME, &nvshmem_skipped, nvshmem_max);
         ctx.progress.say(&note);
         results.notes.push(note);
     }
@@ -258,6 +386,7 @@ fn point<T: BenchElem>(
         ours: ctx.ours,
         all_reduce_algo: ctx.cfg.algo,
         all_gather_algo: ctx.cfg.allgather_algo,
+        reduce_scatter_algo: ctx.cfg.reducescatter_algo,
         nccl: ctx.nccl,
         world: &world,
     };
@@ -414,4 +543,57 @@ fn point<T: BenchElem>(
         record.busbw_gbs = Some(alg * busbw_factor(coll, n));
     }
     Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reduce_scratch_is_read_as_nvshmem_reads_sizes() {
+        assert_eq!(reduce_scratch_bytes(None), Some(512 << 10));
+        assert_eq!(reduce_scratch_bytes(Some("1048576")), Some(1 << 20));
+        assert_eq!(reduce_scratch_bytes(Some("64M")), Some(64 << 20));
+        assert_eq!(reduce_scratch_bytes(Some("2g")), Some(2 << 30));
+        assert_eq!(reduce_scratch_bytes(Some("512k")), Some(512 << 10));
+        assert_eq!(reduce_scratch_bytes(Some("1T")), Some(1 << 40));
+        // A fraction is rounded up; what follows the multiplier is ignored.
+        assert_eq!(reduce_scratch_bytes(Some("0.5m")), Some(512 << 10));
+        assert_eq!(reduce_scratch_bytes(Some(".5m")), Some(512 << 10));
+        assert_eq!(reduce_scratch_bytes(Some("1.5")), Some(2));
+        assert_eq!(reduce_scratch_bytes(Some("20kk")), Some(20 << 10));
+        assert_eq!(reduce_scratch_bytes(Some("16MiB")), Some(16 << 20));
+        assert_eq!(reduce_scratch_bytes(Some(" 8M")), Some(8 << 20));
+        for bad in ["", "M", "12X", "12 M", "-1", "1.2.3"] {
+            assert_eq!(reduce_scratch_bytes(Some(bad)), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn nvshmem_reduce_scatter_fits_half_the_scratch() {
+        // The default 512 KiB: inputs up to 256 KiB per PE.
+        let max = nvshmem_reduce_scatter_max(NVSHMEM_REDUCE_SCRATCH_DEFAULT, 8);
+        assert_eq!(max, 256 << 10);
+        assert_eq!(nvshmem_reduce_scatter_max(1 << 30, 2), 512 << 20);
+        assert_eq!(nvshmem_reduce_scatter_max(0, 4), 0);
+        // One PE copies, whatever the scratch.
+        assert_eq!(nvshmem_reduce_scatter_max(0, 1), usize::MAX);
+    }
+
+    #[test]
+    fn the_skipped_sizes_note_says_how_to_run_them() {
+        let note = nvshmem_skipped_note(
+            Collective::ReduceScatter,
+            "bf16",
+            &[512 << 10, 1 << 20, 256 << 20],
+            256 << 10,
+        );
+        assert!(
+            note.starts_with("reducescatter bf16: nvshmem not run at 3 sizes, 512 KiB to 256 MiB")
+        );
+        assert!(note.contains("256 KiB here") && note.contains("at least 512 MiB"));
+        assert!(note.contains("NVSHMEM_REDUCE_SCRATCH_SIZE"));
+        let one = nvshmem_skipped_note(Collective::ReduceScatter, "f32", &[1 << 20], 256 << 10);
+        assert!(one.contains("nvshmem not run at size 1 MiB:"), "{one}");
+    }
 }

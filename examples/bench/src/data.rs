@@ -108,6 +108,41 @@ pub fn par_fill<T: Send>(out: &mut [T], threads: usize, f: impl Fn(usize, &mut [
     });
 }
 
+/// This PE's `len` input values of case `key`: element `i` is `k / 4` with `k` =
+/// [`units`]`(key, me, i, range)`.
+fn pe_input<T: BenchElem>(key: u64, me: usize, len: usize, range: i32, threads: usize) -> Vec<T> {
+    let mine = pe_base(key, me);
+    let mut input = vec![T::default(); len];
+    par_fill(&mut input, threads, |start, chunk| {
+        for (j, x) in chunk.iter_mut().enumerate() {
+            *x = T::from_quarters(units_at(mine, start + j, range));
+        }
+    });
+    input
+}
+
+/// The sums over every PE of their input elements `offset .. offset + len` (exact: see
+/// [`unit_range`]).
+fn pe_sums<T: BenchElem>(
+    key: u64,
+    n_pes: usize,
+    offset: usize,
+    len: usize,
+    range: i32,
+    threads: usize,
+) -> Vec<T> {
+    let bases: Vec<u64> = (0..n_pes).map(|pe| pe_base(key, pe)).collect();
+    let mut sums = vec![T::default(); len];
+    par_fill(&mut sums, threads, |start, chunk| {
+        for (j, x) in chunk.iter_mut().enumerate() {
+            let i = offset + start + j;
+            let sum: i32 = bases.iter().map(|&b| units_at(b, i, range)).sum();
+            *x = T::from_quarters(sum);
+        }
+    });
+    sums
+}
+
 /// This PE's all-reduce input and the expected sum, `count` elements each.
 pub fn allreduce_case<T: BenchElem>(
     key: u64,
@@ -117,21 +152,25 @@ pub fn allreduce_case<T: BenchElem>(
     threads: usize,
 ) -> (Vec<T>, Vec<T>) {
     let range = unit_range(n_pes);
-    let bases: Vec<u64> = (0..n_pes).map(|pe| pe_base(key, pe)).collect();
-    let mine = pe_base(key, me);
-    let mut input = vec![T::default(); count];
-    let mut expected = vec![T::default(); count];
-    par_fill(&mut input, threads, |start, chunk| {
-        for (j, x) in chunk.iter_mut().enumerate() {
-            *x = T::from_quarters(units_at(mine, start + j, range));
-        }
-    });
-    par_fill(&mut expected, threads, |start, chunk| {
-        for (j, x) in chunk.iter_mut().enumerate() {
-            let sum: i32 = bases.iter().map(|&b| units_at(b, start + j, range)).sum();
-            *x = T::from_quarters(sum);
-        }
-    });
+    let input = pe_input(key, me, count, range, threads);
+    let expected = pe_sums(key, n_pes, 0, count, range, threads);
+    (input, expected)
+}
+
+/// This PE's reduce-scatter input (`n_pes * count` elements: one block of `count` for every
+/// PE) and the expected output: block `me` summed over every PE (`count` elements). The input
+/// is the all-reduce input of `n_pes * count` elements, and the output that all-reduce's
+/// block `me`.
+pub fn reducescatter_case<T: BenchElem>(
+    key: u64,
+    me: usize,
+    n_pes: usize,
+    count: usize,
+    threads: usize,
+) -> (Vec<T>, Vec<T>) {
+    let range = unit_range(n_pes);
+    let input = pe_input(key, me, n_pes * count, range, threads);
+    let expected = pe_sums(key, n_pes, me * count, count, range, threads);
     (input, expected)
 }
 
@@ -340,6 +379,38 @@ mod tests {
             assert_eq!(fwd.to_bits(), expected[i].to_bits());
             assert_eq!(rev.to_bits(), expected[i].to_bits());
         }
+    }
+
+    #[test]
+    fn reducescatter_reference_is_this_pes_block_summed_in_pe_order() {
+        let k = key(13, &[3]);
+        for (n, count) in [(8, 1000), (3, 257), (1, 64)] {
+            let inputs: Vec<Vec<bf16>> = (0..n)
+                .map(|pe| reducescatter_case::<bf16>(k, pe, n, count, 1).0)
+                .collect();
+            let (_, all) = allreduce_case::<bf16>(k, 0, n, n * count, 2);
+            for me in 0..n {
+                let (input, expected) = reducescatter_case::<bf16>(k, me, n, count, 3);
+                assert_eq!(input.len(), n * count);
+                assert_eq!(expected.len(), count);
+                assert_eq!(input, allreduce_case::<bf16>(k, me, n, n * count, 1).0);
+                assert_eq!(expected, all[me * count..(me + 1) * count]);
+                // What our kernel computes: block `me` of every PE added in PE order in f32,
+                // rounded once.
+                for j in 0..count {
+                    let acc = inputs
+                        .iter()
+                        .fold(0.0f32, |a, v| a + v[me * count + j].to_f64() as f32);
+                    assert_eq!(bf16::from_f32(acc).to_bits(), expected[j].to_bits());
+                }
+            }
+        }
+        let (input, expected) = reducescatter_case::<f32>(k, 1, 4, 70_000, 4);
+        assert_eq!(input, allreduce_case::<f32>(k, 1, 4, 4 * 70_000, 1).0);
+        assert_eq!(
+            expected,
+            allreduce_case::<f32>(k, 0, 4, 4 * 70_000, 4).1[70_000..140_000]
+        );
     }
 
     #[test]

@@ -119,11 +119,19 @@ fn set_environment(cfg: &Config) {
     if std::env::var_os("NVSHMEM_SYMMETRIC_SIZE").is_some() {
         return;
     }
-    // Two buffers of the largest size (or the tp test's partial product and output, when
-    // more), plus room for our collectives' workspace, NVSHMEM's own and allocation alignment.
-    let need = (3 * cfg.max_size()).max(cfg.tp_symmetric_bytes()) + (512 << 20);
-    let mib = need.max(1 << 30).div_ceil(1 << 20);
+    let mib = symmetric_size_mib(cfg);
     std::env::set_var("NVSHMEM_SYMMETRIC_SIZE", format!("{mib}M"));
+}
+
+/// The symmetric heap the benchmark asks for, in MiB: 3 x the largest size (a collective
+/// case holds its input and output at once, at most 2 x the size: the all-reduce's two
+/// buffers of the size, the all-gather's output of the size and input of size / PEs, the
+/// reduce-scatter's input of the size and output of size / PEs), or the tp test's partial
+/// product and output when more, plus room for our collectives' workspace, NVSHMEM's own
+/// and allocation alignment; at least 1 GiB.
+fn symmetric_size_mib(cfg: &Config) -> usize {
+    let need = (3 * cfg.max_size()).max(cfg.tp_symmetric_bytes()) + (512 << 20);
+    need.max(1 << 30).div_ceil(1 << 20)
 }
 
 /// The whole benchmark on this PE; `Ok(true)` when every check passed.
@@ -321,4 +329,46 @@ fn write_outputs(
         println!("  {}", f.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(args: &[&str]) -> Config {
+        let mut v = vec!["bench"];
+        v.extend_from_slice(args);
+        Config::from_args(cli::Args::try_parse_from(v).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_symmetric_heap_holds_every_collective_case_and_room() {
+        for args in [
+            &["--tests", "reducescatter"][..],
+            &[
+                "--tests",
+                "allreduce,allgather,reducescatter",
+                "--max-bytes",
+                "1G",
+            ],
+            &["--tests", "reducescatter", "--quick"],
+            &["--tests", "all,tp", "--tp-m", "16"],
+        ] {
+            let c = cfg(args);
+            let largest = *c.sizes.last().unwrap();
+            let heap = symmetric_size_mib(&c) << 20;
+            // The reduce-scatter's input of the largest size and its output (size / PEs, at
+            // most the size with one PE); the all-reduce's input and output alike.
+            assert!(heap >= 2 * largest + (512 << 20), "{args:?}: {heap}");
+            assert!(
+                heap >= c.tp_symmetric_bytes() + (512 << 20),
+                "{args:?}: {heap}"
+            );
+            assert!(heap >= 1 << 30);
+        }
+        assert_eq!(
+            symmetric_size_mib(&cfg(&["--tests", "reducescatter"])),
+            1280
+        );
+    }
 }

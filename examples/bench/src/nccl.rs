@@ -137,6 +137,32 @@ impl Nccl {
         .map_err(|e| nccl_error_text("ncclAllGather", e))
     }
 
+    /// Sum reduce-scatter: `src` holds a block of `count` elements for every PE, and PE `p`
+    /// gets block `p` summed over every PE into `dst` (`count` elements).
+    ///
+    /// # Safety
+    /// `src` must hold `count * PEs` and `dst` `count` elements of `dtype`.
+    pub unsafe fn reduce_scatter(
+        &self,
+        src: u64,
+        dst: u64,
+        count: usize,
+        dtype: ns::ncclDataType_t,
+        stream: &CudaStream,
+    ) -> Result<(), String> {
+        nr::reduce_scatter(
+            src as *const c_void,
+            dst as *mut c_void,
+            count,
+            dtype,
+            ns::ncclRedOp_t::ncclSum,
+            self.comm,
+            Self::stream(stream),
+        )
+        .map(|_| ())
+        .map_err(|e| nccl_error_text("ncclReduceScatter", e))
+    }
+
     /// Send `bytes` bytes to `peer`.
     ///
     /// # Safety

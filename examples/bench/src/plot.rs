@@ -3,6 +3,7 @@
 use crate::cli::Config;
 use crate::error::{BenchError, Result};
 use crate::report::{tp_shapes_of, Record, Status};
+use crate::stats::Collective;
 use crate::tp::{TpImpl, TP_TEST};
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -234,10 +235,7 @@ pub fn write_plots(dir: &Path, records: &[Record], cfg: &Config) -> Result<Vec<P
         Ok(())
     };
 
-    for (test, title) in [
-        ("allreduce", "all-reduce (sum)"),
-        ("allgather", "all-gather"),
-    ] {
+    for (test, title) in Collective::ALL.map(|c| (c.name(), c.title())) {
         for dtype in &cfg.dtypes {
             for mode in &cfg.modes {
                 let sel = |imp: &'static str| {
@@ -502,11 +500,62 @@ mod tests {
             "{names:?}"
         );
         assert!(
-            !names
-                .iter()
-                .any(|n| n.starts_with("allgather") || n.starts_with("tp_")),
+            !names.iter().any(|n| n.starts_with("allgather")
+                || n.starts_with("reducescatter")
+                || n.starts_with("tp_")),
             "{names:?}"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn reduce_scatter_plots_are_written_per_dtype_and_mode() {
+        use crate::report::tests::record;
+        let dir = std::env::temp_dir().join(format!("bench-rs-plots-{}", std::process::id()));
+        let cfg = crate::cli::Config::from_args(
+            <crate::cli::Args as clap::Parser>::try_parse_from([
+                "bench",
+                "--tests",
+                "reducescatter",
+                "--dtypes",
+                "f32",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        let mut recs = Vec::new();
+        for mode in ["plain", "graph"] {
+            for (bytes, t) in [(4096, 5.0), (1 << 20, 20.0)] {
+                recs.push(record("reducescatter", "ours", mode, bytes, t, Status::Ok));
+                recs.push(record(
+                    "reducescatter",
+                    "nccl",
+                    mode,
+                    bytes,
+                    2.0 * t,
+                    Status::Ok,
+                ));
+            }
+        }
+        let files = write_plots(&dir, &recs, &cfg).unwrap();
+        let names: Vec<String> = files
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        for want in [
+            "reducescatter_f32_plain_time.svg",
+            "reducescatter_f32_plain_busbw.svg",
+            "reducescatter_f32_graph_time.svg",
+            "reducescatter_f32_graph_busbw.svg",
+        ] {
+            assert!(names.contains(&want.to_string()), "{names:?}");
+        }
+        assert!(
+            !names.iter().any(|n| n.starts_with("allreduce")),
+            "{names:?}"
+        );
+        let svg = std::fs::read_to_string(dir.join("reducescatter_f32_plain_busbw.svg")).unwrap();
+        assert!(svg.contains("reduce-scatter (sum), f32, plain, 8 PEs: bus bandwidth"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

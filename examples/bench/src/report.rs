@@ -3,7 +3,7 @@
 use crate::cli::{format_size, Config};
 use crate::env::Environment;
 use crate::error::{BenchError, Result};
-use crate::stats::Summary;
+use crate::stats::{Collective, Summary};
 use crate::tp::{TpImpl, TP_TEST};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -24,7 +24,7 @@ pub enum Status {
 /// One measured point.
 #[derive(Debug, Clone, Serialize)]
 pub struct Record {
-    /// `allreduce`, `allgather`, `p`, `g`, `put`, `get`, `put_signal_pingpong`, `put_bw`,
+    /// `allreduce`, `allgather`, `reducescatter`, `p`, `g`, `put`, `get`, `put_signal_pingpong`, `put_bw`,
     /// `get_bw`, `host_put`, `host_get`, `stream_put`, `stream_get`, `nccl_pingpong`,
     /// `nccl_sendrecv_bw`.
     pub test: String,
@@ -36,9 +36,9 @@ pub struct Record {
     pub mode: String,
     /// `bf16`, `f32`, `u32` or `bytes`.
     pub dtype: String,
-    /// Message size in bytes (all-gather: the output).
+    /// Message size in bytes (all-gather: the output; reduce-scatter: the input).
     pub bytes: usize,
-    /// Elements per PE (all-gather: sent by each PE).
+    /// Elements per PE (all-gather: sent by each PE; reduce-scatter: received by each PE).
     pub count: usize,
     pub n_pes: usize,
     /// Time per operation in microseconds (point-to-point latency: one way; bandwidth tests:
@@ -233,10 +233,7 @@ fn find(records: &[Record], f: impl Fn(&Record) -> bool) -> Option<&Record> {
 /// One table per collective, data type and mode: ours vs NVSHMEM vs NCCL.
 pub fn collective_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
     let mut out = Vec::new();
-    for (test, title) in [
-        ("allreduce", "all-reduce (sum)"),
-        ("allgather", "all-gather"),
-    ] {
+    for (test, title) in Collective::ALL.map(|c| (c.name(), c.title())) {
         for dtype in &cfg.dtypes {
             for mode in &cfg.modes {
                 let sel: Vec<&Record> = records
@@ -314,7 +311,7 @@ pub fn p2p_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
     let mut out = Vec::new();
     let p2p: Vec<Record> = records
         .iter()
-        .filter(|r| r.test != "allreduce" && r.test != "allgather" && r.test != TP_TEST)
+        .filter(|r| !Collective::is_collective_test(&r.test) && r.test != TP_TEST)
         .cloned()
         .collect();
     if p2p.is_empty() {
@@ -884,6 +881,97 @@ pub mod tests {
             text.contains("1 MiB") && text.contains("10.00 ±5%"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn reduce_scatter_gets_its_own_tables_and_rows() {
+        let c = cfg(&["--tests", "reducescatter", "--dtypes", "f32"]);
+        let mut rows = Vec::new();
+        for mode in ["plain", "graph"] {
+            rows.push(record(
+                "reducescatter",
+                "ours",
+                mode,
+                1 << 20,
+                10.0,
+                Status::Ok,
+            ));
+            rows.push(record(
+                "reducescatter",
+                "nccl",
+                mode,
+                1 << 20,
+                15.0,
+                Status::Ok,
+            ));
+        }
+        // NVSHMEM's reduce-scatter only at the sizes its scratch holds: a "-" at 1 MiB.
+        rows.push(record(
+            "reducescatter",
+            "nvshmem",
+            "plain",
+            4096,
+            8.0,
+            Status::Ok,
+        ));
+        rows.push(record(
+            "reducescatter",
+            "ours",
+            "plain",
+            4096,
+            4.0,
+            Status::Ok,
+        ));
+        let tables = collective_tables(&rows, &c);
+        assert_eq!(tables.len(), 2);
+        let text = tables[0].render();
+        assert!(
+            text.contains("reduce-scatter (sum), f32, plain launches, 8 PEs"),
+            "{text}"
+        );
+        assert!(text.contains("1.50x") && text.contains("2.00x"), "{text}");
+        let mib_row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("1 MiB"))
+            .unwrap();
+        assert!(mib_row.contains(" - "), "{mib_row}");
+        assert!(tables[1].render().contains("CUDA graph of 10 ops"));
+        // Collective rows stay out of the point-to-point tables.
+        assert!(p2p_tables(&rows, &c).is_empty());
+        let csv = to_csv(&rows);
+        assert!(csv
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("reducescatter,,ours,plain,f32,1048576,262144,8,"));
+        let json = to_json(
+            &Results {
+                records: rows,
+                notes: vec!["reducescatter f32: nvshmem not run above 256 KiB".into()],
+            },
+            &c,
+            None,
+        )
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["results"][0]["test"], "reducescatter");
+        assert_eq!(v["config"]["tests"]["reducescatter"], true);
+        assert_eq!(v["config"]["reducescatter_algo"], "auto");
+        let text = render_tables(
+            &Results {
+                records: vec![record(
+                    "reducescatter",
+                    "ours",
+                    "plain",
+                    64,
+                    1.0,
+                    Status::Ok,
+                )],
+                notes: vec![],
+            },
+            &c,
+        );
+        assert!(text.contains("all 1 checks passed"), "{text}");
     }
 
     #[test]

@@ -65,18 +65,43 @@ pub fn summarize(samples: &[f64]) -> Option<Summary> {
 pub enum Collective {
     AllReduce,
     AllGather,
+    ReduceScatter,
 }
 
 impl Collective {
+    /// Every collective, in the order they run and are reported.
+    pub const ALL: [Collective; 3] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+    ];
+
+    /// The name of its test and records (`--tests`, the `test` column).
     pub fn name(self) -> &'static str {
         match self {
             Collective::AllReduce => "allreduce",
             Collective::AllGather => "allgather",
+            Collective::ReduceScatter => "reducescatter",
         }
+    }
+
+    /// Its name in table and plot titles.
+    pub fn title(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all-reduce (sum)",
+            Collective::AllGather => "all-gather",
+            Collective::ReduceScatter => "reduce-scatter (sum)",
+        }
+    }
+
+    /// Whether a record's `test` names a collective.
+    pub fn is_collective_test(test: &str) -> bool {
+        Collective::ALL.iter().any(|c| c.name() == test)
     }
 }
 
-/// nccl-tests' bus bandwidth factor: all-reduce 2(n-1)/n, all-gather (n-1)/n.
+/// nccl-tests' bus bandwidth factor: all-reduce 2(n-1)/n, all-gather and reduce-scatter
+/// (n-1)/n (of the all-gather's output, the reduce-scatter's input).
 pub fn busbw_factor(coll: Collective, n_pes: usize) -> f64 {
     if n_pes == 0 {
         return 0.0;
@@ -84,7 +109,7 @@ pub fn busbw_factor(coll: Collective, n_pes: usize) -> f64 {
     let n = n_pes as f64;
     match coll {
         Collective::AllReduce => 2.0 * (n - 1.0) / n,
-        Collective::AllGather => (n - 1.0) / n,
+        Collective::AllGather | Collective::ReduceScatter => (n - 1.0) / n,
     }
 }
 
@@ -150,7 +175,26 @@ mod tests {
         assert_eq!(busbw_factor(Collective::AllReduce, 2), 1.0);
         assert_eq!(busbw_factor(Collective::AllGather, 8), 0.875);
         assert_eq!(busbw_factor(Collective::AllGather, 4), 0.75);
+        assert_eq!(busbw_factor(Collective::ReduceScatter, 8), 0.875);
+        assert_eq!(busbw_factor(Collective::ReduceScatter, 2), 0.5);
         assert_eq!(busbw_factor(Collective::AllReduce, 1), 0.0);
+        assert_eq!(busbw_factor(Collective::ReduceScatter, 1), 0.0);
+        assert_eq!(busbw_factor(Collective::ReduceScatter, 0), 0.0);
+    }
+
+    #[test]
+    fn collectives_have_distinct_names_and_titles() {
+        let names: Vec<&str> = Collective::ALL.iter().map(|c| c.name()).collect();
+        assert_eq!(names, ["allreduce", "allgather", "reducescatter"]);
+        assert_eq!(Collective::ReduceScatter.title(), "reduce-scatter (sum)");
+        assert!(Collective::is_collective_test("reducescatter"));
+        assert!(!Collective::is_collective_test("put_bw"));
+        // The data keys use the discriminant: the earlier collectives keep theirs.
+        assert_eq!(
+            Collective::ALL.map(|c| c as u64),
+            [0, 1, 2],
+            "reordering changes every case's data"
+        );
     }
 
     #[test]
