@@ -240,8 +240,9 @@ impl Gemm {
                 (k * std::mem::size_of::<bf16>()) as u64,
             ]),
         };
-        let plan = self.plan(key)?;
+        // The heuristic query and the call both need this PE's context current.
         self.shmem.bind_context()?;
+        let plan = self.plan(key)?;
         let (alpha, beta) = (1.0f32, 0.0f32);
         lt::matmul(
             self.handle,
