@@ -2,7 +2,7 @@
 
 use super::{check_tokens, check_weight, rows_of, ColumnInput, ColumnParallelLinear};
 use super::{RowParallelLinear, Schedule, TensorParallel};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricView};
 use cudarc::driver::CudaStream;
 use half::bf16;
@@ -115,8 +115,17 @@ impl TpMlp {
         schedule: Schedule,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
+        let y = y.into();
         let tokens = rows_of("the MLP input", x.len(), self.hidden)?;
         check_tokens("TpMlp::forward", tokens, self.max_tokens)?;
+        // Before anything is launched, so that a bad call leaves nothing running.
+        if y.len() != tokens * self.hidden {
+            return Err(Error::Length {
+                what: "the MLP output (tokens × hidden)",
+                expected: tokens * self.hidden,
+                got: y.len(),
+            });
+        }
         let f = self.down.local_in_features().len();
         // SAFETY: `x` holds `tokens × hidden` elements and the scratch buffers `max_tokens`
         // rows, at least `tokens`.
@@ -135,7 +144,7 @@ impl TpMlp {
                 stream,
             )?;
             self.down
-                .run(y.into(), self.act.device_ptr(), tokens, schedule, stream)
+                .run(y, self.act.device_ptr(), tokens, schedule, stream)
         }
     }
 }
