@@ -8,12 +8,13 @@ __device__ __forceinline__ float silu_times(float gate, float up) {
 
 // out[r][j] = silu(gu[r][j]) * gu[r][f + j] for r < m, j < f: each row of gu holds this PE's
 // gate features, then its up features (the merged column-parallel output). In f32, rounded
-// once to bf16. Eight elements per thread when f is a multiple of 8 (16-byte rows).
+// once to bf16. Eight elements per thread when f is a multiple of 8 and both buffers start
+// on 16-byte boundaries (every row then does too).
 extern "C" __global__ void silu_mul_bf16(const __nv_bfloat16 *gu, __nv_bfloat16 *out, uint64_t m,
                                          uint64_t f) {
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (f % 8 == 0) {
+    if (f % 8 == 0 && (((uintptr_t)gu | (uintptr_t)out) & 15) == 0) {
         const uint64_t per_row = f / 8, n = m * per_row;
         for (uint64_t i = first; i < n; i += stride) {
             const uint64_t r = i / per_row, j = (i % per_row) * 8;

@@ -46,7 +46,8 @@ use algo::{
 use cudarc::driver::{sys as cusys, CudaStream};
 use plan::{all_gather_plan, all_reduce_plan, reduce_scatter_plan, CallPlan, Dims, Extra};
 
-/// Our all-reduce and all-gather kernels over the world team, with their symmetric workspace.
+/// Our all-reduce, all-gather and reduce-scatter kernels over the world team, with their
+/// symmetric workspace.
 pub struct Collectives {
     shmem: Nvshmem,
     thresholds: Thresholds,

@@ -3,7 +3,7 @@
 //! layer's weight shard.
 
 use crate::element::Element;
-use crate::error::{CudaResultExt, Result};
+use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::check_len;
 use crate::runtime::Nvshmem;
 use cudarc::driver::result as cu;
@@ -47,14 +47,23 @@ impl Nvshmem {
     /// `len` zeroed elements of ordinary device memory on this PE's GPU (not collective).
     pub fn alloc_device<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>> {
         self.bind_context()?;
-        let bytes = len * std::mem::size_of::<T>();
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "a DeviceBuffer of {len} elements of {} bytes overflows usize",
+                std::mem::size_of::<T>()
+            ))
+        })?;
         let ptr = if bytes == 0 {
             0
         } else {
-            // SAFETY: a current context; the memory is zeroed before anyone reads it.
+            let stream = self.stream();
+            // SAFETY: a current context; the zeroing is waited for before the buffer is handed
+            // out (cuMemsetD8 would run on the legacy stream, which the crate's non-blocking
+            // streams do not wait for).
             unsafe {
                 let p = cu::malloc_sync(bytes).during("cuMemAlloc")?;
-                cu::memset_d8_sync(p, 0, bytes).during("cuMemsetD8")?;
+                cu::memset_d8_async(p, 0, bytes, stream.cu_stream()).during("cuMemsetD8Async")?;
+                stream.synchronize().during("cuStreamSynchronize")?;
                 p
             }
         };

@@ -49,7 +49,11 @@ unsafe impl<T: Element> Sync for SymmetricBuffer<T> {}
 
 /// Device memory of this PE seen as `len()` elements at `device_ptr()`: what a kernel or a
 /// library call on this PE reads or writes, symmetric or not.
-pub trait DeviceSlice<T: Element> {
+///
+/// # Safety
+/// `device_ptr()` must be the address of `len()` elements of `T` in memory of this PE's GPU
+/// that stay allocated while the value is borrowed: kernels and cuBLASLt use them as given.
+pub unsafe trait DeviceSlice<T: Element> {
     /// The device address of the first element on this PE.
     fn device_ptr(&self) -> u64;
     /// The number of elements.
@@ -60,7 +64,8 @@ pub trait DeviceSlice<T: Element> {
     }
 }
 
-impl<T: Element> DeviceSlice<T> for SymmetricBuffer<T> {
+// SAFETY: the buffer's own allocation.
+unsafe impl<T: Element> DeviceSlice<T> for SymmetricBuffer<T> {
     fn device_ptr(&self) -> u64 {
         self.ptr as u64
     }
@@ -69,7 +74,8 @@ impl<T: Element> DeviceSlice<T> for SymmetricBuffer<T> {
     }
 }
 
-impl<T: Element> DeviceSlice<T> for SymmetricView<'_, T> {
+// SAFETY: a view lies inside a buffer it borrows.
+unsafe impl<T: Element> DeviceSlice<T> for SymmetricView<'_, T> {
     fn device_ptr(&self) -> u64 {
         self.as_ptr() as u64
     }
@@ -78,7 +84,8 @@ impl<T: Element> DeviceSlice<T> for SymmetricView<'_, T> {
     }
 }
 
-impl<T: Element> DeviceSlice<T> for DeviceBuffer<T> {
+// SAFETY: the buffer's own allocation.
+unsafe impl<T: Element> DeviceSlice<T> for DeviceBuffer<T> {
     fn device_ptr(&self) -> u64 {
         DeviceBuffer::device_ptr(self)
     }

@@ -86,11 +86,12 @@ impl ColumnParallelLinear {
         }
         let local_out = parts.iter().map(|&p| shard_range(p, me, n).len()).sum();
         let shmem = tp.runtime();
-        let weight = shmem.alloc_device::<bf16>(local_out * in_features)?;
+        // The collective allocation first (see RowParallelLinear::with_output).
         let gathered = match input {
             ColumnInput::Replicated => None,
             ColumnInput::SequenceParallel => Some(shmem.malloc::<bf16>(max_tokens * in_features)?),
         };
+        let weight = shmem.alloc_device::<bf16>(local_out * in_features)?;
         Ok(ColumnParallelLinear {
             tp: tp.clone(),
             in_features,
@@ -199,15 +200,18 @@ impl ColumnParallelLinear {
         // own rows from `x` meanwhile, then the rows before and after them from `gathered`.
         let side = self.tp.side();
         join(side, stream)?;
-        coll.all_gather(all, x, AllGatherAlgo::Auto, side)?;
+        let gathering = coll.all_gather(all, x, AllGatherAlgo::Auto, side);
         let bf = std::mem::size_of::<bf16>() as u64;
         let y_row = |r: usize| y.device_ptr() + (r * self.local_out) as u64 * bf;
         let all_row = |r: usize| all.as_ptr() as u64 + (r * self.in_features) as u64 * bf;
         let (mine, end) = (me * rows..(me + 1) * rows, tokens);
         // SAFETY: every range lies inside `y`, `x` and `gathered`, whose lengths were checked.
+        let own = unsafe { self.run(y_row(mine.start), x.as_ptr() as u64, rows, stream) };
+        // Joined even after a failure, so that the side stream is ordered before what follows.
+        let joined = join(stream, side);
+        gathering.and(own).and(joined)?;
+        // SAFETY: as above.
         unsafe {
-            self.run(y_row(mine.start), x.as_ptr() as u64, rows, stream)?;
-            join(stream, side)?;
             self.run(y.device_ptr(), all_row(0), mine.start, stream)?;
             self.run(y_row(mine.end), all_row(mine.end), end - mine.end, stream)
         }

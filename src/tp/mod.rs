@@ -13,9 +13,14 @@
 //! Everything is bf16 in and out with f32 accumulation, runs on the stream it is given with
 //! no host synchronisation, and can be captured in a CUDA graph. The tensor-parallel group is
 //! the world team: every PE builds the same layers in the same order (building one that
-//! allocates symmetric memory is collective) and runs the same forward calls. Weights live
-//! in ordinary device memory ([`DeviceBuffer`](crate::DeviceBuffer)); what a collective reads or writes lives in
+//! allocates symmetric memory is collective) and runs the same forward calls, with the same
+//! shapes: a PE whose own arguments fail a check returns an error before its collective,
+//! while the others wait in theirs. [`CollectivesConfig::check_calls`] makes every PE agree
+//! on every call first, and fail together. Weights live in ordinary device memory
+//! ([`DeviceBuffer`](crate::DeviceBuffer)); what a collective reads or writes lives in
 //! symmetric memory.
+//!
+//! [`CollectivesConfig::check_calls`]: crate::collectives::CollectivesConfig::check_calls
 //!
 //! ```no_run
 //! # fn main() -> nvshmem::Result<()> {
@@ -63,7 +68,8 @@ pub enum Schedule {
     /// Communication on a second stream, overlapped with computation. A row-parallel layer
     /// cuts its GEMM into about `chunks` pieces and all-reduces each piece while the next
     /// one computes: along the tokens when each piece still has enough tokens to be
-    /// compute-bound, else along the output features (each piece then reads its own rows of
+    /// compute-bound (or there are more tokens than its scratch for pieces along the
+    /// features holds, 2048), else along the output features (each piece then reads its own rows of
     /// the weight, so small batches read the weight once, and a last kernel puts the pieces'
     /// columns in place). A sequence-parallel column layer multiplies this PE's own tokens
     /// while the all-gather brings the others'. With `chunks` below 2, or too few tokens or
@@ -208,7 +214,9 @@ impl TensorParallel {
         f: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        let work = if f % 8 == 0 { m * f / 8 } else { m * f };
+        // As the kernel chooses its path (tp.cu).
+        let vectors = f % 8 == 0 && (gu | out) % 16 == 0;
+        let work = if vectors { m * f / 8 } else { m * f };
         if work == 0 {
             return Ok(());
         }

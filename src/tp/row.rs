@@ -72,7 +72,9 @@ enum Pieces {
 /// 16-byte boundary of the partial product (our collectives' alignment): token pieces start
 /// at multiples of `8 / gcd(features, 8)` rows, feature pieces are multiples of 8 wide.
 fn pieces(tokens: usize, features: usize, chunks: usize, reduced_tokens: usize) -> Pieces {
-    if tokens >= TOKENS_PER_PIECE * chunks || (tokens > reduced_tokens && tokens >= chunks) {
+    let chunks = chunks.min(tokens.max(features)).max(1);
+    let by_tokens = tokens >= TOKENS_PER_PIECE.saturating_mul(chunks);
+    if by_tokens || (tokens > reduced_tokens && tokens >= chunks) {
         let g = 8 / gcd(features, 8);
         let mut rows: Vec<Range<usize>> = Vec::new();
         let mut start = 0;
@@ -163,10 +165,15 @@ impl RowParallelLinear {
         }
         let local_in = shard_range(in_features, me, n);
         let shmem = tp.runtime();
-        let weight = shmem.alloc_device::<bf16>(out_features * local_in.len())?;
+        // The collective allocations first: a PE that fails a local one afterwards leaves no
+        // other PE waiting in a collective one.
         let partial = shmem.malloc::<bf16>(max_tokens * out_features)?;
-        let reduced =
-            shmem.malloc::<bf16>(max_tokens.min(PIECES_BY_FEATURES_TOKENS) * out_features)?;
+        let reduced_tokens = match output {
+            RowOutput::Replicated => max_tokens.min(PIECES_BY_FEATURES_TOKENS),
+            RowOutput::SequenceParallel => 0,
+        };
+        let reduced = shmem.malloc::<bf16>(reduced_tokens * out_features)?;
+        let weight = shmem.alloc_device::<bf16>(out_features * local_in.len())?;
         Ok(RowParallelLinear {
             tp: tp.clone(),
             output,
@@ -230,7 +237,8 @@ impl RowParallelLinear {
     }
 
     /// [`forward`](Self::forward) with a [`Schedule`]: [`Schedule::Overlapped`] cuts the
-    /// GEMM along the tokens and all-reduces each piece while the next one computes.
+    /// GEMM into pieces (along the tokens or the output features, see there) and
+    /// all-reduces each piece while the next one computes.
     pub fn forward_with<'a>(
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,
@@ -333,7 +341,7 @@ impl RowParallelLinear {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (side, cols) = (self.tp.side(), self.out_features);
-        for rows in pieces {
+        let enqueued = pieces.iter().try_for_each(|rows| {
             self.gemm_rows(x, rows.clone(), stream)?;
             join(side, stream)?;
             let span = rows.start * cols..rows.end * cols;
@@ -343,9 +351,12 @@ impl RowParallelLinear {
                 ReduceOp::Sum,
                 AllReduceAlgo::Auto,
                 side,
-            )?;
-        }
-        join(stream, side)
+            )
+        });
+        // Joined even after a failure: what the side stream holds stays ordered before the
+        // caller's next work, and a capture stays whole.
+        let joined = join(stream, side);
+        enqueued.and(joined)
     }
 
     /// Each piece of `width` output features (the last one narrower): its GEMM (this PE's
@@ -365,7 +376,7 @@ impl RowParallelLinear {
     ) -> Result<()> {
         let (side, n, k) = (self.tp.side(), self.out_features, self.local_in.len());
         let bf = std::mem::size_of::<bf16>() as u64;
-        for first in (0..n).step_by(width) {
+        let enqueued = (0..n).step_by(width).try_for_each(|first| {
             let w = width.min(n - first);
             let block = tokens * first..tokens * (first + w);
             let shape = LinearShape { m: tokens, n: w, k };
@@ -388,9 +399,11 @@ impl RowParallelLinear {
                 ReduceOp::Sum,
                 AllReduceAlgo::Auto,
                 side,
-            )?;
-        }
-        join(stream, side)?;
+            )
+        });
+        // Joined even after a failure (see by_tokens).
+        let joined = join(stream, side);
+        enqueued.and(joined)?;
         if tokens > 1 {
             let shape = (tokens, n, width);
             self.tp

@@ -157,8 +157,8 @@ OUTPUT (PE 0)
 
 ENVIRONMENT
   NVSHMEM_SYMMETRIC_SIZE, when not set, becomes 3 x the largest size (a collective's input and
-  output are at most 2 x the largest size; with tp: 2 x the largest M x hidden bf16, when that
-  is more) + 512 MiB, at least 1 GiB.
+  output are at most 2 x the largest size; with tp: (3 M + min(M, 2048)) x hidden bf16 for the
+  largest M and hidden, when that is more) + 512 MiB, at least 1 GiB.
   NVSHMEM_REDUCE_SCRATCH_SIZE is left as it is: NVSHMEM's reduce-scatter runs up to half of it
   (above). Raising it to 2 x the largest size, the same on every PE, runs every size; NVSHMEM
   reserves it for each of NVSHMEM_MAX_TEAMS teams (default 32) besides the symmetric heap.
@@ -732,16 +732,18 @@ impl Config {
             .unwrap_or(0)
     }
 
-    /// Symmetric memory the tp test holds at once (0 without it): the partial product and the
-    /// output of the largest shape at the largest token count, bf16.
+    /// Symmetric memory the tp test holds at once (0 without it), for the largest shape at
+    /// the largest token count M, in bf16: the MLP's partial product (M x hidden) and its
+    /// scratch for pieces along the features (min(M, 2048) x hidden), and the outputs of
+    /// cublas+ours and overlapped (M x hidden each).
     pub fn tp_symmetric_bytes(&self) -> usize {
         if !self.tests.tp {
             return 0;
         }
-        let m = self.tp_m.last().copied().unwrap_or(0);
+        let m = self.tp_m.iter().copied().max().unwrap_or(0);
         self.tp_shapes
             .iter()
-            .map(|s| 2 * m * s.hidden * std::mem::size_of::<half::bf16>())
+            .map(|s| (3 * m + m.min(2048)) * s.hidden * std::mem::size_of::<half::bf16>())
             .max()
             .unwrap_or(0)
     }
@@ -1101,11 +1103,12 @@ mod tests {
 
     #[test]
     fn the_symmetric_heap_fits_the_tp_buffers() {
-        // 70b at M = 8192: a partial product and an output of 8192 x 8192 bf16.
+        // 70b at M = 8192: a partial product and two outputs of 8192 x 8192 bf16, and the
+        // feature pieces' scratch of 2048 x 8192.
         let c = parse(&["--tests", "tp"]).unwrap();
-        assert_eq!(c.tp_symmetric_bytes(), 2 * 8192 * 8192 * 2);
+        assert_eq!(c.tp_symmetric_bytes(), (3 * 8192 + 2048) * 8192 * 2);
         let c = parse(&["--tests", "tp", "--tp-shapes", "8b", "--tp-m", "16,512"]).unwrap();
-        assert_eq!(c.tp_symmetric_bytes(), 2 * 512 * 4096 * 2);
+        assert_eq!(c.tp_symmetric_bytes(), 4 * 512 * 4096 * 2);
     }
 
     #[test]

@@ -126,8 +126,8 @@ fn set_environment(cfg: &Config) {
 /// The symmetric heap the benchmark asks for, in MiB: 3 x the largest size (a collective
 /// case holds its input and output at once, at most 2 x the size: the all-reduce's two
 /// buffers of the size, the all-gather's output of the size and input of size / PEs, the
-/// reduce-scatter's input of the size and output of size / PEs), or the tp test's partial
-/// product and output when more, plus room for our collectives' workspace, NVSHMEM's own
+/// reduce-scatter's input of the size and output of size / PEs), or the tp test's buffers
+/// (`Config::tp_symmetric_bytes`) when more, plus room for our collectives' workspace, NVSHMEM's own
 /// and allocation alignment; at least 1 GiB.
 fn symmetric_size_mib(cfg: &Config) -> usize {
     let need = (3 * cfg.max_size()).max(cfg.tp_symmetric_bytes()) + (512 << 20);

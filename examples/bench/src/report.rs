@@ -533,7 +533,7 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
                 let best = ours_impls
                     .iter()
                     .filter_map(|&o| get(o))
-                    .filter(|r| r.median_us().is_some())
+                    .filter(|r| r.status == Status::Ok && r.median_us().is_some())
                     .min_by(|a, b| a.median_us().unwrap().total_cmp(&b.median_us().unwrap()));
                 row.push(speedup(best, get(nccl)));
             }

@@ -333,6 +333,16 @@ impl Buffers {
                 out: dev(m * hidden)?,
             })
         };
+        // The collective allocations first: a PE that then fails a local one leaves no other
+        // PE waiting in a collective one.
+        let ours = match active.contains(&TpImpl::CublasOurs) {
+            true => Some(Guard::new(shmem.malloc::<bf16>(m * hidden)?)),
+            false => None,
+        };
+        let overlapped = match active.contains(&TpImpl::Overlapped) {
+            true => Some(Guard::new(shmem.malloc::<bf16>(m * hidden)?)),
+            false => None,
+        };
         Ok(Buffers {
             x: dev(m * hidden)?,
             compute: scratch()?,
@@ -340,14 +350,8 @@ impl Buffers {
                 true => Some((scratch()?, dev(m * hidden)?)),
                 false => None,
             },
-            ours: match active.contains(&TpImpl::CublasOurs) {
-                true => Some(Guard::new(shmem.malloc::<bf16>(m * hidden)?)),
-                false => None,
-            },
-            overlapped: match active.contains(&TpImpl::Overlapped) {
-                true => Some(Guard::new(shmem.malloc::<bf16>(m * hidden)?)),
-                false => None,
-            },
+            ours,
+            overlapped,
         })
     }
 
