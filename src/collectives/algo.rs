@@ -2,7 +2,7 @@
 //! dispatch (kernel names, parameters, which types it takes) and every command line
 //! (`ALL`, `FromStr`, `Display`) derive.
 
-use crate::element::{DataType, ReduceOp};
+use crate::element::{DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
 use std::fmt;
 use std::str::FromStr;
@@ -399,12 +399,31 @@ pub(crate) fn all_gather_kernel(row: &Row<AllGatherAlgo>) -> String {
     format!("{}_allgather_bytes", row.kernel)
 }
 
-/// The index of a type and an operator in the kernel table, `None` for others.
-pub(crate) fn type_and_op(t: DataType, op: ReduceOp) -> (Option<usize>, Option<usize>) {
-    (
-        TYPES.iter().position(|(ty, _)| *ty == t),
-        OPS.iter().position(|(o, _)| *o == op),
-    )
+/// The indices of `T` and `op` in the kernel tables of our reductions, or the error that
+/// names the `what` collective and the NVSHMEM team call that takes any type.
+pub(crate) fn type_and_op<T: Element>(
+    op: ReduceOp,
+    what: &str,
+    team_call: &str,
+) -> Result<(usize, usize)> {
+    let what = || format!("our {what} (Team::{team_call} takes any)");
+    let t = TYPES
+        .iter()
+        .position(|(ty, _)| *ty == T::DTYPE)
+        .ok_or_else(|| Error::TypeMismatch {
+            what: what(),
+            expected: "f32, f16, bf16 or i32",
+            got: T::NVSHMEM_NAME.into(),
+        })?;
+    let o = OPS
+        .iter()
+        .position(|(o, _)| *o == op)
+        .ok_or_else(|| Error::TypeMismatch {
+            what: what(),
+            expected: "the Sum, Max or Min operator",
+            got: format!("{op:?}"),
+        })?;
+    Ok((t, o))
 }
 
 #[cfg(test)]
@@ -460,7 +479,16 @@ mod tests {
         assert!(AllReduceAlgo::Auto.takes(DataType::I32));
         assert!(AllReduceAlgo::OneShot.takes(DataType::I32));
         assert!(!AllReduceAlgo::OneShot.takes(DataType::U64));
-        assert_eq!(type_and_op(DataType::U64, ReduceOp::Sum), (None, Some(0)));
-        assert_eq!(type_and_op(DataType::BF16, ReduceOp::Xor), (Some(2), None));
+        assert_eq!(
+            type_and_op::<half::bf16>(ReduceOp::Min, "x", "y").unwrap(),
+            (2, 2)
+        );
+        let e = type_and_op::<u64>(ReduceOp::Sum, "reduce-scatter", "reduce_scatter").unwrap_err();
+        assert!(
+            matches!(&e, Error::TypeMismatch { what, .. } if what.contains("Team::reduce_scatter")),
+            "{e}"
+        );
+        let e = type_and_op::<half::bf16>(ReduceOp::Xor, "all-reduce", "all_reduce").unwrap_err();
+        assert!(matches!(e, Error::TypeMismatch { expected, .. } if expected.contains("Sum")));
     }
 }

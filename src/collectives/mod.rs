@@ -283,17 +283,7 @@ impl Collectives {
         stream: &CudaStream,
     ) -> Result<()> {
         let (dst, src) = (dst.into(), src.into());
-        let (t, o) = type_and_op(T::DTYPE, op);
-        let t = t.ok_or_else(|| Error::TypeMismatch {
-            what: "our all-reduce (Team::all_reduce takes any)".into(),
-            expected: "f32, f16, bf16 or i32",
-            got: T::NVSHMEM_NAME.into(),
-        })?;
-        let o = o.ok_or_else(|| Error::TypeMismatch {
-            what: "our all-reduce (Team::all_reduce takes any)".into(),
-            expected: "the Sum, Max or Min operator",
-            got: format!("{op:?}"),
-        })?;
+        let (t, o) = type_and_op::<T>(op, "all-reduce", "all_reduce")?;
         self.check_view(&src, "the all_reduce source")?;
         self.check_view(&dst, "the all_reduce destination")?;
         check_len("all_reduce destination", src.len(), dst.len())?;
@@ -434,17 +424,7 @@ impl Collectives {
         stream: &CudaStream,
     ) -> Result<()> {
         let (dst, src) = (dst.into(), src.into());
-        let (t, o) = type_and_op(T::DTYPE, op);
-        let t = t.ok_or_else(|| Error::TypeMismatch {
-            what: "our reduce-scatter (Team::reduce_scatter takes any)".into(),
-            expected: "f32, f16, bf16 or i32",
-            got: T::NVSHMEM_NAME.into(),
-        })?;
-        let o = o.ok_or_else(|| Error::TypeMismatch {
-            what: "our reduce-scatter (Team::reduce_scatter takes any)".into(),
-            expected: "the Sum, Max or Min operator",
-            got: format!("{op:?}"),
-        })?;
+        let (t, o) = type_and_op::<T>(op, "reduce-scatter", "reduce_scatter")?;
         self.check_view(&src, "the reduce_scatter source")?;
         self.check_view(&dst, "the reduce_scatter destination")?;
         check_len(
