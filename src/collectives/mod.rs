@@ -310,15 +310,7 @@ impl Collectives {
         let plan = all_reduce_plan(algo, bytes, &self.dims);
         let params = algo::ALL_REDUCE_ROWS[row].params;
         self.agree_call(
-            Record::Call {
-                collective: Collective::AllReduce,
-                dtype: T::DTYPE,
-                op: Some(op),
-                row,
-                len: src.len(),
-                dst: self.heap_offset(dst.as_ptr() as u64),
-                src: self.heap_offset(src.as_ptr() as u64),
-            },
+            self.call_record(Collective::AllReduce, Some(op), row, &dst, &src, src.len()),
             stream,
         )?;
         self.launch(
@@ -375,15 +367,7 @@ impl Collectives {
         let plan = all_gather_plan(algo, bytes, &self.dims);
         let params = algo::ALL_GATHER_ROWS[row].params;
         self.agree_call(
-            Record::Call {
-                collective: Collective::AllGather,
-                dtype: T::DTYPE,
-                op: None,
-                row,
-                len: src.len(),
-                dst: self.heap_offset(dst.as_ptr() as u64),
-                src: self.heap_offset(src.as_ptr() as u64),
-            },
+            self.call_record(Collective::AllGather, None, row, &dst, &src, src.len()),
             stream,
         )?;
         self.launch(
@@ -446,15 +430,14 @@ impl Collectives {
         let plan = reduce_scatter_plan(algo, bytes, &self.dims);
         let params = algo::REDUCE_SCATTER_ROWS[row].params;
         self.agree_call(
-            Record::Call {
-                collective: Collective::ReduceScatter,
-                dtype: T::DTYPE,
-                op: Some(op),
+            self.call_record(
+                Collective::ReduceScatter,
+                Some(op),
                 row,
-                len: dst.len(),
-                dst: self.heap_offset(dst.as_ptr() as u64),
-                src: self.heap_offset(src.as_ptr() as u64),
-            },
+                &dst,
+                &src,
+                dst.len(),
+            ),
             stream,
         )?;
         self.launch(
@@ -470,10 +453,28 @@ impl Collectives {
         )
     }
 
-    /// Where `ptr` sits in the symmetric heap, as an offset from our workspace: the same on
-    /// every PE for the same symmetric location, whatever each PE's mapping.
-    fn heap_offset(&self, ptr: u64) -> i64 {
-        ptr.wrapping_sub(self.ctrl.device_ptr()) as i64
+    /// What a call publishes for the agreement. Buffers are named by where they sit in the
+    /// symmetric heap, as an offset from our workspace: the same on every PE for the same
+    /// symmetric location, whatever each PE's mapping.
+    fn call_record<T: Element>(
+        &self,
+        collective: Collective,
+        op: Option<ReduceOp>,
+        row: usize,
+        dst: &SymmetricView<'_, T>,
+        src: &SymmetricView<'_, T>,
+        len: usize,
+    ) -> Record {
+        let offset = |p: *mut T| (p as u64).wrapping_sub(self.ctrl.device_ptr()) as i64;
+        Record::Call {
+            collective,
+            dtype: T::DTYPE,
+            op,
+            row,
+            len,
+            dst: offset(dst.as_ptr()),
+            src: offset(src.as_ptr()),
+        }
     }
 
     /// With `check_calls`, agree with every PE on this call before launching it (skipped
