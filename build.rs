@@ -6,8 +6,10 @@ use std::path::PathBuf;
 
 fn main() {
     // The NVSHMEM that nvshmem-sys found and bound, so host and device libraries match.
-    let builder =
-        KernelBuilder::from_links_metadata("NVSHMEM", "nvshmem-sys").unwrap_or_else(|e| fail(&e));
+    // kernels/include holds the device headers users' kernels include (nvshmem_rs/*.cuh).
+    let builder = KernelBuilder::from_links_metadata("NVSHMEM", "nvshmem-sys")
+        .and_then(|b| b.export_headers("kernels/include"))
+        .unwrap_or_else(|e| fail(&e));
     let built = builder
         .clone()
         .rust_path("crate")
@@ -31,7 +33,8 @@ fn generate_abi() -> Result<(), Error> {
     let bindings = bindgen::Builder::default()
         .header(header.display().to_string())
         .clang_args(clang_args)
-        .allowlist_file(".*/abi\\.h")
+        .clang_arg("-Ikernels/include")
+        .allowlist_file(".*/(abi|nvshmem_rs/[a-z_]+)\\.h")
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)
         .derive_default(true)
@@ -52,5 +55,6 @@ fn generate_abi() -> Result<(), Error> {
         .write_to_file(&path)
         .map_err(|source| Error::Io { path, source })?;
     println!("cargo:rerun-if-changed={}", header.display());
+    println!("cargo:rerun-if-changed=kernels/include");
     Ok(())
 }

@@ -6,6 +6,9 @@
 
 #include <stdint.h>
 
+// Structures users' kernels also see (kernels/include, on their include path).
+#include "nvshmem_rs/channel.h"
+
 // ---- our collectives' workspace (src/collectives, kernels/collectives) -------------------
 
 // Blocks a call launches at most: the epoch has one copy per block index (Ctrl), and every

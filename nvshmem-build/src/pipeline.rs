@@ -200,6 +200,10 @@ fn const_name(stem: &str) -> String {
     s
 }
 
+/// The `links` metadata key (as cargo passes it on, upper case) under which a crate passes its exported header directories
+/// (`DEP_<LINKS>_HEADERS`, a path list) to the kernels of crates that depend on it.
+const HEADERS_KEY: &str = "HEADERS";
+
 /// Compiles CUDA C files that call NVSHMEM device functions into linked cubins.
 #[derive(Debug, Clone)]
 pub struct KernelBuilder {
@@ -208,6 +212,8 @@ pub struct KernelBuilder {
     archs: Vec<Arch>,
     sources: Vec<PathBuf>,
     include_dirs: Vec<PathBuf>,
+    /// Header directories passed on to dependent crates' kernels ([`Self::export_headers`]).
+    exported_headers: Vec<PathBuf>,
     flags: Vec<String>,
     out_dir: Option<PathBuf>,
     rust_path: String,
@@ -233,6 +239,7 @@ impl KernelBuilder {
             archs,
             sources: Vec::new(),
             include_dirs: Vec::new(),
+            exported_headers: Vec::new(),
             flags: vec!["-O3".into(), "-std=c++17".into(), "-lineinfo".into()],
             out_dir: std::env::var_os("OUT_DIR").map(PathBuf::from),
             rust_path: "::nvshmem".into(),
@@ -321,7 +328,28 @@ impl KernelBuilder {
             Some(nvcc) if !explicit_cuda => CudaToolkit::from_nvcc(&nvcc, Source::Metadata)?,
             _ => probe.find_cuda()?,
         };
-        Self::new(cuda, nvshmem)
+        let mut builder = Self::new(cuda, nvshmem)?;
+        // Headers the dependency ships for its users' kernels (`nvshmem_rs/channel.cuh`).
+        if let Some(headers) = probe.get_var(&key(HEADERS_KEY)) {
+            builder.include_dirs.extend(std::env::split_paths(headers));
+        }
+        Ok(builder)
+    }
+
+    /// Put the headers in `dir` on this build's include path and on the include path of
+    /// every crate that builds kernels against this one ([`from_links_metadata`]
+    /// (Self::from_links_metadata) reads them back from `DEP_<LINKS>_HEADERS`), so its users
+    /// can `#include` the device headers this crate ships. Takes effect in the metadata
+    /// printed by [`emit_links_metadata`](Self::emit_links_metadata).
+    pub fn export_headers(mut self, dir: impl AsRef<Path>) -> Result<Self, Error> {
+        let dir = dir.as_ref();
+        let absolute = dir.canonicalize().map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        self.include_dirs.push(absolute.clone());
+        self.exported_headers.push(absolute);
+        Ok(self)
     }
 
     /// Print the `links` metadata that [`from_links_metadata`](Self::from_links_metadata)
@@ -331,6 +359,11 @@ impl KernelBuilder {
         println!("cargo:lib_dir={}", self.nvshmem.lib_dir.display());
         println!("cargo:version={}", self.nvshmem.version);
         println!("cargo:nvcc={}", self.cuda.nvcc.display());
+        if let Ok(dirs) = std::env::join_paths(&self.exported_headers) {
+            if !self.exported_headers.is_empty() {
+                println!("cargo:headers={}", dirs.to_string_lossy());
+            }
+        }
     }
 
     /// The toolchain this builder uses.

@@ -5,6 +5,7 @@ mod common;
 
 use common::{fake_cuda, fake_nvshmem, venv_nvidia, Scratch};
 use nvshmem_build::{Error, KernelBuilder, Probe, Source, Version};
+use std::path::Path;
 
 const V345: Version = Version {
     major: 3,
@@ -221,6 +222,18 @@ fn dependents_build_against_the_metadata_toolchain() {
     );
     assert_eq!(cuda.source, Source::Metadata);
     assert_eq!(cuda.nvcc, tmp.join("venv-cu13/bin/nvcc"));
+
+    // The headers the dependency exports reach the compiler's include path.
+    let headers = tmp.join("nvshmem-crate/kernels/include");
+    let with_headers = probe.clone().var("DEP_NVSHMEM_RS_HEADERS", &headers);
+    let b = KernelBuilder::from_links_metadata_in(&with_headers, "nvshmem_rs", "nvshmem").unwrap();
+    let arch = nvshmem_build::Arch::parse("sm_90").unwrap();
+    let cmd = b.compile_command(Path::new("k.cu"), &arch, Path::new("k.o"));
+    let include = format!("-I{}", headers.display());
+    assert!(
+        cmd.get_args().any(|a| a.to_str() == Some(include.as_str())),
+        "{cmd:?} lacks {include}"
+    );
 
     // CUDA_HOME still picks the compiler.
     let other = tmp.join("cuda-13.1");
