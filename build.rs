@@ -19,6 +19,14 @@ fn main() {
     built
         .write_rust_module("cubins.rs")
         .unwrap_or_else(|e| fail(&e));
+    // Kernels of the examples, built like a user's (they include nvshmem_rs/*.cuh) and
+    // embedded only by the examples that include $OUT_DIR/examples/kernels.rs.
+    builder
+        .clone()
+        .source_dir("examples/kernels")
+        .and_then(|b| b.out_dir(out_dir().join("examples")).build())
+        .and_then(|b| b.write_rust_module("kernels.rs"))
+        .unwrap_or_else(|e| fail(&e));
     emit_rpath(&built.nvshmem.lib_dir);
     generate_abi().unwrap_or_else(|e| fail(&e));
     // For crates that depend on us and build their own kernels (DEP_NVSHMEM_RS_*).
@@ -34,6 +42,8 @@ fn generate_abi() -> Result<(), Error> {
         .header(header.display().to_string())
         .clang_args(clang_args)
         .clang_arg("-Ikernels/include")
+        // Plain `//` comments become the Rust items' docs (the channel's layout is public).
+        .clang_arg("-fparse-all-comments")
         .allowlist_file(".*/(abi|nvshmem_rs/[a-z_]+)\\.h")
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)
@@ -49,12 +59,15 @@ fn generate_abi() -> Result<(), Error> {
             header: header.clone(),
             message: e.to_string(),
         })?;
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
-    let path = out.join("abi.rs");
+    let path = out_dir().join("abi.rs");
     bindings
         .write_to_file(&path)
         .map_err(|source| Error::Io { path, source })?;
     println!("cargo:rerun-if-changed={}", header.display());
     println!("cargo:rerun-if-changed=kernels/include");
     Ok(())
+}
+
+fn out_dir() -> PathBuf {
+    PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"))
 }

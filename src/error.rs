@@ -147,6 +147,16 @@ pub enum Error {
         /// This PE's GPU.
         expected: usize,
     },
+    /// One end of a point-to-point structure used from a PE that is not that end (a
+    /// channel's send on a PE other than its producer).
+    WrongPe {
+        /// The call, and which end it belongs to.
+        what: &'static str,
+        /// This PE.
+        pe: usize,
+        /// The PE that end belongs to.
+        expected: usize,
+    },
     /// PEs disagreed on a collective call (allocation order and sizes, a collectives
     /// configuration).
     CollectiveMismatch(String),
@@ -258,6 +268,11 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "{what} runs on GPU {device}, but this PE's NVSHMEM runs on GPU {expected}"
+            ),
+            Error::WrongPe { what, pe, expected } => write!(
+                f,
+                "{what} belongs to PE {expected}, and this is PE {pe}: call it only where \
+                 my_pe() is {expected}"
             ),
             Error::CollectiveMismatch(msg) => write!(f, "PEs disagree on a collective call: {msg}"),
             Error::Module {

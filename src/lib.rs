@@ -18,8 +18,9 @@
 //! runtime handle ([`Nvshmem`]), typed symmetric memory ([`memory`]), one-sided operations
 //! ([`rma`], [`signal`], [`atomic`], [`sync`]), [`team`]s with NVSHMEM's own collectives,
 //! kernel modules with the one launch path ([`module`]), our device collectives
-//! ([`collectives`]), whose kernels are in [`cubins`], and tensor-parallel layers on them
-//! ([`tp`]). Every operation takes its destination first, as NVSHMEM does.
+//! ([`collectives`]), whose kernels are in [`cubins`], tensor-parallel layers on them
+//! ([`tp`]), and structures in symmetric memory: [`channel`]s between PEs. Every operation
+//! takes its destination first, as NVSHMEM does.
 //!
 //! # Threads
 //! Every type is `Send + Sync` and may be used from any thread. NVSHMEM's host library runs
@@ -37,6 +38,7 @@
 
 mod abi;
 pub mod atomic;
+pub mod channel;
 pub mod collectives;
 pub mod cubins;
 pub mod element;
@@ -50,6 +52,7 @@ pub mod sync;
 pub mod team;
 pub mod tp;
 
+pub use channel::Channel;
 pub use collectives::{
     AllGatherAlgo, AllReduceAlgo, Collectives, CollectivesConfig, ReduceScatterAlgo, Thresholds,
     Workspace,

@@ -51,24 +51,50 @@ fn tp_cubin_has_the_element_wise_kernels_of_the_layers() {
 }
 
 #[test]
+fn channel_cubin_has_the_send_and_receive_kernels() {
+    check_set(
+        &nvshmem::cubins::CHANNEL,
+        &["channel_recv".to_string(), "channel_send".to_string()],
+    );
+}
+
+/// The examples' kernels, built as a user's are (build.rs).
+mod example_kernels {
+    include!(concat!(env!("OUT_DIR"), "/examples/kernels.rs"));
+}
+
+#[test]
+fn a_users_kernel_builds_against_the_device_header() {
+    // pipeline_stage.cu includes <nvshmem_rs/channel.cuh> from the exported header folder.
+    check_set(
+        &example_kernels::PIPELINE_STAGE,
+        &["pipeline_stage".to_string()],
+    );
+}
+
+#[test]
 fn the_library_ships_only_library_kernels() {
     // Demos and benchmark kernels live in their own crates (examples/bench).
     let names: Vec<&str> = [
         nvshmem::cubins::COLLECTIVES,
         nvshmem::cubins::ATOMICS,
         nvshmem::cubins::TP,
+        nvshmem::cubins::CHANNEL,
     ]
     .iter()
     .map(|s| s.name())
     .collect();
-    assert_eq!(names, ["collectives", "atomics", "tp"]);
+    assert_eq!(names, ["collectives", "atomics", "tp", "channel"]);
     let kernels = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels")).unwrap();
     let mut sources: Vec<String> = kernels
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| n.ends_with(".cu"))
         .collect();
     sources.sort();
-    assert_eq!(sources, ["atomics.cu", "collectives.cu", "tp.cu"]);
+    assert_eq!(
+        sources,
+        ["atomics.cu", "channel.cu", "collectives.cu", "tp.cu"]
+    );
 }
 
 #[test]
@@ -91,6 +117,7 @@ fn cubins_are_built_for_hopper_unless_told_otherwise() {
         &nvshmem::cubins::COLLECTIVES,
         &nvshmem::cubins::ATOMICS,
         &nvshmem::cubins::TP,
+        &nvshmem::cubins::CHANNEL,
     ] {
         let caps: Vec<u32> = set.images().iter().map(|i| i.capability).collect();
         assert_eq!(caps, expected, "{}", set.name());

@@ -104,6 +104,19 @@ POINT-TO-POINT (--tests p2p, or a subset), PE 0 and --peer (default PE 1); other
   repetition writes, its own slot of a 128 MiB region (the last one's is checked); g follows
   dependent reads over 8 MiB of distinct lines.
 
+CHANNELS (--tests channel), PE 0 and --peer (a loopback on PE 0 when there is one PE)
+  channel_pingpong    a message handed from PE 0 to the peer and back, one way = round trip / 2,
+                      8 B to 16 MiB (by factors of 8, up to --max-bytes), each implementation
+                      in CUDA graphs of --graph-ops rounds (replay time / rounds / 2):
+                        ours     nvshmem::channel::Channel send + recv (2 slots each way)
+                        nvshmem  put_signal_on_stream + signal_wait_until_on_stream (+ a reset
+                                 of the signal, so the graph replays)
+                        nccl     ncclSend + ncclRecv
+  channel_throughput  --graph-ops messages back to back from PE 0 to the peer through a channel
+                      of 4 slots (the producer waits for free slots), or ncclSend/ncclRecv;
+                      time per message on the producer, GB/s and messages/s
+  Check: the destination holds the sender's fresh random bytes after the timed runs.
+
 TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp)
   A Llama MLP forward, y = down(SiLU(x gate^T) * (x up^T)) in bf16, with the FFN features
   sharded over every PE (tensor-parallel degree = PEs), for each --tp-shapes shape (8b: hidden
@@ -188,6 +201,8 @@ pub enum TestName {
     P2pHost,
     /// NCCL send/recv ping-pong and bandwidth only
     Sendrecv,
+    /// Channel hand-off ping-pong and full-queue throughput (and NCCL send/recv)
+    Channel,
     /// Tensor-parallel Llama MLP forward: the GEMMs alone, with NCCL's all-reduce, with ours
     /// (nvshmem::tp::TpMlp); not part of all
     Tp,
@@ -395,6 +410,7 @@ pub struct Tests {
     pub p2p_bw: bool,
     pub p2p_host: bool,
     pub sendrecv: bool,
+    pub channel: bool,
     pub tp: bool,
 }
 
@@ -411,6 +427,7 @@ impl Tests {
                 TestName::P2pBw => t.p2p_bw = true,
                 TestName::P2pHost => t.p2p_host = true,
                 TestName::Sendrecv => t.sendrecv = true,
+                TestName::Channel => t.channel = true,
                 TestName::Tp => t.tp = true,
                 TestName::P2p | TestName::All => {
                     t.p2p_latency = true;
@@ -419,6 +436,7 @@ impl Tests {
                     t.p2p_host = true;
                     t.sendrecv = true;
                     if *name == TestName::All {
+                        t.channel = true;
                         t.allreduce = true;
                         t.allgather = true;
                         t.reducescatter = true;
@@ -652,6 +670,7 @@ impl Config {
                 || self.tests.p2p_signal
                 || self.tests.p2p_bw
                 || self.tests.sendrecv
+                || self.tests.channel
                 || self.tests.tp)
     }
 

@@ -7,6 +7,7 @@
 //! target/release/examples/bench --help
 //! ```
 
+mod channel;
 mod cli;
 mod coll;
 mod coord;
@@ -285,6 +286,18 @@ fn run(shmem: &Nvshmem, cfg: &Config) -> Result<bool> {
                 &mut results,
             )?;
         }
+    }
+
+    if cfg.tests.channel {
+        let ctx = channel::Ctx {
+            shmem,
+            coord: &coord,
+            cfg,
+            stream: &stream,
+            nccl: nccl.as_deref(),
+            progress: &progress,
+        };
+        channel::run(&ctx, &mut timer, &mut results)?;
     }
 
     timing::step("finishing");

@@ -427,6 +427,35 @@ pub fn p2p_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
         format!("host: nvshmem_putmem + nvshmem_quiet / nvshmem_getmem; stream: *_on_stream (+ quiet_on_stream); {note_spread}"),
     ));
 
+    let by_impl = |test: &'static str, imp: &'static str| -> Box<dyn Fn(&Record) -> bool> {
+        Box::new(move |r: &Record| r.test == test && r.implementation == imp)
+    };
+    out.extend(column_table(
+        format!("channel hand-off, one way (us), PE 0 <-> PE {peer}"),
+        vec![
+            ("channel".into(), by_impl("channel_pingpong", "ours")),
+            ("put+signal".into(), by_impl("channel_pingpong", "nvshmem")),
+            ("nccl send/recv".into(), by_impl("channel_pingpong", "nccl")),
+        ],
+        false,
+        format!(
+            "CUDA graphs of ping-pong rounds, round trip / 2; channel = Channel::send + recv; \
+             put+signal = put_signal_on_stream + signal_wait_until_on_stream; {note_spread}"
+        ),
+    ));
+    for (bw, unit) in [(false, "us per message"), (true, "GB/s")] {
+        out.extend(column_table(
+            format!("channel throughput, full queue ({unit}), PE 0 -> PE {peer}"),
+            vec![
+                ("channel".into(), by_impl("channel_throughput", "ours")),
+                ("nccl send/recv".into(), by_impl("channel_throughput", "nccl")),
+            ],
+            bw,
+            "messages back to back in CUDA graphs; channel of 4 slots; messages/s = 10^6 / us per message"
+                .into(),
+        ));
+    }
+
     for (dir, label) in [("uni", "one way"), ("bidir", "both ways")] {
         let mut cols: Vec<Column> = Vec::new();
         for test in ["put_bw", "get_bw"] {

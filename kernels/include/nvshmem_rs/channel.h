@@ -44,8 +44,9 @@ typedef struct nvshmem_rs_channel {
     uint64_t slot_bytes;
     // Slots: messages in flight at most.
     uint32_t depth;
-    // The PE that pushes, and the PE that pops.
+    // The PE that pushes.
     int32_t producer;
+    // The PE that pops.
     int32_t consumer;
 } nvshmem_rs_channel;
 

@@ -1,0 +1,74 @@
+// The kernels behind Channel::send and Channel::recv (src/channel): one message each, by one
+// block through the device header's block functions, or by several blocks for a large one,
+// where each block moves a part and the last block to finish publishes (send) or releases
+// (recv) the slot.
+#include <nvshmem.h>
+#include <nvshmemx.h>
+#include <stdint.h>
+
+#include "nvshmem_rs/channel.cuh"
+
+using nvshmem_rs::Scope;
+
+// This block's part of `bytes`, in 16-byte multiples except the last part.
+__device__ __forceinline__ void block_part(uint64_t bytes, uint64_t *first, uint64_t *len) {
+    const uint64_t vecs = (bytes + 15) / 16, per = (vecs + gridDim.x - 1) / gridDim.x;
+    const uint64_t a = min(vecs, per * blockIdx.x) * 16, b = min(vecs, per * (blockIdx.x + 1)) * 16;
+    *first = a;
+    *len = (b < bytes ? b : bytes) - (a < bytes ? a : bytes);
+}
+
+// Whether this block is the last of the grid to get here; `arrived` counts them and is reset
+// by the last one, for the next launch. Called by one thread, after the block's work.
+__device__ __forceinline__ bool last_to_arrive(uint64_t *arrived) {
+    __threadfence_system();
+    const bool last = atomicAdd((unsigned long long *)arrived, 1ull) == gridDim.x - 1;
+    if (last) {
+        *arrived = 0;
+        __threadfence_system();
+    }
+    return last;
+}
+
+extern "C" __global__ void __launch_bounds__(512)
+    channel_send(nvshmem_rs_channel ch, const char *src, uint64_t bytes) {
+    if (gridDim.x == 1) {
+        nvshmem_rs::channel_push_block(ch, src, bytes);
+        return;
+    }
+    using namespace nvshmem_rs::channel_detail;
+    // Every block reads the same count: the last block advances it, after all have started.
+    uint64_t seq = 0;
+    if (threadIdx.x == 0) seq = nvshmem_rs::channel_reserve(ch);
+    seq = broadcast<Scope::Block>(seq);
+    uint64_t first, len;
+    block_part(bytes, &first, &len);
+    if (len > 0) nvshmemx_putmem_block(nvshmem_rs::channel_slot(ch, seq) + first, src + first, len, ch.consumer);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        // The block's puts are complete before it counts itself in.
+        nvshmem_quiet();
+        if (last_to_arrive(&ch.words[CHANNEL_SEND_ARRIVED])) nvshmem_rs::channel_publish(ch, seq, bytes);
+    }
+}
+
+// Copies at most `capacity` bytes of the message into dst; the message's length is left in
+// the channel's CHANNEL_LAST_BYTES word.
+extern "C" __global__ void __launch_bounds__(512)
+    channel_recv(nvshmem_rs_channel ch, char *dst, uint64_t capacity) {
+    if (gridDim.x == 1) {
+        nvshmem_rs::channel_pop_block(ch, dst, capacity);
+        return;
+    }
+    using namespace nvshmem_rs::channel_detail;
+    uint64_t seq = 0, bytes = 0;
+    if (threadIdx.x == 0) seq = nvshmem_rs::channel_wait(ch, &bytes);
+    seq = broadcast<Scope::Block>(seq);
+    bytes = broadcast<Scope::Block>(bytes);
+    uint64_t first, len;
+    block_part(bytes < capacity ? bytes : capacity, &first, &len);
+    copy_from_slot<Scope::Block>(dst + first, nvshmem_rs::channel_slot(ch, seq) + first, len);
+    __syncthreads();
+    if (threadIdx.x == 0 && last_to_arrive(&ch.words[CHANNEL_RECV_ARRIVED]))
+        nvshmem_rs::channel_release(ch, seq, bytes);
+}

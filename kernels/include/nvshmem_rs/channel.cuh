@@ -1,0 +1,244 @@
+// Device side of nvshmem::channel::Channel: push and pop messages from inside a kernel, so a
+// producer kernel on one GPU hands data straight to a consumer kernel on another, with no host
+// in between. Include as <nvshmem_rs/channel.cuh>: crates that build their kernels with
+// nvshmem_build have it on their include path. Pass the channel to the kernel by value
+// (`Channel::handle()`, an `nvshmem_rs_channel`).
+//
+//   extern "C" __global__ void produce(nvshmem_rs_channel ch, const float *x, uint64_t n) {
+//       nvshmem_rs::channel_push_block(ch, x, n * sizeof(float));   // on the producer PE
+//   }
+//   extern "C" __global__ void consume(nvshmem_rs_channel ch, float *y, uint64_t cap) {
+//       uint64_t bytes = nvshmem_rs::channel_pop_block(ch, y, cap * sizeof(float));
+//   }
+//
+// Rules:
+//   - Pushes run on the producer PE, pops on the consumer PE. One group (a thread, a warp or a
+//     block) pushes at a time, and one pops at a time: the end's counter lives in memory and
+//     is read, then advanced, by the group's leader. Kernels that take turns on a stream (and
+//     the host's Channel::send / recv) may share an end.
+//   - A push waits while all `depth` slots hold unread messages; a pop waits for a message.
+//     Nothing times out: a consumer that never pops stops its producer.
+//   - Ordering: a pop returns after the message's bytes, as pushed, are visible to the popping
+//     group. Data written before a push (by the pushing group) is not ordered with the
+//     consumer's reads beyond the message itself: send it in the message.
+//   - Every pointer must be 16-byte aligned for the fast path; any alignment works.
+#ifndef NVSHMEM_RS_CHANNEL_CUH
+#define NVSHMEM_RS_CHANNEL_CUH
+
+#include <nvshmem.h>
+#include <nvshmemx.h>
+#include <stdint.h>
+
+#include "nvshmem_rs/channel.h"
+
+namespace nvshmem_rs {
+
+// Which threads act together on a channel end.
+enum class Scope { Thread, Warp, Block };
+
+namespace channel_detail {
+
+__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p) {
+    uint64_t v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Spin until *p >= v (a counter another PE advances), with acquire ordering.
+__device__ __forceinline__ void wait_at_least(const uint64_t *p, uint64_t v) {
+    while (ld_acquire_sys(p) < v) {
+    }
+}
+
+template <Scope S> __device__ __forceinline__ unsigned rank() {
+    if constexpr (S == Scope::Thread) return 0;
+    else if constexpr (S == Scope::Warp) return threadIdx.x % 32;
+    else return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+
+template <Scope S> __device__ __forceinline__ unsigned size() {
+    if constexpr (S == Scope::Thread) return 1;
+    else if constexpr (S == Scope::Warp) return 32;
+    else return blockDim.x * blockDim.y * blockDim.z;
+}
+
+template <Scope S> __device__ __forceinline__ void sync() {
+    if constexpr (S == Scope::Warp) __syncwarp();
+    else if constexpr (S == Scope::Block) __syncthreads();
+}
+
+// The leader's value, in every thread of the group.
+template <Scope S> __device__ __forceinline__ uint64_t broadcast(uint64_t v) {
+    if constexpr (S == Scope::Thread) {
+        return v;
+    } else if constexpr (S == Scope::Warp) {
+        return __shfl_sync(0xffffffffu, v, 0);
+    } else {
+        __shared__ uint64_t shared;
+        if (rank<S>() == 0) shared = v;
+        __syncthreads();
+        v = shared;
+        __syncthreads();  // the next broadcast may overwrite it
+        return v;
+    }
+}
+
+template <Scope S>
+__device__ __forceinline__ void put(void *dst, const void *src, size_t bytes, int pe) {
+    if constexpr (S == Scope::Thread) nvshmem_putmem(dst, src, bytes, pe);
+    else if constexpr (S == Scope::Warp) nvshmemx_putmem_warp(dst, src, bytes, pe);
+    else nvshmemx_putmem_block(dst, src, bytes, pe);
+}
+
+// Copy `bytes` from a slot (which peers write, so read through L2: this SM's L1 may hold the
+// slot's previous message) to local memory, by the threads of the group.
+template <Scope S>
+__device__ __forceinline__ void copy_from_slot(char *dst, const char *slot, uint64_t bytes) {
+    const unsigned r = rank<S>(), n = size<S>();
+    uint64_t done = 0;
+    if ((((uintptr_t)dst | (uintptr_t)slot) & 15) == 0) {
+        const uint64_t vecs = bytes / 16;
+        for (uint64_t i = r; i < vecs; i += n)
+            ((uint4 *)dst)[i] = __ldcg((const uint4 *)slot + i);
+        done = vecs * 16;
+    }
+    for (uint64_t i = done + r; i < bytes; i += n) dst[i] = (char)__ldcg((const signed char *)slot + i);
+}
+
+}  // namespace channel_detail
+
+// The slot message `seq` goes into, on the consumer.
+__device__ __forceinline__ char *channel_slot(const nvshmem_rs_channel &ch, uint64_t seq) {
+    return ch.slots + (seq % ch.depth) * ch.slot_bytes;
+}
+
+// Producer, one thread: wait until the slot of the next message is free; returns the
+// message's sequence number.
+__device__ __forceinline__ uint64_t channel_reserve(const nvshmem_rs_channel &ch) {
+    const uint64_t seq = *(volatile uint64_t *)&ch.words[CHANNEL_SENT];
+    if (seq >= ch.depth) channel_detail::wait_at_least(&ch.words[CHANNEL_CREDIT], seq + 1 - ch.depth);
+    return seq;
+}
+
+// Producer, one thread, after the message's bytes were put into its slot by this thread (or
+// by a group it synchronised with): record its length and mark it ready on the consumer.
+__device__ __forceinline__ void channel_publish(const nvshmem_rs_channel &ch, uint64_t seq,
+                                                uint64_t bytes) {
+    const uint32_t i = (uint32_t)(seq % ch.depth);
+    nvshmem_uint64_p(&ch.lens[i], bytes, ch.consumer);
+    // The data and the length land before the ready word (NVSHMEM orders puts to one PE
+    // across a fence, and the group's puts are this thread's by the barrier before).
+    nvshmem_fence();
+    nvshmemx_signal_op(&ch.ready[i], seq + 1, NVSHMEM_SIGNAL_SET, ch.consumer);
+    *(volatile uint64_t *)&ch.words[CHANNEL_SENT] = seq + 1;
+}
+
+// Consumer, one thread: wait for the next message; returns its sequence number and stores its
+// byte length in *bytes.
+__device__ __forceinline__ uint64_t channel_wait(const nvshmem_rs_channel &ch, uint64_t *bytes) {
+    const uint64_t seq = *(volatile uint64_t *)&ch.words[CHANNEL_RECEIVED];
+    const uint32_t i = (uint32_t)(seq % ch.depth);
+    channel_detail::wait_at_least(&ch.ready[i], seq + 1);
+    *bytes = channel_detail::ld_acquire_sys(&ch.lens[i]);
+    return seq;
+}
+
+// Consumer, one thread, once every read of message `seq`'s slot is done (by this thread, or by
+// a group it synchronised with): give the slot back to the producer.
+__device__ __forceinline__ void channel_release(const nvshmem_rs_channel &ch, uint64_t seq,
+                                                uint64_t bytes) {
+    // The slot's reads complete before the producer may overwrite it.
+    __threadfence_system();
+    nvshmemx_signal_op(&ch.words[CHANNEL_CREDIT], seq + 1, NVSHMEM_SIGNAL_SET, ch.producer);
+    *(volatile uint64_t *)&ch.words[CHANNEL_LAST_BYTES] = bytes;
+    *(volatile uint64_t *)&ch.words[CHANNEL_RECEIVED] = seq + 1;
+}
+
+// Push `bytes` (at most ch.slot_bytes) from src, local memory of the producer PE, as one
+// message. Every thread of the group calls it with the same arguments. Waits for a free slot.
+template <Scope S>
+__device__ __forceinline__ void channel_push(const nvshmem_rs_channel &ch, const void *src,
+                                             uint64_t bytes) {
+    using namespace channel_detail;
+    uint64_t seq = 0;
+    if (rank<S>() == 0) seq = channel_reserve(ch);
+    seq = broadcast<S>(seq);
+    if (bytes > 0) put<S>(channel_slot(ch, seq), src, bytes, ch.consumer);
+    sync<S>();
+    if (rank<S>() == 0) channel_publish(ch, seq, bytes);
+    sync<S>();
+}
+
+// Pop the next message into dst (local memory of the consumer PE), copying at most `capacity`
+// bytes; returns the message's length in bytes (larger than `capacity` if it did not fit).
+// Every thread of the group calls it with the same arguments. Waits for a message.
+template <Scope S>
+__device__ __forceinline__ uint64_t channel_pop(const nvshmem_rs_channel &ch, void *dst,
+                                                uint64_t capacity) {
+    using namespace channel_detail;
+    uint64_t seq = 0, bytes = 0;
+    if (rank<S>() == 0) seq = channel_wait(ch, &bytes);
+    seq = broadcast<S>(seq);
+    bytes = broadcast<S>(bytes);
+    copy_from_slot<S>((char *)dst, channel_slot(ch, seq), bytes < capacity ? bytes : capacity);
+    sync<S>();
+    if (rank<S>() == 0) channel_release(ch, seq, bytes);
+    sync<S>();
+    return bytes;
+}
+
+// Zero-copy pop: wait for the next message and return where it lies (in this PE's slot, valid
+// until channel_release_peeked); its length in *bytes. Read it with __ldcg or volatile loads
+// (the slot is rewritten by the producer after the release). Every thread of the group calls
+// it.
+template <Scope S>
+__device__ __forceinline__ const void *channel_peek(const nvshmem_rs_channel &ch, uint64_t *bytes) {
+    using namespace channel_detail;
+    uint64_t seq = 0, b = 0;
+    if (rank<S>() == 0) seq = channel_wait(ch, &b);
+    seq = broadcast<S>(seq);
+    *bytes = broadcast<S>(b);
+    return channel_slot(ch, seq);
+}
+
+// Give back the slot of the message returned by the last channel_peek.
+template <Scope S>
+__device__ __forceinline__ void channel_release_peeked(const nvshmem_rs_channel &ch) {
+    using namespace channel_detail;
+    sync<S>();
+    if (rank<S>() == 0) {
+        const uint64_t seq = *(volatile uint64_t *)&ch.words[CHANNEL_RECEIVED];
+        channel_release(ch, seq, ld_acquire_sys(&ch.lens[seq % ch.depth]));
+    }
+    sync<S>();
+}
+
+// Whether a message is waiting (no wait; any thread of the consumer).
+__device__ __forceinline__ bool channel_poll(const nvshmem_rs_channel &ch) {
+    const uint64_t seq = *(volatile uint64_t *)&ch.words[CHANNEL_RECEIVED];
+    return channel_detail::ld_acquire_sys(&ch.ready[seq % ch.depth]) >= seq + 1;
+}
+
+// The scopes under their usual names.
+__device__ __forceinline__ void channel_push_thread(const nvshmem_rs_channel &ch, const void *src, uint64_t bytes) {
+    channel_push<Scope::Thread>(ch, src, bytes);
+}
+__device__ __forceinline__ void channel_push_warp(const nvshmem_rs_channel &ch, const void *src, uint64_t bytes) {
+    channel_push<Scope::Warp>(ch, src, bytes);
+}
+__device__ __forceinline__ void channel_push_block(const nvshmem_rs_channel &ch, const void *src, uint64_t bytes) {
+    channel_push<Scope::Block>(ch, src, bytes);
+}
+__device__ __forceinline__ uint64_t channel_pop_thread(const nvshmem_rs_channel &ch, void *dst, uint64_t capacity) {
+    return channel_pop<Scope::Thread>(ch, dst, capacity);
+}
+__device__ __forceinline__ uint64_t channel_pop_warp(const nvshmem_rs_channel &ch, void *dst, uint64_t capacity) {
+    return channel_pop<Scope::Warp>(ch, dst, capacity);
+}
+__device__ __forceinline__ uint64_t channel_pop_block(const nvshmem_rs_channel &ch, void *dst, uint64_t capacity) {
+    return channel_pop<Scope::Block>(ch, dst, capacity);
+}
+
+}  // namespace nvshmem_rs
+
+#endif

@@ -1,0 +1,219 @@
+//! What a channel takes in memory, and the checks of its arguments: plain arithmetic, tested
+//! without a GPU.
+
+use crate::abi::{CHANNEL_SLOT_ALIGN, CHANNEL_WORDS};
+use crate::element::Element;
+use crate::error::{Error, Result};
+
+/// Bytes of a message each block of the send and receive kernels moves: larger messages are
+/// cut across more blocks (up to [`MAX_BLOCKS`]), so they go at NVLink's bandwidth rather
+/// than one SM's.
+pub const SEND_BLOCK_BYTES: u64 = 256 << 10;
+
+/// Blocks of the send and receive kernels at most.
+const MAX_BLOCKS: u64 = 32;
+
+/// The blocks that move a message of `bytes` bytes.
+pub(crate) fn blocks_for(bytes: u64) -> u32 {
+    bytes.div_ceil(SEND_BLOCK_BYTES).clamp(1, MAX_BLOCKS) as u32
+}
+
+/// The shape of a channel: its ends and its slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelLayout {
+    /// The PE that sends.
+    pub producer: usize,
+    /// The PE that receives.
+    pub consumer: usize,
+    /// Elements a message holds at most.
+    pub max_len: usize,
+    /// Slots.
+    pub depth: usize,
+    /// Bytes of a slot: `max_len` elements, rounded up to `CHANNEL_SLOT_ALIGN`.
+    pub slot_bytes: usize,
+}
+
+impl ChannelLayout {
+    /// The layout of a channel of `T` between PEs of a job of `n_pes`, or the error that says
+    /// which argument is wrong.
+    pub fn new<T: Element>(
+        producer: usize,
+        consumer: usize,
+        n_pes: usize,
+        max_len: usize,
+        depth: usize,
+    ) -> Result<Self> {
+        for pe in [producer, consumer] {
+            if pe >= n_pes {
+                return Err(Error::PeOutOfRange { pe, n_pes });
+            }
+        }
+        if max_len == 0 || depth == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "a channel needs at least one slot of at least one element (max_len {max_len}, \
+                 depth {depth})"
+            )));
+        }
+        if depth > u32::MAX as usize {
+            return Err(Error::InvalidArgument(format!(
+                "a channel of {depth} slots: at most {} are possible",
+                u32::MAX
+            )));
+        }
+        let align = CHANNEL_SLOT_ALIGN as usize;
+        let slot_bytes = max_len
+            .checked_mul(size_of::<T>())
+            .and_then(|b| b.checked_next_multiple_of(align))
+            .filter(|b| b.checked_mul(depth).is_some())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "a channel of {depth} slots of {max_len} elements of {} bytes does not fit \
+                     in memory",
+                    size_of::<T>()
+                ))
+            })?;
+        Ok(ChannelLayout {
+            producer,
+            consumer,
+            max_len,
+            depth,
+            slot_bytes,
+        })
+    }
+
+    /// Bytes of symmetric memory the slots take on every PE.
+    pub fn slots_bytes(&self) -> usize {
+        self.slot_bytes * self.depth
+    }
+
+    /// Words of the control block: a ready word and a length per slot, then the channel's
+    /// counters.
+    pub fn ctrl_words(&self) -> usize {
+        2 * self.depth + CHANNEL_WORDS as usize
+    }
+
+    /// A send of `len` elements from PE `me`.
+    pub fn check_send(&self, me: usize, len: usize) -> Result<()> {
+        if me != self.producer {
+            return Err(Error::WrongPe {
+                what: "Channel::send (the producer's end)",
+                pe: me,
+                expected: self.producer,
+            });
+        }
+        if len > self.max_len {
+            return Err(Error::InvalidArgument(format!(
+                "a message of {len} elements is larger than the channel's slots of {} elements; \
+                 split it, or make the channel with a larger max_len",
+                self.max_len
+            )));
+        }
+        Ok(())
+    }
+
+    /// A receive into `len` elements on PE `me`.
+    pub fn check_recv(&self, me: usize, len: usize) -> Result<()> {
+        if me != self.consumer {
+            return Err(Error::WrongPe {
+                what: "Channel::recv (the consumer's end)",
+                pe: me,
+                expected: self.consumer,
+            });
+        }
+        if len < self.max_len {
+            return Err(Error::Length {
+                what: "the receive buffer must hold the channel's largest message (max_len)",
+                expected: self.max_len,
+                got: len,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::bf16;
+
+    #[test]
+    fn slots_are_rounded_to_their_alignment() {
+        let l = ChannelLayout::new::<bf16>(0, 1, 2, 3, 4).unwrap();
+        assert_eq!(l.slot_bytes, 16);
+        assert_eq!(l.slots_bytes(), 64);
+        assert_eq!(l.ctrl_words(), 8 + CHANNEL_WORDS as usize);
+        let l = ChannelLayout::new::<f32>(1, 1, 2, 1024, 2).unwrap();
+        assert_eq!(l.slot_bytes, 4096);
+        let l = ChannelLayout::new::<f64>(0, 0, 1, 3, 1).unwrap();
+        assert_eq!(l.slot_bytes, 32);
+    }
+
+    #[test]
+    fn bad_shapes_and_pes_are_errors() {
+        assert!(matches!(
+            ChannelLayout::new::<f32>(2, 0, 2, 8, 2),
+            Err(Error::PeOutOfRange { pe: 2, n_pes: 2 })
+        ));
+        assert!(matches!(
+            ChannelLayout::new::<f32>(0, 5, 4, 8, 2),
+            Err(Error::PeOutOfRange { pe: 5, n_pes: 4 })
+        ));
+        for (len, depth) in [(0, 2), (8, 0)] {
+            let e = ChannelLayout::new::<f32>(0, 1, 2, len, depth).unwrap_err();
+            assert!(e.to_string().contains("at least one slot"), "{e}");
+        }
+        let e = ChannelLayout::new::<f64>(0, 1, 2, usize::MAX / 4, 2).unwrap_err();
+        assert!(e.to_string().contains("does not fit"), "{e}");
+        let e = ChannelLayout::new::<u8>(0, 1, 2, 1 << 40, 1 << 30).unwrap_err();
+        assert!(e.to_string().contains("does not fit"), "{e}");
+    }
+
+    #[test]
+    fn each_end_is_used_from_its_pe_with_a_message_that_fits() {
+        let l = ChannelLayout::new::<f32>(0, 1, 2, 100, 2).unwrap();
+        l.check_send(0, 100).unwrap();
+        l.check_send(0, 0).unwrap();
+        let e = l.check_send(0, 101).unwrap_err();
+        assert!(e.to_string().contains("101 elements is larger"), "{e}");
+        assert!(matches!(
+            l.check_send(1, 10),
+            Err(Error::WrongPe {
+                pe: 1,
+                expected: 0,
+                ..
+            })
+        ));
+        l.check_recv(1, 100).unwrap();
+        l.check_recv(1, 1000).unwrap();
+        assert!(matches!(
+            l.check_recv(1, 99),
+            Err(Error::Length {
+                expected: 100,
+                got: 99,
+                ..
+            })
+        ));
+        assert!(matches!(
+            l.check_recv(0, 100),
+            Err(Error::WrongPe {
+                pe: 0,
+                expected: 1,
+                ..
+            })
+        ));
+        // A loopback channel has both ends on one PE.
+        let l = ChannelLayout::new::<f32>(0, 0, 1, 4, 1).unwrap();
+        l.check_send(0, 4).unwrap();
+        l.check_recv(0, 4).unwrap();
+    }
+
+    #[test]
+    fn large_messages_spread_over_blocks() {
+        assert_eq!(blocks_for(0), 1);
+        assert_eq!(blocks_for(4096), 1);
+        assert_eq!(blocks_for(SEND_BLOCK_BYTES), 1);
+        assert_eq!(blocks_for(SEND_BLOCK_BYTES + 1), 2);
+        assert_eq!(blocks_for(16 << 20), 32);
+        assert_eq!(blocks_for(u64::MAX), 32);
+    }
+}

@@ -1,0 +1,308 @@
+//! Channels: bounded single-producer single-consumer queues of messages from one PE to
+//! another, in symmetric memory, for handing micro-batches between pipeline stages.
+//!
+//! A [`Channel<T>`] carries messages of up to [`max_len`](Channel::max_len) elements from PE
+//! [`producer`](Channel::producer) to PE [`consumer`](Channel::consumer) through `depth`
+//! slots on the consumer. The producer writes a message straight into a free slot (a put over
+//! NVLink) and raises the slot's ready word; the consumer copies it out and hands the slot
+//! back by advancing a credit word on the producer. A producer with every slot full waits, so
+//! an unread message is never overwritten, and no host is involved at either end.
+//!
+//! Both ends are stream-ordered and capturable in CUDA graphs: [`send`](Channel::send) and
+//! [`recv`](Channel::recv) enqueue one small kernel each, which keeps its position in device
+//! memory, so a replayed graph sends the next messages. Kernels of your own push and pop with
+//! `nvshmem_rs/channel.cuh` (on the include path of crates that build kernels with
+//! `nvshmem_build`), given [`handle`](Channel::handle):
+//!
+//! ```cuda
+//! #include <nvshmem_rs/channel.cuh>
+//! extern "C" __global__ void stage(nvshmem_rs_channel in, nvshmem_rs_channel out, float *buf,
+//!                                  uint64_t n) {
+//!     nvshmem_rs::channel_pop_block(in, buf, n * sizeof(float));
+//!     // ... work on buf ...
+//!     nvshmem_rs::channel_push_block(out, buf, n * sizeof(float));
+//! }
+//! ```
+//!
+//! The header documents its rules: one group pushes (and one pops) at a time, a push waits
+//! for a free slot and a pop for a message, and a pop returns once the message's bytes are
+//! visible to the popping group.
+//!
+//! Only single-producer channels exist: many PEs into one is one channel per producer, which
+//! keeps every slot written by one PE and needs no remote atomics on the fast path.
+//!
+//! ```no_run
+//! # fn main() -> nvshmem::Result<()> {
+//! use nvshmem::channel::Channel;
+//! let shmem = nvshmem::Nvshmem::init()?;
+//! let (me, n) = (shmem.my_pe(), shmem.n_pes());
+//! // A ring: channel i goes from PE i to PE i + 1. Making channels is collective, so every
+//! // PE makes all of them, in one order; each PE then uses the two it is an end of.
+//! let ring: Vec<Channel<f32>> = (0..n)
+//!     .map(|i| Channel::new(&shmem, i, (i + 1) % n, 4096, 4))
+//!     .collect::<nvshmem::Result<_>>()?;
+//! let (to_next, from_prev) = (&ring[me], &ring[(me + n - 1) % n]);
+//! let mut batch = shmem.calloc::<f32>(4096)?;
+//! if me == 0 {
+//!     to_next.send(&batch, shmem.stream())?;
+//! }
+//! from_prev.recv(&mut batch, shmem.stream())?;
+//! if me != 0 {
+//!     to_next.send(&batch, shmem.stream())?;
+//! }
+//! # Ok(()) }
+//! ```
+
+mod layout;
+
+pub use crate::abi::nvshmem_rs_channel as DeviceChannel;
+pub use layout::{ChannelLayout, SEND_BLOCK_BYTES};
+
+use crate::abi::{CHANNEL_LAST_BYTES, CHANNEL_RECEIVED, CHANNEL_WORDS};
+use crate::cubins::CHANNEL;
+use crate::element::Element;
+use crate::error::{CudaResultExt, Error, Result};
+use crate::memory::{DeviceSlice, SymmetricBuffer};
+use crate::module::{grid, Function, KernelArgs, Module};
+use crate::runtime::Nvshmem;
+use cudarc::driver::{result as cu, sys as cusys, CudaStream};
+use std::marker::PhantomData;
+
+/// Threads per block of the send and receive kernels.
+const THREADS: u32 = 512;
+
+/// The send and receive kernels, loaded once per runtime.
+#[derive(Clone)]
+struct Kernels {
+    send: Function,
+    recv: Function,
+}
+
+impl Kernels {
+    fn load(shmem: &Nvshmem) -> Result<Self> {
+        let module = Module::load_for_service(shmem, &CHANNEL)?;
+        Ok(Kernels {
+            send: module.function("channel_send")?,
+            recv: module.function("channel_recv")?,
+        })
+    }
+}
+
+/// A bounded single-producer single-consumer queue of messages of `T` from one PE to
+/// another, in symmetric memory (see the [module](self) documentation).
+pub struct Channel<T: Element> {
+    shmem: Nvshmem,
+    layout: ChannelLayout,
+    /// `depth` slots of `slot_bytes` (used on the consumer).
+    slots: SymmetricBuffer<u8>,
+    /// `ready[depth]`, `lens[depth]`, then the words of `NvshmemRsChannelWord`.
+    ctrl: SymmetricBuffer<u64>,
+    kernels: Kernels,
+    _elements: PhantomData<fn() -> T>,
+}
+
+impl<T: Element> std::fmt::Debug for Channel<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Channel<{:?}>(PE {} -> PE {}, {} slots of {} elements)",
+            T::DTYPE,
+            self.layout.producer,
+            self.layout.consumer,
+            self.layout.depth,
+            self.layout.max_len
+        )
+    }
+}
+
+impl<T: Element> Channel<T> {
+    /// A channel from PE `producer` to PE `consumer` (they may be the same PE) of `depth`
+    /// slots, each holding one message of up to `max_len` elements.
+    ///
+    /// Collective: every PE makes every channel, in the same order and with the same
+    /// arguments, as for any symmetric allocation (it takes `depth × max_len` elements, plus
+    /// `2 × depth + 6` words, of symmetric memory on every PE). Bad arguments are an error on
+    /// every PE alike.
+    pub fn new(
+        shmem: &Nvshmem,
+        producer: usize,
+        consumer: usize,
+        max_len: usize,
+        depth: usize,
+    ) -> Result<Self> {
+        let layout = ChannelLayout::new::<T>(producer, consumer, shmem.n_pes(), max_len, depth)?;
+        let kernels = shmem.with_service(Kernels::load, |k| Ok(k.clone()))?;
+        let slots = shmem.calloc::<u8>(layout.slots_bytes())?;
+        let ctrl = shmem.calloc::<u64>(layout.ctrl_words())?;
+        Ok(Channel {
+            shmem: shmem.clone(),
+            layout,
+            slots,
+            ctrl,
+            kernels,
+            _elements: PhantomData,
+        })
+    }
+
+    /// The PE that sends.
+    pub fn producer(&self) -> usize {
+        self.layout.producer
+    }
+
+    /// The PE that receives.
+    pub fn consumer(&self) -> usize {
+        self.layout.consumer
+    }
+
+    /// The most elements a message holds.
+    pub fn max_len(&self) -> usize {
+        self.layout.max_len
+    }
+
+    /// Messages in flight at most: the number of slots.
+    pub fn depth(&self) -> usize {
+        self.layout.depth
+    }
+
+    /// The channel as kernels see it, to pass by value ([`KernelArgs::value`]) to kernels
+    /// that push or pop with `nvshmem_rs/channel.cuh`. Valid while the channel lives; the same
+    /// on every PE but for the addresses, which are this PE's.
+    pub fn handle(&self) -> DeviceChannel {
+        let depth = self.layout.depth;
+        let base = self.ctrl.as_ptr();
+        DeviceChannel {
+            slots: self.slots.as_ptr() as *mut std::ffi::c_char,
+            // The control block is `ready`, `lens`, then the channel's words.
+            ready: base,
+            lens: base.wrapping_add(depth),
+            words: base.wrapping_add(2 * depth),
+            slot_bytes: self.layout.slot_bytes as u64,
+            depth: depth as u32,
+            producer: self.layout.producer as i32,
+            consumer: self.layout.consumer as i32,
+        }
+    }
+
+    /// Send `src` (at most [`max_len`](Self::max_len) elements, in this PE's memory) as one
+    /// message, on `stream`. Called on the producer. The kernel waits on the GPU while every
+    /// slot holds an unread message; `src` may be reused once the kernel has run.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// # use nvshmem::channel::Channel;
+    /// # let shmem = nvshmem::Nvshmem::init()?;
+    /// let ch = Channel::<f32>::new(&shmem, 0, shmem.n_pes() - 1, 1024, 2)?;
+    /// let mut buf = shmem.calloc::<f32>(1024)?;
+    /// if shmem.my_pe() == ch.producer() {
+    ///     ch.send(&buf, shmem.stream())?;
+    /// }
+    /// if shmem.my_pe() == ch.consumer() {
+    ///     ch.recv(&mut buf, shmem.stream())?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn send(&self, src: &impl DeviceSlice<T>, stream: &CudaStream) -> Result<()> {
+        self.layout.check_send(self.shmem.my_pe(), src.len())?;
+        let bytes = (src.len() * size_of::<T>()) as u64;
+        let mut args = KernelArgs::new();
+        args.value(self.handle())
+            .device_ptr(src.device_ptr())
+            .value(bytes);
+        let blocks = layout::blocks_for(bytes);
+        // SAFETY: the arguments match channel_send(nvshmem_rs_channel, const char *, uint64_t);
+        // the handle's buffers live as long as `self`, and `src` holds `bytes` bytes.
+        unsafe {
+            self.kernels
+                .send
+                .launch(grid(blocks, THREADS), stream, &mut args)
+        }
+    }
+
+    /// Receive the next message into `dst` on `stream`, which must hold
+    /// [`max_len`](Self::max_len) elements (a message has at most that many; the length of
+    /// the one received is [`last_len`](Self::last_len)). Called on the consumer. The kernel
+    /// waits on the GPU for a message.
+    pub fn recv(&self, dst: &mut impl DeviceSlice<T>, stream: &CudaStream) -> Result<()> {
+        self.layout.check_recv(self.shmem.my_pe(), dst.len())?;
+        let capacity = (dst.len() * size_of::<T>()) as u64;
+        let mut args = KernelArgs::new();
+        args.value(self.handle())
+            .device_ptr(dst.device_ptr())
+            .value(capacity);
+        let blocks = layout::blocks_for(capacity.min(self.layout.slot_bytes as u64));
+        // SAFETY: the arguments match channel_recv(nvshmem_rs_channel, char *, uint64_t), and
+        // `dst` holds `capacity` bytes, which the kernel writes at most.
+        unsafe {
+            self.kernels
+                .recv
+                .launch(grid(blocks, THREADS), stream, &mut args)
+        }
+    }
+
+    /// [`recv`](Self::recv) if a message is waiting now; `Ok(false)` without enqueueing
+    /// anything if not. Waits for `stream` first (so the receives already on it are counted),
+    /// which makes it unusable while `stream` is being captured into a graph (an error).
+    pub fn try_recv(&self, dst: &mut impl DeviceSlice<T>, stream: &CudaStream) -> Result<bool> {
+        self.layout.check_recv(self.shmem.my_pe(), dst.len())?;
+        if !self.has_message(stream)? {
+            return Ok(false);
+        }
+        self.recv(dst, stream)?;
+        Ok(true)
+    }
+
+    /// The number of elements of the message received last on this PE (0 before the first).
+    /// Waits for `stream`, on which the receives were made.
+    pub fn last_len(&self, stream: &CudaStream) -> Result<usize> {
+        self.layout
+            .check_recv(self.shmem.my_pe(), self.layout.max_len)?;
+        let [bytes] = self.read_words(stream, [self.word(CHANNEL_LAST_BYTES)])?;
+        Ok(bytes as usize / size_of::<T>())
+    }
+
+    /// Whether the next message has arrived, after the work on `stream`.
+    fn has_message(&self, stream: &CudaStream) -> Result<bool> {
+        let [received] = self.read_words(stream, [self.word(CHANNEL_RECEIVED)])?;
+        let slot = (received % self.layout.depth as u64) as usize;
+        let [ready] = self.read_words(stream, [slot])?;
+        Ok(ready > received)
+    }
+
+    /// The index in the control block of one of the channel's words.
+    fn word(&self, word: u32) -> usize {
+        2 * self.layout.depth + word as usize
+    }
+
+    /// Control-block words `at`, after the work on `stream`.
+    fn read_words<const N: usize>(&self, stream: &CudaStream, at: [usize; N]) -> Result<[u64; N]> {
+        if stream.capture_status().during("cuStreamIsCapturing")?
+            != cusys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+        {
+            return Err(Error::InvalidArgument(
+                "Channel::try_recv and last_len wait for their stream, which is being captured \
+                 into a graph: call them outside the capture"
+                    .into(),
+            ));
+        }
+        self.shmem.bind_context()?;
+        stream.synchronize().during("cuStreamSynchronize")?;
+        let mut out = [0u64; N];
+        for (value, i) in out.iter_mut().zip(at) {
+            debug_assert!(i < CHANNEL_WORDS as usize + 2 * self.layout.depth);
+            let mut word = [0u64];
+            // SAFETY: `i` is inside the control block, which lives as long as `self`; the copy
+            // is waited for before `word` is read.
+            unsafe {
+                cu::memcpy_dtoh_async(
+                    &mut word,
+                    self.ctrl.device_ptr() + (i * 8) as u64,
+                    stream.cu_stream(),
+                )
+            }
+            .during("cuMemcpyDtoHAsync")?;
+            stream.synchronize().during("cuStreamSynchronize")?;
+            *value = word[0];
+        }
+        Ok(out)
+    }
+}
