@@ -18,6 +18,15 @@ __device__ __forceinline__ void block_part(uint64_t bytes, uint64_t *first, uint
     *len = (b < bytes ? b : bytes) - (a < bytes ? a : bytes);
 }
 
+// Launched with programmatic stream serialization (Channel::send/recv), a kernel may start
+// while the kernel before it on the stream still runs: wait for it before touching anything
+// it may write (the message, the channel's counters), and let the next kernel start
+// launching at once, so that its launch overlaps this one's wait.
+__device__ __forceinline__ void enter() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 // Whether this block is the last of the grid to get here; `arrived` counts them and is reset
 // by the last one, for the next launch. Called by one thread, after the block's work.
 __device__ __forceinline__ bool last_to_arrive(uint64_t *arrived) {
@@ -32,6 +41,7 @@ __device__ __forceinline__ bool last_to_arrive(uint64_t *arrived) {
 
 extern "C" __global__ void __launch_bounds__(512)
     channel_send(nvshmem_rs_channel ch, const char *src, uint64_t bytes) {
+    enter();
     if (gridDim.x == 1) {
         nvshmem_rs::channel_push_block(ch, src, bytes);
         return;
@@ -56,6 +66,7 @@ extern "C" __global__ void __launch_bounds__(512)
 // the channel's CHANNEL_LAST_BYTES word.
 extern "C" __global__ void __launch_bounds__(512)
     channel_recv(nvshmem_rs_channel ch, char *dst, uint64_t capacity) {
+    enter();
     if (gridDim.x == 1) {
         nvshmem_rs::channel_pop_block(ch, dst, capacity);
         return;

@@ -6,12 +6,12 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 
 /// Bytes of a message each block of the send and receive kernels moves: larger messages are
-/// cut across more blocks (up to [`MAX_BLOCKS`]), so they go at NVLink's bandwidth rather
+/// cut across more blocks (up to 64), so they go at NVLink's bandwidth rather
 /// than one SM's.
-pub const SEND_BLOCK_BYTES: u64 = 256 << 10;
+pub const SEND_BLOCK_BYTES: u64 = 32 << 10;
 
 /// Blocks of the send and receive kernels at most.
-const MAX_BLOCKS: u64 = 32;
+const MAX_BLOCKS: u64 = 64;
 
 /// The blocks that move a message of `bytes` bytes.
 pub(crate) fn blocks_for(bytes: u64) -> u32 {
@@ -213,7 +213,8 @@ mod tests {
         assert_eq!(blocks_for(4096), 1);
         assert_eq!(blocks_for(SEND_BLOCK_BYTES), 1);
         assert_eq!(blocks_for(SEND_BLOCK_BYTES + 1), 2);
-        assert_eq!(blocks_for(16 << 20), 32);
-        assert_eq!(blocks_for(u64::MAX), 32);
+        assert_eq!(blocks_for(256 << 10), 8);
+        assert_eq!(blocks_for(16 << 20), 64);
+        assert_eq!(blocks_for(u64::MAX), 64);
     }
 }

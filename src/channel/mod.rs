@@ -63,13 +63,21 @@ use crate::cubins::CHANNEL;
 use crate::element::Element;
 use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::{DeviceSlice, SymmetricBuffer};
-use crate::module::{grid, Function, KernelArgs, Module};
+use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
 use crate::runtime::Nvshmem;
 use cudarc::driver::{result as cu, sys as cusys, CudaStream};
 use std::marker::PhantomData;
 
 /// Threads per block of the send and receive kernels.
 const THREADS: u32 = 512;
+
+/// How the send and receive kernels are launched: each may begin launching while the kernel
+/// before it on the stream runs (it waits for that kernel before touching memory), which
+/// hides most of a launch in a chain of hand-offs.
+const LAUNCH: LaunchOptions = LaunchOptions {
+    cooperative: false,
+    programmatic: true,
+};
 
 /// The send and receive kernels, loaded once per runtime.
 #[derive(Clone)]
@@ -214,7 +222,7 @@ impl<T: Element> Channel<T> {
         unsafe {
             self.kernels
                 .send
-                .launch(grid(blocks, THREADS), stream, &mut args)
+                .launch_with(grid(blocks, THREADS), LAUNCH, stream, &mut args)
         }
     }
 
@@ -235,7 +243,7 @@ impl<T: Element> Channel<T> {
         unsafe {
             self.kernels
                 .recv
-                .launch(grid(blocks, THREADS), stream, &mut args)
+                .launch_with(grid(blocks, THREADS), LAUNCH, stream, &mut args)
         }
     }
 
