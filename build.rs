@@ -2,7 +2,7 @@
 //! turns `kernels/abi.h`, the definitions the kernels and the Rust side share, into Rust.
 
 use nvshmem_build::{emit_rpath, fail, Error, KernelBuilder, Probe};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn main() {
     // The NVSHMEM that nvshmem-sys found and bound, so host and device libraries match.
@@ -20,13 +20,16 @@ fn main() {
         .write_rust_module("cubins.rs")
         .unwrap_or_else(|e| fail(&e));
     // Kernels of the examples, built like a user's (they include nvshmem_rs/*.cuh) and
-    // embedded only by the examples that include $OUT_DIR/examples/kernels.rs.
-    builder
-        .clone()
-        .source_dir("examples/kernels")
-        .and_then(|b| b.out_dir(out_dir().join("examples")).build())
-        .and_then(|b| b.write_rust_module("kernels.rs"))
-        .unwrap_or_else(|e| fail(&e));
+    // embedded only by the examples that include $OUT_DIR/examples/kernels.rs. The package
+    // leaves them out (Cargo.toml), so crates that depend on us do not compile them.
+    if Path::new("examples/kernels").is_dir() {
+        builder
+            .clone()
+            .source_dir("examples/kernels")
+            .and_then(|b| b.out_dir(out_dir().join("examples")).build())
+            .and_then(|b| b.write_rust_module("kernels.rs"))
+            .unwrap_or_else(|e| fail(&e));
+    }
     emit_rpath(&built.nvshmem.lib_dir);
     generate_abi().unwrap_or_else(|e| fail(&e));
     // For crates that depend on us and build their own kernels (DEP_NVSHMEM_RS_*).

@@ -98,6 +98,11 @@ impl Kernels {
 
 /// A bounded single-producer single-consumer queue of messages of `T` from one PE to
 /// another, in symmetric memory (see the [module](self) documentation).
+///
+/// Each end keeps its position in device memory, so the calls at one end must run one after
+/// the other on the GPU: make them on one stream (or order their streams with events), and do
+/// not push from a kernel of yours while a `send` runs. Two sends racing on one end would
+/// both claim the same slot.
 pub struct Channel<T: Element> {
     shmem: Nvshmem,
     layout: ChannelLayout,
@@ -193,7 +198,9 @@ impl<T: Element> Channel<T> {
 
     /// Send `src` (at most [`max_len`](Self::max_len) elements, in this PE's memory) as one
     /// message, on `stream`. Called on the producer. The kernel waits on the GPU while every
-    /// slot holds an unread message; `src` may be reused once the kernel has run.
+    /// slot holds an unread message; `src` may be reused once the kernel has run. Any device
+    /// memory of this PE will do for a consumer reached over NVLink; one on another node
+    /// needs `src` in symmetric memory (NVSHMEM's network transports read only that).
     ///
     /// ```no_run
     /// # fn main() -> nvshmem::Result<()> {
