@@ -51,24 +51,44 @@ fn tp_cubin_has_the_element_wise_kernels_of_the_layers() {
 }
 
 #[test]
+fn pool_cubin_has_the_page_pool_kernels() {
+    check_set(
+        &nvshmem::cubins::POOL,
+        &[
+            "pool_alloc_pages",
+            "pool_free_pages",
+            "pool_check_pages",
+            "pool_read_words",
+            "pool_gather",
+            "pool_scatter",
+        ]
+        .map(String::from),
+    );
+}
+
+#[test]
 fn the_library_ships_only_library_kernels() {
     // Demos and benchmark kernels live in their own crates (examples/bench).
     let names: Vec<&str> = [
         nvshmem::cubins::COLLECTIVES,
         nvshmem::cubins::ATOMICS,
         nvshmem::cubins::TP,
+        nvshmem::cubins::POOL,
     ]
     .iter()
     .map(|s| s.name())
     .collect();
-    assert_eq!(names, ["collectives", "atomics", "tp"]);
+    assert_eq!(names, ["collectives", "atomics", "tp", "pool"]);
     let kernels = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels")).unwrap();
     let mut sources: Vec<String> = kernels
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| n.ends_with(".cu"))
         .collect();
     sources.sort();
-    assert_eq!(sources, ["atomics.cu", "collectives.cu", "tp.cu"]);
+    assert_eq!(
+        sources,
+        ["atomics.cu", "collectives.cu", "pool.cu", "tp.cu"]
+    );
 }
 
 #[test]
@@ -91,6 +111,7 @@ fn cubins_are_built_for_hopper_unless_told_otherwise() {
         &nvshmem::cubins::COLLECTIVES,
         &nvshmem::cubins::ATOMICS,
         &nvshmem::cubins::TP,
+        &nvshmem::cubins::POOL,
     ] {
         let caps: Vec<u32> = set.images().iter().map(|i| i.capability).collect();
         assert_eq!(caps, expected, "{}", set.name());
