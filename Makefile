@@ -4,7 +4,8 @@
 #                  and .venv/bin/nvshmemrun
 #   make test      CPU tests (no GPU needed)
 #   make run EXAMPLE=hello NP=2
-#   make check     GPU checks (our collectives, the host API, the ring-pipeline user crate)
+#   make check     GPU checks (our collectives, the host API, tp, the page pool, the ring-pipeline
+#                  user crate)
 #                  with 2 and 4 PEs (those the machine has GPUs for)
 #   make bench     the benchmark suite against NCCL, one PE per local GPU
 #
@@ -63,7 +64,7 @@ check:
 	@$(MAKE) --no-print-directory build
 	@for np in $(CHECK_NP); do \
 	  if [ $$np -gt $(word 2,$(GPUS)) ]; then echo "check: -np $$np skipped ($(word 2,$(GPUS)) GPUs)"; continue; fi; \
-	  for prog in examples/coll_check examples/gpu_check examples/tp_mlp ring-pipeline; do \
+	  for prog in examples/coll_check examples/gpu_check examples/tp_mlp examples/kv_pool ring-pipeline; do \
 	    args=$$([ $$prog = examples/gpu_check ] && echo "$(ARGS)"); \
 	    echo "scripts/nvshmrun -np $$np target/release/$$prog $$args"; \
 	    scripts/nvshmrun -np $$np target/release/$$prog $$args || exit 1; \

@@ -48,7 +48,11 @@ fn pattern(round: u64, writer: usize, pe: u32, index: u32) -> Vec<u8> {
 /// Where `got` first differs from `want`, as text.
 fn compare(what: &str, got: &[u8], want: &[u8]) -> Outcome {
     if got.len() != want.len() {
-        return Err(format!("{what}: {} bytes, expected {}", got.len(), want.len()));
+        return Err(format!(
+            "{what}: {} bytes, expected {}",
+            got.len(),
+            want.len()
+        ));
     }
     match got.iter().zip(want).position(|(g, w)| g != w) {
         None => Ok(()),
@@ -188,7 +192,13 @@ fn main() {
     c.run("the handle describes the pool", || {
         let h = pool.handle();
         let fields = (h.pages_per_pe, h.page_bytes, h.table_len, h.my_pe, h.n_pes);
-        let want = (PAGES as u32, PAGE_BYTES as u64, TABLE as u32, me as i32, n as i32);
+        let want = (
+            PAGES as u32,
+            PAGE_BYTES as u64,
+            TABLE as u32,
+            me as i32,
+            n as i32,
+        );
         if fields != want || h.pages as u64 != pool.pages().device_ptr() {
             return Err(format!("handle {fields:?}, expected {want:?}"));
         }
@@ -241,7 +251,9 @@ fn main() {
     let others = peers(me, n);
     c.run("host gather of random pages of the peers", || {
         let (ids, want) = random_published(&pool, &others, 2 * MINE, &mut rng)?;
-        let dst = shmem.alloc_device::<u8>(ids.len() * PAGE_BYTES).map_err(e)?;
+        let dst = shmem
+            .alloc_device::<u8>(ids.len() * PAGE_BYTES)
+            .map_err(e)?;
         pool.gather(&dst, &ids, shmem.stream()).map_err(e)?;
         sync(&shmem)?;
         compare("gathered pages", &dst.to_vec().map_err(e)?, &want)
@@ -276,7 +288,9 @@ fn main() {
         want.extend(&filler);
         let ids_dev: DeviceBuffer<u64> = shmem.alloc_device(raw.len()).map_err(e)?;
         ids_dev.copy_from_host(&raw).map_err(e)?;
-        let dst = shmem.alloc_device::<u8>(raw.len() * PAGE_BYTES).map_err(e)?;
+        let dst = shmem
+            .alloc_device::<u8>(raw.len() * PAGE_BYTES)
+            .map_err(e)?;
         dst.copy_from_host(&vec![0xA5u8; raw.len() * PAGE_BYTES])
             .map_err(e)?;
         pool.gather_device(&dst, &ids_dev, shmem.stream())
@@ -376,7 +390,14 @@ fn main() {
             return Err(format!("5 pages of 5: {indices:?}"));
         }
         expect_err("a sixth page", small.alloc(me), |err| {
-            matches!(err, Error::PoolExhausted { available: 0, requested: 1, .. })
+            matches!(
+                err,
+                Error::PoolExhausted {
+                    available: 0,
+                    requested: 1,
+                    ..
+                }
+            )
         })?;
         small.free(all[2]).map_err(e)?;
         expect_err("a double free", small.free(all[2]), |err| {
@@ -389,12 +410,24 @@ fn main() {
         small.free_n(&[all[1], all[3]]).map_err(e)?;
         // All or nothing: 3 asked for, 2 free; the 2 taken are given back.
         expect_err("3 pages of 2 free", small.alloc_n(me, 3), |err| {
-            matches!(err, Error::PoolExhausted { available: 2, requested: 3, .. })
+            matches!(
+                err,
+                Error::PoolExhausted {
+                    available: 2,
+                    requested: 3,
+                    ..
+                }
+            )
         })?;
         if small.in_use(me).map_err(e)? != 3 {
             return Err("a failed allocation kept pages".into());
         }
-        let mut back: Vec<u32> = small.alloc_n(me, 2).map_err(e)?.iter().map(|id| id.index).collect();
+        let mut back: Vec<u32> = small
+            .alloc_n(me, 2)
+            .map_err(e)?
+            .iter()
+            .map(|id| id.index)
+            .collect();
         back.sort_unstable();
         if back != [1, 3] {
             return Err(format!("reallocated {back:?}, expected [1, 3]"));
@@ -402,49 +435,61 @@ fn main() {
         Ok(())
     });
 
-    c.run("concurrent allocation into PE 0 hands out every page once", || {
-        // Room for everyone's pages and 5 more (padding in the last word).
-        let pages = CONCURRENT * n + 5;
-        let shared = PagePool::new(&shmem, pages, 16, CONCURRENT * n).map_err(e)?;
-        // Every PE allocates on PE 0 at once, in batches (no error returns before the
-        // barrier, which every PE must reach).
-        let mut got = Vec::new();
-        let allocated: Result<(), String> = (0..CONCURRENT / BATCH).try_for_each(|_| {
-            got.extend(shared.alloc_n(0, BATCH).map_err(e)?);
-            Ok(())
-        });
-        let published: Result<(), String> = got.iter().enumerate().try_for_each(|(k, &id)| {
-            shared.table_set(0, me * CONCURRENT + k, Some(id)).map_err(e)
-        });
-        shmem.barrier_all().map_err(e)?;
-        // Checked between barriers that every PE reaches, whatever it finds.
-        let verified = (|| {
-            let mut seen = HashSet::new();
-            for entry in 0..CONCURRENT * n {
-                let id = shared
-                    .table_get(0, entry)
-                    .map_err(e)?
-                    .ok_or_else(|| format!("entry {entry} of PE 0 is empty"))?;
-                if id.pe != 0 || !seen.insert(id) {
-                    return Err(format!("{id} handed out twice, or not on PE 0"));
+    c.run(
+        "concurrent allocation into PE 0 hands out every page once",
+        || {
+            // Room for everyone's pages and 5 more (padding in the last word).
+            let pages = CONCURRENT * n + 5;
+            let shared = PagePool::new(&shmem, pages, 16, CONCURRENT * n).map_err(e)?;
+            // Every PE allocates on PE 0 at once, in batches (no error returns before the
+            // barrier, which every PE must reach).
+            let mut got = Vec::new();
+            let allocated: Result<(), String> = (0..CONCURRENT / BATCH).try_for_each(|_| {
+                got.extend(shared.alloc_n(0, BATCH).map_err(e)?);
+                Ok(())
+            });
+            let published: Result<(), String> = got.iter().enumerate().try_for_each(|(k, &id)| {
+                shared
+                    .table_set(0, me * CONCURRENT + k, Some(id))
+                    .map_err(e)
+            });
+            shmem.barrier_all().map_err(e)?;
+            // Checked between barriers that every PE reaches, whatever it finds.
+            let verified = (|| {
+                let mut seen = HashSet::new();
+                for entry in 0..CONCURRENT * n {
+                    let id = shared
+                        .table_get(0, entry)
+                        .map_err(e)?
+                        .ok_or_else(|| format!("entry {entry} of PE 0 is empty"))?;
+                    if id.pe != 0 || !seen.insert(id) {
+                        return Err(format!("{id} handed out twice, or not on PE 0"));
+                    }
                 }
-            }
-            match shared.in_use(0).map_err(e)? {
-                used if used == CONCURRENT * n => Ok(()),
-                used => Err(format!("{used} pages of PE 0 in use, expected {}", CONCURRENT * n)),
-            }
-        })();
-        shmem.barrier_all().map_err(e)?;
-        let freed = shared.free_n(&got).map_err(e);
-        shmem.barrier_all().map_err(e)?;
-        let emptied = match shared.in_use(0).map_err(e)? {
-            0 => Ok(()),
-            left => Err(format!(
-                "{left} pages of PE 0 still in use after every PE freed its own"
-            )),
-        };
-        allocated.and(published).and(verified).and(freed).and(emptied)
-    });
+                match shared.in_use(0).map_err(e)? {
+                    used if used == CONCURRENT * n => Ok(()),
+                    used => Err(format!(
+                        "{used} pages of PE 0 in use, expected {}",
+                        CONCURRENT * n
+                    )),
+                }
+            })();
+            shmem.barrier_all().map_err(e)?;
+            let freed = shared.free_n(&got).map_err(e);
+            shmem.barrier_all().map_err(e)?;
+            let emptied = match shared.in_use(0).map_err(e)? {
+                0 => Ok(()),
+                left => Err(format!(
+                    "{left} pages of PE 0 still in use after every PE freed its own"
+                )),
+            };
+            allocated
+                .and(published)
+                .and(verified)
+                .and(freed)
+                .and(emptied)
+        },
+    );
 
     c.run("freed pages of the main pool", || {
         // Every reader is done (the barrier after the last check): free this PE's pages.
