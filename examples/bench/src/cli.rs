@@ -104,6 +104,15 @@ POINT-TO-POINT (--tests p2p, or a subset), PE 0 and --peer (default PE 1); other
   repetition writes, its own slot of a 128 MiB region (the last one's is checked); g follows
   dependent reads over 8 MiB of distinct lines.
 
+PAGE POOL (--tests pool; part of all)
+  nvshmem::pool::PagePool::gather_device of 1, 16 and 256 pages of 16 KiB and 64 KiB into
+  local device memory, by PE 0: from --peer (PE 0 itself when alone), from every other PE in
+  turn, and from PE 0's own pages (local: the same kernel copying device to device). Each
+  PE's pool holds 256 pages, all allocated. Gathers are captured into CUDA graphs of
+  --graph-ops gathers, cut to --case-budget; time = median per gather; GB/s = gathered
+  bytes / time. Check: every row writes fresh random bytes into every PE's pages, PE 0's
+  destination is poisoned before the replays and must hold the pages' bytes afterwards.
+
 TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp)
   A Llama MLP forward, y = down(SiLU(x gate^T) * (x up^T)) in bf16, with the FFN features
   sharded over every PE (tensor-parallel degree = PEs), for each --tp-shapes shape (8b: hidden
@@ -191,6 +200,9 @@ pub enum TestName {
     /// Tensor-parallel Llama MLP forward: the GEMMs alone, with NCCL's all-reduce, with ours
     /// (nvshmem::tp::TpMlp); not part of all
     Tp,
+    /// Page-pool gathers (nvshmem::pool::PagePool) of 1, 16, 256 pages of 16 and 64 KiB from
+    /// one peer, all peers and locally
+    Pool,
     /// Every collective and point-to-point test (not tp, which needs cuBLASLt and gigabytes of
     /// weights per GPU: add it with --tests all,tp)
     All,
@@ -396,6 +408,7 @@ pub struct Tests {
     pub p2p_host: bool,
     pub sendrecv: bool,
     pub tp: bool,
+    pub pool: bool,
 }
 
 impl Tests {
@@ -412,6 +425,7 @@ impl Tests {
                 TestName::P2pHost => t.p2p_host = true,
                 TestName::Sendrecv => t.sendrecv = true,
                 TestName::Tp => t.tp = true,
+                TestName::Pool => t.pool = true,
                 TestName::P2p | TestName::All => {
                     t.p2p_latency = true;
                     t.p2p_signal = true;
@@ -419,6 +433,7 @@ impl Tests {
                     t.p2p_host = true;
                     t.sendrecv = true;
                     if *name == TestName::All {
+                        t.pool = true;
                         t.allreduce = true;
                         t.allgather = true;
                         t.reducescatter = true;

@@ -122,9 +122,8 @@ pub fn run(ctx: &Ctx, timer: &mut Timer, results: &mut Results) -> Result<()> {
         _ => ctx.cfg.peer,
     };
     let sources: Vec<Source> = if peer >= n {
-        let note = format!(
-            "pool: gathers from one peer skipped: there are {n} PEs and --peer is {peer}"
-        );
+        let note =
+            format!("pool: gathers from one peer skipped: there are {n} PEs and --peer is {peer}");
         ctx.progress.say(&note);
         results.notes.push(note);
         vec![Source::AllPeers, Source::Local]
