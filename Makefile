@@ -5,7 +5,7 @@
 #   make test      CPU tests (no GPU needed)
 #   make run EXAMPLE=hello NP=2
 #   make check     GPU checks (our collectives, the host API, the TP layers, channels, the
-#                  ring-pipeline user crate)
+#                  page pool, the ring-pipeline user crate)
 #                  with 2 and 4 PEs (those the machine has GPUs for)
 #   make bench     the benchmark suite against NCCL, one PE per local GPU
 #
@@ -64,7 +64,7 @@ check:
 	@$(MAKE) --no-print-directory build
 	@for np in $(CHECK_NP); do \
 	  if [ $$np -gt $(word 2,$(GPUS)) ]; then echo "check: -np $$np skipped ($(word 2,$(GPUS)) GPUs)"; continue; fi; \
-	  for prog in examples/coll_check examples/gpu_check examples/tp_mlp examples/pipeline ring-pipeline; do \
+	  for prog in examples/coll_check examples/gpu_check examples/tp_mlp examples/pipeline examples/kv_pool ring-pipeline; do \
 	    args=$$([ $$prog = examples/gpu_check ] && echo "$(ARGS)"); \
 	    echo "scripts/nvshmrun -np $$np target/release/$$prog $$args"; \
 	    scripts/nvshmrun -np $$np target/release/$$prog $$args || exit 1; \

@@ -218,8 +218,8 @@ fn pipeline(shmem: &Nvshmem, seed: u64, mode: u32, batches: usize) -> Result<Dur
     let mut sources = Vec::new();
     let mut outs = Vec::new();
     if me == 0 {
-        for k in 0..batches {
-            let b = shmem.alloc_device::<u32>(lens[k])?;
+        for (k, &len) in lens.iter().enumerate() {
+            let b = shmem.alloc_device::<u32>(len)?;
             b.copy_from_host(&batch(k))?;
             sources.push(b);
             let o = shmem.alloc_device::<u32>(max_len)?;

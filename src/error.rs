@@ -187,6 +187,37 @@ pub enum Error {
     },
     /// An argument is invalid for another reason; the message says which and why.
     InvalidArgument(String),
+    /// A [`PagePool`](crate::pool::PagePool) PE had fewer free pages than asked for; the call
+    /// took none.
+    PoolExhausted {
+        /// The PE whose pages were asked for.
+        pe: usize,
+        /// Pages asked for.
+        requested: usize,
+        /// Pages that were free when the call looked (it gave back those it had taken).
+        available: usize,
+        /// Pages each PE holds.
+        pages_per_pe: usize,
+        /// Bytes of a page.
+        page_bytes: usize,
+    },
+    /// A page index outside a [`PagePool`](crate::pool::PagePool)'s pages of a PE.
+    PageOutOfRange {
+        /// The PE of the page id.
+        pe: usize,
+        /// The page index asked for.
+        index: usize,
+        /// Pages each PE holds (valid indices are below it).
+        pages_per_pe: usize,
+    },
+    /// A page that is not allocated (never allocated, or freed already) where the call needs
+    /// an allocated one.
+    PageNotAllocated {
+        /// The PE of the page.
+        pe: usize,
+        /// The page's index on that PE.
+        index: usize,
+    },
 }
 
 /// `Result` with this crate's [`Error`].
@@ -304,6 +335,32 @@ impl fmt::Display for Error {
                 Ok(())
             }
             Error::InvalidArgument(msg) => f.write_str(msg),
+            Error::PoolExhausted {
+                pe,
+                requested,
+                available,
+                pages_per_pe,
+                page_bytes,
+            } => write!(
+                f,
+                "page pool exhausted: {requested} pages asked for on PE {pe}, which had {available} \
+                 free of its {pages_per_pe} pages of {page_bytes} bytes; free pages \
+                 (PagePool::free), allocate on another PE, or build the pool with more pages_per_pe"
+            ),
+            Error::PageOutOfRange {
+                pe,
+                index,
+                pages_per_pe,
+            } => write!(
+                f,
+                "page {index} of PE {pe} is out of range: each PE holds {pages_per_pe} pages \
+                 (0..{pages_per_pe}); use ids that PagePool::alloc returned"
+            ),
+            Error::PageNotAllocated { pe, index } => write!(
+                f,
+                "page {index} of PE {pe} is not allocated (never allocated, or freed already); \
+                 use ids that PagePool::alloc returned, and free each once"
+            ),
         }
     }
 }
@@ -385,6 +442,42 @@ mod tests {
         );
         let text = exhausted(HeapLimit::GpuMemory(5 << 20));
         assert!(text.contains("free memory (5242880 bytes)"), "{text}");
+    }
+
+    #[test]
+    fn pool_errors_give_the_sizes_and_what_to_do() {
+        let text = Error::PoolExhausted {
+            pe: 3,
+            requested: 10,
+            available: 4,
+            pages_per_pe: 64,
+            page_bytes: 16384,
+        }
+        .to_string();
+        for part in [
+            "10 pages",
+            "PE 3",
+            "4 free",
+            "64 pages of 16384 bytes",
+            "pages_per_pe",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        let text = Error::PageOutOfRange {
+            pe: 1,
+            index: 70,
+            pages_per_pe: 64,
+        }
+        .to_string();
+        assert!(
+            text.contains("page 70 of PE 1") && text.contains("(0..64)"),
+            "{text}"
+        );
+        let text = Error::PageNotAllocated { pe: 0, index: 5 }.to_string();
+        assert!(
+            text.contains("page 5 of PE 0") && text.contains("free each once"),
+            "{text}"
+        );
     }
 
     #[test]

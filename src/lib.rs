@@ -19,8 +19,9 @@
 //! ([`rma`], [`signal`], [`atomic`], [`sync`]), [`team`]s with NVSHMEM's own collectives,
 //! kernel modules with the one launch path ([`module`]), our device collectives
 //! ([`collectives`]), whose kernels are in [`cubins`], tensor-parallel layers on them
-//! ([`tp`]), and structures in symmetric memory: [`channel`]s between PEs. Every operation
-//! takes its destination first, as NVSHMEM does.
+//! ([`tp`]), and structures in symmetric memory: [`channel`]s between PEs (pipeline
+//! hand-off) and the [`pool`] of pages handed out on any PE (KV-cache blocks) with gathers and
+//! scatters. Every operation takes its destination first, as NVSHMEM does.
 //!
 //! # Threads
 //! Every type is `Send + Sync` and may be used from any thread. NVSHMEM's host library runs
@@ -45,6 +46,7 @@ pub mod element;
 pub mod error;
 pub mod memory;
 pub mod module;
+pub mod pool;
 pub mod rma;
 pub mod runtime;
 pub mod signal;
@@ -64,6 +66,7 @@ pub use error::{Error, HeapLimit, Result};
 pub use half::{bf16, f16};
 pub use memory::{DeviceBuffer, DeviceSlice, SymmetricBuffer, SymmetricView};
 pub use nvshmem_sys as sys;
+pub use pool::{PageId, PagePool};
 pub use runtime::{InitOptions, Nvshmem, RuntimeInfo, UniqueId};
 pub use signal::{Cmp, SignalOp};
 pub use team::Team;

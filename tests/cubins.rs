@@ -73,6 +73,22 @@ fn a_users_kernel_builds_against_the_device_header() {
 }
 
 #[test]
+fn pool_cubin_has_the_page_pool_kernels() {
+    check_set(
+        &nvshmem::cubins::POOL,
+        &[
+            "pool_alloc_pages",
+            "pool_free_pages",
+            "pool_check_pages",
+            "pool_read_words",
+            "pool_gather",
+            "pool_scatter",
+        ]
+        .map(String::from),
+    );
+}
+
+#[test]
 fn the_library_ships_only_library_kernels() {
     // Demos and benchmark kernels live in their own crates (examples/bench).
     let names: Vec<&str> = [
@@ -80,11 +96,12 @@ fn the_library_ships_only_library_kernels() {
         nvshmem::cubins::ATOMICS,
         nvshmem::cubins::TP,
         nvshmem::cubins::CHANNEL,
+        nvshmem::cubins::POOL,
     ]
     .iter()
     .map(|s| s.name())
     .collect();
-    assert_eq!(names, ["collectives", "atomics", "tp", "channel"]);
+    assert_eq!(names, ["collectives", "atomics", "tp", "channel", "pool"]);
     let kernels = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels")).unwrap();
     let mut sources: Vec<String> = kernels
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
@@ -93,7 +110,13 @@ fn the_library_ships_only_library_kernels() {
     sources.sort();
     assert_eq!(
         sources,
-        ["atomics.cu", "channel.cu", "collectives.cu", "tp.cu"]
+        [
+            "atomics.cu",
+            "channel.cu",
+            "collectives.cu",
+            "pool.cu",
+            "tp.cu"
+        ]
     );
 }
 
@@ -118,6 +141,7 @@ fn cubins_are_built_for_hopper_unless_told_otherwise() {
         &nvshmem::cubins::ATOMICS,
         &nvshmem::cubins::TP,
         &nvshmem::cubins::CHANNEL,
+        &nvshmem::cubins::POOL,
     ] {
         let caps: Vec<u32> = set.images().iter().map(|i| i.capability).collect();
         assert_eq!(caps, expected, "{}", set.name());

@@ -117,6 +117,15 @@ CHANNELS (--tests channel), PE 0 and --peer (a loopback on PE 0 when there is on
                       time per message on the producer, GB/s and messages/s
   Check: the destination holds the sender's fresh random bytes after the timed runs.
 
+PAGE POOL (--tests pool; part of all)
+  nvshmem::pool::PagePool::gather_device of 1, 16 and 256 pages of 16 KiB and 64 KiB into
+  local device memory, by PE 0: from --peer (PE 0 itself when alone), from every other PE in
+  turn, and from PE 0's own pages (local: the same kernel copying device to device). Each
+  PE's pool holds 256 pages, all allocated. Gathers are captured into CUDA graphs of
+  --graph-ops gathers, cut to --case-budget; time = median per gather; GB/s = gathered
+  bytes / time. Check: every row writes fresh random bytes into every PE's pages, PE 0's
+  destination is poisoned before the replays and must hold the pages' bytes afterwards.
+
 TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp)
   A Llama MLP forward, y = down(SiLU(x gate^T) * (x up^T)) in bf16, with the FFN features
   sharded over every PE (tensor-parallel degree = PEs), for each --tp-shapes shape (8b: hidden
@@ -206,6 +215,9 @@ pub enum TestName {
     /// Tensor-parallel Llama MLP forward: the GEMMs alone, with NCCL's all-reduce, with ours
     /// (nvshmem::tp::TpMlp); not part of all
     Tp,
+    /// Page-pool gathers (nvshmem::pool::PagePool) of 1, 16, 256 pages of 16 and 64 KiB from
+    /// one peer, all peers and locally
+    Pool,
     /// Every collective and point-to-point test (not tp, which needs cuBLASLt and gigabytes of
     /// weights per GPU: add it with --tests all,tp)
     All,
@@ -412,6 +424,7 @@ pub struct Tests {
     pub sendrecv: bool,
     pub channel: bool,
     pub tp: bool,
+    pub pool: bool,
 }
 
 impl Tests {
@@ -429,6 +442,7 @@ impl Tests {
                 TestName::Sendrecv => t.sendrecv = true,
                 TestName::Channel => t.channel = true,
                 TestName::Tp => t.tp = true,
+                TestName::Pool => t.pool = true,
                 TestName::P2p | TestName::All => {
                     t.p2p_latency = true;
                     t.p2p_signal = true;
@@ -437,6 +451,7 @@ impl Tests {
                     t.sendrecv = true;
                     if *name == TestName::All {
                         t.channel = true;
+                        t.pool = true;
                         t.allreduce = true;
                         t.allgather = true;
                         t.reducescatter = true;

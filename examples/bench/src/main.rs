@@ -17,6 +17,7 @@ mod error;
 mod nccl;
 mod p2p;
 mod plot;
+mod pool;
 mod report;
 mod stats;
 mod timing;
@@ -298,6 +299,16 @@ fn run(shmem: &Nvshmem, cfg: &Config) -> Result<bool> {
             progress: &progress,
         };
         channel::run(&ctx, &mut timer, &mut results)?;
+    }
+    if cfg.tests.pool {
+        let ctx = pool::Ctx {
+            shmem,
+            coord: &coord,
+            cfg,
+            stream: &stream,
+            progress: &progress,
+        };
+        pool::run(&ctx, &mut timer, &mut results)?;
     }
 
     timing::step("finishing");

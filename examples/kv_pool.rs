@@ -1,0 +1,519 @@
+//! GPU checks of the page pool (nvshmem::pool::PagePool): every PE allocates pages on itself,
+//! writes a known pattern, publishes the pages in its page table, and gathers random pages of
+//! its peers (host and device-id forms), checking them bit for bit; scatters into a peer's
+//! pages; bad input gives the right error; and concurrent allocations from every PE into one
+//! PE never hand out a page twice. Works with any number of PEs, one included.
+//!
+//! ```text
+//! scripts/nvshmrun -np 4 target/release/examples/kv_pool
+//! ```
+//! Prints `N passed, M failed` on PE 0 and exits non-zero if anything failed.
+
+use nvshmem::pool::{PageId, PagePool, NO_PAGE};
+use nvshmem::{DeviceBuffer, Error, Nvshmem};
+use std::collections::HashSet;
+
+#[path = "common/splitmix.rs"]
+mod splitmix;
+
+use splitmix::{mix, SplitMix64};
+
+/// Pages per PE of the main pool.
+const PAGES: usize = 64;
+/// Bytes of a page: not a multiple of the gather kernel's 4 KiB pieces, so the last piece of
+/// every page is a short one.
+const PAGE_BYTES: usize = 4096 + 64;
+/// Pages each PE allocates on itself and publishes.
+const MINE: usize = 8;
+/// Page-table entries per PE.
+const TABLE: usize = 16;
+/// Pages each PE allocates on PE 0 in the concurrent check, in batches of `BATCH`.
+const CONCURRENT: usize = 24;
+const BATCH: usize = 8;
+
+type Outcome = Result<(), String>;
+
+/// The contents of page `index` of PE `pe` as written by PE `writer` in round `round`.
+fn pattern(round: u64, writer: usize, pe: u32, index: u32) -> Vec<u8> {
+    let seed = mix(round ^ mix(writer as u64 ^ mix(((pe as u64) << 32) | index as u64)));
+    let mut rng = SplitMix64(seed);
+    let mut out = Vec::with_capacity(PAGE_BYTES);
+    while out.len() < PAGE_BYTES {
+        out.extend_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    out.truncate(PAGE_BYTES);
+    out
+}
+
+/// Where `got` first differs from `want`, as text.
+fn compare(what: &str, got: &[u8], want: &[u8]) -> Outcome {
+    if got.len() != want.len() {
+        return Err(format!(
+            "{what}: {} bytes, expected {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    match got.iter().zip(want).position(|(g, w)| g != w) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "{what}: {} bytes differ, first at byte {i} (page {}, offset {}): got {:#04x}, expected {:#04x}",
+            got.iter().zip(want).filter(|(g, w)| g != w).count(),
+            i / PAGE_BYTES,
+            i % PAGE_BYTES,
+            got[i],
+            want[i]
+        )),
+    }
+}
+
+fn e(err: Error) -> String {
+    err.to_string()
+}
+
+fn sync(shmem: &Nvshmem) -> Outcome {
+    shmem
+        .stream()
+        .synchronize()
+        .map_err(|err| format!("cuStreamSynchronize: {err:?}"))
+}
+
+/// Whether `r` is the error `want` describes.
+fn expect_err<T: std::fmt::Debug>(
+    what: &str,
+    r: nvshmem::Result<T>,
+    want: impl Fn(&Error) -> bool,
+) -> Outcome {
+    match r {
+        Err(err) if want(&err) => Ok(()),
+        Err(err) => Err(format!("{what}: wrong error: {err}")),
+        Ok(v) => Err(format!("{what}: succeeded ({v:?}), expected an error")),
+    }
+}
+
+struct Checks {
+    shmem: Nvshmem,
+    names: Vec<String>,
+    failed: Vec<i32>,
+}
+
+impl Checks {
+    fn run(&mut self, name: &str, f: impl FnOnce() -> Outcome) {
+        let outcome = f();
+        if let Err(err) = &outcome {
+            eprintln!("[PE {}] FAIL {name}: {err}", self.shmem.my_pe());
+        }
+        if let Err(err) = self.shmem.barrier_all() {
+            eprintln!("[PE {}] barrier after {name}: {err}", self.shmem.my_pe());
+        }
+        self.names.push(name.to_string());
+        self.failed.push(outcome.is_err() as i32);
+    }
+
+    /// How many checks passed and failed on every PE (a check fails if it failed anywhere).
+    fn finish(&self) -> nvshmem::Result<(usize, usize)> {
+        let counts = self.shmem.calloc::<i32>(self.failed.len())?;
+        for (i, _) in self.failed.iter().enumerate().filter(|(_, &f)| f != 0) {
+            self.shmem.atomic_add(&counts, i, 1, 0)?;
+        }
+        self.shmem.barrier_all()?;
+        let totals = counts.to_vec()?;
+        if self.shmem.my_pe() == 0 {
+            for (name, pes) in self.names.iter().zip(&totals).filter(|(_, &t)| t > 0) {
+                eprintln!("FAILED {name} (on {pes} of {} PEs)", self.shmem.n_pes());
+            }
+        }
+        let failed = totals.iter().filter(|&&t| t > 0).count();
+        Ok((totals.len() - failed, failed))
+    }
+}
+
+/// The PEs whose pages a PE reads: the others, or itself when it is alone.
+fn peers(me: usize, n: usize) -> Vec<usize> {
+    match n {
+        1 => vec![0],
+        _ => (0..n).filter(|&p| p != me).collect(),
+    }
+}
+
+/// `count` random published pages of `peers` (from their page tables), with their owners'
+/// expected contents.
+fn random_published(
+    pool: &PagePool,
+    peers: &[usize],
+    count: usize,
+    rng: &mut SplitMix64,
+) -> Result<(Vec<PageId>, Vec<u8>), String> {
+    let mut ids = Vec::new();
+    let mut want = Vec::new();
+    for _ in 0..count {
+        let pe = peers[(rng.next_u64() % peers.len() as u64) as usize];
+        let entry = (rng.next_u64() % MINE as u64) as usize;
+        let id = pool
+            .table_get(pe, entry)
+            .map_err(e)?
+            .ok_or_else(|| format!("PE {pe} published nothing in entry {entry}"))?;
+        want.extend(pattern(1, pe, id.pe, id.index));
+        ids.push(id);
+    }
+    Ok((ids, want))
+}
+
+fn main() {
+    let shmem = match Nvshmem::init() {
+        Ok(s) => s,
+        Err(err) => {
+            eprintln!("kv_pool: {err}");
+            std::process::exit(2);
+        }
+    };
+    let (me, n) = (shmem.my_pe(), shmem.n_pes());
+    let pool = match PagePool::new(&shmem, PAGES, PAGE_BYTES, TABLE) {
+        Ok(p) => p,
+        Err(err) => {
+            eprintln!("kv_pool: PE {me}: {err}");
+            std::process::exit(2);
+        }
+    };
+    if me == 0 {
+        println!(
+            "kv_pool: {n} PEs, {PAGES} pages of {PAGE_BYTES} bytes per PE; {}",
+            shmem.info().map(|i| i.to_string()).unwrap_or_default()
+        );
+    }
+    let mut c = Checks {
+        shmem: shmem.clone(),
+        names: Vec::new(),
+        failed: Vec::new(),
+    };
+    let mut rng = SplitMix64(mix(0x5EED ^ me as u64));
+    let mut mine: Vec<PageId> = Vec::new();
+
+    c.run("the handle describes the pool", || {
+        let h = pool.handle();
+        let fields = (h.pages_per_pe, h.page_bytes, h.table_len, h.my_pe, h.n_pes);
+        let want = (
+            PAGES as u32,
+            PAGE_BYTES as u64,
+            TABLE as u32,
+            me as i32,
+            n as i32,
+        );
+        if fields != want || h.pages as u64 != pool.pages().device_ptr() {
+            return Err(format!("handle {fields:?}, expected {want:?}"));
+        }
+        Ok(())
+    });
+
+    c.run("host allocation on this PE", || {
+        mine = pool.alloc_n(me, MINE).map_err(e)?;
+        let distinct: HashSet<PageId> = mine.iter().copied().collect();
+        if distinct.len() != MINE || mine.iter().any(|id| id.pe as usize != me) {
+            return Err(format!("got {mine:?}"));
+        }
+        for &id in &mine {
+            if !pool.is_allocated(id).map_err(e)? {
+                return Err(format!("{id} is not marked allocated"));
+            }
+        }
+        match pool.in_use(me).map_err(e)? {
+            MINE => Ok(()),
+            used => Err(format!("{used} pages in use, expected {MINE}")),
+        }
+    });
+
+    c.run("pages written and published in the page table", || {
+        for (entry, &id) in mine.iter().enumerate() {
+            let view = pool.page_view(id.index as usize).map_err(e)?;
+            view.copy_from_host(&pattern(1, me, id.pe, id.index))
+                .map_err(e)?;
+            // The page is written (the copy waited): publish it.
+            pool.table_set(me, entry, Some(id)).map_err(e)?;
+        }
+        Ok(())
+    });
+
+    c.run("every PE's page table is readable", || {
+        for pe in 0..n {
+            for entry in 0..MINE {
+                match pool.table_get(pe, entry).map_err(e)? {
+                    Some(id) if id.pe as usize == pe => {}
+                    other => return Err(format!("PE {pe} entry {entry}: {other:?}")),
+                }
+            }
+            if let Some(id) = pool.table_get(pe, MINE).map_err(e)? {
+                return Err(format!("PE {pe} entry {MINE} was never set, holds {id}"));
+            }
+        }
+        Ok(())
+    });
+
+    let others = peers(me, n);
+    c.run("host gather of random pages of the peers", || {
+        let (ids, want) = random_published(&pool, &others, 2 * MINE, &mut rng)?;
+        let dst = shmem
+            .alloc_device::<u8>(ids.len() * PAGE_BYTES)
+            .map_err(e)?;
+        pool.gather(&dst, &ids, shmem.stream()).map_err(e)?;
+        sync(&shmem)?;
+        compare("gathered pages", &dst.to_vec().map_err(e)?, &want)
+    });
+
+    c.run("host gather into u32 elements", || {
+        let (ids, want) = random_published(&pool, &others, 3, &mut rng)?;
+        let dst = shmem
+            .alloc_device::<u32>(ids.len() * PAGE_BYTES / 4)
+            .map_err(e)?;
+        pool.gather(&dst, &ids, shmem.stream()).map_err(e)?;
+        sync(&shmem)?;
+        let got: Vec<u8> = dst
+            .to_vec()
+            .map_err(e)?
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        compare("gathered pages", &got, &want)
+    });
+
+    c.run("device-id gather skips ids that name no page", || {
+        let (ids, published) = random_published(&pool, &others, MINE, &mut rng)?;
+        let mut raw: Vec<u64> = ids.iter().map(|id| id.to_raw()).collect();
+        // Two places whose ids name no page: they must keep what dst held.
+        raw.insert(1, NO_PAGE);
+        raw.push(PageId::new(me as u32, PAGES as u32).to_raw());
+        let filler = vec![0xA5u8; PAGE_BYTES];
+        let mut want = published[..PAGE_BYTES].to_vec();
+        want.extend(&filler);
+        want.extend(&published[PAGE_BYTES..]);
+        want.extend(&filler);
+        let ids_dev: DeviceBuffer<u64> = shmem.alloc_device(raw.len()).map_err(e)?;
+        ids_dev.copy_from_host(&raw).map_err(e)?;
+        let dst = shmem
+            .alloc_device::<u8>(raw.len() * PAGE_BYTES)
+            .map_err(e)?;
+        dst.copy_from_host(&vec![0xA5u8; raw.len() * PAGE_BYTES])
+            .map_err(e)?;
+        pool.gather_device(&dst, &ids_dev, shmem.stream())
+            .map_err(e)?;
+        sync(&shmem)?;
+        compare("gathered pages", &dst.to_vec().map_err(e)?, &want)
+    });
+
+    // Each PE writes round-2 data into the pages the next PE published.
+    let next = (me + 1) % n;
+    c.run("scatter into the next PE's pages", || {
+        let mut ids = Vec::new();
+        let mut src = Vec::new();
+        for entry in 0..MINE {
+            let id = pool
+                .table_get(next, entry)
+                .map_err(e)?
+                .ok_or_else(|| format!("PE {next} published nothing in entry {entry}"))?;
+            src.extend(pattern(2, me, id.pe, id.index));
+            ids.push(id);
+        }
+        let dev = shmem.alloc_device::<u8>(src.len()).map_err(e)?;
+        dev.copy_from_host(&src).map_err(e)?;
+        pool.scatter(&ids, &dev, shmem.stream()).map_err(e)?;
+        // Complete at the owner when the kernel ends; the barrier after the check orders it
+        // before the owner's reads.
+        sync(&shmem)
+    });
+
+    c.run("scattered pages hold the writer's data", || {
+        let writer = (me + n - 1) % n;
+        for &id in &mine {
+            let got = pool
+                .page_view(id.index as usize)
+                .map_err(e)?
+                .to_vec()
+                .map_err(e)?;
+            compare(
+                &format!("{id} written by PE {writer}"),
+                &got,
+                &pattern(2, writer, id.pe, id.index),
+            )?;
+        }
+        Ok(())
+    });
+
+    c.run("bad input gives the right error", || {
+        let dst = shmem.alloc_device::<u8>(PAGE_BYTES).map_err(e)?;
+        let stream = shmem.stream();
+        expect_err("alloc on PE n", pool.alloc(n), |err| {
+            matches!(err, Error::PeOutOfRange { pe, n_pes } if *pe == n && *n_pes == n)
+        })?;
+        let beyond = PageId::new(me as u32, PAGES as u32);
+        expect_err("gather of a page past the end", pool.gather(&dst, &[beyond], stream), |err| {
+            matches!(err, Error::PageOutOfRange { index, pages_per_pe, .. } if *index == PAGES && *pages_per_pe == PAGES)
+        })?;
+        let nowhere = PageId::new(n as u32, 0);
+        expect_err("gather from PE n", pool.gather(&dst, &[nowhere], stream), |err| {
+            matches!(err, Error::PeOutOfRange { .. })
+        })?;
+        let unused = (0..PAGES as u32)
+            .map(|i| PageId::new(me as u32, i))
+            .find(|id| !mine.contains(id))
+            .ok_or("every page of this PE is in use")?;
+        let not_allocated =
+            |err: &Error| matches!(err, Error::PageNotAllocated { pe, index } if *pe == me && *index == unused.index as usize);
+        expect_err("gather of a page never allocated", pool.gather(&dst, &[unused], stream), not_allocated)?;
+        expect_err("free of a page never allocated", pool.free(unused), not_allocated)?;
+        if pool.is_allocated(unused).map_err(e)? {
+            return Err(format!("{unused} reads as allocated"));
+        }
+        expect_err("gather into too small a buffer", pool.gather(&dst, &mine[..2], stream), |err| {
+            matches!(err, Error::Length { expected, got, .. } if *expected == 2 * PAGE_BYTES && *got == PAGE_BYTES)
+        })?;
+        expect_err("table entry past the end", pool.table_get(me, TABLE), |err| {
+            matches!(err, Error::IndexOutOfRange { index, len } if *index == TABLE && *len == TABLE)
+        })?;
+        expect_err("more pages than a PE holds", pool.alloc_n(me, PAGES + 1), |err| {
+            matches!(err, Error::PoolExhausted { pe, requested, available, pages_per_pe, page_bytes }
+                if *pe == me && *requested == PAGES + 1 && *available == PAGES - MINE
+                    && *pages_per_pe == PAGES && *page_bytes == PAGE_BYTES)
+        })?;
+        let text = pool.alloc_n(me, PAGES + 1).unwrap_err().to_string();
+        if !text.contains("pages_per_pe") {
+            return Err(format!("the exhaustion message does not say what to raise: {text}"));
+        }
+        Ok(())
+    });
+
+    c.run("exhaustion, double free and reuse", || {
+        // Five pages: the last bitmap word has padding bits that must never be handed out.
+        let small = PagePool::new(&shmem, 5, 64, 1).map_err(e)?;
+        let all = small.alloc_n(me, 5).map_err(e)?;
+        let mut indices: Vec<u32> = all.iter().map(|id| id.index).collect();
+        indices.sort_unstable();
+        if indices != [0, 1, 2, 3, 4] {
+            return Err(format!("5 pages of 5: {indices:?}"));
+        }
+        expect_err("a sixth page", small.alloc(me), |err| {
+            matches!(
+                err,
+                Error::PoolExhausted {
+                    available: 0,
+                    requested: 1,
+                    ..
+                }
+            )
+        })?;
+        small.free(all[2]).map_err(e)?;
+        expect_err("a double free", small.free(all[2]), |err| {
+            matches!(err, Error::PageNotAllocated { .. })
+        })?;
+        let again = small.alloc(me).map_err(e)?;
+        if again != all[2] {
+            return Err(format!("freed {} but got {again}", all[2]));
+        }
+        small.free_n(&[all[1], all[3]]).map_err(e)?;
+        // All or nothing: 3 asked for, 2 free; the 2 taken are given back.
+        expect_err("3 pages of 2 free", small.alloc_n(me, 3), |err| {
+            matches!(
+                err,
+                Error::PoolExhausted {
+                    available: 2,
+                    requested: 3,
+                    ..
+                }
+            )
+        })?;
+        if small.in_use(me).map_err(e)? != 3 {
+            return Err("a failed allocation kept pages".into());
+        }
+        let mut back: Vec<u32> = small
+            .alloc_n(me, 2)
+            .map_err(e)?
+            .iter()
+            .map(|id| id.index)
+            .collect();
+        back.sort_unstable();
+        if back != [1, 3] {
+            return Err(format!("reallocated {back:?}, expected [1, 3]"));
+        }
+        Ok(())
+    });
+
+    c.run(
+        "concurrent allocation into PE 0 hands out every page once",
+        || {
+            // Room for everyone's pages and 5 more (padding in the last word).
+            let pages = CONCURRENT * n + 5;
+            let shared = PagePool::new(&shmem, pages, 16, CONCURRENT * n).map_err(e)?;
+            // Every PE allocates on PE 0 at once, in batches (no error returns before the
+            // barrier, which every PE must reach).
+            let mut got = Vec::new();
+            let allocated: Result<(), String> = (0..CONCURRENT / BATCH).try_for_each(|_| {
+                got.extend(shared.alloc_n(0, BATCH).map_err(e)?);
+                Ok(())
+            });
+            let published: Result<(), String> = got.iter().enumerate().try_for_each(|(k, &id)| {
+                shared
+                    .table_set(0, me * CONCURRENT + k, Some(id))
+                    .map_err(e)
+            });
+            shmem.barrier_all().map_err(e)?;
+            // Checked between barriers that every PE reaches, whatever it finds.
+            let verified = (|| {
+                let mut seen = HashSet::new();
+                for entry in 0..CONCURRENT * n {
+                    let id = shared
+                        .table_get(0, entry)
+                        .map_err(e)?
+                        .ok_or_else(|| format!("entry {entry} of PE 0 is empty"))?;
+                    if id.pe != 0 || !seen.insert(id) {
+                        return Err(format!("{id} handed out twice, or not on PE 0"));
+                    }
+                }
+                match shared.in_use(0).map_err(e)? {
+                    used if used == CONCURRENT * n => Ok(()),
+                    used => Err(format!(
+                        "{used} pages of PE 0 in use, expected {}",
+                        CONCURRENT * n
+                    )),
+                }
+            })();
+            shmem.barrier_all().map_err(e)?;
+            let freed = shared.free_n(&got).map_err(e);
+            shmem.barrier_all().map_err(e)?;
+            let emptied = match shared.in_use(0).map_err(e)? {
+                0 => Ok(()),
+                left => Err(format!(
+                    "{left} pages of PE 0 still in use after every PE freed its own"
+                )),
+            };
+            allocated
+                .and(published)
+                .and(verified)
+                .and(freed)
+                .and(emptied)
+        },
+    );
+
+    c.run("freed pages of the main pool", || {
+        // Every reader is done (the barrier after the last check): free this PE's pages.
+        for entry in 0..MINE {
+            pool.table_set(me, entry, None).map_err(e)?;
+        }
+        pool.free_n(&mine).map_err(e)?;
+        match pool.in_use(me).map_err(e)? {
+            0 => Ok(()),
+            used => Err(format!("{used} pages still in use")),
+        }
+    });
+
+    match c.finish() {
+        Ok((passed, failed)) => {
+            if me == 0 {
+                println!("{passed} passed, {failed} failed");
+            }
+            drop(pool);
+            std::process::exit(if failed == 0 { 0 } else { 1 });
+        }
+        Err(err) => {
+            eprintln!("kv_pool: PE {me}: the final tally failed: {err}");
+            std::process::exit(1);
+        }
+    }
+}

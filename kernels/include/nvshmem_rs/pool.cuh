@@ -1,0 +1,242 @@
+// Device functions of a page pool (nvshmem::pool::PagePool) for kernels: allocate and free
+// pages on any PE, publish and read page ids through the page table, and copy pages between
+// any PE and local memory. The pool arrives by value: `PagePool::handle()` passed with
+// `KernelArgs::value`, a `nvshmem_rs_pool` parameter here.
+//
+// Memory ordering (the same rules as the host API):
+// - pool_alloc and pool_free are NVSHMEM atomics on the owning PE's bitmap: a page is handed
+//   out once until it is freed, whichever PEs and threads allocate at once.
+// - A writer makes a page's contents complete before it publishes the page's id:
+//   pool_scatter_* and pool_table_publish do this for the calling block or thread
+//   (nvshmem_quiet); other writes need their own nvshmem_quiet (or a signal) first.
+// - A reader reads the id (pool_table_read, or a signal it waited for), then the page.
+// - A page is freed only once every reader and writer is done with it: that is the user's
+//   protocol (a barrier, a signal, a reference count). pool_free makes the calling thread's
+//   own puts complete first.
+#ifndef NVSHMEM_RS_POOL_CUH
+#define NVSHMEM_RS_POOL_CUH
+
+#include <nvshmem.h>
+#include <nvshmemx.h>
+#include <stdint.h>
+
+#include "pool.h"
+
+namespace nvshmem_rs {
+
+__device__ __forceinline__ uint64_t pool_page_id(int32_t pe, uint32_t index) {
+    return ((uint64_t)(uint32_t)pe << 32) | index;
+}
+__device__ __forceinline__ int32_t pool_page_pe(uint64_t id) { return (int32_t)(id >> 32); }
+__device__ __forceinline__ uint32_t pool_page_index(uint64_t id) { return (uint32_t)id; }
+
+// Whether `id` names a page of the pool (allocated or not); POOL_NO_PAGE does not.
+__device__ __forceinline__ bool pool_page_valid(const nvshmem_rs_pool &pool, uint64_t id) {
+    return (id >> 32) < (uint64_t)pool.n_pes && (uint32_t)id < pool.pages_per_pe;
+}
+
+__device__ __forceinline__ uint32_t pool_bitmap_words(const nvshmem_rs_pool &pool) {
+    return (pool.pages_per_pe + POOL_WORD_PAGES - 1) / POOL_WORD_PAGES;
+}
+
+// The page's symmetric address: pass it with pool_page_pe(id) to NVSHMEM calls.
+__device__ __forceinline__ char *pool_page_sym(const nvshmem_rs_pool &pool, uint64_t id) {
+    return pool.pages + (uint64_t)pool_page_index(id) * pool.page_bytes;
+}
+
+// The page's address for loads and stores from this GPU (NVLink or PCIe peer access, or this
+// PE's own page), or nullptr when its PE is reachable only through NVSHMEM calls.
+__device__ __forceinline__ char *pool_page_ptr(const nvshmem_rs_pool &pool, uint64_t id) {
+    return (char *)nvshmem_ptr(pool_page_sym(pool, id), pool_page_pe(id));
+}
+
+// Allocate a page on PE `pe` (one thread): its id, or POOL_NO_PAGE when every page of `pe` is
+// allocated (or `pe` is out of range). Looks for a clear bit, then claims it with fetch_or;
+// a bit another thread claimed first is skipped.
+__device__ inline uint64_t pool_alloc(const nvshmem_rs_pool &pool, int32_t pe) {
+    if (pe < 0 || pe >= pool.n_pes) return POOL_NO_PAGE;
+    const uint32_t words = pool_bitmap_words(pool);
+    // Threads start at different words, so that concurrent allocations rarely meet.
+    const uint32_t start = (blockIdx.x * blockDim.x + threadIdx.x) % words;
+    for (uint32_t k = 0; k < words; k++) {
+        const uint32_t w = (start + k) % words;
+        uint64_t *word = pool.bitmap + w;
+        uint64_t seen = nvshmem_uint64_atomic_fetch(word, pe);
+        while (seen != ~0ull) {
+            const uint64_t mask = 1ull << (__ffsll((long long)~seen) - 1);
+            const uint64_t old = nvshmem_uint64_atomic_fetch_or(word, mask, pe);
+            if ((old & mask) == 0) {
+                return pool_page_id(pe, w * POOL_WORD_PAGES + (__ffsll((long long)mask) - 1));
+            }
+            seen = old | mask;
+        }
+    }
+    return POOL_NO_PAGE;
+}
+
+// Free page `id` (one thread): true if it was allocated, false if it was not (a double
+// free) or `id` is not a page of the pool. This thread's puts complete first.
+__device__ inline bool pool_free(const nvshmem_rs_pool &pool, uint64_t id) {
+    if (!pool_page_valid(pool, id)) return false;
+    nvshmem_quiet();
+    const uint32_t i = pool_page_index(id);
+    const uint64_t mask = 1ull << (i % POOL_WORD_PAGES);
+    const uint64_t old = nvshmem_uint64_atomic_fetch_and(pool.bitmap + i / POOL_WORD_PAGES, ~mask,
+                                                         pool_page_pe(id));
+    return (old & mask) != 0;
+}
+
+// Whether page `id` is allocated now (one thread).
+__device__ inline bool pool_is_allocated(const nvshmem_rs_pool &pool, uint64_t id) {
+    if (!pool_page_valid(pool, id)) return false;
+    const uint32_t i = pool_page_index(id);
+    const uint64_t word =
+        nvshmem_uint64_atomic_fetch(pool.bitmap + i / POOL_WORD_PAGES, pool_page_pe(id));
+    return (word >> (i % POOL_WORD_PAGES)) & 1;
+}
+
+// Write `id` into entry `entry` of PE `pe`'s page table (one thread), after this thread's
+// puts are complete: the page's contents are visible before its id is.
+__device__ inline void pool_table_publish(const nvshmem_rs_pool &pool, int32_t pe, uint32_t entry,
+                                          uint64_t id) {
+    nvshmem_quiet();
+    nvshmem_uint64_atomic_set(pool.table + entry, id, pe);
+}
+
+// Entry `entry` of PE `pe`'s page table (one thread). The fence keeps this thread's later
+// reads of the page after the read of its id.
+__device__ inline uint64_t pool_table_read(const nvshmem_rs_pool &pool, int32_t pe,
+                                           uint32_t entry) {
+    const uint64_t id = nvshmem_uint64_atomic_fetch(pool.table + entry, pe);
+    __threadfence_system();
+    return id;
+}
+
+namespace detail {
+
+// Copy `bytes` from src to dst by `size` threads of rank `rank`: 16-byte vectors when both
+// addresses and the length allow (four loads in flight per thread), bytes otherwise. Loads
+// bypass L1, so that a page rewritten by a peer is not read from a stale line.
+__device__ __forceinline__ void pool_copy(char *dst, const char *src, uint64_t bytes, uint32_t rank,
+                                          uint32_t size) {
+    if ((((uintptr_t)dst | (uintptr_t)src | bytes) & 15) == 0) {
+        uint4 *d = (uint4 *)dst;
+        const uint4 *s = (const uint4 *)src;
+        const uint64_t n = bytes / 16;
+        uint64_t i = rank;
+        for (; i + 3 * (uint64_t)size < n; i += 4 * (uint64_t)size) {
+            const uint4 a = __ldcg(s + i), b = __ldcg(s + i + size);
+            const uint4 c = __ldcg(s + i + 2 * size), e = __ldcg(s + i + 3 * size);
+            d[i] = a;
+            d[i + size] = b;
+            d[i + 2 * size] = c;
+            d[i + 3 * size] = e;
+        }
+        for (; i < n; i += size) d[i] = __ldcg(s + i);
+    } else {
+        for (uint64_t i = rank; i < bytes; i += size) dst[i] = __ldcg(src + i);
+    }
+}
+
+}  // namespace detail
+
+// Copy `bytes` at symmetric address `sym` of PE `pe` into local `dst`, by every thread of the
+// block (each must call it with the same arguments).
+__device__ inline void pool_get_block(char *dst, const char *sym, uint64_t bytes, int32_t pe) {
+    const char *src = (const char *)nvshmem_ptr(sym, pe);
+    if (src == nullptr) {
+        nvshmemx_getmem_block(dst, sym, bytes, pe);
+    } else {
+        detail::pool_copy(dst, src, bytes, threadIdx.x, blockDim.x);
+    }
+}
+
+// Copy `bytes` of local `src` to symmetric address `sym` of PE `pe`, by every thread of the
+// block; complete at `pe` once pool_quiet_block (or nvshmem_quiet) has run.
+__device__ inline void pool_put_block(char *sym, const char *src, uint64_t bytes, int32_t pe) {
+    char *dst = (char *)nvshmem_ptr(sym, pe);
+    if (dst == nullptr) {
+        nvshmemx_putmem_block(sym, src, bytes, pe);
+    } else {
+        detail::pool_copy(dst, src, bytes, threadIdx.x, blockDim.x);
+    }
+}
+
+// The warp forms: every lane of the warp calls with the same arguments.
+__device__ inline void pool_get_warp(char *dst, const char *sym, uint64_t bytes, int32_t pe) {
+    const char *src = (const char *)nvshmem_ptr(sym, pe);
+    if (src == nullptr) {
+        nvshmemx_getmem_warp(dst, sym, bytes, pe);
+    } else {
+        detail::pool_copy(dst, src, bytes, threadIdx.x % warpSize, warpSize);
+    }
+}
+
+__device__ inline void pool_put_warp(char *sym, const char *src, uint64_t bytes, int32_t pe) {
+    char *dst = (char *)nvshmem_ptr(sym, pe);
+    if (dst == nullptr) {
+        nvshmemx_putmem_warp(sym, src, bytes, pe);
+    } else {
+        detail::pool_copy(dst, src, bytes, threadIdx.x % warpSize, warpSize);
+    }
+}
+
+// Make the block's puts and stores complete at their PEs (every thread of the block calls).
+__device__ inline void pool_quiet_block() {
+    __syncthreads();
+    if (threadIdx.x == 0) nvshmem_quiet();
+    __syncthreads();
+}
+
+// The block copies pages ids[0..n) into dst, page k at dst + k * page_bytes. Ids that name no
+// page of the pool (POOL_NO_PAGE among them) are skipped, their place in dst left as it was.
+__device__ inline void pool_gather_block(const nvshmem_rs_pool &pool, char *dst,
+                                         const uint64_t *ids, uint32_t n) {
+    for (uint32_t k = 0; k < n; k++) {
+        const uint64_t id = ids[k];
+        if (!pool_page_valid(pool, id)) continue;
+        pool_get_block(dst + (uint64_t)k * pool.page_bytes, pool_page_sym(pool, id),
+                       pool.page_bytes, pool_page_pe(id));
+    }
+}
+
+// The block writes src (page k at src + k * page_bytes) into pages ids[0..n), skipping ids
+// that name no page, and returns once the writes are complete at their PEs.
+__device__ inline void pool_scatter_block(const nvshmem_rs_pool &pool, const uint64_t *ids,
+                                          const char *src, uint32_t n) {
+    for (uint32_t k = 0; k < n; k++) {
+        const uint64_t id = ids[k];
+        if (!pool_page_valid(pool, id)) continue;
+        pool_put_block(pool_page_sym(pool, id), src + (uint64_t)k * pool.page_bytes,
+                       pool.page_bytes, pool_page_pe(id));
+    }
+    pool_quiet_block();
+}
+
+// The warp forms of gather and scatter (every lane calls).
+__device__ inline void pool_gather_warp(const nvshmem_rs_pool &pool, char *dst,
+                                        const uint64_t *ids, uint32_t n) {
+    for (uint32_t k = 0; k < n; k++) {
+        const uint64_t id = ids[k];
+        if (!pool_page_valid(pool, id)) continue;
+        pool_get_warp(dst + (uint64_t)k * pool.page_bytes, pool_page_sym(pool, id),
+                      pool.page_bytes, pool_page_pe(id));
+    }
+}
+
+__device__ inline void pool_scatter_warp(const nvshmem_rs_pool &pool, const uint64_t *ids,
+                                         const char *src, uint32_t n) {
+    for (uint32_t k = 0; k < n; k++) {
+        const uint64_t id = ids[k];
+        if (!pool_page_valid(pool, id)) continue;
+        pool_put_warp(pool_page_sym(pool, id), src + (uint64_t)k * pool.page_bytes,
+                      pool.page_bytes, pool_page_pe(id));
+    }
+    __syncwarp();
+    if (threadIdx.x % warpSize == 0) nvshmem_quiet();
+    __syncwarp();
+}
+
+}  // namespace nvshmem_rs
+
+#endif
