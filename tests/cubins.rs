@@ -64,11 +64,19 @@ mod example_kernels {
 }
 
 #[test]
-fn a_users_kernel_builds_against_the_device_header() {
-    // pipeline_stage.cu includes <nvshmem_rs/channel.cuh> from the exported header folder.
+fn users_kernels_build_against_the_device_headers() {
+    // They include <nvshmem_rs/channel.cuh> and <nvshmem_rs/pool.cuh> from the exported
+    // header folder.
     check_set(
         &example_kernels::PIPELINE_STAGE,
         &["pipeline_stage".to_string()],
+    );
+    check_set(
+        &example_kernels::KV_POOL_DEVICE,
+        &[
+            "kv_device_consume".to_string(),
+            "kv_device_produce".to_string(),
+        ],
     );
 }
 

@@ -1,0 +1,43 @@
+// Kernels of examples/kv_pool.rs, written as a user's: they allocate, write, publish and
+// gather pages of the pool from the device, through <nvshmem_rs/pool.cuh>.
+#include <nvshmem.h>
+#include <nvshmemx.h>
+#include <stdint.h>
+
+#include <nvshmem_rs/pool.cuh>
+
+// Byte i of the k-th page written by PE p (kv_pool.rs repeats it).
+__device__ __forceinline__ uint8_t device_pattern(uint32_t p, uint32_t k, uint64_t i) {
+    return (uint8_t)(p * 37u + k * 11u + (uint32_t)i * 3u + (uint32_t)(i >> 8));
+}
+
+// One block: page k allocated on PE my_pe + 1 + k (mod n_pes), each filled with device_pattern through
+// `staging` (count pages of local memory), written with a block put, completed, then
+// published in entries 0..count of this PE's page table. A page that cannot be allocated is
+// published as POOL_NO_PAGE.
+extern "C" __global__ void kv_device_produce(nvshmem_rs_pool pool, uint32_t count, char *staging) {
+    __shared__ uint64_t id;
+    for (uint32_t k = 0; k < count; k++) {
+        if (threadIdx.x == 0) id = nvshmem_rs::pool_alloc(pool, (pool.my_pe + 1 + k) % pool.n_pes);
+        char *page = staging + (uint64_t)k * pool.page_bytes;
+        for (uint64_t i = threadIdx.x; i < pool.page_bytes; i += blockDim.x)
+            page[i] = (char)device_pattern((uint32_t)pool.my_pe, k, i);
+        __syncthreads();
+        if (id != POOL_NO_PAGE)
+            nvshmem_rs::pool_put_block(nvshmem_rs::pool_page_sym(pool, id), page, pool.page_bytes,
+                                       nvshmem_rs::pool_page_pe(id));
+        nvshmem_rs::pool_quiet_block();
+        if (threadIdx.x == 0) nvshmem_rs::pool_table_publish(pool, pool.my_pe, k, id);
+        __syncthreads();
+    }
+}
+
+// One block: the ids in entries 0..count of PE `from`'s page table into ids, then those pages
+// gathered into dst.
+extern "C" __global__ void kv_device_consume(nvshmem_rs_pool pool, int32_t from, uint32_t count,
+                                             uint64_t *ids, char *dst) {
+    for (uint32_t k = threadIdx.x; k < count; k += blockDim.x)
+        ids[k] = nvshmem_rs::pool_table_read(pool, from, k);
+    __syncthreads();
+    nvshmem_rs::pool_gather_block(pool, dst, ids, count);
+}
