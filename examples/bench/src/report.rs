@@ -433,8 +433,16 @@ pub fn p2p_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
     let by_impl = |test: &'static str, imp: &'static str| -> Box<dyn Fn(&Record) -> bool> {
         Box::new(move |r: &Record| r.test == test && r.implementation == imp)
     };
+    // With one PE the channel rows are a loopback (channel.rs).
+    let loopback = p2p
+        .iter()
+        .any(|r| r.test.starts_with("channel_") && r.n_pes == 1);
+    let (both_ways, one_way) = match loopback {
+        true => ("PE 0 loopback".to_string(), "PE 0 loopback".to_string()),
+        false => (format!("PE 0 <-> PE {peer}"), format!("PE 0 -> PE {peer}")),
+    };
     out.extend(column_table(
-        format!("channel hand-off, one way (us), PE 0 <-> PE {peer}"),
+        format!("channel hand-off, one way (us), {both_ways}"),
         vec![
             ("channel".into(), by_impl("channel_pingpong", "ours")),
             ("put+signal".into(), by_impl("channel_pingpong", "nvshmem")),
@@ -448,7 +456,7 @@ pub fn p2p_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
     ));
     for (bw, unit) in [(false, "us per message"), (true, "GB/s")] {
         out.extend(column_table(
-            format!("channel throughput, full queue ({unit}), PE 0 -> PE {peer}"),
+            format!("channel throughput, full queue ({unit}), {one_way}"),
             vec![
                 ("channel".into(), by_impl("channel_throughput", "ours")),
                 ("nccl send/recv".into(), by_impl("channel_throughput", "nccl")),
@@ -880,6 +888,62 @@ pub mod tests {
         let mut v = vec!["bench"];
         v.extend_from_slice(args);
         Config::from_args(Args::try_parse_from(v).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn channel_rows_get_the_hand_off_and_throughput_tables() {
+        let mut rows = Vec::new();
+        for (imp, t) in [("ours", 3.0), ("nvshmem", 4.0), ("nccl", 9.0)] {
+            rows.push(record(
+                "channel_pingpong",
+                imp,
+                "graph",
+                4096,
+                t,
+                Status::Ok,
+            ));
+        }
+        for (imp, t) in [("ours", 5.0), ("nccl", 6.0)] {
+            rows.push(record(
+                "channel_throughput",
+                imp,
+                "graph",
+                1 << 20,
+                t,
+                Status::Ok,
+            ));
+        }
+        let tables = p2p_tables(&rows, &cfg(&[]));
+        let titles: Vec<&str> = tables.iter().map(|t| t.title.as_str()).collect();
+        assert_eq!(
+            titles,
+            [
+                "channel hand-off, one way (us), PE 0 <-> PE 1",
+                "channel throughput, full queue (us per message), PE 0 -> PE 1",
+                "channel throughput, full queue (GB/s), PE 0 -> PE 1",
+            ]
+        );
+        assert_eq!(
+            tables[0].headers,
+            ["size", "channel", "put+signal", "nccl send/recv"]
+        );
+        assert!(
+            tables[0].rows[0][1].starts_with("3.00"),
+            "{:?}",
+            tables[0].rows
+        );
+        assert!(
+            tables[0].rows[0][3].starts_with("9.00"),
+            "{:?}",
+            tables[0].rows
+        );
+        assert_eq!(tables[1].headers, ["size", "channel", "nccl send/recv"]);
+        // One PE: a loopback, and the titles say so.
+        for r in &mut rows {
+            r.n_pes = 1;
+        }
+        let tables = p2p_tables(&rows, &cfg(&[]));
+        assert!(tables.iter().all(|t| t.title.ends_with("PE 0 loopback")));
     }
 
     #[test]
