@@ -61,6 +61,11 @@ COLLECTIVES (--tests allreduce,allgather,reducescatter)
              nvshmemx_<type>_sum_reducescatter_on_stream
     nccl     ncclAllReduce (sum) / ncclAllGather / ncclReduceScatter (sum) (communicator from
              a unique id that PE 0 broadcasts through NVSHMEM)
+    nccl-symm  the same calls on buffers from ncclMemAlloc registered with
+             ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC): NCCL's symmetric kernels where
+             NCCL has one for the call (2.27 and later); where it has none, NCCL runs its
+             default path on those buffers (NCCL_DEBUG=INFO names the kernel it chose). An
+             NCCL that refuses the windows is reported in the notes and not run
   Modes: plain = one launch per operation; graph = --graph-ops operations captured into one CUDA
   graph, the time of a replay divided by --graph-ops.
   Size is the buffer size as in nccl-tests: the all-reduce buffer, the all-gather OUTPUT
@@ -250,6 +255,11 @@ pub enum Impl {
     Nvshmem,
     /// NCCL through cudarc
     Nccl,
+    /// NCCL on buffers from ncclMemAlloc registered as symmetric windows (its symmetric
+    /// kernels, NCCL 2.27 and later)
+    #[value(name = "nccl-symm")]
+    #[serde(rename = "nccl-symm")]
+    NcclSymm,
 }
 
 impl Impl {
@@ -258,6 +268,7 @@ impl Impl {
             Impl::Ours => "ours",
             Impl::Nvshmem => "nvshmem",
             Impl::Nccl => "nccl",
+            Impl::NcclSymm => "nccl-symm",
         }
     }
 }
@@ -298,7 +309,7 @@ pub struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ours,nvshmem,nccl"
+        default_value = "ours,nvshmem,nccl,nccl-symm"
     )]
     pub impls: Vec<Impl>,
 
@@ -680,7 +691,7 @@ impl Config {
 
     /// Whether NCCL is used at all.
     pub fn needs_nccl(&self) -> bool {
-        self.impls.contains(&Impl::Nccl)
+        (self.impls.contains(&Impl::Nccl) || self.impls.contains(&Impl::NcclSymm))
             && (self.tests.any_collective()
                 || self.tests.p2p_signal
                 || self.tests.p2p_bw
@@ -915,7 +926,10 @@ mod tests {
         assert!(c.tests.reducescatter);
         assert_eq!(c.reducescatter_algo, ReduceScatterAlgo::Auto);
         assert_eq!(c.dtypes, vec![DType::Bf16, DType::F32]);
-        assert_eq!(c.impls, vec![Impl::Ours, Impl::Nvshmem, Impl::Nccl]);
+        assert_eq!(
+            c.impls,
+            vec![Impl::Ours, Impl::Nvshmem, Impl::Nccl, Impl::NcclSymm]
+        );
         assert_eq!(c.modes, vec![Mode::Plain, Mode::Graph]);
         assert_eq!(c.sizes.first(), Some(&8));
         assert_eq!(c.sizes.last(), Some(&(256 << 20)));

@@ -5,7 +5,7 @@ use crate::cli::{format_size, Config, DType, Impl, Mode};
 use crate::coord::Coord;
 use crate::data::{self, BenchElem};
 use crate::error::{BenchError, CudaExt, Guard, Result};
-use crate::nccl::Nccl;
+use crate::nccl::{Nccl, SymmetricWindow};
 use crate::report::{Record, Results, Status};
 use crate::stats::{self, busbw_factor, Collective};
 use crate::timing::{self, Timer};
@@ -32,6 +32,56 @@ pub struct Ctx<'a> {
     pub threads: usize,
 }
 
+/// Where an implementation's operands live: our symmetric buffers, or for nccl-symm NCCL's
+/// registered windows of the same sizes.
+struct Operands<'a, T: BenchElem> {
+    src: &'a SymmetricBuffer<T>,
+    dst: &'a SymmetricBuffer<T>,
+    windows: Option<(&'a SymmetricWindow<'a>, &'a SymmetricWindow<'a>)>,
+}
+
+impl<T: BenchElem> Operands<'_, T> {
+    /// The source and destination addresses `imp` works on.
+    fn pointers(&self, imp: Impl) -> Result<(u64, u64), String> {
+        match (imp, self.windows) {
+            (Impl::NcclSymm, Some((src, dst))) => Ok((src.device_ptr(), dst.device_ptr())),
+            (Impl::NcclSymm, None) => Err("no symmetric windows for nccl-symm".into()),
+            _ => Ok((self.src.device_ptr(), self.dst.device_ptr())),
+        }
+    }
+
+    /// This PE's input into `imp`'s source, its destination poisoned (0xFF bytes); waits.
+    fn prepare(&self, imp: Impl, input: &[T], stream: &CudaStream) -> Result<()> {
+        let (src, dst) = self.pointers(imp).map_err(BenchError::new)?;
+        // SAFETY: both operands hold these sizes (the windows as many bytes as the buffers),
+        // and the copies are waited for before `input` can go.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(src, input, stream.cu_stream())
+                .cuda("cuMemcpyHtoDAsync")?;
+            cudarc::driver::result::memset_d8_async(
+                dst,
+                0xff,
+                self.dst.num_bytes(),
+                stream.cu_stream(),
+            )
+            .cuda("cuMemsetD8Async")?;
+        }
+        stream.synchronize().cuda("cuStreamSynchronize")
+    }
+
+    /// `imp`'s destination, after the work on `stream`.
+    fn result(&self, imp: Impl, stream: &CudaStream) -> Result<Vec<T>> {
+        let (_, dst) = self.pointers(imp).map_err(BenchError::new)?;
+        stream.synchronize().cuda("cuStreamSynchronize")?;
+        let mut out = vec![T::default(); self.dst.len()];
+        // SAFETY: the destination holds dst.len() elements; the copy is waited for.
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut out, dst, stream.cu_stream()) }
+            .cuda("cuMemcpyDtoHAsync")?;
+        stream.synchronize().cuda("cuStreamSynchronize")?;
+        Ok(out)
+    }
+}
+
 /// Enqueues one operation of an implementation (copyable, so timing closures can hold it).
 #[derive(Clone, Copy)]
 struct Ops<'a> {
@@ -50,10 +100,10 @@ impl Ops<'_> {
         &self,
         coll: Collective,
         imp: Impl,
-        src: &SymmetricBuffer<T>,
-        dst: &SymmetricBuffer<T>,
+        operands: &Operands<T>,
         stream: &CudaStream,
     ) -> Result<(), String> {
+        let (src, dst) = (operands.src, operands.dst);
         match imp {
             Impl::Ours => {
                 let ours = self.ours.ok_or("our collectives are not loaded")?;
@@ -86,34 +136,23 @@ impl Ops<'_> {
                 };
                 r.map_err(|e| e.to_string())
             }
-            Impl::Nccl => {
+            Impl::Nccl | Impl::NcclSymm => {
                 let nccl = self.nccl.ok_or("NCCL is not initialised")?;
-                // SAFETY: the buffers hold src.len() and dst.len() elements of T, and
+                let (src_ptr, dst_ptr) = operands.pointers(imp)?;
+                // SAFETY: the operands hold src.len() and dst.len() elements of T, and
                 // dst.len() is src.len() (all-reduce), src.len() * PEs (all-gather) or
                 // src.len() / PEs (reduce-scatter).
                 unsafe {
                     match coll {
-                        Collective::AllReduce => nccl.all_reduce(
-                            src.device_ptr(),
-                            dst.device_ptr(),
-                            src.len(),
-                            T::NCCL,
-                            stream,
-                        ),
-                        Collective::AllGather => nccl.all_gather(
-                            src.device_ptr(),
-                            dst.device_ptr(),
-                            src.len(),
-                            T::NCCL,
-                            stream,
-                        ),
-                        Collective::ReduceScatter => nccl.reduce_scatter(
-                            src.device_ptr(),
-                            dst.device_ptr(),
-                            dst.len(),
-                            T::NCCL,
-                            stream,
-                        ),
+                        Collective::AllReduce => {
+                            nccl.all_reduce(src_ptr, dst_ptr, src.len(), T::NCCL, stream)
+                        }
+                        Collective::AllGather => {
+                            nccl.all_gather(src_ptr, dst_ptr, src.len(), T::NCCL, stream)
+                        }
+                        Collective::ReduceScatter => {
+                            nccl.reduce_scatter(src_ptr, dst_ptr, dst.len(), T::NCCL, stream)
+                        }
                     }
                 }
             }
@@ -280,12 +319,35 @@ fn run_type<T: BenchElem>(
         };
         let src = Guard::new(ctx.shmem.malloc::<T>(input.len())?);
         let dst = Guard::new(ctx.shmem.malloc::<T>(expected.len())?);
+        // nccl-symm's operands: windows of the same sizes (collective), while NCCL takes them.
+        let windows = match (ctx.nccl, ctx.cfg.has_impl(Impl::NcclSymm)) {
+            (Some(nccl), true) if !disabled.contains(&(coll, Impl::NcclSymm, T::NAME, None)) => {
+                symmetric_windows(ctx, nccl, src.num_bytes(), dst.num_bytes())?
+            }
+            _ => Err("nccl-symm is not selected, or NCCL refused its windows".into()),
+        };
         let first = results.records.len();
         for &imp in &ctx.cfg.impls {
             if imp == Impl::Nvshmem && bytes > nvshmem_max {
                 nvshmem_skipped.push(bytes);
                 continue;
             }
+            if imp == Impl::NcclSymm {
+                if let Err(why) = &windows {
+                    if !disabled.contains(&(coll, imp, T::NAME, None)) {
+                        let note = format!("nccl-symm {} {}: not run: {why}", coll.name(), T::NAME);
+                        ctx.progress.say(&note);
+                        results.notes.push(note);
+                        disabled.insert((coll, imp, T::NAME, None));
+                    }
+                    continue;
+                }
+            }
+            let operands = Operands {
+                src: &src,
+                dst: &dst,
+                windows: windows.as_ref().ok().map(|(s, d)| (s, d)),
+            };
             for &mode in &ctx.cfg.modes {
                 if disabled.contains(&(coll, imp, T::NAME, None))
                     || disabled.contains(&(coll, imp, T::NAME, Some(mode)))
@@ -293,7 +355,7 @@ fn run_type<T: BenchElem>(
                     continue;
                 }
                 let rec = point(
-                    ctx, timer, disabled, coll, imp, mode, &src, &dst, bytes, count, &input,
+                    ctx, timer, disabled, coll, imp, mode, &operands, bytes, count, &input,
                     &expected,
                 )?;
                 results.push(rec);
@@ -307,6 +369,7 @@ fn run_type<T: BenchElem>(
             bytes,
             &results.records[first..],
         ));
+        drop(windows);
         drop(dst);
         drop(src);
     }
@@ -330,6 +393,26 @@ fn run_type<T: BenchElem>(
         results.notes.push(note);
     }
     Ok(())
+}
+
+/// NCCL's symmetric windows for a case's source and destination, made on every PE; `Err`
+/// (with why) on every PE when any PE's NCCL refused them, so all PEs skip nccl-symm alike.
+#[allow(clippy::type_complexity)]
+fn symmetric_windows<'a>(
+    ctx: &Ctx,
+    nccl: &'a Nccl,
+    src_bytes: usize,
+    dst_bytes: usize,
+) -> Result<Result<(SymmetricWindow<'a>, SymmetricWindow<'a>), String>> {
+    let made = nccl
+        .symmetric_window(src_bytes)
+        .and_then(|s| Ok((s, nccl.symmetric_window(dst_bytes)?)));
+    let refused = ctx.coord.sum(made.is_err() as u64)?;
+    Ok(match (made, refused) {
+        (Ok(w), 0) => Ok(w),
+        (Ok(_), r) => Err(format!("NCCL refused symmetric windows on {r} PE(s)")),
+        (Err(e), _) => Err(e),
+    })
 }
 
 fn progress_line(
@@ -372,8 +455,7 @@ fn point<T: BenchElem>(
     coll: Collective,
     imp: Impl,
     mode: Mode,
-    src: &SymmetricBuffer<T>,
-    dst: &SymmetricBuffer<T>,
+    operands: &Operands<T>,
     bytes: usize,
     count: usize,
     input: &[T],
@@ -419,27 +501,17 @@ fn point<T: BenchElem>(
 
     // This PE's input (again: no implementation may depend on what another left behind), a
     // poisoned output, then start together.
-    src.copy_from_host(input)?;
     ctx.shmem
         .context()
         .bind_to_thread()
         .cuda("cuCtxSetCurrent")?;
-    unsafe {
-        cudarc::driver::result::memset_d8_async(
-            dst.device_ptr(),
-            0xff,
-            dst.num_bytes(),
-            stream.cu_stream(),
-        )
-    }
-    .cuda("cuMemsetD8Async")?;
-    stream.synchronize().cuda("cuStreamSynchronize")?;
+    operands.prepare(imp, input, stream)?;
     ctx.coord.barrier()?;
 
     // The first operation doubles as a probe: an implementation that refuses on every PE is
     // reported and switched off; one that refuses on some PEs only leaves the others waiting.
     let probe = std::time::Instant::now();
-    let first = ops.enqueue(coll, imp, src, dst, stream);
+    let first = ops.enqueue(coll, imp, operands, stream);
     if first.is_ok() {
         stream.synchronize().cuda("cuStreamSynchronize")?;
     }
@@ -465,7 +537,7 @@ fn point<T: BenchElem>(
     let mut probe_us = ctx.coord.sum(probe_ns)? as f64 / n as f64 / 1e3;
     if probe_us > 1000.0 {
         let again = std::time::Instant::now();
-        ops.enqueue(coll, imp, src, dst, stream).map_err(fatal)?;
+        ops.enqueue(coll, imp, operands, stream).map_err(fatal)?;
         stream.synchronize().cuda("cuStreamSynchronize")?;
         let ns = again.elapsed().as_nanos() as u64;
         probe_us = ctx.coord.sum(ns)? as f64 / n as f64 / 1e3;
@@ -474,19 +546,19 @@ fn point<T: BenchElem>(
     let samples = match mode {
         Mode::Plain => {
             for _ in 1..warm {
-                ops.enqueue(coll, imp, src, dst, stream).map_err(fatal)?;
+                ops.enqueue(coll, imp, operands, stream).map_err(fatal)?;
             }
             timer.time_each(
                 stream,
                 iters,
                 1,
                 |_| Ok(()),
-                |_| ops.enqueue(coll, imp, src, dst, stream).map_err(fatal),
+                |_| ops.enqueue(coll, imp, operands, stream).map_err(fatal),
             )?
         }
         Mode::Graph => {
             let graph = timing::capture(stream, graph_ops, || {
-                ops.enqueue(coll, imp, src, dst, stream)
+                ops.enqueue(coll, imp, operands, stream)
             });
             let failed = ctx.coord.sum(graph.is_err() as u64)?;
             let graph = match graph {
@@ -521,8 +593,7 @@ fn point<T: BenchElem>(
     };
 
     // Check the result of the last timed operation on every PE.
-    stream.synchronize().cuda("cuStreamSynchronize")?;
-    let got = dst.to_vec()?;
+    let got = operands.result(imp, stream)?;
     let mismatch = data::compare_elems(&got, expected);
     let totals = ctx
         .coord

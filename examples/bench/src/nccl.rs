@@ -230,6 +230,67 @@ impl Nccl {
     }
 }
 
+/// `NCCL_WIN_COLL_SYMMETRIC` (nccl.h, 2.27 and later): a window every rank registers at the
+/// same offset of its `ncclMemAlloc` memory, which NCCL's symmetric kernels require.
+const NCCL_WIN_COLL_SYMMETRIC: i32 = 0x01;
+
+/// Device memory from `ncclMemAlloc`, registered with the communicator as a symmetric window.
+/// Made and dropped collectively (every rank, same order, same size).
+pub struct SymmetricWindow<'a> {
+    nccl: &'a Nccl,
+    ptr: *mut c_void,
+    win: ns::ncclWindow_t,
+}
+
+impl Nccl {
+    /// A symmetric window of `bytes` bytes (collective). An error when this NCCL has no
+    /// windows (before 2.27) or refuses the registration.
+    pub fn symmetric_window(&self, bytes: usize) -> Result<SymmetricWindow<'_>, String> {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out-parameters of plain calls; the memory is freed by the window's drop.
+        unsafe {
+            let r = ns::ncclMemAlloc(&mut ptr, bytes.max(1));
+            if r != ns::ncclResult_t::ncclSuccess {
+                return Err(nccl_error_text("ncclMemAlloc", NcclError(r)));
+            }
+            let mut win: ns::ncclWindow_t = std::ptr::null_mut();
+            let r = ns::ncclCommWindowRegister(
+                self.comm,
+                ptr,
+                bytes.max(1),
+                &mut win,
+                NCCL_WIN_COLL_SYMMETRIC,
+            );
+            if r != ns::ncclResult_t::ncclSuccess {
+                let _ = ns::ncclMemFree(ptr);
+                return Err(nccl_error_text("ncclCommWindowRegister", NcclError(r)));
+            }
+            Ok(SymmetricWindow {
+                nccl: self,
+                ptr,
+                win,
+            })
+        }
+    }
+}
+
+impl SymmetricWindow<'_> {
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr as u64
+    }
+}
+
+impl Drop for SymmetricWindow<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the window and memory of this value, no longer used (every operation on
+        // them was waited for).
+        unsafe {
+            let _ = ns::ncclCommWindowDeregister(self.nccl.comm, self.win);
+            let _ = ns::ncclMemFree(self.ptr);
+        }
+    }
+}
+
 impl Drop for Nccl {
     fn drop(&mut self) {
         unsafe {

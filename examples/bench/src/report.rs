@@ -220,6 +220,16 @@ fn speedup(ours: Option<&Record>, other: Option<&Record>) -> String {
     }
 }
 
+/// Of two rows, the one with the lower median time (either, when only one has a time).
+fn faster<'a>(a: Option<&'a Record>, b: Option<&'a Record>) -> Option<&'a Record> {
+    match (a.and_then(|r| r.median_us()), b.and_then(|r| r.median_us())) {
+        (Some(x), Some(y)) => Some(if x <= y { a? } else { b? }),
+        (Some(_), None) => a,
+        (None, Some(_)) => b,
+        (None, None) => None,
+    }
+}
+
 fn sizes_of<'a>(records: impl Iterator<Item = &'a Record>) -> Vec<usize> {
     let mut v: Vec<usize> = records.map(|r| r.bytes).collect();
     v.sort_unstable();
@@ -255,6 +265,12 @@ pub fn collective_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
                 if has("ours") && has("nccl") {
                     headers.push("ours vs nccl".into());
                 }
+                if has("ours") && has("nccl-symm") {
+                    headers.push("ours vs nccl-symm".into());
+                }
+                if has("ours") && has("nccl") && has("nccl-symm") {
+                    headers.push("ours vs best nccl".into());
+                }
                 if has("ours") && has("nvshmem") {
                     headers.push("ours vs nvshmem".into());
                 }
@@ -277,6 +293,12 @@ pub fn collective_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
                     }
                     if has("ours") && has("nccl") {
                         row.push(speedup(get("ours"), get("nccl")));
+                    }
+                    if has("ours") && has("nccl-symm") {
+                        row.push(speedup(get("ours"), get("nccl-symm")));
+                    }
+                    if has("ours") && has("nccl") && has("nccl-symm") {
+                        row.push(speedup(get("ours"), faster(get("nccl"), get("nccl-symm"))));
                     }
                     if has("ours") && has("nvshmem") {
                         row.push(speedup(get("ours"), get("nvshmem")));
@@ -888,6 +910,66 @@ pub mod tests {
         let mut v = vec!["bench"];
         v.extend_from_slice(args);
         Config::from_args(Args::try_parse_from(v).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn collective_tables_compare_ours_with_both_nccl_columns_and_the_better_one() {
+        let mut rows = Vec::new();
+        for (bytes, nccl, symm) in [(1024, 6.0, 4.0), (1 << 20, 20.0, 30.0)] {
+            rows.push(record("allreduce", "ours", "graph", bytes, 2.0, Status::Ok));
+            rows.push(record(
+                "allreduce",
+                "nccl",
+                "graph",
+                bytes,
+                nccl,
+                Status::Ok,
+            ));
+            rows.push(record(
+                "allreduce",
+                "nccl-symm",
+                "graph",
+                bytes,
+                symm,
+                Status::Ok,
+            ));
+        }
+        let c = cfg(&[
+            "--tests",
+            "allreduce",
+            "--dtypes",
+            "f32",
+            "--modes",
+            "graph",
+            "--impls",
+            "ours,nccl,nccl-symm",
+        ]);
+        let tables = collective_tables(&rows, &c);
+        assert_eq!(tables.len(), 1);
+        let t = &tables[0];
+        let col = |h: &str| t.headers.iter().position(|x| x == h).unwrap();
+        let (vs_nccl, vs_symm, vs_best) = (
+            col("ours vs nccl"),
+            col("ours vs nccl-symm"),
+            col("ours vs best nccl"),
+        );
+        // 1 KiB: symmetric NCCL is the better one; 1 MiB: the default path.
+        assert_eq!(
+            [
+                &t.rows[0][vs_nccl],
+                &t.rows[0][vs_symm],
+                &t.rows[0][vs_best]
+            ],
+            ["3.00x", "2.00x", "2.00x"]
+        );
+        assert_eq!(
+            [
+                &t.rows[1][vs_nccl],
+                &t.rows[1][vs_symm],
+                &t.rows[1][vs_best]
+            ],
+            ["10.00x", "15.00x", "10.00x"]
+        );
     }
 
     #[test]
