@@ -68,9 +68,6 @@ use crate::runtime::Nvshmem;
 use cudarc::driver::{result as cu, sys as cusys, CudaStream};
 use std::marker::PhantomData;
 
-/// Threads per block of the send and receive kernels.
-const THREADS: u32 = 512;
-
 /// How the send and receive kernels are launched: each may begin launching while the kernel
 /// before it on the stream runs (it waits for that kernel before touching memory), which
 /// hides most of a launch in a chain of hand-offs.
@@ -223,13 +220,13 @@ impl<T: Element> Channel<T> {
         args.value(self.handle())
             .device_ptr(src.device_ptr())
             .value(bytes);
-        let blocks = layout::blocks_for(bytes);
+        let (blocks, threads) = (layout::blocks_for(bytes), layout::threads_for(bytes));
         // SAFETY: the arguments match channel_send(nvshmem_rs_channel, const char *, uint64_t);
         // the handle's buffers live as long as `self`, and `src` holds `bytes` bytes.
         unsafe {
             self.kernels
                 .send
-                .launch_with(grid(blocks, THREADS), LAUNCH, stream, &mut args)
+                .launch_with(grid(blocks, threads), LAUNCH, stream, &mut args)
         }
     }
 
@@ -244,13 +241,15 @@ impl<T: Element> Channel<T> {
         args.value(self.handle())
             .device_ptr(dst.device_ptr())
             .value(capacity);
-        let blocks = layout::blocks_for(capacity.min(self.layout.slot_bytes as u64));
+        // The message's size is known only on the GPU: size the grid for the largest one.
+        let largest = capacity.min(self.layout.slot_bytes as u64);
+        let (blocks, threads) = (layout::blocks_for(largest), layout::threads_for(largest));
         // SAFETY: the arguments match channel_recv(nvshmem_rs_channel, char *, uint64_t), and
         // `dst` holds `capacity` bytes, which the kernel writes at most.
         unsafe {
             self.kernels
                 .recv
-                .launch_with(grid(blocks, THREADS), LAUNCH, stream, &mut args)
+                .launch_with(grid(blocks, threads), LAUNCH, stream, &mut args)
         }
     }
 

@@ -44,6 +44,10 @@ __device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p) {
     return v;
 }
 
+__device__ __forceinline__ void st_release_sys(uint64_t *p, uint64_t v) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 // Spin until *p >= v (a counter another PE advances), with acquire ordering.
 __device__ __forceinline__ void wait_at_least(const uint64_t *p, uint64_t v) {
     while (ld_acquire_sys(p) < v) {
@@ -125,11 +129,21 @@ __device__ __forceinline__ uint64_t channel_reserve(const nvshmem_rs_channel &ch
 __device__ __forceinline__ void channel_publish(const nvshmem_rs_channel &ch, uint64_t seq,
                                                 uint64_t bytes) {
     const uint32_t i = (uint32_t)(seq % ch.depth);
-    nvshmem_uint64_p(&ch.lens[i], bytes, ch.consumer);
-    // The data and the length land before the ready word (NVSHMEM orders puts to one PE
-    // across a fence, and the group's puts are this thread's by the barrier before).
-    nvshmem_fence();
-    nvshmemx_signal_op(&ch.ready[i], seq + 1, NVSHMEM_SIGNAL_SET, ch.consumer);
+    uint64_t *ready = (uint64_t *)nvshmem_ptr(&ch.ready[i], ch.consumer);
+    if (ready) {
+        // Load/store reach (NVLink, or this GPU): the length, then the ready word with release
+        // semantics, which orders the data the group stored (the barrier before) and the
+        // length before it.
+        uint64_t *lens = (uint64_t *)nvshmem_ptr(&ch.lens[i], ch.consumer);
+        *(volatile uint64_t *)lens = bytes;
+        channel_detail::st_release_sys(ready, seq + 1);
+    } else {
+        nvshmem_uint64_p(&ch.lens[i], bytes, ch.consumer);
+        // The data and the length land before the ready word (NVSHMEM orders puts to one PE
+        // across a fence, and the group's puts are this thread's by the barrier before).
+        nvshmem_fence();
+        nvshmemx_signal_op(&ch.ready[i], seq + 1, NVSHMEM_SIGNAL_SET, ch.consumer);
+    }
     *(volatile uint64_t *)&ch.words[CHANNEL_SENT] = seq + 1;
 }
 
@@ -147,9 +161,15 @@ __device__ __forceinline__ uint64_t channel_wait(const nvshmem_rs_channel &ch, u
 // a group it synchronised with): give the slot back to the producer.
 __device__ __forceinline__ void channel_release(const nvshmem_rs_channel &ch, uint64_t seq,
                                                 uint64_t bytes) {
-    // The slot's reads complete before the producer may overwrite it.
-    __threadfence_system();
-    nvshmemx_signal_op(&ch.words[CHANNEL_CREDIT], seq + 1, NVSHMEM_SIGNAL_SET, ch.producer);
+    // The slot's reads complete before the producer may overwrite it (a release store, or a
+    // fence before NVSHMEM's signal).
+    uint64_t *credit = (uint64_t *)nvshmem_ptr(&ch.words[CHANNEL_CREDIT], ch.producer);
+    if (credit) {
+        channel_detail::st_release_sys(credit, seq + 1);
+    } else {
+        __threadfence_system();
+        nvshmemx_signal_op(&ch.words[CHANNEL_CREDIT], seq + 1, NVSHMEM_SIGNAL_SET, ch.producer);
+    }
     *(volatile uint64_t *)&ch.words[CHANNEL_LAST_BYTES] = bytes;
     *(volatile uint64_t *)&ch.words[CHANNEL_RECEIVED] = seq + 1;
 }
