@@ -36,34 +36,37 @@ extern "C" __global__ void pool_read_words(const uint64_t *words, int32_t pe, ui
     if (i < n) out[i] = nvshmem_uint64_atomic_fetch(words + i, pe);
 }
 
-// Page k of ids into dst + k * page_bytes, cut into pieces of chunk_bytes: block b copies
-// piece b % chunks of page b / chunks (then b + gridDim.x, ...). Ids that name no page are
-// skipped.
-extern "C" __global__ void pool_gather(nvshmem_rs_pool pool, char *dst, const uint64_t *ids,
-                                       uint32_t n, uint64_t chunk_bytes) {
+// f(at, piece, len, pe) for every piece of the pages ids[0..n) that name a page of the pool:
+// `at` is where the piece lies in the caller's local buffer (page k at k * page_bytes),
+// `piece` its symmetric address, on PE `pe`. Pages are cut into pieces of chunk_bytes; block b
+// takes piece b % chunks of page b / chunks (then b + gridDim.x, ...).
+template <typename F>
+__device__ __forceinline__ void for_each_piece(const nvshmem_rs_pool &pool, const uint64_t *ids,
+                                               uint32_t n, uint64_t chunk_bytes, F f) {
     const uint64_t chunks = (pool.page_bytes + chunk_bytes - 1) / chunk_bytes;
     for (uint64_t b = blockIdx.x; b < n * chunks; b += gridDim.x) {
         const uint64_t k = b / chunks, off = (b % chunks) * chunk_bytes;
         const uint64_t id = ids[k];
         if (!pool_page_valid(pool, id)) continue;
-        const uint64_t len = min(chunk_bytes, pool.page_bytes - off);
-        pool_get_block(dst + k * pool.page_bytes + off, pool_page_sym(pool, id) + off, len,
-                       pool_page_pe(id));
+        f(k * pool.page_bytes + off, pool_page_sym(pool, id) + off,
+          min(chunk_bytes, pool.page_bytes - off), pool_page_pe(id));
     }
+}
+
+// Page k of ids into dst + k * page_bytes. Ids that name no page are skipped.
+extern "C" __global__ void pool_gather(nvshmem_rs_pool pool, char *dst, const uint64_t *ids,
+                                       uint32_t n, uint64_t chunk_bytes) {
+    for_each_piece(pool, ids, n, chunk_bytes, [&](uint64_t at, char *piece, uint64_t len, int32_t pe) {
+        pool_get_block(dst + at, piece, len, pe);
+    });
 }
 
 // The reverse of pool_gather: src + k * page_bytes into page k of ids, complete at the pages'
 // PEs when the kernel ends.
 extern "C" __global__ void pool_scatter(nvshmem_rs_pool pool, const uint64_t *ids, const char *src,
                                         uint32_t n, uint64_t chunk_bytes) {
-    const uint64_t chunks = (pool.page_bytes + chunk_bytes - 1) / chunk_bytes;
-    for (uint64_t b = blockIdx.x; b < n * chunks; b += gridDim.x) {
-        const uint64_t k = b / chunks, off = (b % chunks) * chunk_bytes;
-        const uint64_t id = ids[k];
-        if (!pool_page_valid(pool, id)) continue;
-        const uint64_t len = min(chunk_bytes, pool.page_bytes - off);
-        pool_put_block(pool_page_sym(pool, id) + off, src + k * pool.page_bytes + off, len,
-                       pool_page_pe(id));
-    }
+    for_each_piece(pool, ids, n, chunk_bytes, [&](uint64_t at, char *piece, uint64_t len, int32_t pe) {
+        pool_put_block(piece, src + at, len, pe);
+    });
     pool_quiet_block();
 }

@@ -58,14 +58,14 @@ mod layout;
 pub use crate::abi::nvshmem_rs_channel as DeviceChannel;
 pub use layout::{ChannelLayout, SEND_BLOCK_BYTES};
 
-use crate::abi::{CHANNEL_LAST_BYTES, CHANNEL_RECEIVED, CHANNEL_WORDS};
+use crate::abi::{CHANNEL_LAST_BYTES, CHANNEL_RECEIVED};
 use crate::cubins::CHANNEL;
 use crate::element::Element;
 use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::{DeviceSlice, SymmetricBuffer};
 use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
 use crate::runtime::Nvshmem;
-use cudarc::driver::{result as cu, sys as cusys, CudaStream};
+use cudarc::driver::{sys as cusys, CudaStream};
 use std::marker::PhantomData;
 
 /// How the send and receive kernels are launched: each may begin launching while the kernel
@@ -270,16 +270,15 @@ impl<T: Element> Channel<T> {
     pub fn last_len(&self, stream: &CudaStream) -> Result<usize> {
         self.layout
             .check_recv(self.shmem.my_pe(), self.layout.max_len)?;
-        let [bytes] = self.read_words(stream, [self.word(CHANNEL_LAST_BYTES)])?;
-        Ok(bytes as usize / size_of::<T>())
+        let ctrl = self.control_block(stream)?;
+        Ok(ctrl[self.word(CHANNEL_LAST_BYTES)] as usize / size_of::<T>())
     }
 
     /// Whether the next message has arrived, after the work on `stream`.
     fn has_message(&self, stream: &CudaStream) -> Result<bool> {
-        let [received] = self.read_words(stream, [self.word(CHANNEL_RECEIVED)])?;
-        let slot = (received % self.layout.depth as u64) as usize;
-        let [ready] = self.read_words(stream, [slot])?;
-        Ok(ready > received)
+        let ctrl = self.control_block(stream)?;
+        let received = ctrl[self.word(CHANNEL_RECEIVED)];
+        Ok(ctrl[(received % self.layout.depth as u64) as usize] > received)
     }
 
     /// The index in the control block of one of the channel's words.
@@ -287,8 +286,9 @@ impl<T: Element> Channel<T> {
         2 * self.layout.depth + word as usize
     }
 
-    /// Control-block words `at`, after the work on `stream`.
-    fn read_words<const N: usize>(&self, stream: &CudaStream, at: [usize; N]) -> Result<[u64; N]> {
+    /// This PE's control block, after the work on `stream` (the ready words still move as
+    /// the producer sends).
+    fn control_block(&self, stream: &CudaStream) -> Result<Vec<u64>> {
         if stream.capture_status().during("cuStreamIsCapturing")?
             != cusys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
         {
@@ -300,23 +300,6 @@ impl<T: Element> Channel<T> {
         }
         self.shmem.bind_context()?;
         stream.synchronize().during("cuStreamSynchronize")?;
-        let mut out = [0u64; N];
-        for (value, i) in out.iter_mut().zip(at) {
-            debug_assert!(i < CHANNEL_WORDS as usize + 2 * self.layout.depth);
-            let mut word = [0u64];
-            // SAFETY: `i` is inside the control block, which lives as long as `self`; the copy
-            // is waited for before `word` is read.
-            unsafe {
-                cu::memcpy_dtoh_async(
-                    &mut word,
-                    self.ctrl.device_ptr() + (i * 8) as u64,
-                    stream.cu_stream(),
-                )
-            }
-            .during("cuMemcpyDtoHAsync")?;
-            stream.synchronize().during("cuStreamSynchronize")?;
-            *value = word[0];
-        }
-        Ok(out)
+        self.ctrl.to_vec()
     }
 }

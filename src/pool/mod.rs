@@ -120,6 +120,16 @@ enum Direction {
     Scatter,
 }
 
+impl Direction {
+    /// The local side of the copy, for errors.
+    fn local_side(self) -> &'static str {
+        match self {
+            Direction::Gather => "gather destination",
+            Direction::Scatter => "scatter source",
+        }
+    }
+}
+
 impl PagePool {
     /// A pool of `pages_per_pe` pages of `page_bytes` bytes (a positive multiple of 16) on
     /// every PE, and a page table of `table_len` entries on every PE, all empty (collective:
@@ -392,14 +402,7 @@ impl PagePool {
         ids: &[PageId],
         stream: &CudaStream,
     ) -> Result<()> {
-        self.host_copy(
-            Direction::Gather,
-            dst.device_ptr(),
-            dst.len(),
-            std::mem::size_of::<T>(),
-            ids,
-            stream,
-        )
+        self.host_copy(Direction::Gather, dst, ids, stream)
     }
 
     /// Copy `src` (page `k` at byte `k × page_bytes`) into pages `ids` on `stream`, with the
@@ -411,14 +414,7 @@ impl PagePool {
         src: &impl DeviceSlice<T>,
         stream: &CudaStream,
     ) -> Result<()> {
-        self.host_copy(
-            Direction::Scatter,
-            src.device_ptr(),
-            src.len(),
-            std::mem::size_of::<T>(),
-            ids,
-            stream,
-        )
+        self.host_copy(Direction::Scatter, src, ids, stream)
     }
 
     /// [`gather`](Self::gather) with the raw ids in device memory (`ids.len()` pages): no host
@@ -431,20 +427,7 @@ impl PagePool {
         ids: &impl DeviceSlice<u64>,
         stream: &CudaStream,
     ) -> Result<()> {
-        check_pages_len(
-            "gather destination",
-            std::mem::size_of::<T>(),
-            dst.len(),
-            ids.len(),
-            self.page_bytes,
-        )?;
-        self.launch_copy(
-            Direction::Gather,
-            dst.device_ptr(),
-            ids.device_ptr(),
-            ids.len(),
-            stream,
-        )
+        self.device_copy(Direction::Gather, dst, ids, stream)
     }
 
     /// [`scatter`](Self::scatter) with the raw ids in device memory, as
@@ -455,38 +438,43 @@ impl PagePool {
         src: &impl DeviceSlice<T>,
         stream: &CudaStream,
     ) -> Result<()> {
+        self.device_copy(Direction::Scatter, src, ids, stream)
+    }
+
+    /// The device-id forms: the local side's length, then the copy.
+    fn device_copy<T: Element>(
+        &self,
+        dir: Direction,
+        local: &impl DeviceSlice<T>,
+        ids: &impl DeviceSlice<u64>,
+        stream: &CudaStream,
+    ) -> Result<()> {
         check_pages_len(
-            "scatter source",
+            dir.local_side(),
             std::mem::size_of::<T>(),
-            src.len(),
+            local.len(),
             ids.len(),
             self.page_bytes,
         )?;
-        self.launch_copy(
-            Direction::Scatter,
-            src.device_ptr(),
-            ids.device_ptr(),
-            ids.len(),
-            stream,
-        )
+        self.launch_copy(dir, local.device_ptr(), ids.device_ptr(), ids.len(), stream)
     }
 
     /// The checked host forms: lengths, ids, allocation; then the ids to the device in stream
     /// order, the copy, and their memory freed in stream order.
-    fn host_copy(
+    fn host_copy<T: Element>(
         &self,
         dir: Direction,
-        local: u64,
-        len: usize,
-        elem_bytes: usize,
+        local: &impl DeviceSlice<T>,
         ids: &[PageId],
         stream: &CudaStream,
     ) -> Result<()> {
-        let what = match dir {
-            Direction::Gather => "gather destination",
-            Direction::Scatter => "scatter source",
-        };
-        check_pages_len(what, elem_bytes, len, ids.len(), self.page_bytes)?;
+        check_pages_len(
+            dir.local_side(),
+            std::mem::size_of::<T>(),
+            local.len(),
+            ids.len(),
+            self.page_bytes,
+        )?;
         let raw = self.checked_raw(ids)?;
         self.shmem.raw_stream(stream)?;
         if raw.is_empty() {
@@ -500,7 +488,7 @@ impl PagePool {
             let dev = cu::malloc_async(s, 8 * raw.len()).during("cuMemAllocAsync")?;
             let copied = cu::memcpy_htod_async(dev, &raw, s)
                 .during("cuMemcpyHtoDAsync")
-                .and_then(|()| self.launch_copy(dir, local, dev, raw.len(), stream));
+                .and_then(|()| self.launch_copy(dir, local.device_ptr(), dev, raw.len(), stream));
             let freed = cu::free_async(dev, s).during("cuMemFreeAsync");
             copied.and(freed)
         }

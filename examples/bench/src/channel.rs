@@ -182,6 +182,27 @@ fn check(
     })
 }
 
+/// The end of a case on every PE: its work done, a capture that failed anywhere reported as
+/// such, else the destination checked against `from`'s source.
+fn finish(
+    ctx: &Ctx,
+    capture_error: Option<String>,
+    key: u64,
+    dst: &SymmetricBuffer<u8>,
+    from: Option<usize>,
+) -> Result<(Status, String)> {
+    ctx.stream.synchronize().cuda("cuStreamSynchronize")?;
+    let failed = ctx.coord.sum(capture_error.is_some() as u64)?;
+    ctx.coord.barrier()?;
+    if failed > 0 {
+        return Ok((
+            Status::Failed,
+            capture_error.unwrap_or_else(|| "graph capture failed on another PE".into()),
+        ));
+    }
+    check(ctx, key, dst, from)
+}
+
 fn record(
     ctx: &Ctx,
     test: &str,
@@ -353,17 +374,13 @@ fn handoff(
             Err(e) => capture_error = Some(e),
         }
     }
-    stream.synchronize().cuda("cuStreamSynchronize")?;
-    let failed = ctx.coord.sum(capture_error.is_some() as u64)?;
-    ctx.coord.barrier()?;
-    let check = if failed > 0 {
-        (
-            Status::Failed,
-            capture_error.unwrap_or_else(|| "graph capture failed on another PE".into()),
-        )
-    } else {
-        check(ctx, key, &dst, ends.active().then_some(other))?
-    };
+    let check = finish(
+        ctx,
+        capture_error,
+        key,
+        &dst,
+        ends.active().then_some(other),
+    )?;
     let samples: Vec<f64> = match ends.initiator() {
         true => samples.iter().map(|t| t / 2.0).collect(),
         false => Vec::new(),
@@ -465,17 +482,7 @@ fn throughput(
             Err(e) => capture_error = Some(e),
         }
     }
-    stream.synchronize().cuda("cuStreamSynchronize")?;
-    let failed = ctx.coord.sum(capture_error.is_some() as u64)?;
-    ctx.coord.barrier()?;
-    let check = if failed > 0 {
-        (
-            Status::Failed,
-            capture_error.unwrap_or_else(|| "graph capture failed on another PE".into()),
-        )
-    } else {
-        check(ctx, key, &dst, ends.target().then_some(0))?
-    };
+    let check = finish(ctx, capture_error, key, &dst, ends.target().then_some(0))?;
     let variant = format!("depth={THROUGHPUT_DEPTH}");
     let implementation = if nccl { "nccl" } else { "ours" };
     Ok(record(

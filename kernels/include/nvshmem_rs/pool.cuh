@@ -188,50 +188,53 @@ __device__ inline void pool_quiet_block() {
     __syncthreads();
 }
 
+namespace detail {
+
+// f(offset, id) for each k in 0..n whose ids[k] names a page of the pool, offset being
+// k * page_bytes: where page k lies in the caller's local buffer. Other ids are skipped.
+template <typename F>
+__device__ __forceinline__ void for_each_page(const nvshmem_rs_pool &pool, const uint64_t *ids,
+                                              uint32_t n, F f) {
+    for (uint32_t k = 0; k < n; k++) {
+        const uint64_t id = ids[k];
+        if (pool_page_valid(pool, id)) f((uint64_t)k * pool.page_bytes, id);
+    }
+}
+
+}  // namespace detail
+
 // The block copies pages ids[0..n) into dst, page k at dst + k * page_bytes. Ids that name no
 // page of the pool (POOL_NO_PAGE among them) are skipped, their place in dst left as it was.
 __device__ inline void pool_gather_block(const nvshmem_rs_pool &pool, char *dst,
                                          const uint64_t *ids, uint32_t n) {
-    for (uint32_t k = 0; k < n; k++) {
-        const uint64_t id = ids[k];
-        if (!pool_page_valid(pool, id)) continue;
-        pool_get_block(dst + (uint64_t)k * pool.page_bytes, pool_page_sym(pool, id),
-                       pool.page_bytes, pool_page_pe(id));
-    }
+    detail::for_each_page(pool, ids, n, [&](uint64_t at, uint64_t id) {
+        pool_get_block(dst + at, pool_page_sym(pool, id), pool.page_bytes, pool_page_pe(id));
+    });
 }
 
 // The block writes src (page k at src + k * page_bytes) into pages ids[0..n), skipping ids
 // that name no page, and returns once the writes are complete at their PEs.
 __device__ inline void pool_scatter_block(const nvshmem_rs_pool &pool, const uint64_t *ids,
                                           const char *src, uint32_t n) {
-    for (uint32_t k = 0; k < n; k++) {
-        const uint64_t id = ids[k];
-        if (!pool_page_valid(pool, id)) continue;
-        pool_put_block(pool_page_sym(pool, id), src + (uint64_t)k * pool.page_bytes,
-                       pool.page_bytes, pool_page_pe(id));
-    }
+    detail::for_each_page(pool, ids, n, [&](uint64_t at, uint64_t id) {
+        pool_put_block(pool_page_sym(pool, id), src + at, pool.page_bytes, pool_page_pe(id));
+    });
     pool_quiet_block();
 }
 
 // The warp forms of gather and scatter (every lane calls).
 __device__ inline void pool_gather_warp(const nvshmem_rs_pool &pool, char *dst,
                                         const uint64_t *ids, uint32_t n) {
-    for (uint32_t k = 0; k < n; k++) {
-        const uint64_t id = ids[k];
-        if (!pool_page_valid(pool, id)) continue;
-        pool_get_warp(dst + (uint64_t)k * pool.page_bytes, pool_page_sym(pool, id),
-                      pool.page_bytes, pool_page_pe(id));
-    }
+    detail::for_each_page(pool, ids, n, [&](uint64_t at, uint64_t id) {
+        pool_get_warp(dst + at, pool_page_sym(pool, id), pool.page_bytes, pool_page_pe(id));
+    });
 }
 
 __device__ inline void pool_scatter_warp(const nvshmem_rs_pool &pool, const uint64_t *ids,
                                          const char *src, uint32_t n) {
-    for (uint32_t k = 0; k < n; k++) {
-        const uint64_t id = ids[k];
-        if (!pool_page_valid(pool, id)) continue;
-        pool_put_warp(pool_page_sym(pool, id), src + (uint64_t)k * pool.page_bytes,
-                      pool.page_bytes, pool_page_pe(id));
-    }
+    detail::for_each_page(pool, ids, n, [&](uint64_t at, uint64_t id) {
+        pool_put_warp(pool_page_sym(pool, id), src + at, pool.page_bytes, pool_page_pe(id));
+    });
     __syncwarp();
     if (threadIdx.x % warpSize == 0) nvshmem_quiet();
     __syncwarp();
