@@ -6,7 +6,8 @@
 #   make run EXAMPLE=hello NP=2
 #   make check     GPU checks (our collectives, the host API, the TP layers, channels, the
 #                  page pool, the ring-pipeline user crate)
-#                  with 2 and 4 PEs (those the machine has GPUs for)
+#                  with 2 and 4 PEs (those the machine has GPUs for; SHARE_GPUS=1 runs the
+#                  others with several PEs per GPU through CUDA MPS: checks, not timings)
 #   make bench     the benchmark suite against NCCL, one PE per local GPU
 #
 # The GPU targets stop with one line, before building, on a machine without GPUs.
@@ -18,6 +19,8 @@ NP ?=
 EXAMPLE ?= hello
 ARGS ?=
 CHECK_NP ?= 2 4
+SHARE_GPUS ?=
+SHARE_FLAG := $(if $(filter-out 0,$(SHARE_GPUS)),--share-gpus)
 
 # Versions must match the host library on the GPU machines: the device library linked into
 # our cubins must be the same NVSHMEM release as the host library that runs them.
@@ -31,7 +34,7 @@ STAMP := $(VENV)/.setup-done
 
 # Expanded when a GPU target's recipe starts: one line and a stop when there is no GPU (or
 # fewer than NP), before anything is built.
-require-gpus = $(eval GPUS := $(shell scripts/gpus $(1)))$(if $(filter ok,$(firstword $(GPUS))),,$(error $(GPUS)))
+require-gpus = $(eval GPUS := $(shell scripts/gpus $(if $(SHARE_FLAG),--share) $(1)))$(if $(filter ok,$(firstword $(GPUS))),,$(error $(GPUS)))
 
 .PHONY: setup build test run check bench fmt clippy ci clean-venv
 
@@ -57,24 +60,24 @@ test: setup
 run:
 	$(call require-gpus,$(NP))
 	@$(MAKE) --no-print-directory build
-	scripts/nvshmrun $(if $(NP),-np $(NP)) target/release/examples/$(EXAMPLE) $(ARGS)
+	scripts/nvshmrun $(if $(NP),-np $(NP)) $(SHARE_FLAG) target/release/examples/$(EXAMPLE) $(ARGS)
 
 check:
 	$(call require-gpus,)
 	@$(MAKE) --no-print-directory build
 	@for np in $(CHECK_NP); do \
-	  if [ $$np -gt $(word 2,$(GPUS)) ]; then echo "check: -np $$np skipped ($(word 2,$(GPUS)) GPUs)"; continue; fi; \
+	  if [ $$np -gt $(word 2,$(GPUS)) ] && [ -z "$(SHARE_FLAG)" ]; then echo "check: -np $$np skipped ($(word 2,$(GPUS)) GPUs; SHARE_GPUS=1 shares them)"; continue; fi; \
 	  for prog in examples/coll_check examples/gpu_check examples/tp_mlp examples/pipeline examples/kv_pool ring-pipeline; do \
 	    args=$$([ $$prog = examples/gpu_check ] && echo "$(ARGS)"); \
-	    echo "scripts/nvshmrun -np $$np target/release/$$prog $$args"; \
-	    scripts/nvshmrun -np $$np target/release/$$prog $$args || exit 1; \
+	    echo "scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/$$prog $$args"; \
+	    scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/$$prog $$args || exit 1; \
 	  done; \
 	done
 
 bench:
 	$(call require-gpus,$(NP))
 	@$(MAKE) --no-print-directory build
-	scripts/nvshmrun $(if $(NP),-np $(NP)) target/release/examples/bench $(ARGS)
+	scripts/nvshmrun $(if $(NP),-np $(NP)) $(SHARE_FLAG) target/release/examples/bench $(ARGS)
 
 fmt:
 	cargo fmt --all

@@ -60,6 +60,16 @@ pub enum Error {
     },
     /// No CUDA driver could be loaded, or no GPU is visible; says what to install or set.
     NoGpu(String),
+    /// More PEs on a node than GPUs, without the CUDA MPS set-up under which NVSHMEM runs
+    /// several PEs on one GPU in full (otherwise it aborts its on-stream collectives).
+    SharedGpu {
+        /// The PEs on this node.
+        pes: usize,
+        /// The GPUs they share.
+        gpus: usize,
+        /// The PEs of the busiest GPU.
+        per_gpu: usize,
+    },
     /// NVSHMEM is already running in this process (one runtime per process).
     AlreadyInitialized,
     /// NVSHMEM was finalised and cannot be started again in the same process.
@@ -233,6 +243,13 @@ impl fmt::Display for Error {
             ),
             Error::Cuda { call, source } => write!(f, "{call} failed: {source:?}"),
             Error::NoGpu(why) => write!(f, "no usable GPU: {why}"),
+            Error::SharedGpu { pes, gpus, per_gpu } => write!(
+                f,
+                "{pes} PEs on this node share {gpus} GPU(s), up to {per_gpu} on one: NVSHMEM runs \
+                 that only under CUDA MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE at most {} \
+                 (scripts/nvshmrun --share-gpus starts MPS and sets it), or start one PE per GPU",
+                100 / per_gpu
+            ),
             Error::AlreadyInitialized => f.write_str(
                 "NVSHMEM is already initialised in this process; clone the existing Nvshmem \
                  handle instead of initialising again",

@@ -258,6 +258,31 @@ pub fn library_version() -> (i32, i32, i32) {
     (major, minor, patch)
 }
 
+/// Why `node_pes` PEs cannot share `gpus` GPUs, if they cannot. NVSHMEM runs several PEs on
+/// one GPU in full only under CUDA MPS with each PE's share of the SMs capped at its part
+/// (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, or NVSHMEM's override of that rule); otherwise it
+/// aborts the process at its first on-stream collective, which this crate uses.
+fn gpu_sharing_problem(
+    node_pes: usize,
+    gpus: usize,
+    env: impl Fn(&str) -> Option<String>,
+) -> Option<Error> {
+    let per_gpu = node_pes.div_ceil(gpus.max(1));
+    if per_gpu <= 1
+        || env("NVSHMEM_IGNORE_CUDA_MPS_ACTIVE_THREAD_PERCENTAGE").as_deref() == Some("1")
+    {
+        return None;
+    }
+    let capped = env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .is_some_and(|pct| pct > 0.0 && pct * per_gpu as f64 <= 100.0);
+    (!capped).then_some(Error::SharedGpu {
+        pes: node_pes,
+        gpus,
+        per_gpu,
+    })
+}
+
 /// Check that a CUDA driver and at least one GPU are there, without panicking.
 fn check_gpu() -> Result<i32> {
     // cudarc's loader panics when libcuda is missing; ask first.
@@ -411,6 +436,13 @@ impl Nvshmem {
                     "CUDA device {ordinal} asked for, but only {device_count} are visible (check \
                      CUDA_VISIBLE_DEVICES)"
                 )));
+            }
+            if let Some(e) =
+                gpu_sharing_problem(node_n_pes.max(1) as usize, device_count as usize, |name| {
+                    std::env::var(name).ok()
+                })
+            {
+                return Err(e);
             }
             let ctx = CudaContext::new(ordinal).during("cuDevicePrimaryCtxRetain")?;
             let stream = ctx.new_stream().during("cuStreamCreate")?;
@@ -679,6 +711,45 @@ pub(crate) fn note_free(rt: &Runtime, bytes: usize) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn several_pes_on_a_gpu_need_mps_with_capped_sms() {
+        use super::gpu_sharing_problem as problem;
+        fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        }
+        // One PE per GPU (or fewer): nothing to set up.
+        assert!(problem(4, 4, env(&[])).is_none());
+        assert!(problem(1, 8, env(&[])).is_none());
+        // Four PEs on one GPU: a quarter each, or NVSHMEM's override.
+        let e = problem(4, 1, env(&[])).expect("refused").to_string();
+        assert!(
+            e.contains("4 PEs on this node share 1 GPU(s), up to 4 on one"),
+            "{e}"
+        );
+        assert!(
+            e.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE at most 25"),
+            "{e}"
+        );
+        assert!(e.contains("--share-gpus"), "{e}");
+        let pct = |v: &str| problem(4, 1, env(&[("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", v)]));
+        assert!(pct("25").is_none());
+        assert!(pct("12.5").is_none());
+        assert!(pct("50").is_some());
+        assert!(pct("0").is_some());
+        assert!(pct("lots").is_some());
+        let ignore = [("NVSHMEM_IGNORE_CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "1")];
+        assert!(problem(4, 1, env(&ignore)).is_none());
+        // Three PEs on two GPUs: two share one.
+        assert!(matches!(
+            problem(3, 2, env(&[])),
+            Some(super::Error::SharedGpu { per_gpu: 2, .. })
+        ));
+    }
+
     use super::*;
 
     #[test]

@@ -190,28 +190,41 @@ pub(crate) fn describe_disagreement(my_pe: usize, all: &[u64]) -> Option<String>
     ))
 }
 
-/// Symmetric scratch for the exchange: one record of ours, then one per PE.
+/// Symmetric scratch for the exchange, in two rounds: one record of ours, one per PE.
+/// Consecutive exchanges alternate rounds: a PE that finishes an exchange first may start the
+/// next one, whose records land in the slower PEs' scratch while they are still reading the
+/// last; the round after that cannot start until they have joined the next.
 /// One exchange at a time: a `Collectives` may be shared between threads.
 pub(crate) struct Agreement {
-    scratch: Mutex<(SymmetricBuffer<u64>, SymmetricBuffer<u64>)>,
+    scratch: Mutex<Scratch>,
+}
+
+struct Scratch {
+    mine: SymmetricBuffer<u64>,
+    all: SymmetricBuffer<u64>,
+    round: usize,
 }
 
 impl Agreement {
     /// Allocate the scratch (collective).
     pub(crate) fn new(shmem: &Nvshmem) -> Result<Self> {
         Ok(Agreement {
-            scratch: Mutex::new((
-                shmem.malloc::<u64>(WORDS)?,
-                shmem.malloc::<u64>(WORDS * shmem.n_pes())?,
-            )),
+            scratch: Mutex::new(Scratch {
+                mine: shmem.malloc::<u64>(2 * WORDS)?,
+                all: shmem.malloc::<u64>(2 * WORDS * shmem.n_pes())?,
+                round: 0,
+            }),
         })
     }
 
     /// Publish `record`, collect every PE's, and fail if any differs. Blocks until every PE
     /// has published (collective, on the runtime's stream).
     pub(crate) fn agree(&self, shmem: &Nvshmem, record: Record) -> Result<()> {
-        let scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
-        let (mine, all) = &*scratch;
+        let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        let (round, per_round) = (scratch.round % 2, WORDS * shmem.n_pes());
+        scratch.round += 1;
+        let mine = scratch.mine.view(round * WORDS..(round + 1) * WORDS);
+        let all = scratch.all.view(round * per_round..(round + 1) * per_round);
         mine.copy_from_host(&record.encode())?;
         shmem.team_world().fcollect(all, mine, shmem.stream())?;
         shmem.stream().synchronize().during("cuStreamSynchronize")?;

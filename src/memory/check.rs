@@ -57,11 +57,15 @@ fn decode(code: u64, value: u64) -> Option<HeapLimit> {
     }
 }
 
-/// Symmetric scratch for the exchange: 4 words of ours, then 4 words per PE.
+/// Symmetric scratch for the exchange: two rounds of our words then every PE's. Consecutive
+/// exchanges alternate rounds: a PE that finishes an exchange first may start the next, whose
+/// words land in a slower PE's scratch while it still reads the last; the round after that
+/// cannot start before every PE has joined the next.
 pub(crate) struct AllocCheck {
     scratch: *mut u64,
     n_pes: usize,
     next_seq: u64,
+    exchanges: usize,
 }
 
 // SAFETY: the scratch pointer is device memory this value owns; the runtime keeps the
@@ -74,7 +78,7 @@ impl AllocCheck {
     pub(crate) fn new(shmem: &Nvshmem) -> Result<Self> {
         let _host = shmem.host_call()?;
         let n_pes = shmem.n_pes();
-        let bytes = (n_pes + 1) * WORDS * 8;
+        let bytes = 2 * (n_pes + 1) * WORDS * 8;
         let scratch = unsafe { sys::nvshmem_malloc(bytes) } as *mut u64;
         if scratch.is_null() {
             return Err(Error::HeapExhausted {
@@ -88,6 +92,7 @@ impl AllocCheck {
             scratch,
             n_pes,
             next_seq: 0,
+            exchanges: 0,
         })
     }
 
@@ -109,26 +114,26 @@ impl AllocCheck {
         let _host = shmem.host_call()?;
         let stream = shmem.stream();
         let mut all = vec![0u64; self.n_pes * WORDS];
+        let round = self
+            .scratch
+            .wrapping_add(self.exchanges % 2 * (self.n_pes + 1) * WORDS);
+        self.exchanges += 1;
         unsafe {
-            cudarc::driver::result::memcpy_htod_async(
-                self.scratch as u64,
-                &mine,
-                stream.cu_stream(),
-            )
-            .during("cuMemcpyHtoDAsync")?;
+            cudarc::driver::result::memcpy_htod_async(round as u64, &mine, stream.cu_stream())
+                .during("cuMemcpyHtoDAsync")?;
             check(
                 "nvshmemx_uint64_fcollect_on_stream",
                 sys::nvshmemx_uint64_fcollect_on_stream(
                     sys::NVSHMEM_TEAM_WORLD,
-                    self.scratch.add(WORDS),
-                    self.scratch,
+                    round.add(WORDS),
+                    round,
                     WORDS,
                     stream.cu_stream() as sys::cudaStream_t,
                 ),
             )?;
             cudarc::driver::result::memcpy_dtoh_async(
                 &mut all,
-                self.scratch.add(WORDS) as u64,
+                round.add(WORDS) as u64,
                 stream.cu_stream(),
             )
             .during("cuMemcpyDtoHAsync")?;
