@@ -258,7 +258,8 @@ pub fn library_version() -> (i32, i32, i32) {
     (major, minor, patch)
 }
 
-/// Why `node_pes` PEs cannot share `gpus` GPUs, if they cannot. NVSHMEM runs several PEs on
+/// Why `node_pes` PEs cannot share `gpus` GPUs, if they cannot (as far as this process sees:
+/// with `CUDA_VISIBLE_DEVICES` set, the launcher chose each rank's GPUs). NVSHMEM runs several PEs on
 /// one GPU in full only under CUDA MPS with each PE's share of the SMs capped at its part
 /// (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, or NVSHMEM's override of that rule); otherwise it
 /// aborts the process at its first on-stream collective, which this crate uses.
@@ -268,7 +269,10 @@ fn gpu_sharing_problem(
     env: impl Fn(&str) -> Option<String>,
 ) -> Option<Error> {
     let per_gpu = node_pes.div_ceil(gpus.max(1));
+    // A launcher that binds each rank to its own GPU (Slurm's --gpus-per-task, say) shows
+    // each process fewer GPUs than the node has PEs: sharing cannot be told from here.
     if per_gpu <= 1
+        || env("CUDA_VISIBLE_DEVICES").is_some()
         || env("NVSHMEM_IGNORE_CUDA_MPS_ACTIVE_THREAD_PERCENTAGE").as_deref() == Some("1")
     {
         return None;
@@ -437,11 +441,13 @@ impl Nvshmem {
                      CUDA_VISIBLE_DEVICES)"
                 )));
             }
-            if let Some(e) =
+            // (A device chosen by the caller is the caller's to share.)
+            let sharing = options.device.is_none().then(|| {
                 gpu_sharing_problem(node_n_pes.max(1) as usize, device_count as usize, |name| {
                     std::env::var(name).ok()
                 })
-            {
+            });
+            if let Some(e) = sharing.flatten() {
                 return Err(e);
             }
             let ctx = CudaContext::new(ordinal).during("cuDevicePrimaryCtxRetain")?;
@@ -741,6 +747,8 @@ mod tests {
         assert!(pct("50").is_some());
         assert!(pct("0").is_some());
         assert!(pct("lots").is_some());
+        // Each rank bound to its own GPU by the launcher.
+        assert!(problem(8, 1, env(&[("CUDA_VISIBLE_DEVICES", "3")])).is_none());
         let ignore = [("NVSHMEM_IGNORE_CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "1")];
         assert!(problem(4, 1, env(&ignore)).is_none());
         // Three PEs on two GPUs: two share one.
