@@ -25,6 +25,13 @@
 //! unsharded product on one GPU (the large shape), which rounds no partial product, the layers'
 //! rounding of each PE's partial product (2^-9 of each, which need not cancel as their sum
 //! does) is allowed as well: 2^-6 of magnitude plus RMS.
+//!
+//! Where the reference rounds exactly where a layer rounds (the column- and row-parallel
+//! layers: the output, and each PE's partial product), a GPU element differs from the
+//! reference's bf16 only when its f32 sum falls on the other side of a rounding boundary
+//! than the f64 sum, which is rare (about 1 element in 10^4 on these shapes): so at most 1% of
+//! the elements may differ at all. A GEMM that rounds more often than that (split-K parts
+//! added up in bf16, seen in cuBLASLt at m = 16, n = 48, k = 9: 29% of the elements) fails.
 
 use nvshmem::cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
@@ -240,9 +247,24 @@ fn mlp_reference(
     )
 }
 
-/// `got` against `want` within the tolerance the module documentation justifies.
+/// `got` against `want` within the tolerance the module documentation justifies, for a
+/// `want` that rounds where the layer rounds: then nearly every element must also have
+/// exactly `want`'s bf16 bits (see the module documentation).
 fn compare(what: &str, got: &[bf16], want: &[f64]) -> Outcome {
-    compare_with(what, got, want, &[], 1.0 / 128.0)
+    compare_with(what, got, want, &[], 1.0 / 128.0)?;
+    let off = got
+        .iter()
+        .zip(want)
+        .filter(|(g, w)| g.to_bits() != bf16::from_f64(**w).to_bits())
+        .count();
+    if off > (got.len() / 100).max(1) {
+        return Err(format!(
+            "{what}: {off} of {} elements are not the bf16 nearest to the reference (at most \
+             1% may differ, by f32 against f64 sums)",
+            got.len()
+        ));
+    }
+    Ok(())
 }
 
 /// `got` against the unsharded product on one GPU, which rounds no partial product: 2^-6

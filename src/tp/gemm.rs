@@ -1,5 +1,5 @@
 //! Local GEMMs through cuBLASLt: `y = x · wᵀ` with `x` (m × k), `w` (n × k, a linear layer's
-//! weight as PyTorch stores it) and `y` (m × n), all row-major bf16, accumulated in f32.
+//! weight as PyTorch stores it) and `y` (m × n), all row-major bf16, accumulated in f32 (split-K parts too).
 //!
 //! Row-major `y = x · wᵀ` is column-major `yᵀ = w · xᵀ` with the same memory: cuBLASLt's "TN"
 //! case (A = w transposed, B = x), the layout its Hopper kernels favour.
@@ -357,6 +357,18 @@ impl Gemm {
         align(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES)?;
         align(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES)?;
         align(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)?;
+        // Split-K parts summed in f32 only. cuBLASLt may otherwise add them up in the output
+        // (bf16), rounding every partial sum: seen at m = 16, n = 48, k = 9, where 29% of the
+        // outputs came out one or two bf16 steps off the f32-accumulated product.
+        let scheme =
+            ltsys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE as u32;
+        lt::set_matmul_pref_attribute(
+            pref,
+            P::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+            &scheme as *const u32 as *const c_void,
+            std::mem::size_of::<u32>(),
+        )
+        .map_err(|e| cublas("cublasLtMatmulPreferenceSetAttribute", e))?;
         let LinearShape { m, n, k } = key.shape;
         lt::get_matmul_algo_heuristic(self.handle, plan.desc, plan.w, plan.x, plan.y, plan.y, pref)
             .map(|h| h.algo)
