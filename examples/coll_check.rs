@@ -9,9 +9,10 @@
 
 use nvshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use nvshmem::{
-    bf16, f16, AllGatherAlgo, AllReduceAlgo, Collectives, DataType, Element, Error, Nvshmem,
-    ReduceOp, ReduceScatterAlgo, Result, SymmetricBuffer,
+    bf16, f16, AllGatherAlgo, AllReduceAlgo, Collectives, CollectivesConfig, DataType, Element,
+    Error, Nvshmem, ReduceOp, ReduceScatterAlgo, Result, SymmetricBuffer,
 };
+use std::time::{Duration, Instant};
 
 #[path = "common/splitmix.rs"]
 mod splitmix;
@@ -761,6 +762,126 @@ fn main() {
     c.check("graph replay Bandwidth, many rounds", |s, seed| {
         graph_replay::<i32>(s, &coll, seed, AllReduceAlgo::Bandwidth, 5 << 20)
     });
+    // Flag values and low-latency tags derive from the call counter: calls around the points
+    // where 32-bit tags wrapped (and a counter's low 32 bits are 0) still give right results.
+    for start in [(1u64 << 32) - 3, (1 << 33) - 2] {
+        c.check(
+            &format!("epoch from {start:#x}: every algorithm, 6 calls each"),
+            |s, seed| {
+                let fresh = Collectives::new(s)?;
+                fresh.set_epoch_for_test(start)?;
+                for k in 0..6 {
+                    for algo in [
+                        AllReduceAlgo::LowLatency,
+                        AllReduceAlgo::LowLatencyTwoShot,
+                        AllReduceAlgo::OneShot,
+                        AllReduceAlgo::TwoShot,
+                        AllReduceAlgo::Bandwidth,
+                    ] {
+                        all_reduce_case::<i32>(
+                            s,
+                            &fresh,
+                            seed + k,
+                            ReduceOp::Sum,
+                            algo,
+                            20_011,
+                            false,
+                        )?;
+                    }
+                    all_reduce_case::<f32>(
+                        s,
+                        &fresh,
+                        seed + k,
+                        ReduceOp::Max,
+                        AllReduceAlgo::Sentinel,
+                        4099,
+                        k % 2 == 1,
+                    )?;
+                    all_reduce_case::<bf16>(
+                        s,
+                        &fresh,
+                        seed + k,
+                        ReduceOp::Sum,
+                        AllReduceAlgo::SentinelTwoShot,
+                        30_001,
+                        false,
+                    )?;
+                    all_gather_case::<i32>(s, &fresh, seed + k, AllGatherAlgo::LowLatency, 1000)?;
+                    all_gather_case::<i32>(s, &fresh, seed + k, AllGatherAlgo::Bandwidth, 5000)?;
+                }
+                Ok(())
+            },
+        );
+    }
+    // A low-latency line is zeroed once taken: a large call after many small ones finds
+    // no line of the earlier large call.
+    c.check("low-latency: large, small x9, large again", |s, seed| {
+        for (k, n) in [60_000usize, 1, 2, 3, 4, 5, 6, 7, 8, 9, 60_000]
+            .into_iter()
+            .enumerate()
+        {
+            all_reduce_case::<i32>(
+                s,
+                &coll,
+                seed + k as u64,
+                ReduceOp::Sum,
+                AllReduceAlgo::LowLatency,
+                n,
+                false,
+            )?;
+        }
+        Ok(())
+    });
+    // A PE that skips a call: the others give up after the configured bound, say which PE
+    // they waited for, and refuse every later call.
+    if shmem.n_pes() >= 2 {
+        for algo in [
+            AllReduceAlgo::LowLatency,
+            AllReduceAlgo::Sentinel,
+            AllReduceAlgo::OneShot,
+            AllReduceAlgo::Bandwidth,
+        ] {
+            c.check(&format!("timeout: PE 1 skips a {algo:?} call"), |s, _| {
+                let mut config = CollectivesConfig::for_pes(s.n_pes());
+                config.timeout = Some(Duration::from_millis(500));
+                let bounded = Collectives::with_config(s, config)?;
+                let n = if algo == AllReduceAlgo::Bandwidth {
+                    1 << 20
+                } else {
+                    4096
+                };
+                let x = s.calloc::<f32>(n)?;
+                let y = s.malloc::<f32>(n)?;
+                s.barrier_all()?;
+                let outcome = if s.my_pe() == 1 {
+                    // Skips the call: the call's own checks pass, nothing runs.
+                    bounded.check()
+                } else {
+                    let began = Instant::now();
+                    bounded.all_reduce(&y, &x, ReduceOp::Sum, algo, s.stream())?;
+                    sync(s)?;
+                    let took = began.elapsed();
+                    match (
+                        bounded.check(),
+                        bounded.all_reduce(&y, &x, ReduceOp::Sum, algo, s.stream()),
+                    ) {
+                        (Err(Error::Timeout { waited_for: 1, .. }), Err(Error::Timeout { .. }))
+                            if took < Duration::from_secs(10) =>
+                        {
+                            Ok(())
+                        }
+                        (first, later) => Err(Error::InvalidArgument(format!(
+                            "after {took:?}: check gave {first:?}, the next call {later:?}; \
+                             expected a timeout waiting for PE 1, then the same"
+                        ))),
+                    }
+                };
+                // Every PE drops its Collectives (collective frees) and goes on.
+                drop(bounded);
+                outcome
+            });
+        }
+    }
     c.check("errors: length, type, op, overlap, staging", |s, _| {
         let a = s.malloc::<f32>(64)?;
         let b = s.malloc::<f32>(32)?;

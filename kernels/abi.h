@@ -30,13 +30,40 @@
 // turns it into another NaN), so a reader polls until no word of a vector is this.
 #define COLL_SENTINEL 0xFFFFFFFFu
 
+// Bits of a bandwidth all-reduce's flag value that count its rounds: the value is
+// (epoch << COLL_ROUND_BITS) | (round + 1), so values grow over rounds and calls for 2^44
+// calls (a year at one call per microsecond), and a call has fewer than 2^20 - 1 rounds.
+#define COLL_ROUND_BITS 20
+
+// Where a wait that ran out of time was (Fault.site).
+enum FaultSite {
+    FAULT_FLAGS = 1,      // a handshake flag (one-shot, two-shot, all-gather barriers)
+    FAULT_ROUND = 2,      // a bandwidth all-reduce round flag
+    FAULT_LINE = 3,       // a low-latency line
+    FAULT_SENTINEL = 4,   // a sentinel vector
+};
+
+// The first wait of a call that ran out of time, written by the kernel into host memory the
+// GPU can map: the host reads it without waiting for the stream. `raised` is written last.
+typedef struct Fault {
+    unsigned int raised;
+    int site;            // FaultSite
+    int pe;              // the PE waited for
+    int block;
+    unsigned long long epoch;
+    unsigned long long waited_ns;
+} Fault;
+
 // The epoch of this PE's calls, one copy per block index: block b reads copy b when it
 // starts and, when it ends, writes the new epoch into copies b, b + gridDim.x, ... Blocks of
 // one call touch disjoint copies, so no atomics or fences are needed, and after every call
 // all copies agree whatever the grid size of the next call. Kernel completion publishes the
-// stores to the next call.
+// stores to the next call. After the epochs, what bounds every wait: how long it may last
+// (0: no bound) and where a wait that ran out of time says so. The host writes both once.
 typedef struct Ctrl {
     unsigned long long epoch[COLL_MAX_BLOCKS];
+    unsigned long long timeout_ns;
+    Fault *fault;
 } Ctrl;
 
 // Where a buffer (the staging area, or the sentinel buffers) lives on every PE as mapped

@@ -99,6 +99,24 @@ pub enum Error {
         /// The limit it ran into, and so the variable to raise.
         limit: HeapLimit,
     },
+    /// A wait of our collectives for a peer lasted longer than
+    /// [`CollectivesConfig::timeout`](crate::CollectivesConfig::timeout): the peer skipped
+    /// the call, failed before it, passed other arguments, or died. The `Collectives` can no
+    /// longer be used: every later call returns this error.
+    Timeout {
+        /// The PE that waited.
+        pe: usize,
+        /// The PE it waited for.
+        waited_for: usize,
+        /// What it waited for.
+        site: &'static str,
+        /// The block of the call that gave up first.
+        block: usize,
+        /// The epoch (the call's number on this PE, from 1) of the call.
+        epoch: u64,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
     /// A PE number outside `0..n_pes` (of the world, or of a team).
     PeOutOfRange {
         /// The PE asked for.
@@ -278,6 +296,21 @@ impl fmt::Display for Error {
                 f,
                 "symmetric heap exhausted: {requested} bytes asked for, and PE {pe} (with \
                  {in_use} bytes in use) is bounded by {limit}"
+            ),
+            Error::Timeout {
+                pe,
+                waited_for,
+                site,
+                block,
+                epoch,
+                waited,
+            } => write!(
+                f,
+                "PE {pe}'s collective call #{epoch} (block {block}) waited {waited:.1?} for {site} \
+                 from PE {waited_for} and gave up: PE {waited_for} skipped the call, failed before \
+                 it, passed other arguments or died (look at its output). Drop this Collectives \
+                 and make a new one on every PE; if the wait was legitimate, raise \
+                 CollectivesConfig::timeout or NVSHMEM_RS_TIMEOUT"
             ),
             Error::PeOutOfRange { pe, n_pes } => write!(
                 f,
@@ -495,6 +528,28 @@ mod tests {
             text.contains("page 5 of PE 0") && text.contains("free each once"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn timeouts_name_both_pes_the_call_and_what_to_do() {
+        let text = Error::Timeout {
+            pe: 0,
+            waited_for: 3,
+            site: "a low-latency line",
+            block: 7,
+            epoch: 42,
+            waited: std::time::Duration::from_millis(2500),
+        }
+        .to_string();
+        assert!(
+            text.contains("PE 0's collective call #42 (block 7)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("waited 2.5s for a low-latency line from PE 3"),
+            "{text}"
+        );
+        assert!(text.contains("NVSHMEM_RS_TIMEOUT"), "{text}");
     }
 
     #[test]

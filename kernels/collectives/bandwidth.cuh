@@ -16,7 +16,8 @@
 // into every PE's dst, pushes its round r + 1 chunks, and then sends each peer one flag that
 // says three things: "my round r + 1 chunk is in your staging", "your round-r result is in
 // your dst" and "my staging slot for your round-r chunk is free". Flag values are
-// round_tag(e, r) = (epoch << 32 | r + 1), so they grow across rounds and calls: tag(0)
+// round_tag(e, r) = (epoch << COLL_ROUND_BITS | r + 1), so they grow across rounds and calls
+// (the host keeps rounds below 2^COLL_ROUND_BITS - 1): tag(0)
 // announces round 0, tag(r + 1) the above, tag(rounds) the last results.
 // With two chunk slots, the wait for round r's data (tag r from every peer) also covers the
 // slot that round r + 1 reuses (freed in round r + 1 - slots <= r - 1). With three or more,
@@ -31,7 +32,7 @@
 // apart, and a PE in call e + 2 has seen every owner's last flag of call e + 1, so every owner
 // has finished reading call e's staging.
 
-__device__ __forceinline__ uint64_t round_tag(uint64_t e, int r) { return (e << 32) | (uint64_t)(r + 1); }
+__device__ __forceinline__ uint64_t round_tag(uint64_t e, int r) { return (e << COLL_ROUND_BITS) | (uint64_t)(r + 1); }
 
 template <typename T, typename Op>
 __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes, BandwidthPlan plan) {
@@ -101,9 +102,11 @@ __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, 
     };
     auto wait_all = [&](uint64_t v) {
         for (int p = threadIdx.x; p < npes; p += blockDim.x)
-            if (p != me)
-                while (ld_acquire_sys(my_flags + p) < v) {
+            if (p != me) {
+                Wait w(ctrl);
+                while (ld_acquire_sys(my_flags + p) < v && w.again(FAULT_ROUND, p, e)) {
                 }
+            }
         __syncthreads();
     };
 
@@ -142,7 +145,7 @@ __device__ void bandwidth_allgather(const char *src, char *dst, size_t bytes, Ct
     const uint64_t e = call_epoch(ctrl);
     __shared__ char *peer_dst[MAX_PES];
     for (int p = threadIdx.x; p < npes; p += blockDim.x) peer_dst[p] = (char *)nvshmem_ptr(dst, p) + (size_t)me * bytes;
-    signal_and_wait(flags, FLAGS_START, me, npes, e);
+    signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e);
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     if ((bytes & 15) == 0) {
@@ -168,6 +171,6 @@ __device__ void bandwidth_allgather(const char *src, char *dst, size_t bytes, Ct
         for (size_t i = first; i < bytes; i += stride)
             for (int p = 0; p < npes; p++) peer_dst[p][i] = ld_cg_t(src + i);
     }
-    signal_and_wait(flags, FLAGS_DONE, me, npes, e);
+    signal_and_wait(ctrl, flags, FLAGS_DONE, me, npes, e);
     finish_call(ctrl, e);
 }

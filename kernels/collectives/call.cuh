@@ -34,6 +34,58 @@ __device__ __forceinline__ uint64_t *flag_at(uint64_t *flags, int set, int block
     return flags + ((size_t)set * MAX_BLOCKS + block) * npes + pe;
 }
 
+// ---- bounded waits -----------------------------------------------------------------------
+// Every poll loop of our collectives counts its polls, and once in WAIT_SPINS_PER_CHECK polls
+// takes the slow path below: so a wait that ends quickly never reads the clock. A wait that
+// lasts longer than ctrl->timeout_ns (from its first check on; 0: no bound) records where it
+// was in ctrl->fault and stops; so does every later wait of this PE's calls once a fault is
+// raised, so a kernel whose peer never comes ends within one timeout instead of hanging. The
+// call's result is then garbage, and the host reports the fault instead of returning it.
+#define WAIT_SPINS_PER_CHECK 1024
+
+__device__ __forceinline__ uint64_t globaltimer() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// The slow path: false when the wait must stop.
+__device__ __noinline__ bool wait_check(const Ctrl *ctrl, uint64_t *since, int site, int pe, uint64_t e) {
+    Fault *f = ctrl->fault;
+    if (f != nullptr && *(volatile unsigned int *)&f->raised) return false;
+    const uint64_t now = globaltimer();
+    if (*since == 0) {
+        *since = now;
+        return true;
+    }
+    const uint64_t limit = ctrl->timeout_ns;
+    if (limit == 0 || now - *since < limit) return true;
+    if (f != nullptr) {
+        volatile Fault *vf = f;
+        vf->site = site;
+        vf->pe = pe;
+        vf->block = blockIdx.x;
+        vf->epoch = e;
+        vf->waited_ns = now - *since;
+        __threadfence_system();
+        vf->raised = 1;
+    }
+    return false;
+}
+
+// One wait's poll count and clock.
+struct Wait {
+    const Ctrl *ctrl;
+    uint32_t spins = 0;
+    uint64_t since = 0;
+    __device__ __forceinline__ explicit Wait(const Ctrl *c) : ctrl(c) {}
+    // After a poll that found nothing: whether to poll again.
+    __device__ __forceinline__ bool again(int site, int pe, uint64_t e) {
+        if (++spins % WAIT_SPINS_PER_CHECK != 0) return true;
+        return wait_check(ctrl, &since, site, pe, e);
+    }
+};
+
 // The epoch of this call.
 __device__ __forceinline__ uint64_t call_epoch(const Ctrl *ctrl) {
     return ctrl->epoch[blockIdx.x] + 1;
@@ -54,7 +106,7 @@ __device__ __forceinline__ void finish_call(Ctrl *ctrl, uint64_t e) {
 
 // Tell every other PE's block `blockIdx.x` that this block's stores to it are done, then wait
 // for the same from each of them. Threads 0..npes-1 each handle one peer.
-__device__ __forceinline__ void signal_and_wait(uint64_t *flags, int set, int me, int npes, uint64_t e) {
+__device__ __forceinline__ void signal_and_wait(const Ctrl *ctrl, uint64_t *flags, int set, int me, int npes, uint64_t e) {
     __syncthreads();
     for (int p = threadIdx.x; p < npes; p += blockDim.x) {
         if (p != me) {
@@ -65,7 +117,8 @@ __device__ __forceinline__ void signal_and_wait(uint64_t *flags, int set, int me
     for (int p = threadIdx.x; p < npes; p += blockDim.x) {
         if (p != me) {
             const uint64_t *mine = flag_at(flags, set, blockIdx.x, p, npes);
-            while (ld_acquire_sys(mine) < e) {
+            Wait w(ctrl);
+            while (ld_acquire_sys(mine) < e && w.again(FAULT_FLAGS, p, e)) {
             }
         }
     }

@@ -12,15 +12,15 @@
 // ---- low-latency one-shot (flags packed with the data) ---------------------------------
 // Each 16-byte line carries 8 bytes of data and the call's tag twice: {d0, t, d1, t}. A
 // reader polls the line itself until both tag words match, so no fence and no separate flag
-// round are needed (NCCL's LL protocol relies on the same 8-byte store atomicity). Lines
-// live in the parity's staging slots; stale lines carry an older tag. Twice the bytes move,
-// which is cheap for the small messages this path is for.
+// round are needed (NCCL's LL protocol relies on the same 8-byte store atomicity). Twice the
+// bytes move, which is cheap for the small messages this path is for.
 //
-// Tags are the epoch times an odd constant: distinct for 2^32 consecutive epochs, 0 (what
-// the zeroed staging holds) only when the epoch's low 32 bits are, and unlike the small epoch
-// numbers themselves, not a value that a one-shot call's raw data left in the same slot is
-// likely to hold.
-__device__ __forceinline__ uint32_t ll_tag(uint64_t e) { return (uint32_t)e * 0x9E3779B1u; }
+// Lines live in a region of their own (no other path writes there), zeroed at construction,
+// and a reader zeroes every line it has taken: so at the start of every call each line of
+// the region is zero, whatever the earlier calls' sizes, and a line with a tag is this call's.
+// Tags are never 0 (the epoch times an odd constant, with the low bit set), so neither an
+// empty line nor one half of a line being written passes for data, however many calls ran.
+__device__ __forceinline__ uint32_t ll_tag(uint64_t e) { return ((uint32_t)e * 0x9E3779B1u) | 1u; }
 
 __device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint32_t t) {
     asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(t), "r"(d1), "r"(t) : "memory");
@@ -28,19 +28,25 @@ __device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint
 
 __device__ __forceinline__ bool line_ready(uint4 v, uint32_t t) { return v.y == t && v.w == t; }
 
+// Take the line at `at`: poll it until it carries tag t (or the wait runs out of time, see
+// Wait), then zero it for the calls to come.
+__device__ __forceinline__ uint2 take_line(const Ctrl *ctrl, uint4 *at, uint4 v, uint32_t t, int pe, uint64_t e) {
+    Wait w(ctrl);
+    while (!line_ready(v, t) && w.again(FAULT_LINE, pe, e)) v = ld_volatile(at);
+    st_volatile(at, make_uint4(0, 0, 0, 0));
+    return make_uint2(v.x, v.z);
+}
+
 // Line j of every source PE but me, with all first loads in flight together (one L2 round
 // trip instead of one per peer), then each polled until its tag matches. NP is the PE count
 // when known at compile time, 0 for any (one source at a time).
 template <int NP>
-__device__ __forceinline__ void ld_lines(const char *base, size_t slot_bytes, size_t j, int me, int npes, uint32_t t, uint2 *out) {
+__device__ __forceinline__ void ld_lines(const Ctrl *ctrl, uint64_t e, char *base, size_t slot_bytes, size_t j, int me, int npes, uint32_t t, uint2 *out) {
     if constexpr (NP == 0) {
         for (int p = 0; p < npes; p++) {
             if (p == me) continue;
-            const uint4 *at = (const uint4 *)(base + (size_t)p * slot_bytes) + j;
-            uint4 v;
-            do v = ld_volatile(at);
-            while (!line_ready(v, t));
-            out[p] = make_uint2(v.x, v.z);
+            uint4 *at = (uint4 *)(base + (size_t)p * slot_bytes) + j;
+            out[p] = take_line(ctrl, at, ld_volatile(at), t, p, e);
         }
     } else {
         uint4 v[NP];
@@ -50,8 +56,7 @@ __device__ __forceinline__ void ld_lines(const char *base, size_t slot_bytes, si
 #pragma unroll
         for (int p = 0; p < NP; p++) {
             if (p == me) continue;
-            while (!line_ready(v[p], t)) v[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + j);
-            out[p] = make_uint2(v[p].x, v[p].z);
+            out[p] = take_line(ctrl, (uint4 *)(base + (size_t)p * slot_bytes) + j, v[p], t, p, e);
         }
     }
 }
@@ -62,7 +67,7 @@ __device__ void ll_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *s
     constexpr int MAXP = TableCall<NP>::MAXP;
     const int me = c.me, npes = c.npes;
     const size_t offset = c.offset;
-    const char *base = c.base;
+    char *base = c.base;
     const uint32_t t = ll_tag(c.e);
     const size_t bytes = n * sizeof(T), lines = (bytes + 7) / 8;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -77,7 +82,7 @@ __device__ void ll_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, char *s
         // Own input first: its load overlaps the wait for the peers' lines.
         const uint2 own = load8((const char *)src, bytes, j);
         uint2 in[MAXP];
-        ld_lines<NP>(base, slot_bytes, j, me, npes, t, in);
+        ld_lines<NP>(ctrl, c.e, base, slot_bytes, j, me, npes, t, in);
         store8((char *)dst, bytes, j, reduce_in_pe_order<T, Op, MAXP>(in, own, me, npes));
     }
     finish_call(ctrl, c.e);
@@ -102,7 +107,7 @@ __device__ void ll_twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl,
     constexpr int MAXP = TableCall<NP>::MAXP;
     const int me = c.me, npes = c.npes;
     const size_t offset = c.offset;
-    const char *base = c.base;
+    char *base = c.base;
     const uint32_t t = ll_tag(c.e);
     const size_t half = slot_bytes / 2;
     const size_t bytes = n * sizeof(T), lines = (bytes + 7) / 8;
@@ -125,7 +130,7 @@ __device__ void ll_twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl,
         const size_t j = me * P + k;
         const uint2 own = load8((const char *)src, bytes, j);
         uint2 in[MAXP];
-        ld_lines<NP>(base, slot_bytes, k, me, npes, t, in);
+        ld_lines<NP>(ctrl, c.e, base, slot_bytes, k, me, npes, t, in);
         const uint2 r = reduce_in_pe_order<T, Op, MAXP>(in, own, me, npes);
 #pragma unroll
         for (int q = 0; q < MAXP; q++)
@@ -141,8 +146,8 @@ __device__ void ll_twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl,
 #pragma unroll
         for (int q = 0; q < MAXP; q++) {
             if (q >= npes || q == me || q * P + k >= lines) continue;
-            while (!line_ready(v[q], t)) v[q] = ld_volatile((const uint4 *)(base + (size_t)q * slot_bytes + half) + k);
-            store8((char *)dst, bytes, q * P + k, make_uint2(v[q].x, v[q].z));
+            uint4 *at = (uint4 *)(base + (size_t)q * slot_bytes + half) + k;
+            store8((char *)dst, bytes, q * P + k, take_line(ctrl, at, v[q], t, q, c.e));
         }
     }
     finish_call(ctrl, c.e);
@@ -153,7 +158,7 @@ __device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctr
     const TableCall<NP> c(ctrl, staging, slot_bytes, peers);
     const int me = c.me, npes = c.npes;
     const size_t offset = c.offset;
-    const char *base = c.base;
+    char *base = c.base;
     const uint32_t t = ll_tag(c.e);
     const size_t lines = (bytes + 7) / 8;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -166,7 +171,7 @@ __device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctr
     }
     for (size_t j = first; j < lines; j += stride) {
         uint2 in[NP > 0 ? NP : LL_MAX_PES];
-        ld_lines<NP>(base, slot_bytes, j, me, npes, t, in);
+        ld_lines<NP>(ctrl, c.e, base, slot_bytes, j, me, npes, t, in);
 #pragma unroll
         for (int p = 0; p < (NP > 0 ? NP : LL_MAX_PES); p++)
             if (p < npes && p != me) store8(dst + (size_t)p * bytes, bytes, j, in[p]);

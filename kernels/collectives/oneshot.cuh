@@ -36,10 +36,10 @@ __device__ __forceinline__ void push_to_peers(const E *src, size_t n, char *base
 // on every peer, then one handshake. Returns where this epoch's slots are here
 // (staging[parity][source PE][slot_bytes]), each holding its source's input.
 template <typename E>
-__device__ __forceinline__ char *oneshot_exchange(const E *src, size_t n, uint64_t e, uint64_t *flags, char *staging, size_t slot_bytes, int me, int npes) {
+__device__ __forceinline__ char *oneshot_exchange(const Ctrl *ctrl, const E *src, size_t n, uint64_t e, uint64_t *flags, char *staging, size_t slot_bytes, int me, int npes) {
     char *base = staging + slot_offset(e, 0, npes, slot_bytes);
     push_to_peers(src, n, base, slot_bytes, me, npes);
-    signal_and_wait(flags, FLAGS_DATA, me, npes, e);
+    signal_and_wait(ctrl, flags, FLAGS_DATA, me, npes, e);
     return base;
 }
 
@@ -49,7 +49,7 @@ template <typename T, typename Op>
 __device__ void oneshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
     const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
     const uint64_t e = call_epoch(ctrl);
-    char *base = oneshot_exchange(src, n, e, flags, staging, slot_bytes, me, npes);
+    char *base = oneshot_exchange(ctrl, src, n, e, flags, staging, slot_bytes, me, npes);
 
     const size_t nvec = n / Vec<T>::N;
     const size_t tail = nvec * Vec<T>::N;
@@ -71,7 +71,7 @@ __device__ void oneshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, ui
 __device__ void oneshot_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
     const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
     const uint64_t e = call_epoch(ctrl);
-    char *base = oneshot_exchange(src, bytes, e, flags, staging, slot_bytes, me, npes);
+    char *base = oneshot_exchange(ctrl, src, bytes, e, flags, staging, slot_bytes, me, npes);
     const size_t nvec = bytes / 16, tail = nvec * 16;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;

@@ -166,6 +166,3 @@ __device__ __forceinline__ Raw reduce_in_pe_order(const Raw *in, Raw own, int me
     }
     return acc.store();
 }
-
-// Line j of every source PE but me, with all first loads in flight together (one L2 round
-// trip instead of one per peer), then each polled until its tag matches. NP is the PE count

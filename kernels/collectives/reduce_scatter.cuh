@@ -19,7 +19,7 @@ __device__ void pull_reducescatter(const T *src, T *dst, size_t n, Ctrl *ctrl, u
     __shared__ const T *peer_block[MAX_PES];
     for (int p = threadIdx.x; p < npes; p += blockDim.x)
         peer_block[p] = (const T *)nvshmem_ptr(src, p) + (size_t)me * n;
-    signal_and_wait(flags, FLAGS_START, me, npes, e);
+    signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e);
 
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -35,6 +35,6 @@ __device__ void pull_reducescatter(const T *src, T *dst, size_t n, Ctrl *ctrl, u
             dst[i] = from_acc<T>(a);
         }
     }
-    signal_and_wait(flags, FLAGS_DONE, me, npes, e);
+    signal_and_wait(ctrl, flags, FLAGS_DONE, me, npes, e);
     finish_call(ctrl, e);
 }

@@ -36,14 +36,16 @@ __device__ __forceinline__ bool arrived(uint4 v) {
 // flight together (one L2 round trip instead of one per peer), then each polled until it
 // has arrived.
 template <int MAXP>
-__device__ __forceinline__ void ld_arrived(const char *base, size_t slot_bytes, size_t i, int me, int npes, uint4 *in) {
+__device__ __forceinline__ void ld_arrived(const Ctrl *ctrl, uint64_t e, const char *base, size_t slot_bytes, size_t i, int me, int npes, uint4 *in) {
 #pragma unroll
     for (int p = 0; p < MAXP; p++)
         if (p < npes && p != me) in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
 #pragma unroll
     for (int p = 0; p < MAXP; p++)
-        if (p < npes && p != me)
-            while (!arrived(in[p])) in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
+        if (p < npes && p != me) {
+            Wait w(ctrl);
+            while (!arrived(in[p]) && w.again(FAULT_SENTINEL, p, e)) in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
+        }
 }
 
 template <typename T, typename Op, int NP>
@@ -66,7 +68,7 @@ __device__ void sentinel_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, c
     for (size_t i = first; i < nvec; i += stride) {
         const uint4 own = to_wire(load16((const char *)src, bytes, i));
         uint4 in[MAXP];
-        ld_arrived<MAXP>(base, slot_bytes, i, me, npes, in);
+        ld_arrived<MAXP>(ctrl, c.e, base, slot_bytes, i, me, npes, in);
         store16((char *)dst, bytes, i, reduce_in_pe_order<T, Op, MAXP>(in, own, me, npes));
         // Refill for the call two epochs on.
 #pragma unroll
@@ -112,7 +114,7 @@ __device__ void sentinel_twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl 
         const size_t j = me * P + k;
         const uint4 own = to_wire(load16((const char *)src, bytes, j));
         uint4 in[MAXP];
-        ld_arrived<MAXP>(base, slot_bytes, k, me, npes, in);
+        ld_arrived<MAXP>(ctrl, c.e, base, slot_bytes, k, me, npes, in);
         const uint4 r = to_wire(reduce_in_pe_order<T, Op, MAXP>(in, own, me, npes));
 #pragma unroll
         for (int p = 0; p < MAXP; p++)
@@ -127,9 +129,9 @@ __device__ void sentinel_twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl 
         const int q = (int)(j / P);
         if (q == me) continue;
         uint4 *at = (uint4 *)(base + (size_t)q * slot_bytes + half) + (j - q * P);
-        uint4 v;
-        do v = ld_volatile(at);
-        while (!arrived(v));
+        uint4 v = ld_volatile(at);
+        Wait w(ctrl);
+        while (!arrived(v) && w.again(FAULT_SENTINEL, q, c.e)) v = ld_volatile(at);
         store16((char *)dst, bytes, j, v);
         st_volatile(at, empty);
     }

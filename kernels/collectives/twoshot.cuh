@@ -22,7 +22,7 @@ __device__ void twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, ui
         peer_src[p] = (const uint4 *)nvshmem_ptr(src, p);
         peer_dst[p] = (uint4 *)nvshmem_ptr(dst, p);
     }
-    signal_and_wait(flags, FLAGS_START, me, npes, e);
+    signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e);
 
     const size_t nvec = n / Vec<T>::N;
     const size_t tail = nvec * Vec<T>::N;
@@ -36,6 +36,6 @@ __device__ void twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, ui
         auto src_of_t = [&](int p) -> const T * { return (const T *)peer_src[p]; };
         reduce_tail<T, Op>(tail, n, npes, src_of_t, [&](int p) { return (T *)peer_dst[p]; }, npes);
     }
-    signal_and_wait(flags, FLAGS_DONE, me, npes, e);
+    signal_and_wait(ctrl, flags, FLAGS_DONE, me, npes, e);
     finish_call(ctrl, e);
 }

@@ -75,8 +75,8 @@ pub enum ReduceScatterAlgo {
 pub(crate) enum Params {
     /// The staging area, nothing after.
     Staging,
-    /// The staging area and its table of peer addresses (`Peers`).
-    StagingPeers,
+    /// The low-latency lines region and its table of peer addresses (`Peers`).
+    LinesPeers,
     /// The staging area and the bandwidth all-reduce's chunking (`BandwidthPlan`).
     StagingPlan,
     /// The sentinel buffers and their table of peer addresses.
@@ -114,14 +114,14 @@ pub(crate) const ALL_REDUCE_ROWS: [Row<AllReduceAlgo>; 7] = [
         name: "ll",
         kernel: "ll",
         floats_only: false,
-        params: Params::StagingPeers,
+        params: Params::LinesPeers,
     },
     Row {
         algo: AllReduceAlgo::LowLatencyTwoShot,
         name: "ll-twoshot",
         kernel: "ll_twoshot",
         floats_only: false,
-        params: Params::StagingPeers,
+        params: Params::LinesPeers,
     },
     Row {
         algo: AllReduceAlgo::OneShot,
@@ -153,7 +153,7 @@ pub(crate) const ALL_GATHER_ROWS: [Row<AllGatherAlgo>; 3] = [
         name: "ll",
         kernel: "ll",
         floats_only: false,
-        params: Params::StagingPeers,
+        params: Params::LinesPeers,
     },
     Row {
         algo: AllGatherAlgo::OneShot,

@@ -10,6 +10,7 @@ use super::plan::{
 };
 use crate::element::DataType;
 use crate::error::{Error, Result};
+use std::time::Duration;
 
 /// Size thresholds of the automatic choice (`AllReduceAlgo::Auto`, `AllGatherAlgo::Auto`),
 /// in bytes per PE. Every PE must use the same.
@@ -181,15 +182,18 @@ impl Thresholds {
 }
 
 /// The symmetric memory of our collectives, allocated once by
-/// [`Collectives::with_config`](super::Collectives::with_config): one staging slot and one
-/// sentinel slot per PE and epoch parity. Explicitly chosen algorithms take any input that
+/// [`Collectives::with_config`](super::Collectives::with_config): one staging slot, one
+/// low-latency lines slot and one sentinel slot per PE and epoch parity. Explicitly chosen algorithms take any input that
 /// fits; `Auto` never picks one that does not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workspace {
-    /// Bytes of one staging slot: one-shot inputs whole, low-latency inputs twice over, a
-    /// low-latency two-shot's part twice over in each half, and the bandwidth all-reduce's
+    /// Bytes of one staging slot: one-shot inputs whole, and the bandwidth all-reduce's
     /// chunk ring. A multiple of 256.
     pub staging_slot_bytes: usize,
+    /// Bytes of one low-latency slot (a region no other path writes): low-latency inputs
+    /// twice over (a line carries 8 bytes in 16), a low-latency two-shot's part twice over in
+    /// each half. A multiple of 256.
+    pub lines_slot_bytes: usize,
     /// Bytes of one sentinel receive slot: a sentinel one-shot's input, or a two-shot's part
     /// in each half. A multiple of 256.
     pub sentinel_slot_bytes: usize,
@@ -197,8 +201,8 @@ pub struct Workspace {
 
 impl Workspace {
     /// The smallest workspace in which every algorithm `thresholds` can pick fits on
-    /// `n_pes` PEs, and at least 2 MiB of staging and 1 MiB of sentinel slot, room for
-    /// explicitly chosen algorithms up to a few MiB.
+    /// `n_pes` PEs, and at least 2 MiB of staging and lines slot and 1 MiB of sentinel slot,
+    /// room for explicitly chosen algorithms up to a MiB or more.
     pub fn for_thresholds(thresholds: &Thresholds, n_pes: usize) -> Self {
         let t = thresholds;
         // Low-latency lines carry 8 bytes of data in 16.
@@ -207,9 +211,9 @@ impl Workspace {
         let staging = t
             .oneshot_max_bytes
             .max(t.allgather_oneshot_max_bytes)
-            .max(ll)
             .max(BW_STAGING_BYTES)
             .max(2 << 20);
+        let lines = ll.max(2 << 20);
         let sentinel = t
             .sentinel_max_bytes
             .max(sentinel_twoshot_slot_bytes(
@@ -219,14 +223,16 @@ impl Workspace {
             .max(1 << 20);
         Workspace {
             staging_slot_bytes: staging.div_ceil(256) * 256,
+            lines_slot_bytes: lines.div_ceil(256) * 256,
             sentinel_slot_bytes: sentinel.div_ceil(256) * 256,
         }
     }
 
-    /// Symmetric bytes it takes on each PE (both slots, per PE and parity); `None` when that
+    /// Symmetric bytes it takes on each PE (every slot, per PE and parity); `None` when that
     /// does not fit a `usize`.
     pub fn bytes(&self, n_pes: usize) -> Option<usize> {
         self.staging_slot_bytes
+            .checked_add(self.lines_slot_bytes)?
             .checked_add(self.sentinel_slot_bytes)?
             .checked_mul(n_pes)?
             .checked_mul(2)
@@ -244,6 +250,7 @@ impl Workspace {
                 self.staging_slot_bytes,
                 BW_STAGING_BYTES,
             ),
+            ("lines_slot_bytes", self.lines_slot_bytes, 256),
             ("sentinel_slot_bytes", self.sentinel_slot_bytes, 256),
         ] {
             if bytes % 256 != 0 || bytes < min {
@@ -279,6 +286,32 @@ pub struct CollectivesConfig {
     /// program whose PEs wait for each other through work queued on the runtime's stream
     /// before a call must turn it off. On by default in debug builds.
     pub check_calls: bool,
+    /// How long any wait of a call for a peer may last before the call gives up, records
+    /// which PE it waited for, and every later call (and [`Collectives::check`]) returns
+    /// [`Error::Timeout`]. `None`: no bound. Default: 30 s, or the seconds in
+    /// `NVSHMEM_RS_TIMEOUT` (`0`: no bound). Every PE must use the same.
+    ///
+    /// [`Collectives::check`]: super::Collectives::check
+    pub timeout: Option<Duration>,
+}
+
+/// The default bound on a wait, and the variable that changes it.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Seconds (a decimal number) that bound every wait of our collectives; `0` for no bound.
+pub const TIMEOUT_VARIABLE: &str = "NVSHMEM_RS_TIMEOUT";
+
+/// The timeout `NVSHMEM_RS_TIMEOUT` asks for (`value`, if set), else the default.
+pub(crate) fn timeout_from(value: Option<&str>) -> Result<Option<Duration>> {
+    let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(Some(DEFAULT_TIMEOUT));
+    };
+    match v.parse::<f64>() {
+        Ok(0.0) => Ok(None),
+        Ok(s) if s > 0.0 && s.is_finite() => Ok(Some(Duration::from_secs_f64(s))),
+        _ => Err(Error::InvalidArgument(format!(
+            "{TIMEOUT_VARIABLE}={v}: give the seconds a wait may last (for example 30, or 0.5),              or 0 for no bound"
+        ))),
+    }
 }
 
 impl CollectivesConfig {
@@ -300,6 +333,9 @@ impl CollectivesConfig {
             thresholds,
             programmatic_launch: true,
             check_calls: cfg!(debug_assertions),
+            // A malformed variable keeps the default here; `Collectives::new` reports it.
+            timeout: timeout_from(std::env::var(TIMEOUT_VARIABLE).ok().as_deref())
+                .unwrap_or(Some(DEFAULT_TIMEOUT)),
         }
     }
 }
@@ -315,6 +351,7 @@ mod tests {
             sm_count: 132,
             bandwidth_max_blocks: 264,
             staging_slot_bytes: w.staging_slot_bytes,
+            lines_slot_bytes: w.lines_slot_bytes,
             sentinel_slot_bytes: w.sentinel_slot_bytes,
         }
     }
@@ -349,19 +386,34 @@ mod tests {
 
     #[test]
     fn the_default_workspace_is_what_the_thresholds_always_sized() {
-        // 6 MiB of staging (the chunk ring) and 1 MiB (4 PEs) or 2 MiB (2 PEs) of sentinel
-        // slot: raising the split changed no allocation.
+        // 6 MiB of staging (the chunk ring), 2 MiB of low-latency lines, and 1 MiB (4 PEs) or
+        // 2 MiB (2 PEs) of sentinel slot.
         let w4 = CollectivesConfig::for_pes(4).workspace;
         assert_eq!(
-            (w4.staging_slot_bytes, w4.sentinel_slot_bytes),
-            (6 << 20, 1 << 20)
+            (w4.staging_slot_bytes, w4.lines_slot_bytes, w4.sentinel_slot_bytes),
+            (6 << 20, 2 << 20, 1 << 20)
         );
         let w2 = CollectivesConfig::for_pes(2).workspace;
         assert_eq!(
-            (w2.staging_slot_bytes, w2.sentinel_slot_bytes),
-            (6 << 20, 2 << 20)
+            (w2.staging_slot_bytes, w2.lines_slot_bytes, w2.sentinel_slot_bytes),
+            (6 << 20, 2 << 20, 2 << 20)
         );
-        assert_eq!(w4.bytes(4), Some(2 * 4 * (7 << 20)));
+        assert_eq!(w4.bytes(4), Some(2 * 4 * (9 << 20)));
+    }
+
+    #[test]
+    fn the_timeout_comes_from_its_variable() {
+        assert_eq!(timeout_from(None).unwrap(), Some(DEFAULT_TIMEOUT));
+        assert_eq!(timeout_from(Some(" ")).unwrap(), Some(DEFAULT_TIMEOUT));
+        assert_eq!(timeout_from(Some("0")).unwrap(), None);
+        assert_eq!(
+            timeout_from(Some("2.5")).unwrap(),
+            Some(Duration::from_millis(2500))
+        );
+        for bad in ["-1", "soon", "inf", "NaN"] {
+            let e = timeout_from(Some(bad)).unwrap_err().to_string();
+            assert!(e.contains("NVSHMEM_RS_TIMEOUT"), "{e}");
+        }
     }
 
     #[test]

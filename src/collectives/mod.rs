@@ -25,10 +25,11 @@
 mod agree;
 pub mod algo;
 pub mod config;
+mod fault;
 mod plan;
 
 pub use algo::{kernel_names, AllGatherAlgo, AllReduceAlgo, ReduceScatterAlgo};
-pub use config::{CollectivesConfig, Thresholds, Workspace};
+pub use config::{CollectivesConfig, Thresholds, Workspace, DEFAULT_TIMEOUT, TIMEOUT_VARIABLE};
 
 use crate::abi;
 use crate::cubins::COLLECTIVES;
@@ -44,7 +45,14 @@ use algo::{
     reduce_scatter_kernels, type_and_op, Algo, Params,
 };
 use cudarc::driver::{sys as cusys, CudaStream};
+use fault::FaultRecord;
 use plan::{all_gather_plan, all_reduce_plan, reduce_scatter_plan, CallPlan, Dims, Extra};
+use std::time::Duration;
+
+/// Where the waits' bound and the fault record's address sit in `Ctrl`, in words.
+const CTRL_TIMEOUT: usize = abi::COLL_MAX_BLOCKS as usize;
+const _: () = assert!(std::mem::offset_of!(abi::Ctrl, timeout_ns) == CTRL_TIMEOUT * 8);
+const _: () = assert!(std::mem::offset_of!(abi::Ctrl, fault) == CTRL_TIMEOUT * 8 + 8);
 
 /// Our all-reduce, all-gather and reduce-scatter kernels over the world team, with their
 /// symmetric workspace.
@@ -53,16 +61,22 @@ pub struct Collectives {
     thresholds: Thresholds,
     programmatic_launch: bool,
     check_calls: bool,
+    timeout: Option<Duration>,
     /// Scratch of the agreements (configuration, and calls when `check_calls`).
     agreement: Agreement,
+    /// Where a wait that ran out of time says so (read before every call).
+    fault: FaultRecord,
     dims: Dims,
-    /// The epoch of this PE's calls, one copy per block index (`Ctrl`).
+    /// The epoch of this PE's calls, one copy per block index, then the waits' bound and
+    /// the fault record's address (`Ctrl`).
     ctrl: SymmetricBuffer<u64>,
     flags: SymmetricBuffer<u64>,
     staging: SymmetricBuffer<u8>,
+    /// The low-latency lines, a region no other path writes (every line starts at zero).
+    lines: SymmetricBuffer<u8>,
     /// The sentinel all-reduce's receive buffers (every word starts as the sentinel).
     sentinel: SymmetricBuffer<u32>,
-    /// Every PE's staging and sentinel base as mapped here, for the kernels that take a
+    /// Every PE's lines and sentinel base as mapped here, for the kernels that take a
     /// table; `None` above `LL_MAX_PES` PEs.
     tables: Option<(abi::Peers, abi::Peers)>,
     /// By algorithm row, type and operator (`algo::all_reduce_kernels` order); `None` where
@@ -103,6 +117,8 @@ impl Collectives {
     /// Load the kernels and allocate the symmetric workspace (collective), with the default
     /// configuration for this PE count.
     pub fn new(shmem: &Nvshmem) -> Result<Self> {
+        // `for_pes` falls back to the default on a malformed variable; say so here.
+        config::timeout_from(std::env::var(TIMEOUT_VARIABLE).ok().as_deref())?;
         Self::with_config(shmem, CollectivesConfig::for_pes(shmem.n_pes()))
     }
 
@@ -146,15 +162,23 @@ impl Collectives {
             sm_count,
             bandwidth_max_blocks: (sm_count * per_sm).min(plan::MAX_BLOCKS),
             staging_slot_bytes: config.workspace.staging_slot_bytes,
+            lines_slot_bytes: config.workspace.lines_slot_bytes,
             sentinel_slot_bytes: config.workspace.sentinel_slot_bytes,
         };
         config.thresholds.check_fits(&dims)?;
+        let fault = FaultRecord::new(shmem)?;
 
         let ctrl = shmem.calloc::<u64>(std::mem::size_of::<abi::Ctrl>() / 8)?;
+        let bound = config
+            .timeout
+            .map_or(0, |t| t.as_nanos().clamp(1, u64::MAX as u128) as u64);
+        ctrl.view(CTRL_TIMEOUT..CTRL_TIMEOUT + 2)
+            .copy_from_host(&[bound, fault.device_ptr()])?;
         let flags = shmem.calloc::<u64>(abi::COLL_FLAG_SETS as usize * plan::MAX_BLOCKS * n)?;
-        // Zeroed: a low-latency tag is 0 only once in 2^32 calls, so no line is taken for data
-        // before it is sent (a dropped workspace's lines would be).
-        let staging = shmem.calloc::<u8>(2 * n * dims.staging_slot_bytes)?;
+        let staging = shmem.malloc::<u8>(2 * n * dims.staging_slot_bytes)?;
+        // Zeroed: no tag is 0, so no line is taken for data before it is sent (a dropped
+        // workspace's lines would be).
+        let lines = shmem.calloc::<u8>(2 * n * dims.lines_slot_bytes)?;
         // Every peer must be load/store reachable (one node, NVLink or PCIe peer access).
         for pe in 0..n {
             if ctrl.peer_ptr(pe)?.is_none() {
@@ -168,7 +192,7 @@ impl Collectives {
         }
         let sentinel = shmem.malloc::<u32>(2 * n * dims.sentinel_slot_bytes / 4)?;
         sentinel.copy_from_host(&vec![abi::COLL_SENTINEL; sentinel.len()])?;
-        let tables = match (peer_table(shmem, &staging)?, peer_table(shmem, &sentinel)?) {
+        let tables = match (peer_table(shmem, &lines)?, peer_table(shmem, &sentinel)?) {
             (Some(s), Some(t)) => Some((s, t)),
             _ => None,
         };
@@ -179,11 +203,14 @@ impl Collectives {
             thresholds: config.thresholds,
             programmatic_launch: config.programmatic_launch,
             check_calls: config.check_calls,
+            timeout: config.timeout,
             agreement,
+            fault,
             dims,
             ctrl,
             flags,
             staging,
+            lines,
             sentinel,
             tables,
             all_reduce,
@@ -200,7 +227,27 @@ impl Collectives {
             workspace: self.workspace(),
             programmatic_launch: self.programmatic_launch,
             check_calls: self.check_calls,
+            timeout: self.timeout,
         }
+    }
+
+    /// `Err(Error::Timeout)` once a wait of this PE's calls for a peer ran out of time (see
+    /// [`CollectivesConfig::timeout`]); every call checks this first. Reads host memory
+    /// only: it neither waits for a stream nor blocks.
+    pub fn check(&self) -> Result<()> {
+        self.fault.check()
+    }
+
+    /// Start the call counter (the epoch) of every later call at `epoch`, on this PE; every
+    /// PE must set the same, with no call in flight. For tests of what happens after billions
+    /// of calls (flag values and low-latency tags derive from it).
+    #[doc(hidden)]
+    pub fn set_epoch_for_test(&self, epoch: u64) -> Result<()> {
+        self.shmem.quiesce()?;
+        self.ctrl
+            .view(..plan::MAX_BLOCKS)
+            .copy_from_host(&vec![epoch; plan::MAX_BLOCKS])?;
+        self.shmem.barrier_all()
     }
 
     /// The thresholds of the automatic choice.
@@ -233,6 +280,7 @@ impl Collectives {
     pub fn workspace(&self) -> Workspace {
         Workspace {
             staging_slot_bytes: self.dims.staging_slot_bytes,
+            lines_slot_bytes: self.dims.lines_slot_bytes,
             sentinel_slot_bytes: self.dims.sentinel_slot_bytes,
         }
     }
@@ -282,6 +330,7 @@ impl Collectives {
         algo: AllReduceAlgo,
         stream: &CudaStream,
     ) -> Result<()> {
+        self.check()?;
         let (dst, src) = (dst.into(), src.into());
         let (t, o) = type_and_op::<T>(op, "all-reduce", "all_reduce")?;
         self.check_view(&src, "the all_reduce source")?;
@@ -346,6 +395,7 @@ impl Collectives {
         algo: AllGatherAlgo,
         stream: &CudaStream,
     ) -> Result<()> {
+        self.check()?;
         let (dst, src) = (dst.into(), src.into());
         self.check_view(&src, "the all_gather source")?;
         self.check_view(&dst, "the all_gather destination")?;
@@ -520,7 +570,10 @@ impl Collectives {
         }
         let (region, slot_bytes) = match params {
             Params::SentinelPeers => (self.sentinel.device_ptr(), self.dims.sentinel_slot_bytes),
-            _ => (self.staging.device_ptr(), self.dims.staging_slot_bytes),
+            Params::LinesPeers => (self.lines.device_ptr(), self.dims.lines_slot_bytes),
+            Params::Staging | Params::StagingPlan => {
+                (self.staging.device_ptr(), self.dims.staging_slot_bytes)
+            }
         };
         let mut args = KernelArgs::new();
         args.device_ptr(src.as_ptr() as u64)
@@ -534,8 +587,8 @@ impl Collectives {
             (Params::StagingPlan, Extra::Plan(chunks)) => {
                 args.value(chunks);
             }
-            (Params::StagingPeers | Params::SentinelPeers, _) => {
-                let (staging, sentinel) = self.tables.ok_or_else(|| {
+            (Params::LinesPeers | Params::SentinelPeers, _) => {
+                let (lines, sentinel) = self.tables.ok_or_else(|| {
                     Error::InvalidArgument(format!(
                         "the {algo:?} {} takes up to {} PEs",
                         A::WHAT,
@@ -545,7 +598,7 @@ impl Collectives {
                 args.value(if params == Params::SentinelPeers {
                     sentinel
                 } else {
-                    staging
+                    lines
                 });
             }
             _ => {}

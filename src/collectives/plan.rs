@@ -41,6 +41,7 @@ pub(crate) struct Dims {
     /// Bandwidth all-reduce blocks that are resident at once on every PE.
     pub(crate) bandwidth_max_blocks: usize,
     pub(crate) staging_slot_bytes: usize,
+    pub(crate) lines_slot_bytes: usize,
     pub(crate) sentinel_slot_bytes: usize,
 }
 
@@ -84,11 +85,11 @@ pub(crate) fn all_reduce_plan(algo: AllReduceAlgo, bytes: usize, d: &Dims) -> Ca
         ),
         AllReduceAlgo::LowLatency => plain(
             ll_grid(bytes.div_ceil(8), max_blocks),
-            (d.staging_slot_bytes - 16) / 2,
+            (d.lines_slot_bytes - 16) / 2,
         ),
         AllReduceAlgo::LowLatencyTwoShot => plain(
             ll_grid(bytes.div_ceil(8).div_ceil(d.n_pes), max_blocks),
-            ll_twoshot_max_input(d.staging_slot_bytes, d.n_pes),
+            ll_twoshot_max_input(d.lines_slot_bytes, d.n_pes),
         ),
         AllReduceAlgo::OneShot => plain(
             (
@@ -113,7 +114,7 @@ pub(crate) fn all_reduce_plan(algo: AllReduceAlgo, bytes: usize, d: &Dims) -> Ca
             CallPlan {
                 blocks,
                 threads: BW_THREADS,
-                limit: usize::MAX,
+                limit: bandwidth_max_input(blocks, plan, d.n_pes),
                 extra: Extra::Plan(plan),
             }
         }
@@ -126,7 +127,7 @@ pub(crate) fn all_gather_plan(algo: AllGatherAlgo, bytes: usize, d: &Dims) -> Ca
     let (grid, limit) = match algo {
         AllGatherAlgo::LowLatency => (
             ll_grid(bytes.div_ceil(8), d.sm_count),
-            (d.staging_slot_bytes - 16) / 2,
+            (d.lines_slot_bytes - 16) / 2,
         ),
         AllGatherAlgo::OneShot => (
             (
@@ -183,6 +184,17 @@ pub(crate) fn bandwidth_plan(
     (blocks, plan)
 }
 
+/// The largest bandwidth all-reduce input whose rounds fit the round bits of its flag values
+/// (`COLL_ROUND_BITS`: fewer than 2^20 - 1 rounds, terabytes).
+pub(crate) fn bandwidth_max_input(blocks: u32, plan: abi::BandwidthPlan, n_pes: usize) -> usize {
+    let max_rounds = (1usize << abi::COLL_ROUND_BITS) - 2;
+    let cap = plan.chunk_vecs as usize * blocks as usize;
+    max_rounds
+        .saturating_mul(cap)
+        .saturating_mul(n_pes.max(1))
+        .saturating_mul(16)
+}
+
 /// Staging slot that a low-latency two-shot of `bytes` needs: one line (16 bytes for 8 of
 /// data) per line of a part, in each half.
 pub(crate) fn ll_twoshot_slot_bytes(bytes: usize, n_pes: usize) -> usize {
@@ -225,6 +237,12 @@ pub(crate) fn blocks_for(work: usize, per_block: usize, max: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rounds a bandwidth all-reduce of `nvec` vectors takes (as the kernel counts them).
+    fn bandwidth_rounds(nvec: usize, n_pes: usize, blocks: u32, plan: abi::BandwidthPlan) -> usize {
+        let cap = plan.chunk_vecs as usize * blocks as usize;
+        nvec.div_ceil(n_pes.max(1)).div_ceil(cap.max(1)).max(1)
+    }
 
     #[test]
     fn low_latency_two_shot_limit_matches_its_staging() {
@@ -280,6 +298,22 @@ mod tests {
     }
 
     #[test]
+    fn bandwidth_rounds_stay_below_the_round_bits_of_the_flags() {
+        for n_pes in [1, 2, 4, 8] {
+            for max_blocks in [1, 132, 264] {
+                let (blocks, plan) = bandwidth_plan(1 << 30, n_pes, max_blocks);
+                let limit = bandwidth_max_input(blocks, plan, n_pes);
+                // Terabytes per PE at least: never a limit on a GPU's memory.
+                assert!(limit >= 1 << 40, "{limit}");
+                let rounds = bandwidth_rounds(limit / 16, n_pes, blocks, plan);
+                assert!(rounds < (1 << abi::COLL_ROUND_BITS) - 1, "{rounds}");
+            }
+        }
+        let (blocks, plan) = bandwidth_plan(1 << 24, 4, 264);
+        assert_eq!(bandwidth_rounds(1 << 24, 4, blocks, plan), 33);
+    }
+
+    #[test]
     fn low_latency_grids_give_each_line_a_thread_while_they_can() {
         for max_blocks in [1, 66, 132, 512] {
             for lines in [1, 31, 128, 4096, 16_896, 16_897, 40_000, 67_584, 1 << 20] {
@@ -314,6 +348,7 @@ mod tests {
             sm_count: 132,
             bandwidth_max_blocks: 264,
             staging_slot_bytes: 6 << 20,
+            lines_slot_bytes: 6 << 20,
             sentinel_slot_bytes: 1 << 20,
         };
         // 256 KiB: the sentinel paths take one vector per thread.
