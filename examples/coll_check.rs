@@ -6,6 +6,12 @@
 //! scripts/nvshmrun -np 4 target/release/examples/coll_check
 //! ```
 //! Prints `N passed, M failed` on PE 0 and exits non-zero if anything failed.
+//!
+//! With `--soak SECONDS`, runs random calls instead until the time is up: every collective,
+//! algorithm, type, size, in and out of place, on the runtime's stream, alternating streams
+//! and graph replays, each checked; the PEs draw the same arguments from one seed, so they
+//! agree without talking. Prints the operations done, the failures (0), and this PE's free
+//! device memory and symmetric heap in use at the start and the end (which must match).
 
 use nvshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use nvshmem::{
@@ -374,6 +380,44 @@ fn back_to_back<T: Reducible>(
     compare("back-to-back all_reduce", &x.to_vec()?, &want)
 }
 
+/// Calls alternating between two streams, each on its own buffer, with no host
+/// synchronisation: the Collectives orders a call on a new stream after the last one (they
+/// share the epoch, flags and staging; run at once, they would take each other's data).
+fn two_streams<T: Reducible>(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    algo: AllReduceAlgo,
+    n: usize,
+    rounds: usize,
+) -> Result<()> {
+    let streams = [shmem.new_stream()?, shmem.new_stream()?];
+    let inputs: Vec<Vec<Vec<T>>> = (0..2)
+        .map(|k| inputs::<T>(seed + k, shmem.n_pes(), n))
+        .collect();
+    let bufs = [shmem.malloc::<T>(n)?, shmem.malloc::<T>(n)?];
+    for (b, all) in bufs.iter().zip(&inputs) {
+        b.copy_from_host(&all[shmem.my_pe()])?;
+    }
+    for r in 0..2 * rounds {
+        let k = r % 2;
+        coll.all_reduce(&bufs[k], &bufs[k], ReduceOp::Sum, algo, &streams[k])?;
+    }
+    for (k, s) in streams.iter().enumerate() {
+        s.synchronize().map_err(|source| Error::Cuda {
+            call: "cuStreamSynchronize",
+            source,
+        })?;
+        let want = summed_again(
+            reference(ReduceOp::Sum, &inputs[k]),
+            shmem.n_pes(),
+            rounds - 1,
+        );
+        compare(&format!("stream {k}"), &bufs[k].to_vec()?, &want)?;
+    }
+    Ok(())
+}
+
 /// `times` more sums of `x` held by every one of `n_pes` PEs, as the kernels compute them.
 fn summed_again<T: Reducible>(mut x: Vec<T>, n_pes: usize, times: usize) -> Vec<T> {
     for _ in 0..times {
@@ -421,6 +465,197 @@ fn graph_replay<T: Reducible>(
         2 * replays - 1,
     );
     compare("graph replay", &x.to_vec()?, &want)
+}
+
+/// Free device memory on this PE's GPU.
+fn free_memory(shmem: &Nvshmem) -> Result<usize> {
+    shmem
+        .context()
+        .bind_to_thread()
+        .map_err(|source| Error::Cuda {
+            call: "cuCtxSetCurrent",
+            source,
+        })?;
+    let (free, _) = cuda(
+        "cuMemGetInfo",
+        nvshmem::cudarc::driver::result::mem_get_info(),
+    )?;
+    Ok(free)
+}
+
+/// Random checked calls until `time` is up (see the module's documentation).
+fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool {
+    let me = shmem.my_pe();
+    // Every kernel once first: CUDA loads a kernel's code on its first launch, which takes
+    // device memory that stays.
+    let warm = (|| -> Result<()> {
+        for algo in AllReduceAlgo::ALL {
+            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+                all_reduce_case::<f32>(shmem, coll, 1, op, algo, 1000, false)?;
+                all_reduce_case::<bf16>(shmem, coll, 2, op, algo, 1000, false)?;
+                all_reduce_case::<f16>(shmem, coll, 3, op, algo, 1000, false)?;
+                if algo.takes(DataType::I32) {
+                    all_reduce_case::<i32>(shmem, coll, 4, op, algo, 1000, false)?;
+                }
+            }
+        }
+        for algo in AllGatherAlgo::ALL {
+            all_gather_case::<i32>(shmem, coll, 5, algo, 1000)?;
+        }
+        two_streams::<i32>(shmem, coll, 6, AllReduceAlgo::OneShot, 1000, 2)?;
+        graph_replay::<f32>(shmem, coll, 7, AllReduceAlgo::OneShot, 1000)
+    })();
+    if let Err(e) = warm {
+        eprintln!("PE {me}: soak: the warm-up failed: {e}");
+        return false;
+    }
+    // The driver grows its own pools (streams, graphs) over the first calls: memory is
+    // taken as the start after the first tenth of the run (30 s at most) of random calls.
+    let settle = (time / 10).min(Duration::from_secs(30));
+    let mut start = None;
+    // The same seed on every PE: the same arguments, in the same order.
+    let mut rng = Rng::new(0x50a4, 0);
+    let began = Instant::now();
+    let (mut ops, mut failures, mut k) = (0u64, 0u64, 0u64);
+    let reduce_algos = AllReduceAlgo::ALL;
+    let gather_algos = AllGatherAlgo::ALL;
+    let ops_of = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min];
+    // Decided by PE 0's clock and shared, so every PE stops after the same call.
+    let mut go_on = true;
+    while go_on {
+        k += 1;
+        let pick = |r: &mut Rng, n: usize| (r.next() % n as u64) as usize;
+        // Log-uniform sizes from 1 to 2^20 elements; a few larger ones.
+        let n = if pick(&mut rng, 50) == 0 {
+            (4 << 20) + pick(&mut rng, 4096)
+        } else {
+            1 + (rng.next() % (1u64 << pick(&mut rng, 21))) as usize
+        };
+        let op = ops_of[pick(&mut rng, 3)];
+        let in_place = pick(&mut rng, 2) == 1;
+        let kind = pick(&mut rng, 20);
+        let mut algo = reduce_algos[pick(&mut rng, reduce_algos.len())];
+        // The paths with a part of the workspace take small inputs only: Auto beyond 64 Ki
+        // elements (the smallest such part holds 256 KiB on 8 PEs).
+        let bounded = !matches!(
+            algo,
+            AllReduceAlgo::Auto | AllReduceAlgo::TwoShot | AllReduceAlgo::Bandwidth
+        );
+        if bounded && n > 1 << 16 {
+            algo = AllReduceAlgo::Auto;
+        }
+        let seed = 0x50a4_0000 + k;
+        let (what, r) = match kind {
+            0..=9 => {
+                let r = match pick(&mut rng, 4) {
+                    0 if algo.takes(DataType::I32) => {
+                        all_reduce_case::<i32>(shmem, coll, seed, op, algo, n, in_place)
+                    }
+                    0 | 1 => all_reduce_case::<f32>(shmem, coll, seed, op, algo, n, in_place),
+                    2 => all_reduce_case::<bf16>(shmem, coll, seed, op, algo, n, in_place),
+                    _ => all_reduce_case::<f16>(shmem, coll, seed, op, algo, n, in_place),
+                };
+                (
+                    format!("all_reduce {algo:?} {op:?} n={n} in_place={in_place}"),
+                    r,
+                )
+            }
+            10..=14 => {
+                let mut g = gather_algos[pick(&mut rng, gather_algos.len())];
+                let n = n.min(1 << 18);
+                if g == AllGatherAlgo::LowLatency && n > 1 << 16 {
+                    g = AllGatherAlgo::Auto;
+                }
+                let r = match pick(&mut rng, 3) {
+                    0 => all_gather_case::<i32>(shmem, coll, seed, g, n),
+                    1 => all_gather_case::<bf16>(shmem, coll, seed, g, n),
+                    _ => all_gather_case::<f32>(shmem, coll, seed, g, n),
+                };
+                (format!("all_gather {g:?} n={n}"), r)
+            }
+            15..=16 => {
+                let algo = if algo.takes(DataType::I32) {
+                    algo
+                } else {
+                    AllReduceAlgo::Auto
+                };
+                let rounds = 1 + pick(&mut rng, 8);
+                let n = n.min(1 << 16);
+                (
+                    format!("two streams {algo:?} n={n} x{rounds}"),
+                    two_streams::<i32>(shmem, coll, seed, algo, n, rounds),
+                )
+            }
+            17..=18 => {
+                let n = n.min(1 << 16);
+                (
+                    format!("graph replay {algo:?} n={n}"),
+                    graph_replay::<f32>(shmem, coll, seed, algo, n),
+                )
+            }
+            _ => {
+                let algos = [
+                    reduce_algos[1 + pick(&mut rng, reduce_algos.len() - 1)],
+                    algo,
+                ];
+                let algos: Vec<AllReduceAlgo> = algos
+                    .into_iter()
+                    .map(|a| {
+                        if a.takes(DataType::I32) {
+                            a
+                        } else {
+                            AllReduceAlgo::OneShot
+                        }
+                    })
+                    .collect();
+                let n = n.min(1 << 15);
+                let rounds = 2 + pick(&mut rng, 10);
+                (
+                    format!("back-to-back {algos:?} n={n} x{rounds}"),
+                    back_to_back::<i32>(shmem, coll, seed, &algos, n, rounds),
+                )
+            }
+        };
+        ops += 1;
+        if let Err(e) = r {
+            failures += 1;
+            eprintln!("PE {me}: soak FAIL {what}: {e}");
+            if matches!(e, Error::Cuda { .. } | Error::Timeout { .. }) {
+                break;
+            }
+        }
+        if k % 64 == 0 {
+            // PE 0's clock decides, for every PE: when the start is taken, and when to stop.
+            let settled = start.is_some() || (me == 0 && began.elapsed() >= settle);
+            let done = me == 0 && began.elapsed() >= time + settle;
+            let votes = any_pe(shmem, i32::from(settled) * 2 + i32::from(done)).unwrap_or(1);
+            if start.is_none() && votes >= 2 {
+                start = Some((free_memory(shmem), shmem.heap_in_use(), ops, Instant::now()));
+            }
+            go_on = votes % 2 == 0;
+        }
+    }
+    let Some((free_start, heap_start, ops_before, measured_from)) = start else {
+        eprintln!("PE {me}: soak: stopped before the warm-up ended");
+        return false;
+    };
+    let start = (free_start, heap_start);
+    let ops = ops - ops_before;
+    let failed_pes = any_pe(shmem, i32::from(failures > 0)).unwrap_or(-1);
+    let end = (free_memory(shmem), shmem.heap_in_use());
+    let memory_kept = matches!((&start.0, &end.0), (Ok(a), Ok(b)) if a == b) && start.1 == end.1;
+    println!(
+        "PE {me}: soak: {ops} operations in {:.0} s (after {:.0} s of warm-up), {failures} \
+         failures; free device memory {:?} -> {:?} bytes, symmetric heap in use {} -> {} bytes{}",
+        measured_from.elapsed().as_secs_f64(),
+        (measured_from - began).as_secs_f64(),
+        start.0.as_ref().ok(),
+        end.0.as_ref().ok(),
+        start.1,
+        end.1,
+        if memory_kept { "" } else { " (CHANGED)" }
+    );
+    failures == 0 && failed_pes == 0 && memory_kept
 }
 
 /// Words with every bit set (what the sentinel path's empty buffers hold) in the input: the
@@ -504,6 +739,20 @@ fn main() {
             shmem.n_pes(),
             shmem.info().map(|i| i.to_string()).unwrap_or_default()
         );
+    }
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--soak") {
+        let seconds: f64 = args
+            .get(at + 1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| {
+                eprintln!("coll_check: --soak takes the seconds to run");
+                std::process::exit(2)
+            });
+        let ok = soak(&shmem, &coll, Duration::from_secs_f64(seconds));
+        drop(coll);
+        drop(shmem);
+        std::process::exit(if ok { 0 } else { 1 });
     }
     let mut c = Checker {
         shmem: shmem.clone(),
@@ -762,6 +1011,32 @@ fn main() {
     c.check("graph replay Bandwidth, many rounds", |s, seed| {
         graph_replay::<i32>(s, &coll, seed, AllReduceAlgo::Bandwidth, 5 << 20)
     });
+    for algo in [
+        AllReduceAlgo::LowLatency,
+        AllReduceAlgo::OneShot,
+        AllReduceAlgo::TwoShot,
+        AllReduceAlgo::Bandwidth,
+    ] {
+        c.check(
+            &format!("two streams alternating, {algo:?} x2x8"),
+            |s, seed| two_streams::<i32>(s, &coll, seed, algo, 30_001, 8),
+        );
+    }
+    c.check(
+        "cooperative launches: every algorithm, eager and in a graph",
+        |s, seed| {
+            let mut config = CollectivesConfig::for_pes(s.n_pes());
+            config.cooperative_launch = true;
+            let coop = Collectives::with_config(s, config)?;
+            for algo in AllReduceAlgo::ALL {
+                all_reduce_case::<f32>(s, &coop, seed, ReduceOp::Sum, algo, 20_011, false)?;
+            }
+            for algo in AllGatherAlgo::ALL {
+                all_gather_case::<bf16>(s, &coop, seed, algo, 5_003)?;
+            }
+            graph_replay::<f32>(s, &coop, seed, AllReduceAlgo::Auto, 20_011)
+        },
+    );
     // Flag values and low-latency tags derive from the call counter: calls around the points
     // where 32-bit tags wrapped (and a counter's low 32 bits are 0) still give right results.
     for start in [(1u64 << 32) - 3, (1 << 33) - 2] {

@@ -528,6 +528,11 @@ impl Nvshmem {
         self.rt.ctx.new_stream().during("cuStreamCreate")
     }
 
+    /// Bytes of symmetric heap this crate's buffers (and its own workspaces) hold on this PE.
+    pub fn heap_in_use(&self) -> usize {
+        self.rt.heap_in_use.load(Ordering::Relaxed)
+    }
+
     /// The NVSHMEM release running (`major.minor.patch`).
     pub fn version(&self) -> String {
         let (a, b, c) = library_version();

@@ -49,31 +49,8 @@ __device__ __forceinline__ uint64_t globaltimer() {
     return t;
 }
 
-// The slow path: false when the wait must stop.
-__device__ __noinline__ bool wait_check(const Ctrl *ctrl, uint64_t *since, int site, int pe, uint64_t e) {
-    Fault *f = ctrl->fault;
-    if (f != nullptr && *(volatile unsigned int *)&f->raised) return false;
-    const uint64_t now = globaltimer();
-    if (*since == 0) {
-        *since = now;
-        return true;
-    }
-    const uint64_t limit = ctrl->timeout_ns;
-    if (limit == 0 || now - *since < limit) return true;
-    if (f != nullptr) {
-        volatile Fault *vf = f;
-        vf->site = site;
-        vf->pe = pe;
-        vf->block = blockIdx.x;
-        vf->epoch = e;
-        vf->waited_ns = now - *since;
-        __threadfence_system();
-        vf->raised = 1;
-    }
-    return false;
-}
-
-// One wait's poll count and clock.
+// One wait's poll count and clock. Everything is inlined: a call out of the loop would give
+// every kernel a stack frame (measured: 0.1 us more per call at one PE).
 struct Wait {
     const Ctrl *ctrl;
     uint32_t spins = 0;
@@ -81,8 +58,31 @@ struct Wait {
     __device__ __forceinline__ explicit Wait(const Ctrl *c) : ctrl(c) {}
     // After a poll that found nothing: whether to poll again.
     __device__ __forceinline__ bool again(int site, int pe, uint64_t e) {
-        if (++spins % WAIT_SPINS_PER_CHECK != 0) return true;
-        return wait_check(ctrl, &since, site, pe, e);
+        if (__builtin_expect(++spins % WAIT_SPINS_PER_CHECK != 0, 1)) return true;
+        return check(site, pe, e);
+    }
+    // The slow path: false when the wait must stop.
+    __device__ __forceinline__ bool check(int site, int pe, uint64_t e) {
+        Fault *f = ctrl->fault;
+        if (f != nullptr && *(volatile unsigned int *)&f->raised) return false;
+        const uint64_t now = globaltimer();
+        if (since == 0) {
+            since = now;
+            return true;
+        }
+        const uint64_t limit = ctrl->timeout_ns;
+        if (limit == 0 || now - since < limit) return true;
+        if (f != nullptr) {
+            volatile Fault *vf = f;
+            vf->site = site;
+            vf->pe = pe;
+            vf->block = blockIdx.x;
+            vf->epoch = e;
+            vf->waited_ns = now - since;
+            __threadfence_system();
+            vf->raised = 1;
+        }
+        return false;
     }
 };
 

@@ -277,6 +277,13 @@ pub struct CollectivesConfig {
     /// complete before it touches memory. This hides most of the launch latency between
     /// back-to-back kernels; `false` launches plainly.
     pub programmatic_launch: bool,
+    /// Launch with the cooperative attribute: the driver starts a call only when all its
+    /// blocks can be resident at once (beside whatever else runs on the GPU), or refuses it.
+    /// Without it, the grid is still checked against the GPU's occupancy at every launch,
+    /// and a call whose blocks wait behind other kernels finishes when those do, or fails
+    /// with [`Error::Timeout`]. Off by default: it costs about 0.3 to 1 us per launch
+    /// outside graphs (measured on one H100), and nothing measurable in a graph.
+    pub cooperative_launch: bool,
     /// Before every call, the PEs exchange what they are about to do (operation, type,
     /// algorithm, length, where the buffers are) and refuse a call they disagree on with
     /// [`Error::CollectiveMismatch`], instead of leaving stale data on one PE and storing past
@@ -332,6 +339,7 @@ impl CollectivesConfig {
             workspace: Workspace::for_thresholds(&thresholds, n_pes),
             thresholds,
             programmatic_launch: true,
+            cooperative_launch: false,
             check_calls: cfg!(debug_assertions),
             // A malformed variable keeps the default here; `Collectives::new` reports it.
             timeout: timeout_from(std::env::var(TIMEOUT_VARIABLE).ok().as_deref())
@@ -390,12 +398,20 @@ mod tests {
         // 2 MiB (2 PEs) of sentinel slot.
         let w4 = CollectivesConfig::for_pes(4).workspace;
         assert_eq!(
-            (w4.staging_slot_bytes, w4.lines_slot_bytes, w4.sentinel_slot_bytes),
+            (
+                w4.staging_slot_bytes,
+                w4.lines_slot_bytes,
+                w4.sentinel_slot_bytes
+            ),
             (6 << 20, 2 << 20, 1 << 20)
         );
         let w2 = CollectivesConfig::for_pes(2).workspace;
         assert_eq!(
-            (w2.staging_slot_bytes, w2.lines_slot_bytes, w2.sentinel_slot_bytes),
+            (
+                w2.staging_slot_bytes,
+                w2.lines_slot_bytes,
+                w2.sentinel_slot_bytes
+            ),
             (6 << 20, 2 << 20, 2 << 20)
         );
         assert_eq!(w4.bytes(4), Some(2 * 4 * (9 << 20)));

@@ -3,9 +3,13 @@
 //! captured in CUDA graphs.
 //!
 //! Every PE must make the same sequence of calls on its [`Collectives`] (same operations,
-//! sizes and algorithms), each call stream-ordered after the previous one on that PE, as for
-//! any collective. Back-to-back calls on the same buffers are safe: a call returns (on the
-//! stream) only when no peer will touch this PE's buffers again for it.
+//! sizes and algorithms), as for any collective. A `Collectives` orders its calls: a call on
+//! another stream than the last call's waits, on the device, for that stream (the calls share
+//! one epoch, flags and staging). Graph launches are the caller's to order against other
+//! calls. Back-to-back calls on the same buffers are safe: a call returns (on the stream)
+//! only when no peer will touch this PE's buffers again for it. A wait for a peer is bounded
+//! ([`CollectivesConfig::timeout`]): a PE that skips a call, passes other arguments or dies
+//! makes the others' calls fail with [`Error::Timeout`] instead of hanging.
 //!
 //! ```no_run
 //! # fn main() -> nvshmem::Result<()> {
@@ -47,6 +51,7 @@ use algo::{
 use cudarc::driver::{sys as cusys, CudaStream};
 use fault::FaultRecord;
 use plan::{all_gather_plan, all_reduce_plan, reduce_scatter_plan, CallPlan, Dims, Extra};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Where the waits' bound and the fault record's address sit in `Ctrl`, in words.
@@ -60,12 +65,16 @@ pub struct Collectives {
     shmem: Nvshmem,
     thresholds: Thresholds,
     programmatic_launch: bool,
+    cooperative_launch: bool,
     check_calls: bool,
     timeout: Option<Duration>,
     /// Scratch of the agreements (configuration, and calls when `check_calls`).
     agreement: Agreement,
     /// Where a wait that ran out of time says so (read before every call).
     fault: FaultRecord,
+    /// The stream of the last call: a call on another stream is ordered after it (every
+    /// call shares the epoch, the flags and the staging).
+    last_stream: Mutex<Option<Arc<CudaStream>>>,
     dims: Dims,
     /// The epoch of this PE's calls, one copy per block index, then the waits' bound and
     /// the fault record's address (`Ctrl`).
@@ -202,10 +211,12 @@ impl Collectives {
             shmem: shmem.clone(),
             thresholds: config.thresholds,
             programmatic_launch: config.programmatic_launch,
+            cooperative_launch: config.cooperative_launch,
             check_calls: config.check_calls,
             timeout: config.timeout,
             agreement,
             fault,
+            last_stream: Mutex::new(None),
             dims,
             ctrl,
             flags,
@@ -226,6 +237,7 @@ impl Collectives {
             thresholds: self.thresholds.clone(),
             workspace: self.workspace(),
             programmatic_launch: self.programmatic_launch,
+            cooperative_launch: self.cooperative_launch,
             check_calls: self.check_calls,
             timeout: self.timeout,
         }
@@ -328,7 +340,7 @@ impl Collectives {
         src: impl Into<SymmetricView<'a, T>>,
         op: ReduceOp,
         algo: AllReduceAlgo,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.check()?;
         let (dst, src) = (dst.into(), src.into());
@@ -393,7 +405,7 @@ impl Collectives {
         dst: impl Into<SymmetricView<'a, T>>,
         src: impl Into<SymmetricView<'a, T>>,
         algo: AllGatherAlgo,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.check()?;
         let (dst, src) = (dst.into(), src.into());
@@ -455,7 +467,7 @@ impl Collectives {
         src: impl Into<SymmetricView<'a, T>>,
         op: ReduceOp,
         algo: ReduceScatterAlgo,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (dst, src) = (dst.into(), src.into());
         let (t, o) = type_and_op::<T>(op, "reduce-scatter", "reduce_scatter")?;
@@ -558,7 +570,7 @@ impl Collectives {
         dst: &SymmetricView<'_, T>,
         n: usize,
         bytes: usize,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         if bytes > plan.limit {
             return Err(Error::InvalidArgument(format!(
@@ -608,13 +620,48 @@ impl Collectives {
         // all-reduce, whose limit comes from the occupancy every PE agreed on.
         debug_assert!(plan.blocks as usize <= plan::MAX_BLOCKS);
         let options = LaunchOptions {
-            cooperative: false,
+            cooperative: self.cooperative_launch,
             programmatic: self.programmatic_launch,
         };
+        let mut last = self.last_stream.lock().unwrap_or_else(|p| p.into_inner());
+        self.order_after(last.as_ref(), stream)?;
         // SAFETY: the arguments are the kernel's parameters (checked against its layout by
         // the launch); the buffers were checked against the plan's limit and outlive the
         // call, which is stream-ordered before anything that frees them.
-        unsafe { function.launch_with(grid(plan.blocks, plan.threads), options, stream, &mut args) }
+        unsafe {
+            function.launch_with(grid(plan.blocks, plan.threads), options, stream, &mut args)?
+        };
+        *last = Some(Arc::clone(stream));
+        Ok(())
+    }
+
+    /// Order a call on `stream` after the last call, made on `last`: nothing when it is the
+    /// same stream; otherwise `stream` waits, on the device, for what `last` holds now. A
+    /// call being captured into a graph is not ordered (a capture cannot wait for work
+    /// outside it): a graph runs when it is launched, and its launches are the caller's to
+    /// order against other calls, as any stream's work.
+    fn order_after(&self, last: Option<&Arc<CudaStream>>, stream: &Arc<CudaStream>) -> Result<()> {
+        let Some(last) = last.filter(|l| l.cu_stream() != stream.cu_stream()) else {
+            return Ok(());
+        };
+        let capturing = |s: &CudaStream| -> Result<bool> {
+            // SAFETY: a live stream of this context.
+            let status = unsafe { cudarc::driver::result::stream::is_capturing(s.cu_stream()) }
+                .during("cuStreamIsCapturing")?;
+            Ok(status != cusys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+        };
+        if capturing(last)? {
+            return Err(Error::InvalidArgument(
+                "a Collectives call on another stream while its last call's stream is still \
+                 being captured: end that capture first (a Collectives orders its calls, and \
+                 a capture cannot be waited for from outside)"
+                    .into(),
+            ));
+        }
+        if capturing(stream)? {
+            return Ok(());
+        }
+        stream.join(last).during("cuStreamWaitEvent")
     }
 }
 

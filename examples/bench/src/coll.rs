@@ -101,7 +101,7 @@ impl Ops<'_> {
         coll: Collective,
         imp: Impl,
         operands: &Operands<T>,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<(), String> {
         let (src, dst) = (operands.src, operands.dst);
         match imp {

@@ -1,0 +1,260 @@
+//! The fault suite: a bug or a death on one PE must end the job with a clear message, within
+//! the configured timeout, and a non-zero exit; never a hang.
+//!
+//! ```text
+//! target/release/examples/fault_check [--np 2] [--launcher mpiexec] [--limit 60]
+//! ```
+//!
+//! Run without a launcher: it starts one job per case (`LAUNCHER -np N fault_check --case
+//! NAME`), kills a job that outlives `--limit` seconds, and checks that each ended non-zero,
+//! in time, with the expected message from each PE that can see the fault. Prints
+//! `N passed, M failed`. The launcher is `--launcher`, else `$MPIEXEC`, else `mpiexec`.
+//!
+//! Each case runs our all-reduce with a 2 s timeout (`CollectivesConfig::timeout`). A PE
+//! that gets an error prints `fault_check: PE k: <error>` and exits with status 1.
+
+use nvshmem::{AllReduceAlgo, Collectives, CollectivesConfig, Nvshmem, ReduceOp};
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The bound on every wait of a case's collectives.
+const TIMEOUT: Duration = Duration::from_secs(2);
+/// Calls each case makes.
+const CALLS: usize = 8;
+
+/// A case: its name, what it does wrong, and what each PE that sees the fault must print
+/// (`(pe, text)`).
+struct Case {
+    name: &'static str,
+    about: &'static str,
+    expect: &'static [(usize, &'static str)],
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "skip-call",
+        about: "PE 1 skips the 4th of 8 calls",
+        expect: &[(0, "from PE 1 and gave up")],
+    },
+    Case {
+        name: "length",
+        about: "PE 0 passes 1000 elements, the others 2000 (no per-call check)",
+        expect: &[(1, "from PE 0 and gave up")],
+    },
+    Case {
+        name: "length-checked",
+        about: "the same with CollectivesConfig::check_calls",
+        expect: &[
+            (0, "PE 0 calls all_reduce(Sum, F32, ll, 1000 elements"),
+            (1, "PE 1 calls all_reduce(Sum, F32, ll, 2000 elements"),
+        ],
+    },
+    Case {
+        name: "exit",
+        about: "PE 1 leaves after 3 calls (status 0)",
+        expect: &[(0, "from PE 1 and gave up")],
+    },
+    Case {
+        name: "bad-argument",
+        about: "PE 1's call fails its argument check (a misaligned view)",
+        expect: &[(1, "byte boundary")],
+    },
+];
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let code = match value("--case") {
+        Some(case) => run_case(&case),
+        None => drive(
+            value("--np").map_or(2, |v| v.parse().expect("--np takes a number")),
+            value("--launcher")
+                .or_else(|| std::env::var("MPIEXEC").ok())
+                .unwrap_or_else(|| "mpiexec".into()),
+            Duration::from_secs(
+                value("--limit").map_or(60, |v| v.parse().expect("--limit takes seconds")),
+            ),
+        ),
+    };
+    std::process::exit(code);
+}
+
+/// Start one job per case and check how each ended.
+fn drive(np: usize, launcher: String, limit: Duration) -> i32 {
+    let me = std::env::current_exe().expect("the path of this program");
+    let (mut passed, mut failed) = (0, 0);
+    for case in CASES {
+        let began = Instant::now();
+        let verdict = run_job(&launcher, np, &me, case.name, limit).and_then(|(status, output)| {
+            let took = began.elapsed();
+            if status == Some(0) {
+                return Err(format!(
+                    "the job exited 0 after {took:.1?}; a fault must fail it"
+                ));
+            }
+            let missing: Vec<String> = case
+                .expect
+                .iter()
+                .filter(|(pe, text)| {
+                    !output.lines().any(|l| {
+                        l.starts_with(&format!("fault_check: PE {pe}:")) && l.contains(text)
+                    })
+                })
+                .map(|(pe, text)| format!("PE {pe}: \"{text}\""))
+                .collect();
+            if !missing.is_empty() {
+                return Err(format!(
+                    "no message {}; output:\n{output}",
+                    missing.join(", ")
+                ));
+            }
+            Ok(took)
+        });
+        match verdict {
+            Ok(took) => {
+                passed += 1;
+                println!(
+                    "ok   {} ({}): failed cleanly in {took:.1?}",
+                    case.name, case.about
+                );
+            }
+            Err(e) => {
+                failed += 1;
+                println!("FAIL {} ({}): {e}", case.name, case.about);
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    i32::from(failed > 0)
+}
+
+/// Run `launcher -np N exe --case NAME`; its exit status (`None` if killed by a signal) and
+/// its output, or an error if it outlived `limit` (then it is killed).
+fn run_job(
+    launcher: &str,
+    np: usize,
+    exe: &std::path::Path,
+    case: &str,
+    limit: Duration,
+) -> Result<(Option<i32>, String), String> {
+    let mut parts = launcher.split_whitespace();
+    let program = parts.next().ok_or("an empty --launcher")?;
+    let mut child = Command::new(program)
+        .args(parts)
+        .args(["-np", &np.to_string()])
+        .arg(exe)
+        .args(["--case", case])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {launcher}: {e} (set --launcher or MPIEXEC)"))?;
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let readers = (
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            out.read_to_string(&mut s).ok();
+            s
+        }),
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            err.read_to_string(&mut s).ok();
+            s
+        }),
+    );
+    let began = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        if began.elapsed() > limit {
+            child.kill().ok();
+            child.wait().ok();
+            return Err(format!("still running after {limit:?}: killed (a hang)"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = readers.0.join().unwrap_or_default() + &readers.1.join().unwrap_or_default();
+    Ok((status.code(), output))
+}
+
+/// One PE's part of a case: 0 when it saw nothing wrong, 1 after printing the error it got.
+fn run_case(case: &str) -> i32 {
+    let shmem = match Nvshmem::init() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fault_check: {e}");
+            return 1;
+        }
+    };
+    let me = shmem.my_pe();
+    match faulty_calls(&shmem, case) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("fault_check: PE {me}: {e}");
+            // Not through the runtime's drop: a peer may be gone, and finalising would wait
+            // for it. The launcher ends the job.
+            std::process::exit(1);
+        }
+    }
+}
+
+fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
+    let (me, n) = (shmem.my_pe(), shmem.n_pes());
+    if n < 2 {
+        return Err(nvshmem::Error::InvalidArgument(
+            "the fault cases need 2 PEs or more".into(),
+        ));
+    }
+    let mut config = CollectivesConfig::for_pes(n);
+    config.timeout = Some(TIMEOUT);
+    config.check_calls = case == "length-checked";
+    let coll = Collectives::with_config(shmem, config)?;
+    let x = shmem.malloc::<f32>(2048)?;
+    x.copy_from_host(&vec![1.0; 2048])?;
+    let y = shmem.malloc::<f32>(2048)?;
+    let stream = shmem.stream();
+    for call in 0..CALLS {
+        let len = match case {
+            "length" | "length-checked" if me == 0 => 1000,
+            "length" | "length-checked" => 2000,
+            _ => 2048,
+        };
+        if case == "skip-call" && me == 1 && call == 3 {
+            continue;
+        }
+        if case == "exit" && me == 1 && call == 3 {
+            std::process::exit(0);
+        }
+        if case == "bad-argument" && me == 1 && call == 3 {
+            // One element in: not 16-byte aligned.
+            coll.all_reduce(
+                y.view(1..),
+                x.view(1..),
+                ReduceOp::Sum,
+                AllReduceAlgo::LowLatency,
+                stream,
+            )?;
+        }
+        coll.all_reduce(
+            y.view(..len),
+            x.view(..len),
+            ReduceOp::Sum,
+            AllReduceAlgo::LowLatency,
+            stream,
+        )?;
+        stream
+            .synchronize()
+            .map_err(|source| nvshmem::Error::Cuda {
+                call: "cuStreamSynchronize",
+                source,
+            })?;
+        coll.check()?;
+    }
+    Ok(())
+}
