@@ -2,7 +2,7 @@
 //! the configured timeout, and a non-zero exit; never a hang.
 //!
 //! ```text
-//! target/release/examples/fault_check [--np 2] [--launcher mpiexec] [--limit 60]
+//! target/release/examples/fault_check [--np 2] [--launcher mpiexec] [--limit 60] [--only a,b]
 //! ```
 //!
 //! Run without a launcher: it starts one job per case (`LAUNCHER -np N fault_check --case
@@ -11,9 +11,13 @@
 //! `N passed, M failed`. The launcher is `--launcher`, else `$MPIEXEC`, else `mpiexec`.
 //!
 //! Each case runs our all-reduce with a 2 s timeout (`CollectivesConfig::timeout`). A PE
-//! that gets an error prints `fault_check: PE k: <error>` and exits with status 1.
+//! that gets an error prints `fault_check: PE k: <error>` and exits with status 1. The
+//! `missing-pe` case runs without the launcher: rank 0 of 2 starts with a unique ID that no
+//! rank 1 ever uses, and the start's own bound (`InitOptions::start_timeout`) must end it.
 
-use nvshmem::{AllReduceAlgo, Collectives, CollectivesConfig, Nvshmem, ReduceOp};
+use nvshmem::{
+    AllReduceAlgo, Collectives, CollectivesConfig, InitOptions, Nvshmem, ReduceOp, UniqueId,
+};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,23 +28,29 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 const CALLS: usize = 8;
 
 /// A case: its name, what it does wrong, and what each PE that sees the fault must print
-/// (`(pe, text)`).
+/// (`(pe, text)`: a line `fault_check: PE pe: ...text...`; `pe` = `ANY`: any line).
 struct Case {
     name: &'static str,
     about: &'static str,
     expect: &'static [(usize, &'static str)],
+    /// Started without the launcher, as rank 0 of 2 with a unique ID.
+    alone: bool,
 }
+
+const ANY: usize = usize::MAX;
 
 const CASES: &[Case] = &[
     Case {
         name: "skip-call",
         about: "PE 1 skips the 4th of 8 calls",
         expect: &[(0, "from PE 1 and gave up")],
+        alone: false,
     },
     Case {
         name: "length",
         about: "PE 0 passes 1000 elements, the others 2000 (no per-call check)",
         expect: &[(1, "from PE 0 and gave up")],
+        alone: false,
     },
     Case {
         name: "length-checked",
@@ -49,16 +59,28 @@ const CASES: &[Case] = &[
             (0, "PE 0 calls all_reduce(Sum, F32, ll, 1000 elements"),
             (1, "PE 1 calls all_reduce(Sum, F32, ll, 2000 elements"),
         ],
+        alone: false,
     },
     Case {
         name: "exit",
         about: "PE 1 leaves after 3 calls (status 0)",
         expect: &[(0, "from PE 1 and gave up")],
+        alone: false,
     },
     Case {
         name: "bad-argument",
         about: "PE 1's call fails its argument check (a misaligned view)",
         expect: &[(1, "byte boundary")],
+        alone: false,
+    },
+    Case {
+        name: "missing-pe",
+        about: "rank 0 of 2 starts with a unique ID, rank 1 never does",
+        expect: &[(
+            ANY,
+            "the start of NVSHMEM on rank 0 of 2 (unique-ID bootstrap) has waited",
+        )],
+        alone: true,
     },
 ];
 
@@ -79,18 +101,28 @@ fn main() {
             Duration::from_secs(
                 value("--limit").map_or(60, |v| v.parse().expect("--limit takes seconds")),
             ),
+            value("--only"),
         ),
     };
     std::process::exit(code);
 }
 
 /// Start one job per case and check how each ended.
-fn drive(np: usize, launcher: String, limit: Duration) -> i32 {
+fn drive(np: usize, launcher: String, limit: Duration, only: Option<String>) -> i32 {
     let me = std::env::current_exe().expect("the path of this program");
     let (mut passed, mut failed) = (0, 0);
-    for case in CASES {
+    let chosen = |name: &str| {
+        only.as_ref()
+            .map_or(true, |o| o.split(',').any(|n| n == name))
+    };
+    for case in CASES.iter().filter(|c| chosen(c.name)) {
         let began = Instant::now();
-        let verdict = run_job(&launcher, np, &me, case.name, limit).and_then(|(status, output)| {
+        let launch = if case.alone {
+            None
+        } else {
+            Some(launcher.as_str())
+        };
+        let verdict = run_job(launch, np, &me, case.name, limit).and_then(|(status, output)| {
             let took = began.elapsed();
             if status == Some(0) {
                 return Err(format!(
@@ -101,11 +133,14 @@ fn drive(np: usize, launcher: String, limit: Duration) -> i32 {
                 .expect
                 .iter()
                 .filter(|(pe, text)| {
-                    !output.lines().any(|l| {
-                        l.starts_with(&format!("fault_check: PE {pe}:")) && l.contains(text)
-                    })
+                    let from =
+                        |l: &str| *pe == ANY || l.starts_with(&format!("fault_check: PE {pe}:"));
+                    !output.lines().any(|l| from(l) && l.contains(text))
                 })
-                .map(|(pe, text)| format!("PE {pe}: \"{text}\""))
+                .map(|(pe, text)| match *pe {
+                    ANY => format!("\"{text}\""),
+                    pe => format!("PE {pe}: \"{text}\""),
+                })
                 .collect();
             if !missing.is_empty() {
                 return Err(format!(
@@ -133,27 +168,32 @@ fn drive(np: usize, launcher: String, limit: Duration) -> i32 {
     i32::from(failed > 0)
 }
 
-/// Run `launcher -np N exe --case NAME`; its exit status (`None` if killed by a signal) and
-/// its output, or an error if it outlived `limit` (then it is killed).
+/// Run `launcher -np N exe --case NAME` (or `exe --case NAME` alone); its exit status
+/// (`None` if killed by a signal) and its output, or an error if it outlived `limit` (then it
+/// is killed).
 fn run_job(
-    launcher: &str,
+    launcher: Option<&str>,
     np: usize,
     exe: &std::path::Path,
     case: &str,
     limit: Duration,
 ) -> Result<(Option<i32>, String), String> {
-    let mut parts = launcher.split_whitespace();
-    let program = parts.next().ok_or("an empty --launcher")?;
-    let mut child = Command::new(program)
-        .args(parts)
-        .args(["-np", &np.to_string()])
-        .arg(exe)
+    let mut command = match launcher {
+        Some(launcher) => {
+            let mut parts = launcher.split_whitespace();
+            let mut c = Command::new(parts.next().ok_or("an empty --launcher")?);
+            c.args(parts).args(["-np", &np.to_string()]).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let mut child = command
         .args(["--case", case])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot start {launcher}: {e} (set --launcher or MPIEXEC)"))?;
+        .map_err(|e| format!("cannot start {launcher:?}: {e} (set --launcher or MPIEXEC)"))?;
     let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
     let readers = (
         std::thread::spawn(move || {
@@ -185,6 +225,18 @@ fn run_job(
 
 /// One PE's part of a case: 0 when it saw nothing wrong, 1 after printing the error it got.
 fn run_case(case: &str) -> i32 {
+    if case == "missing-pe" {
+        // Rank 0 of 2; rank 1 never comes. The start's own bound ends the process.
+        let start = UniqueId::new().and_then(|id| {
+            let options = InitOptions::new().start_timeout(Some(TIMEOUT));
+            Nvshmem::init_with_unique_id(0, 2, &id, options)
+        });
+        eprintln!(
+            "fault_check: PE 0: the start returned: {:?}",
+            start.map(|_| ())
+        );
+        return 1;
+    }
     let shmem = match Nvshmem::init() {
         Ok(s) => s,
         Err(e) => {

@@ -12,6 +12,7 @@ use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// One runtime per process: NVSHMEM cannot run twice, nor start again after finalize.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,10 +109,17 @@ fn parse_bool(text: &str) -> Option<bool> {
 #[derive(Debug, Clone, Default)]
 pub struct InitOptions {
     device: Option<usize>,
+    start_timeout: Option<Option<Duration>>,
 }
 
+/// How long a start may wait for the other PEs by default, and the variable that changes it.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(120);
+/// Seconds (a decimal number) a start may wait for the other PEs; `0` for no limit.
+pub const START_TIMEOUT_VARIABLE: &str = "NVSHMEM_RS_INIT_TIMEOUT";
+
 impl InitOptions {
-    /// Defaults: the GPU is picked by node-local PE.
+    /// Defaults: the GPU is picked by node-local PE; the start may wait
+    /// [`DEFAULT_START_TIMEOUT`] (or `NVSHMEM_RS_INIT_TIMEOUT` seconds) for the other PEs.
     pub fn new() -> Self {
         Self::default()
     }
@@ -120,6 +128,72 @@ impl InitOptions {
     pub fn device(mut self, ordinal: usize) -> Self {
         self.device = Some(ordinal);
         self
+    }
+
+    /// How long NVSHMEM's start may wait for the other PEs (`None`: for ever). A start that
+    /// waits longer (a PE that never started, one given another unique ID) cannot be
+    /// cancelled inside NVSHMEM: the process prints which rank waited and for what, and
+    /// exits with status 1, so the launcher ends the job instead of it hanging.
+    pub fn start_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.start_timeout = Some(limit);
+        self
+    }
+
+    fn start_limit(&self) -> Result<Option<Duration>> {
+        match self.start_timeout {
+            Some(limit) => Ok(limit),
+            None => seconds_variable(START_TIMEOUT_VARIABLE, DEFAULT_START_TIMEOUT),
+        }
+    }
+}
+
+/// A duration in seconds from variable `name` (`0`: none), or `default` when it is unset.
+fn seconds_variable(name: &str, default: Duration) -> Result<Option<Duration>> {
+    parse_seconds(name, std::env::var(name).ok().as_deref(), default)
+}
+
+/// `value` of variable `name` as seconds (a decimal number; `0`: no limit), `default` when
+/// unset or blank.
+pub(crate) fn parse_seconds(
+    name: &str,
+    value: Option<&str>,
+    default: Duration,
+) -> Result<Option<Duration>> {
+    let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(Some(default));
+    };
+    match v.parse::<f64>() {
+        Ok(0.0) => Ok(None),
+        Ok(s) if s > 0.0 && s.is_finite() => Ok(Some(Duration::from_secs_f64(s))),
+        _ => Err(Error::InvalidArgument(format!(
+            "{name}={v}: give the seconds to wait (for example 30, or 0.5), or 0 for no limit"
+        ))),
+    }
+}
+
+/// Runs `on_expiry` on a thread of its own unless dropped within `limit`.
+struct Watchdog(Option<std::sync::mpsc::Sender<()>>);
+
+impl Watchdog {
+    fn spawn(limit: Option<Duration>, on_expiry: impl FnOnce() + Send + 'static) -> Self {
+        let Some(limit) = limit else {
+            return Watchdog(None);
+        };
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(limit) {
+                on_expiry();
+            }
+        });
+        Watchdog(Some(done))
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(done) = self.0.take() {
+            let _ = done.send(());
+        }
     }
 }
 
@@ -417,6 +491,22 @@ impl Nvshmem {
             })?;
             flags = sys::NVSHMEMX_INIT_WITH_UNIQUEID;
         }
+        // NVSHMEM's start waits for every PE, inside the bootstrap, with no time limit.
+        let limit = options.start_limit()?;
+        let who = match uid {
+            Some((rank, n, _)) => format!("rank {rank} of {n} (unique-ID bootstrap)"),
+            None => format!("this PE ({} bootstrap)", bootstrap_name()),
+        };
+        let watchdog = Watchdog::spawn(limit, move || {
+            eprintln!(
+                "nvshmem: the start of NVSHMEM on {who} has waited {:.0?} for the other PEs: one \
+                 did not start, failed, or has another unique ID. A blocked start cannot be \
+                 cancelled, so this process exits (status 1). Raise {START_TIMEOUT_VARIABLE} \
+                 (seconds, 0 for no limit) if the PEs start slowly.",
+                limit.unwrap_or_default()
+            );
+            std::process::exit(1);
+        });
         check("nvshmemx_hostlib_init_attr", unsafe {
             sys::nvshmemx_hostlib_init_attr(flags as u32, &mut attr)
         })?;
@@ -456,6 +546,7 @@ impl Nvshmem {
             // first call that needs it, with a context current. Do it now, for every PE, so
             // that registering a module first (which does not trigger it) works.
             unsafe { sys::nvshmem_barrier_all() };
+            drop(watchdog);
             let status = unsafe { sys::nvshmemx_init_status() };
             if status < sys::NVSHMEM_STATUS_IS_INITIALIZED as i32 {
                 return Err(Error::NotInitialized { status });
@@ -806,6 +897,38 @@ mod tests {
         assert_eq!(parse_bool("TRUE"), Some(true));
         assert_eq!(parse_bool("off"), Some(false));
         assert_eq!(parse_bool("maybe"), None);
+    }
+
+    #[test]
+    fn a_watchdog_fires_only_when_not_dropped_in_time() {
+        use std::sync::atomic::AtomicBool;
+        let fired = Arc::new(AtomicBool::new(false));
+        let f = fired.clone();
+        let dog = Watchdog::spawn(Some(Duration::from_millis(50)), move || {
+            f.store(true, Ordering::SeqCst)
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(fired.load(Ordering::SeqCst));
+        drop(dog);
+
+        let quiet = Arc::new(AtomicBool::new(false));
+        let q = quiet.clone();
+        let dog = Watchdog::spawn(Some(Duration::from_millis(200)), move || {
+            q.store(true, Ordering::SeqCst)
+        });
+        drop(dog);
+        std::thread::sleep(Duration::from_millis(400));
+        assert!(!quiet.load(Ordering::SeqCst));
+        // No limit: nothing is started.
+        assert!(Watchdog::spawn(None, || panic!("no limit")).0.is_none());
+    }
+
+    #[test]
+    fn start_timeouts_come_from_options_or_the_variable() {
+        let set = InitOptions::new().start_timeout(Some(Duration::from_secs(3)));
+        assert_eq!(set.start_limit().unwrap(), Some(Duration::from_secs(3)));
+        let never = InitOptions::new().start_timeout(None);
+        assert_eq!(never.start_limit().unwrap(), None);
     }
 
     #[test]

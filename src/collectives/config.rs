@@ -10,6 +10,7 @@ use super::plan::{
 };
 use crate::element::DataType;
 use crate::error::{Error, Result};
+use crate::runtime::parse_seconds;
 use std::time::Duration;
 
 /// Size thresholds of the automatic choice (`AllReduceAlgo::Auto`, `AllGatherAlgo::Auto`),
@@ -309,16 +310,7 @@ pub const TIMEOUT_VARIABLE: &str = "NVSHMEM_RS_TIMEOUT";
 
 /// The timeout `NVSHMEM_RS_TIMEOUT` asks for (`value`, if set), else the default.
 pub(crate) fn timeout_from(value: Option<&str>) -> Result<Option<Duration>> {
-    let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
-        return Ok(Some(DEFAULT_TIMEOUT));
-    };
-    match v.parse::<f64>() {
-        Ok(0.0) => Ok(None),
-        Ok(s) if s > 0.0 && s.is_finite() => Ok(Some(Duration::from_secs_f64(s))),
-        _ => Err(Error::InvalidArgument(format!(
-            "{TIMEOUT_VARIABLE}={v}: give the seconds a wait may last (for example 30, or 0.5),              or 0 for no bound"
-        ))),
-    }
+    parse_seconds(TIMEOUT_VARIABLE, value, DEFAULT_TIMEOUT)
 }
 
 impl CollectivesConfig {
