@@ -5,7 +5,7 @@
 #   make test      CPU tests (no GPU needed)
 #   make run EXAMPLE=hello NP=2
 #   make check     GPU checks (our collectives, the host API, the TP layers, channels, the
-#                  page pool, the ring-pipeline user crate)
+#                  page pool, the ring-pipeline user crate, the fault suite)
 #                  with 2 and 4 PEs (those the machine has GPUs for; SHARE_GPUS=1 runs the
 #                  others with several PEs per GPU through CUDA MPS: checks, not timings)
 #   make bench     the benchmark suite against NCCL, one PE per local GPU
@@ -72,6 +72,8 @@ check:
 	    echo "scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/$$prog $$args"; \
 	    scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/$$prog $$args || exit 1; \
 	  done; \
+	  echo "target/release/examples/fault_check --np $$np --launcher 'scripts/nvshmrun $(SHARE_FLAG)'"; \
+	  target/release/examples/fault_check --np $$np --launcher "scripts/nvshmrun $(SHARE_FLAG)" || exit 1; \
 	done
 
 bench:

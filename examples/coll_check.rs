@@ -51,6 +51,9 @@ trait Reducible: Element {
     fn from_acc(a: Self::Acc) -> Self;
     fn apply(op: ReduceOp, a: Self::Acc, b: Self::Acc) -> Self::Acc;
     fn bits(self) -> u64;
+    /// The element with every bit set (a NaN in the float types).
+    fn all_ones() -> Self;
+    fn is_nan(self) -> bool;
 }
 
 macro_rules! float_like {
@@ -75,6 +78,12 @@ macro_rules! float_like {
             }
             fn bits(self) -> u64 {
                 $bits(self)
+            }
+            fn all_ones() -> Self {
+                Self::from_bits(!0)
+            }
+            fn is_nan(self) -> bool {
+                $to(self).is_nan()
             }
         }
     };
@@ -114,6 +123,12 @@ impl Reducible for i32 {
     }
     fn bits(self) -> u64 {
         self as u32 as u64
+    }
+    fn all_ones() -> Self {
+        -1
+    }
+    fn is_nan(self) -> bool {
+        false
     }
 }
 
@@ -661,25 +676,29 @@ fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool {
 /// Words with every bit set (what the sentinel path's empty buffers hold) in the input: the
 /// call must not wait for them forever, and they must reduce as the NaN they are. Elsewhere
 /// the result is exact.
-fn sentinel_bits_case(
+fn sentinel_bits_case<T: Reducible>(
     shmem: &Nvshmem,
     coll: &Collectives,
     seed: u64,
     algo: AllReduceAlgo,
+    op: ReduceOp,
 ) -> Result<()> {
     let (me, np, n) = (shmem.my_pe(), shmem.n_pes(), 4099);
-    let mut all = inputs::<f32>(seed, np, n);
+    let mut all = inputs::<T>(seed, np, n);
+    // Whole 32-bit words of set bits (two elements of a 16-bit type): some at the same place
+    // on every PE, some on one PE only.
+    let per_word = 4 / std::mem::size_of::<T>();
     for (pe, x) in all.iter_mut().enumerate() {
-        // Some on every PE, some on one PE only.
-        for i in (0..n).step_by(97) {
-            x[i] = f32::from_bits(u32::MAX);
+        for w in (0..n / per_word).step_by(97).chain([pe * 13 + 5]) {
+            for i in w * per_word..(w + 1) * per_word {
+                x[i] = T::all_ones();
+            }
         }
-        x[pe * 13 + 5] = f32::from_bits(u32::MAX);
     }
-    let want = reference(ReduceOp::Sum, &all);
-    let buf = shmem.malloc::<f32>(n)?;
+    let want = reference(op, &all);
+    let buf = shmem.malloc::<T>(n)?;
     buf.copy_from_host(&all[me])?;
-    coll.all_reduce(&buf, &buf, ReduceOp::Sum, algo, shmem.stream())?;
+    coll.all_reduce(&buf, &buf, op, algo, shmem.stream())?;
     sync(shmem)?;
     let got = buf.to_vec()?;
     // NaN payloads may differ between this CPU and the GPU; NaN must stay NaN.
@@ -688,7 +707,7 @@ fn sentinel_bits_case(
             if want[i].is_nan() {
                 !got[i].is_nan()
             } else {
-                got[i].to_bits() != want[i].to_bits()
+                got[i].bits() != want[i].bits()
             }
         })
         .count();
@@ -989,7 +1008,14 @@ fn main() {
     for algo in [AllReduceAlgo::Sentinel, AllReduceAlgo::SentinelTwoShot] {
         c.check(
             &format!("{algo:?}: inputs with the sentinel's bits arrive"),
-            |s, seed| sentinel_bits_case(s, &coll, seed, algo),
+            |s, seed| {
+                for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+                    sentinel_bits_case::<f32>(s, &coll, seed, algo, op)?;
+                    sentinel_bits_case::<f16>(s, &coll, seed, algo, op)?;
+                    sentinel_bits_case::<bf16>(s, &coll, seed, algo, op)?;
+                }
+                Ok(())
+            },
         );
     }
     for algo in [
