@@ -690,9 +690,7 @@ fn sentinel_bits_case<T: Reducible>(
     let per_word = 4 / std::mem::size_of::<T>();
     for (pe, x) in all.iter_mut().enumerate() {
         for w in (0..n / per_word).step_by(97).chain([pe * 13 + 5]) {
-            for i in w * per_word..(w + 1) * per_word {
-                x[i] = T::all_ones();
-            }
+            x[w * per_word..(w + 1) * per_word].fill(T::all_ones());
         }
     }
     let want = reference(op, &all);
