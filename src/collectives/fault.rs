@@ -73,7 +73,7 @@ impl FaultRecord {
 
 impl Drop for FaultRecord {
     fn drop(&mut self) {
-        // The owner has waited for its kernels (freeing its buffers quiesces the GPU).
+        // The owner (Collectives::drop) has waited for every kernel that could write here.
         unsafe { cu::free_host(self.host as *mut std::ffi::c_void) }.ok();
     }
 }

@@ -102,6 +102,14 @@ pub struct Collectives {
 unsafe impl Send for Collectives {}
 unsafe impl Sync for Collectives {}
 
+impl Drop for Collectives {
+    fn drop(&mut self) {
+        // A call may still run on any stream: it reads the workspace and may write the fault
+        // record, which are freed next (the buffers would wait too, the record would not).
+        let _ = self.shmem.quiesce();
+    }
+}
+
 /// Where `buf` lives on every PE, as mapped here; `None` above `LL_MAX_PES` PEs. Every PE
 /// must be reachable (checked before).
 fn peer_table<T: Element>(shmem: &Nvshmem, buf: &SymmetricBuffer<T>) -> Result<Option<abi::Peers>> {
