@@ -8,6 +8,8 @@
 #                  page pool, the ring-pipeline user crate, the fault suite)
 #                  with 2 and 4 PEs (those the machine has GPUs for; SHARE_GPUS=1 runs the
 #                  others with several PEs per GPU through CUDA MPS: checks, not timings)
+#   make soak DURATION=600 NP=2
+#                  random checked collectives for DURATION seconds, memory compared at start and end
 #   make bench     the benchmark suite against NCCL, one PE per local GPU
 #
 # The GPU targets stop with one line, before building, on a machine without GPUs.
@@ -36,7 +38,7 @@ STAMP := $(VENV)/.setup-done
 # fewer than NP), before anything is built.
 require-gpus = $(eval GPUS := $(shell scripts/gpus $(if $(SHARE_FLAG),--share) $(1)))$(if $(filter ok,$(firstword $(GPUS))),,$(error $(GPUS)))
 
-.PHONY: setup build test run check bench fmt clippy ci clean-venv
+.PHONY: setup build test run check soak bench fmt clippy ci clean-venv
 
 setup:
 	@if [ "$$(cat $(STAMP) 2>/dev/null)" = "$(strip $(WHEELS))" ]; then \
@@ -75,6 +77,12 @@ check:
 	  echo "target/release/examples/fault_check --np $$np --launcher 'scripts/nvshmrun $(SHARE_FLAG)'"; \
 	  target/release/examples/fault_check --np $$np --launcher "scripts/nvshmrun $(SHARE_FLAG)" || exit 1; \
 	done
+
+DURATION ?= 600
+soak:
+	$(call require-gpus,$(NP))
+	@$(MAKE) --no-print-directory build
+	scripts/nvshmrun $(if $(NP),-np $(NP)) $(SHARE_FLAG) target/release/examples/coll_check --soak $(DURATION)
 
 bench:
 	$(call require-gpus,$(NP))
