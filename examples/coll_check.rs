@@ -632,23 +632,22 @@ fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool {
             }
         };
         ops += 1;
+        let mut fatal = false;
         if let Err(e) = r {
             failures += 1;
             eprintln!("PE {me}: soak FAIL {what}: {e}");
-            if matches!(e, Error::Cuda { .. } | Error::Timeout { .. }) {
-                break;
-            }
+            // A lost context or a peer that never came: every PE stops at this call.
+            fatal = matches!(e, Error::Cuda { .. } | Error::Timeout { .. });
         }
-        if k % 64 == 0 {
-            // PE 0's clock decides, for every PE: when the start is taken, and when to stop.
-            let settled = start.is_some() || (me == 0 && began.elapsed() >= settle);
-            let done = me == 0 && began.elapsed() >= time + settle;
-            let votes = any_pe(shmem, i32::from(settled) * 2 + i32::from(done)).unwrap_or(1);
-            if start.is_none() && votes >= 2 {
-                start = Some((free_memory(shmem), shmem.heap_in_use(), ops, Instant::now()));
-            }
-            go_on = votes % 2 == 0;
+        // After every call, so that every PE stops at the same one. PE 0's clock decides
+        // when the start is taken and when to stop; any PE can stop the run.
+        let settled = start.is_some() || (me == 0 && began.elapsed() >= settle);
+        let done = fatal || (me == 0 && began.elapsed() >= time + settle);
+        let votes = any_pe(shmem, i32::from(settled) * 2 + i32::from(done) * 1024).unwrap_or(1024);
+        if start.is_none() && votes % 1024 >= 2 {
+            start = Some((free_memory(shmem), shmem.heap_in_use(), ops, Instant::now()));
         }
+        go_on = votes < 1024;
     }
     let Some((free_start, heap_start, ops_before, measured_from)) = start else {
         eprintln!("PE {me}: soak: stopped before the warm-up ended");
@@ -1112,25 +1111,43 @@ fn main() {
             },
         );
     }
-    // A low-latency line is zeroed once taken: a large call after many small ones finds
-    // no line of the earlier large call.
-    c.check("low-latency: large, small x9, large again", |s, seed| {
-        for (k, n) in [60_000usize, 1, 2, 3, 4, 5, 6, 7, 8, 9, 60_000]
-            .into_iter()
-            .enumerate()
-        {
-            all_reduce_case::<i32>(
-                s,
-                &coll,
-                seed + k as u64,
-                ReduceOp::Sum,
-                AllReduceAlgo::LowLatency,
-                n,
-                false,
-            )?;
-        }
-        Ok(())
-    });
+    // A low-latency line is zeroed once taken. Tags repeat every 2^32 calls: a call exactly
+    // 2^32 calls after another of the same size would find that call's lines, with its tag,
+    // where a line is not zeroed. PE 0 reads while PE 1 holds back its second call.
+    c.check(
+        "low-latency: a call 2^32 calls on takes no line of the first",
+        |s, seed| {
+            let fresh = Collectives::new(s)?;
+            let start = 5u64 << 32;
+            for (k, epoch) in [start, start + (1 << 32)].into_iter().enumerate() {
+                // Calls at epochs epoch + 1 and epoch + 2: the same tags and parities both times.
+                fresh.set_epoch_for_test(epoch)?;
+                if s.my_pe() == 1 && k == 1 {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                let seed = seed + k as u64;
+                all_reduce_case::<i32>(
+                    s,
+                    &fresh,
+                    seed,
+                    ReduceOp::Sum,
+                    AllReduceAlgo::LowLatency,
+                    60_000,
+                    false,
+                )?;
+                all_reduce_case::<i32>(
+                    s,
+                    &fresh,
+                    seed,
+                    ReduceOp::Sum,
+                    AllReduceAlgo::LowLatencyTwoShot,
+                    60_000,
+                    false,
+                )?;
+            }
+            Ok(())
+        },
+    );
     // A PE that skips a call: the others give up after the configured bound, say which PE
     // they waited for, and refuse every later call.
     if shmem.n_pes() >= 2 {
@@ -1143,6 +1160,8 @@ fn main() {
             c.check(&format!("timeout: PE 1 skips a {algo:?} call"), |s, _| {
                 let mut config = CollectivesConfig::for_pes(s.n_pes());
                 config.timeout = Some(Duration::from_millis(500));
+                // The kernels' own bound (the per-call agreement would catch the skip first).
+                config.check_calls = false;
                 let bounded = Collectives::with_config(s, config)?;
                 let n = if algo == AllReduceAlgo::Bandwidth {
                     1 << 20

@@ -74,6 +74,18 @@ const CASES: &[Case] = &[
         alone: false,
     },
     Case {
+        name: "skip-call-checked",
+        about: "PE 1 skips the 4th of 8 calls, with CollectivesConfig::check_calls",
+        expect: &[(0, "not every PE published what it is doing")],
+        alone: false,
+    },
+    Case {
+        name: "bad-argument-checked",
+        about: "PE 1's argument check fails, with CollectivesConfig::check_calls",
+        expect: &[(0, "PE 1 could not go on"), (1, "byte boundary")],
+        alone: false,
+    },
+    Case {
         name: "missing-pe",
         about: "rank 0 of 2 starts with a unique ID, rank 1 never does",
         expect: &[(
@@ -249,8 +261,10 @@ fn run_case(case: &str) -> i32 {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("fault_check: PE {me}: {e}");
-            // Not through the runtime's drop: a peer may be gone, and finalising would wait
-            // for it. The launcher ends the job.
+            // A moment for the other PEs to say what they saw before the launcher, seeing
+            // this exit, ends them. Not through the runtime's drop: a peer may be gone, and
+            // finalising would wait for it.
+            std::thread::sleep(Duration::from_secs(1));
             std::process::exit(1);
         }
     }
@@ -265,7 +279,7 @@ fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
     }
     let mut config = CollectivesConfig::for_pes(n);
     config.timeout = Some(TIMEOUT);
-    config.check_calls = case == "length-checked";
+    config.check_calls = case.ends_with("-checked");
     let coll = Collectives::with_config(shmem, config)?;
     let x = shmem.malloc::<f32>(2048)?;
     x.copy_from_host(&vec![1.0; 2048])?;
@@ -277,25 +291,17 @@ fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
             "length" | "length-checked" => 2000,
             _ => 2048,
         };
-        if case == "skip-call" && me == 1 && call == 3 {
+        if case.starts_with("skip-call") && me == 1 && call == 3 {
             continue;
         }
         if case == "exit" && me == 1 && call == 3 {
             std::process::exit(0);
         }
-        if case == "bad-argument" && me == 1 && call == 3 {
-            // One element in: not 16-byte aligned.
-            coll.all_reduce(
-                y.view(1..),
-                x.view(1..),
-                ReduceOp::Sum,
-                AllReduceAlgo::LowLatency,
-                stream,
-            )?;
-        }
+        // One element in: not 16-byte aligned.
+        let skew = usize::from(case.starts_with("bad-argument") && me == 1 && call == 3);
         coll.all_reduce(
-            y.view(..len),
-            x.view(..len),
+            y.view(skew..len),
+            x.view(skew..len),
             ReduceOp::Sum,
             AllReduceAlgo::LowLatency,
             stream,

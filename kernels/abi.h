@@ -59,11 +59,14 @@ typedef struct Fault {
 // one call touch disjoint copies, so no atomics or fences are needed, and after every call
 // all copies agree whatever the grid size of the next call. Kernel completion publishes the
 // stores to the next call. After the epochs, what bounds every wait: how long it may last
-// (0: no bound) and where a wait that ran out of time says so. The host writes both once.
+// (0: no bound) and where a wait that ran out of time says so (the host writes both once),
+// and `aborted`, set (for good) by the first wait of this PE that gave up: it claims the
+// fault record, and every later wait polls it (device memory) to stop at once.
 typedef struct Ctrl {
     unsigned long long epoch[COLL_MAX_BLOCKS];
     unsigned long long timeout_ns;
     Fault *fault;
+    unsigned int aborted;
 } Ctrl;
 
 // Where a buffer (the staging area, or the sentinel buffers) lives on every PE as mapped

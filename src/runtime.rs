@@ -112,6 +112,13 @@ pub struct InitOptions {
     start_timeout: Option<Option<Duration>>,
 }
 
+/// How long a wait for the other PEs (in our collectives, and in the agreements before an
+/// allocation or a checked call) may last by default, and the variable that changes it: 10
+/// minutes, as PyTorch's NCCL watchdog.
+pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(600);
+/// Seconds (a decimal number) a wait for the other PEs may last; `0` for no limit.
+pub const WAIT_TIMEOUT_VARIABLE: &str = "NVSHMEM_RS_TIMEOUT";
+
 /// How long a start may wait for the other PEs by default, and the variable that changes it.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(120);
 /// Seconds (a decimal number) a start may wait for the other PEs; `0` for no limit.
@@ -162,13 +169,25 @@ pub(crate) fn parse_seconds(
     let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
         return Ok(Some(default));
     };
-    match v.parse::<f64>() {
-        Ok(0.0) => Ok(None),
-        Ok(s) if s > 0.0 && s.is_finite() => Ok(Some(Duration::from_secs_f64(s))),
+    match v.parse::<f64>().map(Duration::try_from_secs_f64) {
+        Ok(Ok(d)) if d.is_zero() => Ok(None),
+        Ok(Ok(d)) => Ok(Some(d)),
         _ => Err(Error::InvalidArgument(format!(
             "{name}={v}: give the seconds to wait (for example 30, or 0.5), or 0 for no limit"
         ))),
     }
+}
+
+/// End the process at once, with `status`: no exit handlers, which could wait on the locks
+/// that the blocked start holds.
+fn exit_now(status: i32) -> ! {
+    extern "C" {
+        fn _exit(status: i32) -> !;
+    }
+    use std::io::Write;
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit is async-signal-safe and never returns.
+    unsafe { _exit(status) }
 }
 
 /// Runs `on_expiry` on a thread of its own unless dropped within `limit`.
@@ -274,6 +293,8 @@ pub(crate) struct Runtime {
     /// The most it ever held at once (or the first mapping): a growing heap keeps what it
     /// mapped, so up to this much needs no new GPU memory.
     pub(crate) heap_mapped: AtomicUsize,
+    /// How long a host-side wait for the other PEs may last (`NVSHMEM_RS_TIMEOUT`).
+    pub(crate) wait_limit: Option<Duration>,
     /// Made on first use, dropped in reverse order before NVSHMEM is finalised (they may free
     /// symmetric memory or unregister kernels). A service must not hold an [`Nvshmem`]: that
     /// would keep the runtime alive for ever.
@@ -505,7 +526,7 @@ impl Nvshmem {
                  (seconds, 0 for no limit) if the PEs start slowly.",
                 limit.unwrap_or_default()
             );
-            std::process::exit(1);
+            exit_now(1);
         });
         check("nvshmemx_hostlib_init_attr", unsafe {
             sys::nvshmemx_hostlib_init_attr(flags as u32, &mut attr)
@@ -552,6 +573,7 @@ impl Nvshmem {
                 return Err(Error::NotInitialized { status });
             }
             let heap = HeapConfig::from_env(|name| std::env::var(name).ok());
+            let wait_limit = seconds_variable(WAIT_TIMEOUT_VARIABLE, DEFAULT_WAIT_TIMEOUT)?;
             Ok(Runtime {
                 ctx,
                 stream,
@@ -562,6 +584,7 @@ impl Nvshmem {
                 heap,
                 heap_in_use: AtomicUsize::new(0),
                 heap_mapped: AtomicUsize::new(heap.symmetric_size),
+                wait_limit,
                 services: Mutex::new(Vec::new()),
             })
         })();
@@ -641,6 +664,50 @@ impl Nvshmem {
         let host = host_call();
         self.bind_context()?;
         Ok(host)
+    }
+
+    /// Wait for `stream` for at most `limit` (`None`: for ever). `Ok(false)` when the time ran
+    /// out (the work stays queued): for host-side waits on the other PEs.
+    pub(crate) fn wait_for_stream(
+        &self,
+        stream: &CudaStream,
+        limit: Option<Duration>,
+    ) -> Result<bool> {
+        use cudarc::driver::sys::{cuStreamQuery, CUresult};
+        let Some(limit) = limit else {
+            stream.synchronize().during("cuStreamSynchronize")?;
+            return Ok(true);
+        };
+        self.bind_context()?;
+        let began = std::time::Instant::now();
+        for polls in 0u64.. {
+            // SAFETY: a live stream of this context.
+            match unsafe { cuStreamQuery(stream.cu_stream()) } {
+                CUresult::CUDA_SUCCESS => return Ok(true),
+                CUresult::CUDA_ERROR_NOT_READY => {}
+                e => {
+                    return Err(Error::Cuda {
+                        call: "cuStreamQuery",
+                        source: cudarc::driver::DriverError(e),
+                    })
+                }
+            }
+            if began.elapsed() > limit {
+                return Ok(false);
+            }
+            // Spin briefly (an exchange takes tens of microseconds), then sleep.
+            if polls < 2000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// How long a host-side wait for the other PEs may last (`NVSHMEM_RS_TIMEOUT`).
+    pub(crate) fn wait_limit(&self) -> Option<Duration> {
+        self.rt.wait_limit
     }
 
     /// Wait until nothing runs on this PE's GPU, on any stream: before memory that kernels

@@ -100,23 +100,26 @@ __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, 
         for (int q = threadIdx.x; q < npes; q += blockDim.x)
             if (q != me) st_release_sys(peer_flag[q], v);
     };
+    // False, in every thread, when a wait gave up (see Wait).
     auto wait_all = [&](uint64_t v) {
+        bool ok = true;
         for (int p = threadIdx.x; p < npes; p += blockDim.x)
             if (p != me) {
                 Wait w(ctrl);
-                while (ld_acquire_sys(my_flags + p) < v && w.again(FAULT_ROUND, p, e)) {
-                }
+                while (ok && ld_acquire_sys(my_flags + p) < v) ok = w.again(FAULT_ROUND, p, e);
             }
-        __syncthreads();
+        return __syncthreads_and(ok);
     };
 
     // With three or more slots, round r + 1's chunks go out before the wait for round r.
     const bool ahead = plan.slots >= 3;
     push(0);
     tell_all(round_tag(e, 0));
-    for (int r = 0; r < rounds; r++) {
+    bool ok = true;
+    for (int r = 0; r < rounds && ok; r++) {
         if (ahead && r + 1 < rounds) push(r + 1);
-        wait_all(round_tag(e, r));
+        // A peer that never came: no result from missing chunks, and no more flags.
+        if (!(ok = wait_all(round_tag(e, r)))) break;
         // Reduce my part's round-r chunk (PE order) into every PE's dst.
         const size_t c0 = ((size_t)r * G + b) * chunk;
         const size_t lo = mb + c0, hi = mb + c0 + chunk < mend ? mb + c0 + chunk : mend;
@@ -135,7 +138,7 @@ __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, 
         tell_all(round_tag(e, r + 1));
     }
     // Every owner's results of this block's chunks are in my dst.
-    wait_all(round_tag(e, rounds));
+    if (ok) wait_all(round_tag(e, rounds));
     finish_call(ctrl, e);
 }
 
@@ -145,7 +148,11 @@ __device__ void bandwidth_allgather(const char *src, char *dst, size_t bytes, Ct
     const uint64_t e = call_epoch(ctrl);
     __shared__ char *peer_dst[MAX_PES];
     for (int p = threadIdx.x; p < npes; p += blockDim.x) peer_dst[p] = (char *)nvshmem_ptr(dst, p) + (size_t)me * bytes;
-    signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e);
+    // A peer that never came: its dst may still be in use; write nothing, send no end flag.
+    if (!signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e)) {
+        finish_call(ctrl, e);
+        return;
+    }
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     if ((bytes & 15) == 0) {

@@ -37,10 +37,12 @@ __device__ __forceinline__ uint64_t *flag_at(uint64_t *flags, int set, int block
 // ---- bounded waits -----------------------------------------------------------------------
 // Every poll loop of our collectives counts its polls, and once in WAIT_SPINS_PER_CHECK polls
 // takes the slow path below: so a wait that ends quickly never reads the clock. A wait that
-// lasts longer than ctrl->timeout_ns (from its first check on; 0: no bound) records where it
-// was in ctrl->fault and stops; so does every later wait of this PE's calls once a fault is
-// raised, so a kernel whose peer never comes ends within one timeout instead of hanging. The
-// call's result is then garbage, and the host reports the fault instead of returning it.
+// lasts longer than ctrl->timeout_ns (from its first check on; 0: no bound) stops; the first
+// such wait of this PE sets ctrl->aborted and records where it was in ctrl->fault (host
+// memory), and every later wait of this PE's calls stops at its first check. A thread whose
+// wait stopped passes nothing it computed from the missing data on to its peers, and sends
+// no flag that says it is done: a late peer then times out too, instead of taking garbage.
+// The call's own result is garbage, and the host reports the fault instead of returning it.
 #define WAIT_SPINS_PER_CHECK 1024
 
 __device__ __forceinline__ uint64_t globaltimer() {
@@ -52,19 +54,18 @@ __device__ __forceinline__ uint64_t globaltimer() {
 // One wait's poll count and clock. Everything is inlined: a call out of the loop would give
 // every kernel a stack frame (measured: 0.1 us more per call at one PE).
 struct Wait {
-    const Ctrl *ctrl;
+    Ctrl *ctrl;
     uint32_t spins = 0;
     uint64_t since = 0;
-    __device__ __forceinline__ explicit Wait(const Ctrl *c) : ctrl(c) {}
-    // After a poll that found nothing: whether to poll again.
+    __device__ __forceinline__ explicit Wait(Ctrl *c) : ctrl(c) {}
+    // After a poll that found nothing: whether to poll again (false: give up).
     __device__ __forceinline__ bool again(int site, int pe, uint64_t e) {
         if (__builtin_expect(++spins % WAIT_SPINS_PER_CHECK != 0, 1)) return true;
         return check(site, pe, e);
     }
-    // The slow path: false when the wait must stop.
+    // The slow path.
     __device__ __forceinline__ bool check(int site, int pe, uint64_t e) {
-        Fault *f = ctrl->fault;
-        if (f != nullptr && *(volatile unsigned int *)&f->raised) return false;
+        if (*(volatile unsigned int *)&ctrl->aborted) return false;
         const uint64_t now = globaltimer();
         if (since == 0) {
             since = now;
@@ -72,15 +73,16 @@ struct Wait {
         }
         const uint64_t limit = ctrl->timeout_ns;
         if (limit == 0 || now - since < limit) return true;
-        if (f != nullptr) {
-            volatile Fault *vf = f;
-            vf->site = site;
-            vf->pe = pe;
-            vf->block = blockIdx.x;
-            vf->epoch = e;
-            vf->waited_ns = now - since;
+        // The first to give up writes the record, alone.
+        if (atomicCAS(&ctrl->aborted, 0u, 1u) == 0u && ctrl->fault != nullptr) {
+            volatile Fault *f = ctrl->fault;
+            f->site = site;
+            f->pe = pe;
+            f->block = blockIdx.x;
+            f->epoch = e;
+            f->waited_ns = now - since;
             __threadfence_system();
-            vf->raised = 1;
+            f->raised = 1;
         }
         return false;
     }
@@ -105,8 +107,9 @@ __device__ __forceinline__ void finish_call(Ctrl *ctrl, uint64_t e) {
 }
 
 // Tell every other PE's block `blockIdx.x` that this block's stores to it are done, then wait
-// for the same from each of them. Threads 0..npes-1 each handle one peer.
-__device__ __forceinline__ void signal_and_wait(const Ctrl *ctrl, uint64_t *flags, int set, int me, int npes, uint64_t e) {
+// for the same from each of them. Threads 0..npes-1 each handle one peer. False, in every
+// thread of the block, when a wait gave up (see Wait).
+__device__ __forceinline__ bool signal_and_wait(Ctrl *ctrl, uint64_t *flags, int set, int me, int npes, uint64_t e) {
     __syncthreads();
     for (int p = threadIdx.x; p < npes; p += blockDim.x) {
         if (p != me) {
@@ -114,15 +117,15 @@ __device__ __forceinline__ void signal_and_wait(const Ctrl *ctrl, uint64_t *flag
             st_release_sys(remote, e);
         }
     }
+    bool ok = true;
     for (int p = threadIdx.x; p < npes; p += blockDim.x) {
         if (p != me) {
             const uint64_t *mine = flag_at(flags, set, blockIdx.x, p, npes);
             Wait w(ctrl);
-            while (ld_acquire_sys(mine) < e && w.again(FAULT_FLAGS, p, e)) {
-            }
+            while (ok && ld_acquire_sys(mine) < e) ok = w.again(FAULT_FLAGS, p, e);
         }
     }
-    __syncthreads();
+    return __syncthreads_and(ok);
 }
 
 

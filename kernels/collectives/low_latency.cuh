@@ -28,25 +28,32 @@ __device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint
 
 __device__ __forceinline__ bool line_ready(uint4 v, uint32_t t) { return v.y == t && v.w == t; }
 
-// Take the line at `at`: poll it until it carries tag t (or the wait runs out of time, see
-// Wait), then zero it for the calls to come.
-__device__ __forceinline__ uint2 take_line(const Ctrl *ctrl, uint4 *at, uint4 v, uint32_t t, int pe, uint64_t e) {
+// Take the line at `at` into *out: poll it until it carries tag t, then zero it for the calls
+// to come. False when the wait gave up (see Wait).
+__device__ __forceinline__ bool take_line(Ctrl *ctrl, uint4 *at, uint4 v, uint32_t t, int pe, uint64_t e, uint2 *out) {
     Wait w(ctrl);
-    while (!line_ready(v, t) && w.again(FAULT_LINE, pe, e)) v = ld_volatile(at);
+    bool ok = true;
+    while (ok && !line_ready(v, t)) {
+        ok = w.again(FAULT_LINE, pe, e);
+        v = ld_volatile(at);
+    }
+    ok = line_ready(v, t);
     st_volatile(at, make_uint4(0, 0, 0, 0));
-    return make_uint2(v.x, v.z);
+    *out = make_uint2(v.x, v.z);
+    return ok;
 }
 
 // Line j of every source PE but me, with all first loads in flight together (one L2 round
 // trip instead of one per peer), then each polled until its tag matches. NP is the PE count
-// when known at compile time, 0 for any (one source at a time).
+// when known at compile time, 0 for any (one source at a time). False when a wait gave up.
 template <int NP>
-__device__ __forceinline__ void ld_lines(const Ctrl *ctrl, uint64_t e, char *base, size_t slot_bytes, size_t j, int me, int npes, uint32_t t, uint2 *out) {
+__device__ __forceinline__ bool ld_lines(Ctrl *ctrl, uint64_t e, char *base, size_t slot_bytes, size_t j, int me, int npes, uint32_t t, uint2 *out) {
+    bool ok = true;
     if constexpr (NP == 0) {
         for (int p = 0; p < npes; p++) {
             if (p == me) continue;
             uint4 *at = (uint4 *)(base + (size_t)p * slot_bytes) + j;
-            out[p] = take_line(ctrl, at, ld_volatile(at), t, p, e);
+            ok &= take_line(ctrl, at, ld_volatile(at), t, p, e, &out[p]);
         }
     } else {
         uint4 v[NP];
@@ -56,9 +63,10 @@ __device__ __forceinline__ void ld_lines(const Ctrl *ctrl, uint64_t e, char *bas
 #pragma unroll
         for (int p = 0; p < NP; p++) {
             if (p == me) continue;
-            out[p] = take_line(ctrl, (uint4 *)(base + (size_t)p * slot_bytes) + j, v[p], t, p, e);
+            ok &= take_line(ctrl, (uint4 *)(base + (size_t)p * slot_bytes) + j, v[p], t, p, e, &out[p]);
         }
     }
+    return ok;
 }
 
 template <typename T, typename Op, int NP>
@@ -130,11 +138,12 @@ __device__ void ll_twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl,
         const size_t j = me * P + k;
         const uint2 own = load8((const char *)src, bytes, j);
         uint2 in[MAXP];
-        ld_lines<NP>(ctrl, c.e, base, slot_bytes, k, me, npes, t, in);
+        const bool ok = ld_lines<NP>(ctrl, c.e, base, slot_bytes, k, me, npes, t, in);
         const uint2 r = reduce_in_pe_order<T, Op, MAXP>(in, own, me, npes);
+        // A peer that never came: no result from its missing line goes out.
 #pragma unroll
         for (int q = 0; q < MAXP; q++)
-            if (q < npes && q != me) st_line((uint4 *)(peers.slot[q] + offset + half) + k, r.x, r.y, t);
+            if (ok && q < npes && q != me) st_line((uint4 *)(peers.slot[q] + offset + half) + k, r.x, r.y, t);
         store8((char *)dst, bytes, j, r);
     }
     // 3. Every other owner's results, all first loads in flight together.
@@ -147,7 +156,9 @@ __device__ void ll_twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl,
         for (int q = 0; q < MAXP; q++) {
             if (q >= npes || q == me || q * P + k >= lines) continue;
             uint4 *at = (uint4 *)(base + (size_t)q * slot_bytes + half) + k;
-            store8((char *)dst, bytes, q * P + k, take_line(ctrl, at, v[q], t, q, c.e));
+            uint2 r;
+            take_line(ctrl, at, v[q], t, q, c.e, &r);
+            store8((char *)dst, bytes, q * P + k, r);
         }
     }
     finish_call(ctrl, c.e);

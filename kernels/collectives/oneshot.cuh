@@ -36,9 +36,10 @@ __device__ __forceinline__ void push_to_peers(const E *src, size_t n, char *base
 // on every peer, then one handshake. Returns where this epoch's slots are here
 // (staging[parity][source PE][slot_bytes]), each holding its source's input.
 template <typename E>
-__device__ __forceinline__ char *oneshot_exchange(const Ctrl *ctrl, const E *src, size_t n, uint64_t e, uint64_t *flags, char *staging, size_t slot_bytes, int me, int npes) {
+__device__ __forceinline__ char *oneshot_exchange(Ctrl *ctrl, const E *src, size_t n, uint64_t e, uint64_t *flags, char *staging, size_t slot_bytes, int me, int npes) {
     char *base = staging + slot_offset(e, 0, npes, slot_bytes);
     push_to_peers(src, n, base, slot_bytes, me, npes);
+    // After a wait that gave up, only this PE's own (garbage) result follows.
     signal_and_wait(ctrl, flags, FLAGS_DATA, me, npes, e);
     return base;
 }

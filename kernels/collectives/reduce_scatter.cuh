@@ -19,7 +19,11 @@ __device__ void pull_reducescatter(const T *src, T *dst, size_t n, Ctrl *ctrl, u
     __shared__ const T *peer_block[MAX_PES];
     for (int p = threadIdx.x; p < npes; p += blockDim.x)
         peer_block[p] = (const T *)nvshmem_ptr(src, p) + (size_t)me * n;
-    signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e);
+    // A peer that never came: read nothing, and send no end flag.
+    if (!signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e)) {
+        finish_call(ctrl, e);
+        return;
+    }
 
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;

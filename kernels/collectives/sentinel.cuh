@@ -35,8 +35,10 @@ __device__ __forceinline__ bool arrived(uint4 v) {
 // Vector i of every source PE but me (PE p's at base + p * slot_bytes): all first loads in
 // flight together (one L2 round trip instead of one per peer), then each polled until it
 // has arrived.
+// False when a wait gave up (see Wait).
 template <int MAXP>
-__device__ __forceinline__ void ld_arrived(const Ctrl *ctrl, uint64_t e, const char *base, size_t slot_bytes, size_t i, int me, int npes, uint4 *in) {
+__device__ __forceinline__ bool ld_arrived(Ctrl *ctrl, uint64_t e, const char *base, size_t slot_bytes, size_t i, int me, int npes, uint4 *in) {
+    bool ok = true;
 #pragma unroll
     for (int p = 0; p < MAXP; p++)
         if (p < npes && p != me) in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
@@ -44,8 +46,13 @@ __device__ __forceinline__ void ld_arrived(const Ctrl *ctrl, uint64_t e, const c
     for (int p = 0; p < MAXP; p++)
         if (p < npes && p != me) {
             Wait w(ctrl);
-            while (!arrived(in[p]) && w.again(FAULT_SENTINEL, p, e)) in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
+            while (ok && !arrived(in[p])) {
+                ok = w.again(FAULT_SENTINEL, p, e);
+                in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
+            }
+            ok = ok && arrived(in[p]);
         }
+    return ok;
 }
 
 template <typename T, typename Op, int NP>
@@ -114,12 +121,13 @@ __device__ void sentinel_twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl 
         const size_t j = me * P + k;
         const uint4 own = to_wire(load16((const char *)src, bytes, j));
         uint4 in[MAXP];
-        ld_arrived<MAXP>(ctrl, c.e, base, slot_bytes, k, me, npes, in);
+        const bool ok = ld_arrived<MAXP>(ctrl, c.e, base, slot_bytes, k, me, npes, in);
         const uint4 r = to_wire(reduce_in_pe_order<T, Op, MAXP>(in, own, me, npes));
+        // A peer that never came: no result from its missing vector goes out.
 #pragma unroll
         for (int p = 0; p < MAXP; p++)
             if (p < npes && p != me) {
-                st_volatile((uint4 *)(peers.slot[p] + offset + half) + k, r);
+                if (ok) st_volatile((uint4 *)(peers.slot[p] + offset + half) + k, r);
                 st_volatile((uint4 *)(base + (size_t)p * slot_bytes) + k, empty);
             }
         store16((char *)dst, bytes, j, r);

@@ -22,7 +22,11 @@ __device__ void twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, ui
         peer_src[p] = (const uint4 *)nvshmem_ptr(src, p);
         peer_dst[p] = (uint4 *)nvshmem_ptr(dst, p);
     }
-    signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e);
+    // A peer that never came: write nothing into the others, and send no end flag.
+    if (!signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e)) {
+        finish_call(ctrl, e);
+        return;
+    }
 
     const size_t nvec = n / Vec<T>::N;
     const size_t tail = nvec * Vec<T>::N;

@@ -11,20 +11,21 @@
 use super::algo::{ALL_GATHER_ROWS, ALL_REDUCE_ROWS, REDUCE_SCATTER_ROWS};
 use super::CollectivesConfig;
 use crate::element::{DataType, ReduceOp};
-use crate::error::{CudaResultExt, Error, Result};
+use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
 use crate::runtime::Nvshmem;
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// Words of a record.
 pub(crate) const WORDS: usize = 8;
 
-/// Which collective a call is, with the word that tags its record.
+/// Which collective a call is, with the word that tags its record (4 is `Record::Failed`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Collective {
     AllReduce = 2,
     AllGather = 3,
-    ReduceScatter = 4,
+    ReduceScatter = 5,
 }
 
 impl Collective {
@@ -57,6 +58,9 @@ impl Collective {
 pub(crate) enum Record {
     /// Making a `Collectives` with a configuration of this hash, on this many PEs.
     Config { hash: u64, n_pes: u64 },
+    /// Not making the call (or the `Collectives`): an argument or set-up check failed here,
+    /// or an earlier call of this PE ran out of time. Published so that no PE waits for it.
+    Failed,
     /// A call: which collective, its element type (and operator), its algorithm's row, its
     /// length, and where `dst` and `src` sit in the symmetric heap.
     Call {
@@ -89,6 +93,7 @@ impl Record {
     pub(crate) fn encode(self) -> [u64; WORDS] {
         match self {
             Record::Config { hash, n_pes } => [1, hash, n_pes, 0, 0, 0, 0, 0],
+            Record::Failed => [4, 0, 0, 0, 0, 0, 0, 0],
             Record::Call {
                 collective,
                 dtype,
@@ -119,7 +124,8 @@ impl Record {
                 hash: w[1],
                 n_pes: w[2],
             }),
-            2..=4 => Some(Record::Call {
+            4 => Some(Record::Failed),
+            2 | 3 | 5 => Some(Record::Call {
                 collective: *Collective::ALL.iter().find(|&&c| c as u64 == w[0])?,
                 dtype: *DTYPES.iter().find(|&&t| t as u64 == w[1])?,
                 op: ReduceOp::ALL.get(w[2] as usize).copied(),
@@ -139,6 +145,10 @@ impl std::fmt::Display for Record {
             Record::Config { hash, n_pes } => write!(
                 f,
                 "makes Collectives with configuration {hash:#018x} on {n_pes} PEs"
+            ),
+            Record::Failed => f.write_str(
+                "could not go on (an argument or set-up check failed there, or an earlier call \
+                 ran out of time: its own error says which)",
             ),
             Record::Call {
                 collective,
@@ -217,9 +227,14 @@ impl Agreement {
         })
     }
 
-    /// Publish `record`, collect every PE's, and fail if any differs. Blocks until every PE
-    /// has published (collective, on the runtime's stream).
-    pub(crate) fn agree(&self, shmem: &Nvshmem, record: Record) -> Result<()> {
+    /// Publish `record`, collect every PE's, and fail if any differs. Waits for every PE to
+    /// publish (collective, on the runtime's stream) for at most `limit`.
+    pub(crate) fn agree(
+        &self,
+        shmem: &Nvshmem,
+        record: Record,
+        limit: Option<Duration>,
+    ) -> Result<()> {
         let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
         let (round, per_round) = (scratch.round % 2, WORDS * shmem.n_pes());
         scratch.round += 1;
@@ -227,7 +242,15 @@ impl Agreement {
         let all = scratch.all.view(round * per_round..(round + 1) * per_round);
         mine.copy_from_host(&record.encode())?;
         shmem.team_world().fcollect(all, mine, shmem.stream())?;
-        shmem.stream().synchronize().during("cuStreamSynchronize")?;
+        // Bounded, and the results read only after (reading would wait without a bound).
+        if !shmem.wait_for_stream(shmem.stream(), limit)? {
+            return Err(Error::CollectiveMismatch(format!(
+                "PE {} {record}, and not every PE published what it is doing within {:?}: a PE \
+                 skipped the call or stopped; this process cannot go on",
+                shmem.my_pe(),
+                limit.unwrap_or_default()
+            )));
+        }
         let all = all.to_vec()?;
         match describe_disagreement(shmem.my_pe(), &all) {
             Some(msg) => Err(Error::CollectiveMismatch(msg)),
@@ -257,6 +280,7 @@ mod tests {
         for r in [
             call(1000),
             Record::Config { hash: 7, n_pes: 4 },
+            Record::Failed,
             Record::Call {
                 collective: Collective::AllGather,
                 dtype: DataType::U8,
@@ -298,6 +322,13 @@ mod tests {
         assert!(msg.contains("seen from PE 1"), "{msg}");
         let same: Vec<u64> = [call(5).encode(), call(5).encode()].concat();
         assert_eq!(describe_disagreement(0, &same), None);
+    }
+
+    #[test]
+    fn a_pe_that_cannot_go_on_is_named() {
+        let all = [call(8).encode(), Record::Failed.encode()].concat();
+        let msg = describe_disagreement(0, &all).unwrap();
+        assert!(msg.contains("PE 1 could not go on"), "{msg}");
     }
 
     #[test]

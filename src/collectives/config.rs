@@ -296,15 +296,20 @@ pub struct CollectivesConfig {
     pub check_calls: bool,
     /// How long any wait of a call for a peer may last before the call gives up, records
     /// which PE it waited for, and every later call (and [`Collectives::check`]) returns
-    /// [`Error::Timeout`]. `None`: no bound. Default: 30 s, or the seconds in
-    /// `NVSHMEM_RS_TIMEOUT` (`0`: no bound). Every PE must use the same.
+    /// [`Error::Timeout`]. `None`: no bound. Default: 10 minutes (as PyTorch's NCCL
+    /// watchdog), or the seconds in `NVSHMEM_RS_TIMEOUT` (`0`: no bound). Every PE must use
+    /// the same.
+    ///
+    /// A wait starts when the call starts on this GPU, so it includes the time a peer spends
+    /// before it reaches the call (a checkpoint written by one rank while the others wait in
+    /// the next all-reduce): keep the bound above the longest such gap.
     ///
     /// [`Collectives::check`]: super::Collectives::check
     pub timeout: Option<Duration>,
 }
 
 /// The default bound on a wait, and the variable that changes it.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Seconds (a decimal number) that bound every wait of our collectives; `0` for no bound.
 pub const TIMEOUT_VARIABLE: &str = "NVSHMEM_RS_TIMEOUT";
 
@@ -418,7 +423,7 @@ mod tests {
             timeout_from(Some("2.5")).unwrap(),
             Some(Duration::from_millis(2500))
         );
-        for bad in ["-1", "soon", "inf", "NaN"] {
+        for bad in ["-1", "soon", "inf", "NaN", "1e20"] {
             let e = timeout_from(Some(bad)).unwrap_err().to_string();
             assert!(e.contains("NVSHMEM_RS_TIMEOUT"), "{e}");
         }

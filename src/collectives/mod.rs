@@ -102,6 +102,28 @@ pub struct Collectives {
 unsafe impl Send for Collectives {}
 unsafe impl Sync for Collectives {}
 
+/// One call, checked and planned on this PE: what it agrees on with the other PEs, and what
+/// it launches (`None` for an empty call).
+struct Planned<'f> {
+    record: Record,
+    launch: Option<Launch<'f>>,
+}
+
+struct Launch<'f> {
+    function: &'f Function,
+    grid: cudarc::driver::LaunchConfig,
+    args: KernelArgs<'f>,
+}
+
+/// Whether `stream` is being captured into a graph.
+fn capturing(shmem: &Nvshmem, stream: &CudaStream) -> Result<bool> {
+    shmem.bind_context()?;
+    // SAFETY: a live stream of this context.
+    let status = unsafe { cudarc::driver::result::stream::is_capturing(stream.cu_stream()) }
+        .during("cuStreamIsCapturing")?;
+    Ok(status != cusys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
 impl Drop for Collectives {
     fn drop(&mut self) {
         // A call may still run on any stream: it reads the workspace and may write the fault
@@ -135,44 +157,71 @@ impl Collectives {
     /// configuration for this PE count.
     pub fn new(shmem: &Nvshmem) -> Result<Self> {
         // `for_pes` falls back to the default on a malformed variable; say so here.
-        config::timeout_from(std::env::var(TIMEOUT_VARIABLE).ok().as_deref())?;
-        Self::with_config(shmem, CollectivesConfig::for_pes(shmem.n_pes()))
+        let variable = config::timeout_from(std::env::var(TIMEOUT_VARIABLE).ok().as_deref());
+        Self::build(
+            shmem,
+            CollectivesConfig::for_pes(shmem.n_pes()),
+            variable.map(|_| ()),
+        )
     }
 
     /// [`new`](Self::new) with an explicit configuration; every PE must pass the same. The
     /// thresholds must fit the workspace.
     pub fn with_config(shmem: &Nvshmem, config: CollectivesConfig) -> Result<Self> {
+        Self::build(shmem, config, Ok(()))
+    }
+
+    /// Construction, with the outcome of checks made before (`local`).
+    fn build(shmem: &Nvshmem, config: CollectivesConfig, local: Result<()>) -> Result<Self> {
         let n = shmem.n_pes();
         let max_pes = abi::COLL_MAX_PES as usize;
-        if n > max_pes {
-            return Err(Error::InvalidArgument(format!(
-                "our collectives support up to {max_pes} PEs ({n} running); use Team::all_reduce"
-            )));
-        }
-        config.workspace.check(n)?;
+        // What this PE does alone first. Its outcome is agreed with the configuration below,
+        // so that a PE that cannot go on (a module that does not load on its GPU) fails every
+        // PE instead of leaving them waiting.
+        let local = local
+            .and_then(|()| {
+                if n > max_pes {
+                    return Err(Error::InvalidArgument(format!(
+                        "our collectives support up to {max_pes} PEs ({n} running); use \
+                         Team::all_reduce"
+                    )));
+                }
+                config.workspace.check(n)
+            })
+            .and_then(|()| {
+                let module = Module::load(shmem, &COLLECTIVES)?;
+                let all_reduce = all_reduce_kernels()
+                    .map(|(row, t, o)| {
+                        t.map(|t| module.function(&all_reduce_kernel(row, t, o)))
+                            .transpose()
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let all_gather = algo::ALL_GATHER_ROWS
+                    .iter()
+                    .map(|row| module.function(&all_gather_kernel(row)))
+                    .collect::<Result<Vec<_>>>()?;
+                let reduce_scatter = reduce_scatter_kernels()
+                    .map(|(row, t, o)| module.function(&reduce_scatter_kernel(row, t, o)))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok((
+                    all_reduce,
+                    all_gather,
+                    reduce_scatter,
+                    FaultRecord::new(shmem)?,
+                ))
+            });
         // Before anything that depends on it: the same configuration on every PE.
         let agreement = Agreement::new(shmem)?;
-        agreement.agree(
-            shmem,
-            Record::Config {
+        let record = match &local {
+            Ok(_) => Record::Config {
                 hash: config_hash(&config),
                 n_pes: n as u64,
             },
-        )?;
-        let module = Module::load(shmem, &COLLECTIVES)?;
-        let all_reduce = all_reduce_kernels()
-            .map(|(row, t, o)| {
-                t.map(|t| module.function(&all_reduce_kernel(row, t, o)))
-                    .transpose()
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let all_gather = algo::ALL_GATHER_ROWS
-            .iter()
-            .map(|row| module.function(&all_gather_kernel(row)))
-            .collect::<Result<Vec<_>>>()?;
-        let reduce_scatter = reduce_scatter_kernels()
-            .map(|(row, t, o)| module.function(&reduce_scatter_kernel(row, t, o)))
-            .collect::<Result<Vec<_>>>()?;
+            Err(_) => Record::Failed,
+        };
+        let agreed = agreement.agree(shmem, record, config.timeout);
+        let (all_reduce, all_gather, reduce_scatter, fault) = local?;
+        agreed?;
         let (sm_count, per_sm) = agreed_grid_limits(shmem, &all_reduce)?;
         let dims = Dims {
             n_pes: n,
@@ -183,7 +232,6 @@ impl Collectives {
             sentinel_slot_bytes: config.workspace.sentinel_slot_bytes,
         };
         config.thresholds.check_fits(&dims)?;
-        let fault = FaultRecord::new(shmem)?;
 
         let ctrl = shmem.calloc::<u64>(std::mem::size_of::<abi::Ctrl>() / 8)?;
         let bound = config
@@ -260,10 +308,20 @@ impl Collectives {
 
     /// Start the call counter (the epoch) of every later call at `epoch`, on this PE; every
     /// PE must set the same, with no call in flight. For tests of what happens after billions
-    /// of calls (flag values and low-latency tags derive from it).
+    /// of calls (flag values and low-latency tags derive from it). The counter only moves
+    /// forward (flags written at a later epoch would pass every wait of an earlier one), and
+    /// stays below 2^44 (where the bandwidth all-reduce's flag values would wrap).
     #[doc(hidden)]
     pub fn set_epoch_for_test(&self, epoch: u64) -> Result<()> {
         self.shmem.quiesce()?;
+        let now = self.ctrl.view(..1).to_vec()?[0];
+        let limit = 1u64 << (64 - abi::COLL_ROUND_BITS);
+        if epoch < now || epoch >= limit - 1 {
+            return Err(Error::InvalidArgument(format!(
+                "set_epoch_for_test({epoch}): the epoch is {now}; it may only move forward, and \
+                 stay below {limit}"
+            )));
+        }
         self.ctrl
             .view(..plan::MAX_BLOCKS)
             .copy_from_host(&vec![epoch; plan::MAX_BLOCKS])?;
@@ -291,6 +349,7 @@ impl Collectives {
                 hash: config_hash(&config),
                 n_pes: self.dims.n_pes as u64,
             },
+            self.timeout,
         )?;
         self.thresholds = thresholds;
         Ok(())
@@ -350,16 +409,27 @@ impl Collectives {
         algo: AllReduceAlgo,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        self.check()?;
         let (dst, src) = (dst.into(), src.into());
+        let planned = self
+            .check()
+            .and_then(|()| self.plan_all_reduce(&dst, &src, op, algo));
+        let planned = self.agree_call(planned, stream)?;
+        self.launch(planned, stream)
+    }
+
+    /// Check and plan an all-reduce on this PE.
+    fn plan_all_reduce<T: Element>(
+        &self,
+        dst: &SymmetricView<'_, T>,
+        src: &SymmetricView<'_, T>,
+        op: ReduceOp,
+        algo: AllReduceAlgo,
+    ) -> Result<Planned<'_>> {
         let (t, o) = type_and_op::<T>(op, "all-reduce", "all_reduce")?;
-        self.check_view(&src, "the all_reduce source")?;
-        self.check_view(&dst, "the all_reduce destination")?;
+        self.check_view(src, "the all_reduce source")?;
+        self.check_view(dst, "the all_reduce destination")?;
         check_len("all_reduce destination", src.len(), dst.len())?;
-        check_overlap("all_reduce", &dst, &src, true)?;
-        if src.is_empty() {
-            return Ok(());
-        }
+        check_overlap("all_reduce", dst, src, true)?;
         let bytes = src.num_bytes();
         let algo = match algo {
             AllReduceAlgo::Auto => self.choose_all_reduce(T::DTYPE, bytes),
@@ -373,26 +443,29 @@ impl Collectives {
             });
         }
         let row = algo.index().expect("Auto was resolved");
+        let record = self.call_record(Collective::AllReduce, Some(op), row, dst, src, src.len());
+        if src.is_empty() {
+            return Ok(Planned {
+                record,
+                launch: None,
+            });
+        }
         let function = self.all_reduce[(row * algo::TYPES.len() + t) * algo::OPS.len() + o]
             .as_ref()
             .expect("every algorithm that takes a type has its kernels");
-        let plan = all_reduce_plan(algo, bytes, &self.dims);
-        let params = algo::ALL_REDUCE_ROWS[row].params;
-        self.agree_call(
-            self.call_record(Collective::AllReduce, Some(op), row, &dst, &src, src.len()),
-            stream,
-        )?;
-        self.launch(
+        let launch = self.plan_launch(
             function,
             &algo,
-            params,
-            plan,
-            &src,
-            &dst,
+            algo::ALL_REDUCE_ROWS[row].params,
+            all_reduce_plan(algo, bytes, &self.dims),
+            (src.as_ptr() as u64, dst.as_ptr() as u64),
             src.len(),
             bytes,
-            stream,
-        )
+        )?;
+        Ok(Planned {
+            record,
+            launch: Some(launch),
+        })
     }
 
     /// `dst[pe * n .. (pe + 1) * n] = src on PE pe`, `n = src.len()`, for any element type.
@@ -415,42 +488,55 @@ impl Collectives {
         algo: AllGatherAlgo,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        self.check()?;
         let (dst, src) = (dst.into(), src.into());
-        self.check_view(&src, "the all_gather source")?;
-        self.check_view(&dst, "the all_gather destination")?;
+        let planned = self
+            .check()
+            .and_then(|()| self.plan_all_gather(&dst, &src, algo));
+        let planned = self.agree_call(planned, stream)?;
+        self.launch(planned, stream)
+    }
+
+    /// Check and plan an all-gather on this PE.
+    fn plan_all_gather<T: Element>(
+        &self,
+        dst: &SymmetricView<'_, T>,
+        src: &SymmetricView<'_, T>,
+        algo: AllGatherAlgo,
+    ) -> Result<Planned<'_>> {
+        self.check_view(src, "the all_gather source")?;
+        self.check_view(dst, "the all_gather destination")?;
         check_len(
             "all_gather destination (n_pes x source)",
             src.len() * self.dims.n_pes,
             dst.len(),
         )?;
-        check_overlap("all_gather", &dst, &src, false)?;
+        check_overlap("all_gather", dst, src, false)?;
         let bytes = src.num_bytes();
-        if bytes == 0 {
-            return Ok(());
-        }
         let algo = match algo {
             AllGatherAlgo::Auto => self.choose_all_gather(bytes),
             a => a,
         };
         let row = algo.index().expect("Auto was resolved");
-        let plan = all_gather_plan(algo, bytes, &self.dims);
-        let params = algo::ALL_GATHER_ROWS[row].params;
-        self.agree_call(
-            self.call_record(Collective::AllGather, None, row, &dst, &src, src.len()),
-            stream,
-        )?;
-        self.launch(
+        let record = self.call_record(Collective::AllGather, None, row, dst, src, src.len());
+        if bytes == 0 {
+            return Ok(Planned {
+                record,
+                launch: None,
+            });
+        }
+        let launch = self.plan_launch(
             &self.all_gather[row],
             &algo,
-            params,
-            plan,
-            &src,
-            &dst,
+            algo::ALL_GATHER_ROWS[row].params,
+            all_gather_plan(algo, bytes, &self.dims),
+            (src.as_ptr() as u64, dst.as_ptr() as u64),
             bytes,
             bytes,
-            stream,
-        )
+        )?;
+        Ok(Planned {
+            record,
+            launch: Some(launch),
+        })
     }
 
     /// `dst = op over PEs of block my_pe of src`: `src` holds `n_pes` blocks of
@@ -478,49 +564,64 @@ impl Collectives {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (dst, src) = (dst.into(), src.into());
+        let planned = self
+            .check()
+            .and_then(|()| self.plan_reduce_scatter(&dst, &src, op, algo));
+        let planned = self.agree_call(planned, stream)?;
+        self.launch(planned, stream)
+    }
+
+    /// Check and plan a reduce-scatter on this PE.
+    fn plan_reduce_scatter<T: Element>(
+        &self,
+        dst: &SymmetricView<'_, T>,
+        src: &SymmetricView<'_, T>,
+        op: ReduceOp,
+        algo: ReduceScatterAlgo,
+    ) -> Result<Planned<'_>> {
         let (t, o) = type_and_op::<T>(op, "reduce-scatter", "reduce_scatter")?;
-        self.check_view(&src, "the reduce_scatter source")?;
-        self.check_view(&dst, "the reduce_scatter destination")?;
+        self.check_view(src, "the reduce_scatter source")?;
+        self.check_view(dst, "the reduce_scatter destination")?;
         check_len(
             "reduce_scatter source (n_pes x destination)",
             dst.len() * self.dims.n_pes,
             src.len(),
         )?;
-        check_overlap("reduce_scatter", &dst, &src, false)?;
-        let bytes = dst.num_bytes();
-        if bytes == 0 {
-            return Ok(());
-        }
+        check_overlap("reduce_scatter", dst, src, false)?;
         let algo = match algo {
             ReduceScatterAlgo::Auto => ReduceScatterAlgo::Pull,
             a => a,
         };
         let row = algo.index().expect("Auto was resolved");
+        let record = self.call_record(
+            Collective::ReduceScatter,
+            Some(op),
+            row,
+            dst,
+            src,
+            dst.len(),
+        );
+        let bytes = dst.num_bytes();
+        if bytes == 0 {
+            return Ok(Planned {
+                record,
+                launch: None,
+            });
+        }
         let function = &self.reduce_scatter[(row * algo::TYPES.len() + t) * algo::OPS.len() + o];
-        let plan = reduce_scatter_plan(algo, bytes, &self.dims);
-        let params = algo::REDUCE_SCATTER_ROWS[row].params;
-        self.agree_call(
-            self.call_record(
-                Collective::ReduceScatter,
-                Some(op),
-                row,
-                &dst,
-                &src,
-                dst.len(),
-            ),
-            stream,
-        )?;
-        self.launch(
+        let launch = self.plan_launch(
             function,
             &algo,
-            params,
-            plan,
-            &src,
-            &dst,
+            algo::REDUCE_SCATTER_ROWS[row].params,
+            reduce_scatter_plan(algo, bytes, &self.dims),
+            (src.as_ptr() as u64, dst.as_ptr() as u64),
             dst.len(),
             bytes,
-            stream,
-        )
+        )?;
+        Ok(Planned {
+            record,
+            launch: Some(launch),
+        })
     }
 
     /// What a call publishes for the agreement. Buffers are named by where they sit in the
@@ -547,39 +648,39 @@ impl Collectives {
         }
     }
 
-    /// With `check_calls`, agree with every PE on this call before launching it (skipped
-    /// while `stream` is being captured: a graph replays what was checked when it ran
-    /// eagerly, and the exchange cannot be captured).
-    fn agree_call(&self, record: Record, stream: &CudaStream) -> Result<()> {
-        if !self.check_calls {
-            return Ok(());
+    /// With `check_calls`, agree with every PE on this call before launching it: each PE
+    /// publishes its call, or that it cannot make it (its checks failed, or an earlier call
+    /// ran out of time), so that no PE waits for one that returned. Skipped while `stream` is
+    /// being captured (a graph replays what was checked when it ran eagerly, and the
+    /// exchange cannot be captured). Returns this PE's own error first.
+    fn agree_call<'f>(
+        &self,
+        planned: Result<Planned<'f>>,
+        stream: &CudaStream,
+    ) -> Result<Planned<'f>> {
+        if !self.check_calls || capturing(&self.shmem, stream)? {
+            return planned;
         }
-        self.shmem.bind_context()?;
-        // SAFETY: a live stream of this context.
-        let capture = unsafe { cudarc::driver::result::stream::is_capturing(stream.cu_stream()) }
-            .during("cuStreamIsCapturing")?;
-        if capture != cusys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-            return Ok(());
-        }
-        self.agreement.agree(&self.shmem, record)
+        let record = planned.as_ref().map_or(Record::Failed, |p| p.record);
+        let agreed = self.agreement.agree(&self.shmem, record, self.timeout);
+        let planned = planned?;
+        agreed.map(|()| planned)
     }
 
-    /// Launch one call: the parameters every kernel takes
-    /// (`src, dst, n, ctrl, flags, region, slot_bytes`), then its by-value one, on the one
-    /// launch path ([`Function::launch_with`]).
+    /// The launch of one call: the parameters every kernel takes
+    /// (`src, dst, n, ctrl, flags, region, slot_bytes`), then its by-value one; checked
+    /// against the algorithm's part of the workspace.
     #[allow(clippy::too_many_arguments)]
-    fn launch<A: Algo, T: Element>(
+    fn plan_launch<'f, A: Algo>(
         &self,
-        function: &Function,
+        function: &'f Function,
         algo: &A,
         params: Params,
         plan: CallPlan,
-        src: &SymmetricView<'_, T>,
-        dst: &SymmetricView<'_, T>,
+        (src, dst): (u64, u64),
         n: usize,
         bytes: usize,
-        stream: &Arc<CudaStream>,
-    ) -> Result<()> {
+    ) -> Result<Launch<'f>> {
         if bytes > plan.limit {
             return Err(Error::InvalidArgument(format!(
                 "{algo:?} {} of {bytes} bytes exceeds its part of the workspace ({} bytes); use \
@@ -596,8 +697,8 @@ impl Collectives {
             }
         };
         let mut args = KernelArgs::new();
-        args.device_ptr(src.as_ptr() as u64)
-            .device_ptr(dst.as_ptr() as u64)
+        args.device_ptr(src)
+            .device_ptr(dst)
             .value(n)
             .device_ptr(self.ctrl.device_ptr())
             .device_ptr(self.flags.device_ptr())
@@ -627,6 +728,19 @@ impl Collectives {
         // block per SM is asked for (a 512-thread block always fits), except by the bandwidth
         // all-reduce, whose limit comes from the occupancy every PE agreed on.
         debug_assert!(plan.blocks as usize <= plan::MAX_BLOCKS);
+        Ok(Launch {
+            function,
+            grid: grid(plan.blocks, plan.threads),
+            args,
+        })
+    }
+
+    /// Launch a planned call on the one launch path ([`Function::launch_with`]), ordered
+    /// after the last call.
+    fn launch(&self, planned: Planned<'_>, stream: &Arc<CudaStream>) -> Result<()> {
+        let Some(mut launch) = planned.launch else {
+            return Ok(());
+        };
         let options = LaunchOptions {
             cooperative: self.cooperative_launch,
             programmatic: self.programmatic_launch,
@@ -637,7 +751,9 @@ impl Collectives {
         // the launch); the buffers were checked against the plan's limit and outlive the
         // call, which is stream-ordered before anything that frees them.
         unsafe {
-            function.launch_with(grid(plan.blocks, plan.threads), options, stream, &mut args)?
+            launch
+                .function
+                .launch_with(launch.grid, options, stream, &mut launch.args)?
         };
         *last = Some(Arc::clone(stream));
         Ok(())
@@ -652,13 +768,7 @@ impl Collectives {
         let Some(last) = last.filter(|l| l.cu_stream() != stream.cu_stream()) else {
             return Ok(());
         };
-        let capturing = |s: &CudaStream| -> Result<bool> {
-            // SAFETY: a live stream of this context.
-            let status = unsafe { cudarc::driver::result::stream::is_capturing(s.cu_stream()) }
-                .during("cuStreamIsCapturing")?;
-            Ok(status != cusys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
-        };
-        if capturing(last)? {
+        if capturing(&self.shmem, last)? {
             return Err(Error::InvalidArgument(
                 "a Collectives call on another stream while its last call's stream is still \
                  being captured: end that capture first (a Collectives orders its calls, and \
@@ -666,7 +776,7 @@ impl Collectives {
                     .into(),
             ));
         }
-        if capturing(stream)? {
+        if capturing(&self.shmem, stream)? {
             return Ok(());
         }
         stream.join(last).during("cuStreamWaitEvent")

@@ -131,6 +131,23 @@ impl AllocCheck {
                     stream.cu_stream() as sys::cudaStream_t,
                 ),
             )?;
+        }
+        // Bounded: a PE that never comes is an error, not a hang. The results are read only
+        // after (a copy into pageable memory would wait for the stream without a bound).
+        if !shmem.wait_for_stream(stream, shmem.wait_limit())? {
+            return Err(Error::CollectiveMismatch(format!(
+                "{} #{seq} of {} bytes: not every PE reached it within {:?} (NVSHMEM_RS_TIMEOUT): \
+                 a PE skipped an allocation or a free, or stopped; this process cannot go on",
+                if p.kind == CheckKind::Alloc {
+                    "allocation"
+                } else {
+                    "free of allocation"
+                },
+                p.bytes,
+                shmem.wait_limit().unwrap_or_default()
+            )));
+        }
+        unsafe {
             cudarc::driver::result::memcpy_dtoh_async(
                 &mut all,
                 round.add(WORDS) as u64,
