@@ -106,7 +106,8 @@ __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, 
         for (int p = threadIdx.x; p < npes; p += blockDim.x)
             if (p != me) {
                 Wait w(ctrl);
-                while (ok && ld_acquire_sys(my_flags + p) < v) ok = w.again(FAULT_ROUND, p, e);
+                while (ok && ld_acquire_sys(my_flags + p) < v) ok = w.again(p);
+                if (!ok) w.report(FAULT_ROUND, e);
             }
         return __syncthreads_and(ok);
     };

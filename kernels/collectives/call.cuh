@@ -51,40 +51,43 @@ __device__ __forceinline__ uint64_t globaltimer() {
     return t;
 }
 
-// One wait's poll count and clock. Everything is inlined: a call out of the loop would give
-// every kernel a stack frame (measured: 0.1 us more per call at one PE).
+// One wait's poll count and clock, inlined (a call out of the loop gives kernels a stack
+// frame: measured 0.1 us more per call at one PE), in two registers (more spill in the
+// kernels that poll many peers). A kernel that polls several peers in an unrolled loop
+// shares one Wait between them and reports once, after the loop: the report inlined at every
+// poll site made such kernels half as large again, and slower. Time is counted in units of
+// 2^20 ns (about a millisecond).
+#define WAIT_STUCK 0x80000000u
 struct Wait {
     Ctrl *ctrl;
-    uint32_t spins = 0;
-    uint64_t since = 0;
+    uint32_t spins = 0;  // polls; once the bound ran out, WAIT_STUCK | the PE waited for
+    uint32_t since = 0;  // the first check's time (never 0 once set)
     __device__ __forceinline__ explicit Wait(Ctrl *c) : ctrl(c) {}
-    // After a poll that found nothing: whether to poll again (false: give up).
-    __device__ __forceinline__ bool again(int site, int pe, uint64_t e) {
+    __device__ __forceinline__ static uint32_t units(uint64_t ns) { return (uint32_t)(ns >> 20); }
+    // After a poll that found nothing: whether to poll again. False when this PE already
+    // gave up a wait, or when this wait, for `pe`, ran past the bound (report() follows).
+    __device__ __forceinline__ bool again(int pe) {
         if (__builtin_expect(++spins % WAIT_SPINS_PER_CHECK != 0, 1)) return true;
-        return check(site, pe, e);
-    }
-    // The slow path.
-    __device__ __forceinline__ bool check(int site, int pe, uint64_t e) {
         if (*(volatile unsigned int *)&ctrl->aborted) return false;
-        const uint64_t now = globaltimer();
-        if (since == 0) {
-            since = now;
-            return true;
-        }
-        const uint64_t limit = ctrl->timeout_ns;
-        if (limit == 0 || now - since < limit) return true;
-        // The first to give up writes the record, alone.
-        if (atomicCAS(&ctrl->aborted, 0u, 1u) == 0u && ctrl->fault != nullptr) {
-            volatile Fault *f = ctrl->fault;
-            f->site = site;
-            f->pe = pe;
-            f->block = blockIdx.x;
-            f->epoch = e;
-            f->waited_ns = now - since;
-            __threadfence_system();
-            f->raised = 1;
-        }
+        const uint32_t now = units(globaltimer()) | 1u;
+        if (since == 0) since = now;
+        const uint64_t limit = ctrl->timeout_ns >> 20;
+        if (limit == 0 || limit > 0xFFFFFFFFu || now - since < (uint32_t)limit) return true;
+        spins = WAIT_STUCK | (uint32_t)pe;
         return false;
+    }
+    // After a wait that stopped: the first wait of this PE to run past the bound claims
+    // ctrl->aborted and writes the record, alone.
+    __device__ __forceinline__ void report(int site, uint64_t e) {
+        if (!(spins & WAIT_STUCK) || atomicCAS(&ctrl->aborted, 0u, 1u) != 0u || ctrl->fault == nullptr) return;
+        volatile Fault *f = ctrl->fault;
+        f->site = site;
+        f->pe = (int)(spins & ~WAIT_STUCK);
+        f->block = blockIdx.x;
+        f->epoch = e;
+        f->waited_ns = (uint64_t)(units(globaltimer()) - since) << 20;
+        __threadfence_system();
+        f->raised = 1;
     }
 };
 
@@ -122,7 +125,8 @@ __device__ __forceinline__ bool signal_and_wait(Ctrl *ctrl, uint64_t *flags, int
         if (p != me) {
             const uint64_t *mine = flag_at(flags, set, blockIdx.x, p, npes);
             Wait w(ctrl);
-            while (ok && ld_acquire_sys(mine) < e) ok = w.again(FAULT_FLAGS, p, e);
+            while (ok && ld_acquire_sys(mine) < e) ok = w.again(p);
+            if (!ok) w.report(FAULT_FLAGS, e);
         }
     }
     return __syncthreads_and(ok);

@@ -29,12 +29,11 @@ __device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint
 __device__ __forceinline__ bool line_ready(uint4 v, uint32_t t) { return v.y == t && v.w == t; }
 
 // Take the line at `at` into *out: poll it until it carries tag t, then zero it for the calls
-// to come. False when the wait gave up (see Wait).
-__device__ __forceinline__ bool take_line(Ctrl *ctrl, uint4 *at, uint4 v, uint32_t t, int pe, uint64_t e, uint2 *out) {
-    Wait w(ctrl);
+// to come. False when the wait gave up (see Wait; the caller reports).
+__device__ __forceinline__ bool take_line(Wait &w, uint4 *at, uint4 v, uint32_t t, int pe, uint2 *out) {
     bool ok = true;
     while (ok && !line_ready(v, t)) {
-        ok = w.again(FAULT_LINE, pe, e);
+        ok = w.again(pe);
         v = ld_volatile(at);
     }
     ok = line_ready(v, t);
@@ -48,12 +47,13 @@ __device__ __forceinline__ bool take_line(Ctrl *ctrl, uint4 *at, uint4 v, uint32
 // when known at compile time, 0 for any (one source at a time). False when a wait gave up.
 template <int NP>
 __device__ __forceinline__ bool ld_lines(Ctrl *ctrl, uint64_t e, char *base, size_t slot_bytes, size_t j, int me, int npes, uint32_t t, uint2 *out) {
+    Wait w(ctrl);
     bool ok = true;
     if constexpr (NP == 0) {
         for (int p = 0; p < npes; p++) {
             if (p == me) continue;
             uint4 *at = (uint4 *)(base + (size_t)p * slot_bytes) + j;
-            ok &= take_line(ctrl, at, ld_volatile(at), t, p, e, &out[p]);
+            ok &= take_line(w, at, ld_volatile(at), t, p, &out[p]);
         }
     } else {
         uint4 v[NP];
@@ -63,9 +63,10 @@ __device__ __forceinline__ bool ld_lines(Ctrl *ctrl, uint64_t e, char *base, siz
 #pragma unroll
         for (int p = 0; p < NP; p++) {
             if (p == me) continue;
-            ok &= take_line(ctrl, (uint4 *)(base + (size_t)p * slot_bytes) + j, v[p], t, p, e, &out[p]);
+            ok &= take_line(w, (uint4 *)(base + (size_t)p * slot_bytes) + j, v[p], t, p, &out[p]);
         }
     }
+    if (!ok) w.report(FAULT_LINE, e);
     return ok;
 }
 
@@ -148,6 +149,8 @@ __device__ void ll_twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl,
     }
     // 3. Every other owner's results, all first loads in flight together.
     for (size_t k = first; k < P; k += stride) {
+        Wait w(ctrl);
+        bool ok = true;
         uint4 v[MAXP];
 #pragma unroll
         for (int q = 0; q < MAXP; q++)
@@ -157,9 +160,10 @@ __device__ void ll_twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl,
             if (q >= npes || q == me || q * P + k >= lines) continue;
             uint4 *at = (uint4 *)(base + (size_t)q * slot_bytes + half) + k;
             uint2 r;
-            take_line(ctrl, at, v[q], t, q, c.e, &r);
+            ok &= take_line(w, at, v[q], t, q, &r);
             store8((char *)dst, bytes, q * P + k, r);
         }
+        if (!ok) w.report(FAULT_LINE, c.e);
     }
     finish_call(ctrl, c.e);
 }

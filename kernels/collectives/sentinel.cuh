@@ -38,6 +38,7 @@ __device__ __forceinline__ bool arrived(uint4 v) {
 // False when a wait gave up (see Wait).
 template <int MAXP>
 __device__ __forceinline__ bool ld_arrived(Ctrl *ctrl, uint64_t e, const char *base, size_t slot_bytes, size_t i, int me, int npes, uint4 *in) {
+    Wait w(ctrl);
     bool ok = true;
 #pragma unroll
     for (int p = 0; p < MAXP; p++)
@@ -45,13 +46,13 @@ __device__ __forceinline__ bool ld_arrived(Ctrl *ctrl, uint64_t e, const char *b
 #pragma unroll
     for (int p = 0; p < MAXP; p++)
         if (p < npes && p != me) {
-            Wait w(ctrl);
             while (ok && !arrived(in[p])) {
-                ok = w.again(FAULT_SENTINEL, p, e);
+                ok = w.again(p);
                 in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
             }
             ok = ok && arrived(in[p]);
         }
+    if (!ok) w.report(FAULT_SENTINEL, e);
     return ok;
 }
 
@@ -139,7 +140,12 @@ __device__ void sentinel_twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl 
         uint4 *at = (uint4 *)(base + (size_t)q * slot_bytes + half) + (j - q * P);
         uint4 v = ld_volatile(at);
         Wait w(ctrl);
-        while (!arrived(v) && w.again(FAULT_SENTINEL, q, c.e)) v = ld_volatile(at);
+        bool ok = true;
+        while (ok && !arrived(v)) {
+            ok = w.again(q);
+            v = ld_volatile(at);
+        }
+        if (!ok) w.report(FAULT_SENTINEL, c.e);
         store16((char *)dst, bytes, j, v);
         st_volatile(at, empty);
     }
