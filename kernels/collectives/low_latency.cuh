@@ -29,9 +29,10 @@ __device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint
 __device__ __forceinline__ bool line_ready(uint4 v, uint32_t t) { return v.y == t && v.w == t; }
 
 // Take the line at `at` into *out: poll it until it carries tag t, then zero it for the calls
-// to come. False when the wait gave up (see Wait; the caller reports).
+// to come. False when the wait gave up (see Wait; the caller reports). After a shared wait
+// gave up for another peer, it does not poll at all (the record keeps that peer).
 __device__ __forceinline__ bool take_line(Wait &w, uint4 *at, uint4 v, uint32_t t, int pe, uint2 *out) {
-    bool ok = true;
+    bool ok = !(w.spins & WAIT_STUCK);
     while (ok && !line_ready(v, t)) {
         ok = w.again(pe);
         v = ld_volatile(at);
