@@ -43,6 +43,15 @@ impl Rng {
     }
 }
 
+/// Every all-reduce algorithm that takes i32 (all but `Auto` and the sentinel paths).
+const INT_ALGOS: [AllReduceAlgo; 5] = [
+    AllReduceAlgo::LowLatency,
+    AllReduceAlgo::LowLatencyTwoShot,
+    AllReduceAlgo::OneShot,
+    AllReduceAlgo::TwoShot,
+    AllReduceAlgo::Bandwidth,
+];
+
 /// A type our all-reduce supports, with the kernel's arithmetic on the CPU.
 trait Reducible: Element {
     type Acc: Copy;
@@ -735,6 +744,12 @@ fn expect_err(r: Result<()>, what: &str, expected: fn(&Error) -> bool) -> Result
 }
 
 fn main() {
+    // The list above is the table's, not a second one kept by hand.
+    let takes_i32: Vec<AllReduceAlgo> = AllReduceAlgo::ALL
+        .into_iter()
+        .filter(|&a| a != AllReduceAlgo::Auto && a.takes(DataType::I32))
+        .collect();
+    assert_eq!(INT_ALGOS.to_vec(), takes_i32, "INT_ALGOS is out of date");
     let shmem = match Nvshmem::init() {
         Ok(s) => s,
         Err(e) => {
@@ -945,20 +960,7 @@ fn main() {
     // from the call before it would be off by a factor.
     for rep in 0..4 {
         c.check(&format!("back-to-back mixed x24 #{rep}"), |s, seed| {
-            back_to_back::<i32>(
-                s,
-                &coll,
-                seed,
-                &[
-                    AllReduceAlgo::LowLatency,
-                    AllReduceAlgo::LowLatencyTwoShot,
-                    AllReduceAlgo::OneShot,
-                    AllReduceAlgo::TwoShot,
-                    AllReduceAlgo::Bandwidth,
-                ],
-                50_000,
-                24,
-            )
+            back_to_back::<i32>(s, &coll, seed, &INT_ALGOS, 50_000, 24)
         });
     }
     // The sentinel path refills its buffers for the call two on: every algorithm after it,
@@ -1015,13 +1017,7 @@ fn main() {
             },
         );
     }
-    for algo in [
-        AllReduceAlgo::LowLatency,
-        AllReduceAlgo::LowLatencyTwoShot,
-        AllReduceAlgo::OneShot,
-        AllReduceAlgo::TwoShot,
-        AllReduceAlgo::Bandwidth,
-    ] {
+    for algo in INT_ALGOS {
         c.check(&format!("graph replay {algo:?}"), |s, seed| {
             graph_replay::<i32>(s, &coll, seed, algo, 20_000)
         });
@@ -1069,13 +1065,7 @@ fn main() {
                 let fresh = Collectives::new(s)?;
                 fresh.set_epoch_for_test(start)?;
                 for k in 0..6 {
-                    for algo in [
-                        AllReduceAlgo::LowLatency,
-                        AllReduceAlgo::LowLatencyTwoShot,
-                        AllReduceAlgo::OneShot,
-                        AllReduceAlgo::TwoShot,
-                        AllReduceAlgo::Bandwidth,
-                    ] {
+                    for algo in INT_ALGOS {
                         all_reduce_case::<i32>(
                             s,
                             &fresh,
