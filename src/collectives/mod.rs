@@ -117,11 +117,30 @@ struct Launch<'f> {
 
 /// Whether `stream` is being captured into a graph.
 fn capturing(shmem: &Nvshmem, stream: &CudaStream) -> Result<bool> {
+    Ok(capture_of(shmem, stream)?.is_some())
+}
+
+/// The id of the capture `stream` takes part in (also one already invalidated), if any.
+fn capture_of(shmem: &Nvshmem, stream: &CudaStream) -> Result<Option<u64>> {
+    use cusys::CUstreamCaptureStatus as Status;
     shmem.bind_context()?;
-    // SAFETY: a live stream of this context.
-    let status = unsafe { cudarc::driver::result::stream::is_capturing(stream.cu_stream()) }
-        .during("cuStreamIsCapturing")?;
-    Ok(status != cusys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    let (mut status, mut id) = (Status::CU_STREAM_CAPTURE_STATUS_NONE, 0);
+    use std::ptr::null_mut as null;
+    // SAFETY: a live stream of this context; the outputs not asked for are null (optional).
+    unsafe {
+        cusys::cuStreamGetCaptureInfo_v3(
+            stream.cu_stream(),
+            &mut status,
+            &mut id,
+            null(),
+            null(),
+            null(),
+            null(),
+        )
+    }
+    .result()
+    .during("cuStreamGetCaptureInfo")?;
+    Ok((status != Status::CU_STREAM_CAPTURE_STATUS_NONE).then_some(id))
 }
 
 impl Drop for Collectives {
@@ -760,26 +779,30 @@ impl Collectives {
     }
 
     /// Order a call on `stream` after the last call, made on `last`: nothing when it is the
-    /// same stream; otherwise `stream` waits, on the device, for what `last` holds now. A
-    /// call being captured into a graph is not ordered (a capture cannot wait for work
-    /// outside it): a graph runs when it is launched, and its launches are the caller's to
-    /// order against other calls, as any stream's work.
+    /// same stream; otherwise `stream` waits, on the device, for what `last` holds now. Two
+    /// streams of one capture (a fork inside it) are ordered the same way, by a graph edge.
+    /// A call captured while the last one ran outside the capture is not ordered (a capture
+    /// cannot wait for work outside it): a graph runs when it is launched, and its launches
+    /// are the caller's to order against other calls, as any stream's work.
     fn order_after(&self, last: Option<&Arc<CudaStream>>, stream: &Arc<CudaStream>) -> Result<()> {
         let Some(last) = last.filter(|l| l.cu_stream() != stream.cu_stream()) else {
             return Ok(());
         };
-        if capturing(&self.shmem, last)? {
-            return Err(Error::InvalidArgument(
+        match (
+            capture_of(&self.shmem, last)?,
+            capture_of(&self.shmem, stream)?,
+        ) {
+            (Some(a), Some(b)) if a == b => stream.join(last).during("cuStreamWaitEvent"),
+            (Some(_), _) => Err(Error::InvalidArgument(
                 "a Collectives call on another stream while its last call's stream is still \
-                 being captured: end that capture first (a Collectives orders its calls, and \
-                 a capture cannot be waited for from outside)"
+                 being captured into another graph: end that capture first, or fork the stream \
+                 from the captured one (a Collectives orders its calls, and a capture cannot be \
+                 waited for from outside)"
                     .into(),
-            ));
+            )),
+            (None, Some(_)) => Ok(()),
+            (None, None) => stream.join(last).during("cuStreamWaitEvent"),
         }
-        if capturing(&self.shmem, stream)? {
-            return Ok(());
-        }
-        stream.join(last).during("cuStreamWaitEvent")
     }
 }
 
