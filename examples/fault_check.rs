@@ -19,6 +19,7 @@ use nvshmem::{
     AllReduceAlgo, Collectives, CollectivesConfig, InitOptions, Nvshmem, ReduceOp, UniqueId,
 };
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -199,8 +200,12 @@ fn run_job(
         }
         None => Command::new(exe),
     };
+    // The runtime's own host-side waits (allocations, finalize) bounded like the cases'
+    // collectives; the job in a process group of its own, so that a hang is killed whole.
     let mut child = command
         .args(["--case", case])
+        .env("NVSHMEM_RS_TIMEOUT", (2 * TIMEOUT).as_secs().to_string())
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -225,6 +230,11 @@ fn run_job(
             break status;
         }
         if began.elapsed() > limit {
+            // The launcher and every PE it started (SIGKILL to the group).
+            Command::new("kill")
+                .args(["-KILL", &format!("-{}", child.id())])
+                .status()
+                .ok();
             child.kill().ok();
             child.wait().ok();
             return Err(format!("still running after {limit:?}: killed (a hang)"));

@@ -308,6 +308,22 @@ impl Drop for Runtime {
         let _ = self.ctx.synchronize();
         let mut services =
             std::mem::take(self.services.get_mut().unwrap_or_else(|p| p.into_inner()));
+        // The services' frees and NVSHMEM's finalize wait for every PE without a bound: a PE
+        // that failed or left would hang this one. A bounded barrier first; past it, leave
+        // NVSHMEM as it is (the process cannot start it again anyway) and say why.
+        if !self.every_pe_arrives() {
+            eprintln!(
+                "nvshmem: PE {}: at finalize, not every PE arrived within {:?} \
+                 (NVSHMEM_RS_TIMEOUT): a PE failed or exited early; leaving without finalizing",
+                self.my_pe,
+                self.wait_limit.unwrap_or_default()
+            );
+            std::mem::forget(services);
+            if let Ok(mut s) = STATE.lock() {
+                *s = State::Finalized;
+            }
+            return;
+        }
         while let Some(service) = services.pop() {
             drop(service);
         }
@@ -319,6 +335,55 @@ impl Drop for Runtime {
             *s = State::Finalized;
         }
     }
+}
+
+impl Runtime {
+    /// Whether every PE reaches a barrier within the wait limit (always, without one).
+    fn every_pe_arrives(&self) -> bool {
+        if self.wait_limit.is_none() {
+            return true;
+        }
+        let _host = host_call();
+        // SAFETY: this runtime's stream, its context current.
+        unsafe {
+            sys::nvshmemx_barrier_all_on_stream(self.stream.cu_stream() as sys::cudaStream_t)
+        };
+        poll_stream(&self.stream, self.wait_limit).unwrap_or(false)
+    }
+}
+
+/// Wait for `stream` for at most `limit` (`None`: for ever), its context current. `Ok(false)`
+/// when the time ran out (the work stays queued).
+fn poll_stream(stream: &CudaStream, limit: Option<Duration>) -> Result<bool> {
+    use cudarc::driver::sys::{cuStreamQuery, CUresult};
+    let Some(limit) = limit else {
+        stream.synchronize().during("cuStreamSynchronize")?;
+        return Ok(true);
+    };
+    let began = std::time::Instant::now();
+    for polls in 0u64.. {
+        // SAFETY: a live stream of the current context.
+        match unsafe { cuStreamQuery(stream.cu_stream()) } {
+            CUresult::CUDA_SUCCESS => return Ok(true),
+            CUresult::CUDA_ERROR_NOT_READY => {}
+            e => {
+                return Err(Error::Cuda {
+                    call: "cuStreamQuery",
+                    source: cudarc::driver::DriverError(e),
+                })
+            }
+        }
+        if began.elapsed() > limit {
+            return Ok(false);
+        }
+        // Spin briefly (an exchange takes tens of microseconds), then sleep.
+        if polls < 2000 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    unreachable!("the loop returns")
 }
 
 /// A handle on the running NVSHMEM runtime. Cheap to clone; NVSHMEM is finalised when the
@@ -673,36 +738,8 @@ impl Nvshmem {
         stream: &CudaStream,
         limit: Option<Duration>,
     ) -> Result<bool> {
-        use cudarc::driver::sys::{cuStreamQuery, CUresult};
-        let Some(limit) = limit else {
-            stream.synchronize().during("cuStreamSynchronize")?;
-            return Ok(true);
-        };
         self.bind_context()?;
-        let began = std::time::Instant::now();
-        for polls in 0u64.. {
-            // SAFETY: a live stream of this context.
-            match unsafe { cuStreamQuery(stream.cu_stream()) } {
-                CUresult::CUDA_SUCCESS => return Ok(true),
-                CUresult::CUDA_ERROR_NOT_READY => {}
-                e => {
-                    return Err(Error::Cuda {
-                        call: "cuStreamQuery",
-                        source: cudarc::driver::DriverError(e),
-                    })
-                }
-            }
-            if began.elapsed() > limit {
-                return Ok(false);
-            }
-            // Spin briefly (an exchange takes tens of microseconds), then sleep.
-            if polls < 2000 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        }
-        unreachable!("the loop returns")
+        poll_stream(stream, limit)
     }
 
     /// How long a host-side wait for the other PEs may last (`NVSHMEM_RS_TIMEOUT`).
