@@ -188,6 +188,10 @@ pub enum Error {
     /// PEs disagreed on a collective call (allocation order and sizes, a collectives
     /// configuration).
     CollectiveMismatch(String),
+    /// An earlier host-side wait for the other PEs gave up (this text says which): the work
+    /// it queued on this PE can never finish, so no collective call can follow, and nothing
+    /// more is freed (the process's exit takes the memory back). End the process.
+    Stranded(String),
     /// A kernel module could not be loaded, registered or looked into.
     Module {
         /// The module (a cubin set's name or a file).
@@ -356,6 +360,11 @@ impl fmt::Display for Error {
                  my_pe() is {expected}"
             ),
             Error::CollectiveMismatch(msg) => write!(f, "PEs disagree on a collective call: {msg}"),
+            Error::Stranded(why) => write!(
+                f,
+                "{why}; work queued on this PE can never finish, so this process can make no \
+                 more collective calls and frees nothing more: end it"
+            ),
             Error::Module {
                 module,
                 message,

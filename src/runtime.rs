@@ -60,6 +60,19 @@ pub(crate) fn host_call() -> HostCall {
     }
 }
 
+/// Why a host-side wait for the other PEs gave up, once one did: the work it queued (an
+/// exchange, a barrier) stays queued on the runtime's stream for ever, so every later wait
+/// for that stream or the whole GPU would hang.
+static GAVE_UP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// [`Error::Stranded`] once a wait for the other PEs gave up.
+pub(crate) fn check_not_stranded() -> Result<()> {
+    match GAVE_UP.get() {
+        Some(why) => Err(Error::Stranded(why.clone())),
+        None => Ok(()),
+    }
+}
+
 /// Set once this process made a [`UniqueId`]: NVSHMEM then only starts with it.
 static UNIQUE_ID_MADE: AtomicBool = AtomicBool::new(false);
 
@@ -304,6 +317,20 @@ pub(crate) struct Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
+        if let Err(e) = check_not_stranded() {
+            // The GPU never becomes idle: leave everything as it is.
+            eprintln!(
+                "nvshmem: PE {}: leaving without finalizing: {e}",
+                self.my_pe
+            );
+            std::mem::forget(std::mem::take(
+                self.services.get_mut().unwrap_or_else(|p| p.into_inner()),
+            ));
+            if let Ok(mut s) = STATE.lock() {
+                *s = State::Finalized;
+            }
+            return;
+        }
         // Kernels on any stream may still use symmetric memory or NVSHMEM's device state.
         let _ = self.ctx.synchronize();
         let mut services =
@@ -733,13 +760,25 @@ impl Nvshmem {
 
     /// Wait for `stream` for at most `limit` (`None`: for ever). `Ok(false)` when the time ran
     /// out (the work stays queued): for host-side waits on the other PEs.
+    /// Past the limit, the runtime is stranded ([`Error::Stranded`], naming `what`).
     pub(crate) fn wait_for_stream(
         &self,
         stream: &CudaStream,
         limit: Option<Duration>,
+        what: impl FnOnce() -> String,
     ) -> Result<bool> {
+        check_not_stranded()?;
         self.bind_context()?;
-        poll_stream(stream, limit)
+        let arrived = poll_stream(stream, limit)?;
+        if !arrived {
+            let _ = GAVE_UP.set(format!(
+                "PE {}: {} waited {:?} (NVSHMEM_RS_TIMEOUT) for the other PEs and gave up",
+                self.my_pe(),
+                what(),
+                limit.unwrap_or_default()
+            ));
+        }
+        Ok(arrived)
     }
 
     /// How long a host-side wait for the other PEs may last (`NVSHMEM_RS_TIMEOUT`).
@@ -750,6 +789,7 @@ impl Nvshmem {
     /// Wait until nothing runs on this PE's GPU, on any stream: before memory that kernels
     /// may still use is freed or NVSHMEM state they may use is torn down.
     pub(crate) fn quiesce(&self) -> Result<()> {
+        check_not_stranded()?;
         self.bind_context()?;
         self.rt.ctx.synchronize().during("cuCtxSynchronize")
     }

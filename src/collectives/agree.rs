@@ -235,6 +235,7 @@ impl Agreement {
         record: Record,
         limit: Option<Duration>,
     ) -> Result<()> {
+        crate::runtime::check_not_stranded()?;
         let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
         let (round, per_round) = (scratch.round % 2, WORDS * shmem.n_pes());
         scratch.round += 1;
@@ -243,7 +244,9 @@ impl Agreement {
         mine.copy_from_host(&record.encode())?;
         shmem.team_world().fcollect(all, mine, shmem.stream())?;
         // Bounded, and the results read only after (reading would wait without a bound).
-        if !shmem.wait_for_stream(shmem.stream(), limit)? {
+        if !shmem.wait_for_stream(shmem.stream(), limit, || {
+            format!("the call agreement (this PE {record})")
+        })? {
             return Err(Error::CollectiveMismatch(format!(
                 "PE {} {record}, and not every PE published what it is doing within {:?}: a PE \
                  skipped the call or stopped; this process cannot go on",

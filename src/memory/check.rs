@@ -111,6 +111,7 @@ impl AllocCheck {
             value,
             p.in_use as u64,
         ];
+        crate::runtime::check_not_stranded()?;
         let _host = shmem.host_call()?;
         let stream = shmem.stream();
         let mut all = vec![0u64; self.n_pes * WORDS];
@@ -134,15 +135,15 @@ impl AllocCheck {
         }
         // Bounded: a PE that never comes is an error, not a hang. The results are read only
         // after (a copy into pageable memory would wait for the stream without a bound).
-        if !shmem.wait_for_stream(stream, shmem.wait_limit())? {
+        let noun = match p.kind {
+            CheckKind::Alloc => "allocation",
+            CheckKind::Free => "free of allocation",
+        };
+        let what = || format!("the agreement on {noun} #{seq}");
+        if !shmem.wait_for_stream(stream, shmem.wait_limit(), what)? {
             return Err(Error::CollectiveMismatch(format!(
-                "{} #{seq} of {} bytes: not every PE reached it within {:?} (NVSHMEM_RS_TIMEOUT): \
+                "{noun} #{seq} of {} bytes: not every PE reached it within {:?} (NVSHMEM_RS_TIMEOUT): \
                  a PE skipped an allocation or a free, or stopped; this process cannot go on",
-                if p.kind == CheckKind::Alloc {
-                    "allocation"
-                } else {
-                    "free of allocation"
-                },
                 p.bytes,
                 shmem.wait_limit().unwrap_or_default()
             )));

@@ -149,8 +149,10 @@ impl<T: Element> Drop for DeviceBuffer<T> {
             // SAFETY: allocated by cuMemAlloc, no longer used.
             unsafe { cu::free_sync(self.ptr) }.during("cuMemFree")
         });
-        if let Err(e) = freed {
-            eprintln!("nvshmem: leaking a DeviceBuffer<{}>: {e}", T::NVSHMEM_NAME);
+        match freed {
+            // A stranded runtime leaks everything, for the reason it reported already.
+            Ok(()) | Err(Error::Stranded(_)) => {}
+            Err(e) => eprintln!("nvshmem: leaking a DeviceBuffer<{}>: {e}", T::NVSHMEM_NAME),
         }
     }
 }

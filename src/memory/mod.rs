@@ -345,7 +345,11 @@ impl<T: Element> SymmetricBuffer<T> {
 impl<T: Element> Drop for SymmetricBuffer<T> {
     fn drop(&mut self) {
         if let Err(e) = self.release() {
-            // A mismatched free would corrupt the heap: leak instead, and say why.
+            // A mismatched free would corrupt the heap: leak instead, and say why (once: a
+            // stranded runtime leaks everything, for the reason it reported already).
+            if matches!(e, Error::Stranded(_)) {
+                return;
+            }
             eprintln!(
                 "nvshmem: leaking a SymmetricBuffer<{}>: {e}",
                 T::NVSHMEM_NAME

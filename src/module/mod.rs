@@ -73,6 +73,10 @@ impl Drop for Loaded {
     fn drop(&mut self) {
         // Kernels of this module may still run on any stream: wait for all of them.
         let _ = self.enter();
+        if crate::runtime::check_not_stranded().is_err() {
+            // The GPU never becomes idle (a wait for the other PEs gave up): leave it loaded.
+            return;
+        }
         let _ = self.ctx.synchronize();
         let _host = crate::runtime::host_call();
         // SAFETY: no kernel of the module is running, and no function refers to it any more.
