@@ -2,13 +2,14 @@
 //! the configured timeout, and a non-zero exit; never a hang.
 //!
 //! ```text
-//! target/release/examples/fault_check [--np 2] [--launcher mpiexec] [--limit 60] [--only a,b]
+//! target/release/examples/fault_check [--np 2] [--launcher mpiexec] [--limit 60] [--only a,b] [--trace]
 //! ```
 //!
 //! Run without a launcher: it starts one job per case (`LAUNCHER -np N fault_check --case
 //! NAME`), kills a job that outlives `--limit` seconds, and checks that each ended non-zero,
 //! in time, with the expected message from each PE that can see the fault. Prints
 //! `N passed, M failed`. The launcher is `--launcher`, else `$MPIEXEC`, else `mpiexec`.
+//! `--trace` makes each PE print its steps with times (shown for a failed case).
 //!
 //! Each case runs our all-reduce with a 2 s timeout (`CollectivesConfig::timeout`). A PE
 //! that gets an error prints `fault_check: PE k: <error>` and exits with status 1. The
@@ -115,13 +116,14 @@ fn main() {
                 value("--limit").map_or(60, |v| v.parse().expect("--limit takes seconds")),
             ),
             value("--only"),
+            args.iter().any(|a| a == "--trace"),
         ),
     };
     std::process::exit(code);
 }
 
 /// Start one job per case and check how each ended.
-fn drive(np: usize, launcher: String, limit: Duration, only: Option<String>) -> i32 {
+fn drive(np: usize, launcher: String, limit: Duration, only: Option<String>, trace: bool) -> i32 {
     let me = std::env::current_exe().expect("the path of this program");
     let (mut passed, mut failed) = (0, 0);
     let chosen = |name: &str| {
@@ -135,34 +137,36 @@ fn drive(np: usize, launcher: String, limit: Duration, only: Option<String>) -> 
         } else {
             Some(launcher.as_str())
         };
-        let verdict = run_job(launch, np, &me, case.name, limit).and_then(|(status, output)| {
-            let took = began.elapsed();
-            if status == Some(0) {
-                return Err(format!(
-                    "the job exited 0 after {took:.1?}; a fault must fail it"
-                ));
-            }
-            let missing: Vec<String> = case
-                .expect
-                .iter()
-                .filter(|(pe, text)| {
-                    let from =
-                        |l: &str| *pe == ANY || l.starts_with(&format!("fault_check: PE {pe}:"));
-                    !output.lines().any(|l| from(l) && l.contains(text))
-                })
-                .map(|(pe, text)| match *pe {
-                    ANY => format!("\"{text}\""),
-                    pe => format!("PE {pe}: \"{text}\""),
-                })
-                .collect();
-            if !missing.is_empty() {
-                return Err(format!(
-                    "no message {}; output:\n{output}",
-                    missing.join(", ")
-                ));
-            }
-            Ok(took)
-        });
+        let verdict =
+            run_job(launch, np, &me, case.name, limit, trace).and_then(|(status, output)| {
+                let took = began.elapsed();
+                if status == Some(0) {
+                    return Err(format!(
+                        "the job exited 0 after {took:.1?}; a fault must fail it"
+                    ));
+                }
+                let missing: Vec<String> = case
+                    .expect
+                    .iter()
+                    .filter(|(pe, text)| {
+                        let from = |l: &str| {
+                            *pe == ANY || l.starts_with(&format!("fault_check: PE {pe}:"))
+                        };
+                        !output.lines().any(|l| from(l) && l.contains(text))
+                    })
+                    .map(|(pe, text)| match *pe {
+                        ANY => format!("\"{text}\""),
+                        pe => format!("PE {pe}: \"{text}\""),
+                    })
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(format!(
+                        "no message {}; output:\n{output}",
+                        missing.join(", ")
+                    ));
+                }
+                Ok(took)
+            });
         match verdict {
             Ok(took) => {
                 passed += 1;
@@ -190,6 +194,7 @@ fn run_job(
     exe: &std::path::Path,
     case: &str,
     limit: Duration,
+    trace: bool,
 ) -> Result<(Option<i32>, String), String> {
     let mut command = match launcher {
         Some(launcher) => {
@@ -205,44 +210,59 @@ fn run_job(
     let mut child = command
         .args(["--case", case])
         .env("NVSHMEM_RS_TIMEOUT", (2 * TIMEOUT).as_secs().to_string())
+        .envs(trace.then_some(("FAULT_CHECK_TRACE", "1")))
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start {launcher:?}: {e} (set --launcher or MPIEXEC)"))?;
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let readers = (
+    // What the job printed, read on threads of their own; collected with a bound, as a
+    // process the job left behind may hold the pipes open.
+    let (sent, outputs) = std::sync::mpsc::channel::<String>();
+    let pipes: [Box<dyn Read + Send>; 2] = [
+        Box::new(child.stdout.take().unwrap()),
+        Box::new(child.stderr.take().unwrap()),
+    ];
+    for mut pipe in pipes {
+        let sent = sent.clone();
         std::thread::spawn(move || {
             let mut s = String::new();
-            out.read_to_string(&mut s).ok();
-            s
-        }),
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            err.read_to_string(&mut s).ok();
-            s
-        }),
-    );
+            pipe.read_to_string(&mut s).ok();
+            sent.send(s).ok();
+        });
+    }
+    let collect = || {
+        (0..2)
+            .filter_map(|_| outputs.recv_timeout(Duration::from_secs(5)).ok())
+            .collect::<String>()
+    };
     let began = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
             break status;
         }
         if began.elapsed() > limit {
-            // The launcher and every PE it started (SIGKILL to the group).
-            Command::new("kill")
-                .args(["-KILL", &format!("-{}", child.id())])
-                .status()
-                .ok();
+            // The launcher and every PE it started: SIGTERM to the group first, so that a
+            // launcher script cleans up after itself (an MPS daemon it started), then SIGKILL.
+            let group = format!("-{}", child.id());
+            let signal = |s: &str| Command::new("kill").args([s, &group]).status().ok();
+            signal("-TERM");
+            let term = Instant::now();
+            while child.try_wait().ok().flatten().is_none() && term.elapsed().as_secs() < 5 {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            signal("-KILL");
             child.kill().ok();
             child.wait().ok();
-            return Err(format!("still running after {limit:?}: killed (a hang)"));
+            return Err(format!(
+                "still running after {limit:?}: killed (a hang); output:\n{}",
+                collect()
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let output = readers.0.join().unwrap_or_default() + &readers.1.join().unwrap_or_default();
-    Ok((status.code(), output))
+    Ok((status.code(), collect()))
 }
 
 /// One PE's part of a case: 0 when it saw nothing wrong, 1 after printing the error it got.
@@ -267,8 +287,17 @@ fn run_case(case: &str) -> i32 {
         }
     };
     let me = shmem.my_pe();
-    match faulty_calls(&shmem, case) {
-        Ok(()) => 0,
+    let outcome = faulty_calls(&shmem, case);
+    trace(
+        me,
+        &format!("the calls returned {:?}; buffers dropped", outcome.is_ok()),
+    );
+    match outcome {
+        Ok(()) => {
+            drop(shmem);
+            trace(me, "finalized");
+            0
+        }
         Err(e) => {
             eprintln!("fault_check: PE {me}: {e}");
             // A moment for the other PEs to say what they saw before the launcher, seeing
@@ -277,6 +306,18 @@ fn run_case(case: &str) -> i32 {
             std::thread::sleep(Duration::from_secs(1));
             std::process::exit(1);
         }
+    }
+}
+
+/// With `FAULT_CHECK_TRACE` set (`--trace`), a line per step of a PE, timed from its start.
+fn trace(me: usize, what: &str) {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    if std::env::var_os("FAULT_CHECK_TRACE").is_some() {
+        eprintln!(
+            "fault_check: trace PE {me} +{:.2?}: {what}",
+            start.elapsed()
+        );
     }
 }
 
@@ -304,25 +345,31 @@ fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
         if case.starts_with("skip-call") && me == 1 && call == 3 {
             continue;
         }
+        trace(me, &format!("call {call}"));
         if case == "exit" && me == 1 && call == 3 {
+            trace(me, "exit(0)");
             std::process::exit(0);
         }
         // One element in: not 16-byte aligned.
         let skew = usize::from(case.starts_with("bad-argument") && me == 1 && call == 3);
-        coll.all_reduce(
-            y.view(skew..len),
-            x.view(skew..len),
-            ReduceOp::Sum,
-            AllReduceAlgo::LowLatency,
-            stream,
-        )?;
-        stream
-            .synchronize()
-            .map_err(|source| nvshmem::Error::Cuda {
-                call: "cuStreamSynchronize",
-                source,
-            })?;
-        coll.check()?;
+        let step = || -> nvshmem::Result<()> {
+            coll.all_reduce(
+                y.view(skew..len),
+                x.view(skew..len),
+                ReduceOp::Sum,
+                AllReduceAlgo::LowLatency,
+                stream,
+            )?;
+            stream
+                .synchronize()
+                .map_err(|source| nvshmem::Error::Cuda {
+                    call: "cuStreamSynchronize",
+                    source,
+                })?;
+            coll.check()?;
+            Ok(())
+        };
+        step().inspect_err(|e| trace(me, &format!("call {call} failed: {e}")))?;
     }
     Ok(())
 }

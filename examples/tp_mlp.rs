@@ -273,6 +273,36 @@ fn compare_unsharded(what: &str, got: &[bf16], want: &[f64]) -> Outcome {
     compare_with(what, got, want, &[], 1.0 / 64.0)
 }
 
+/// `y = x · wᵀ` from one GPU GEMM (a reference for the layers) against f64 sums on 512
+/// elements picked at random: within 2^-7 of each element plus the sampled RMS, as
+/// [`compare`] (the large shapes are too large to recompute whole on the CPU).
+fn sampled(
+    what: &str,
+    y: &[bf16],
+    x: &[bf16],
+    w: &[bf16],
+    shape: LinearShape,
+    seed: u64,
+) -> Outcome {
+    let LinearShape { m, n, k } = shape;
+    let mut pick = SplitMix64(seed ^ 0x5A3F);
+    let picked: Vec<usize> = (0..512)
+        .map(|_| (pick.next_u64() % (m * n) as u64) as usize)
+        .collect();
+    let want: Vec<f64> = picked
+        .iter()
+        .map(|&e| {
+            let (i, j) = (e / n, e % n);
+            (0..k)
+                .map(|l| x[i * k + l].to_f64() * w[j * k + l].to_f64())
+                .sum()
+        })
+        .collect();
+    let got: Vec<bf16> = picked.iter().map(|&e| y[e]).collect();
+    compare_with(what, &got, &want, &[], 1.0 / 128.0)
+        .map_err(|e| format!("{e} (among 512 sampled elements)"))
+}
+
 /// [`compare`] with relative tolerance `scale`, each element also allowed `scale` of its
 /// `largest_term` (empty: none).
 fn compare_with(
@@ -656,11 +686,14 @@ fn large(
                 )
                 .map_err(text)?;
             sync(s).map_err(text)?;
-            let want = take_cols(
-                &full.to_vec().map_err(text)?,
-                ffn,
-                shard_range(ffn, c.me(), c.n()),
-            );
+            let full = full.to_vec().map_err(text)?;
+            let shape = LinearShape {
+                m,
+                n: ffn,
+                k: hidden,
+            };
+            sampled("the unsharded gate GEMM", &full, &d.x, &d.gate, shape, seed)?;
+            let want = take_cols(&full, ffn, shard_range(ffn, c.me(), c.n()));
             compare(
                 "column-parallel vs unsharded",
                 &y.to_vec().map_err(text)?,
@@ -696,11 +729,14 @@ fn large(
                 .map_err(text)?;
             sync(s).map_err(text)?;
             let got = y.to_vec().map_err(text)?;
-            let compared = compare_unsharded(
-                "row-parallel vs unsharded",
-                &got,
-                &f64s(&full.to_vec().map_err(text)?),
-            );
+            let full = full.to_vec().map_err(text)?;
+            let shape = LinearShape {
+                m,
+                n: hidden,
+                k: ffn,
+            };
+            sampled("the unsharded down GEMM", &full, &x, &d.down, shape, seed)?;
+            let compared = compare_unsharded("row-parallel vs unsharded", &got, &f64s(&full));
             compared.and(c.identical("row-parallel output", &got))
         };
         outcome = outcome.and(row());

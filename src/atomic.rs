@@ -216,7 +216,8 @@ impl Drop for HostAmo {
     fn drop(&mut self) {
         // The runtime made its context current. Nothing of ours may still run on the GPU.
         let _ = self.stream.synchronize();
-        if self.result != 0 {
+        // A stranded runtime's GPU never becomes idle, and cuMemFree waits for it: leak.
+        if self.result != 0 && crate::runtime::check_not_stranded().is_ok() {
             // SAFETY: no launch uses the buffer any more.
             unsafe {
                 let _ = cu::free_sync(self.result);

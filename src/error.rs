@@ -540,6 +540,20 @@ mod tests {
     }
 
     #[test]
+    fn a_stranded_runtime_says_why_and_what_to_do() {
+        let text =
+            Error::Stranded("PE 0: the agreement on allocation #3 waited 4s".into()).to_string();
+        assert!(
+            text.starts_with("PE 0: the agreement on allocation #3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("no more collective calls") && text.ends_with("end it"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn timeouts_name_both_pes_the_call_and_what_to_do() {
         let text = Error::Timeout {
             pe: 0,

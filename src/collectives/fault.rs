@@ -73,8 +73,11 @@ impl FaultRecord {
 
 impl Drop for FaultRecord {
     fn drop(&mut self) {
-        // The owner (Collectives::drop) has waited for every kernel that could write here.
-        unsafe { cu::free_host(self.host as *mut std::ffi::c_void) }.ok();
+        // The owner (Collectives::drop) has waited for every kernel that could write here,
+        // unless the runtime is stranded: then freeing would wait for the GPU for ever.
+        if crate::runtime::check_not_stranded().is_ok() {
+            unsafe { cu::free_host(self.host as *mut std::ffi::c_void) }.ok();
+        }
     }
 }
 
