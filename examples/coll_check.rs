@@ -15,8 +15,9 @@
 
 use nvshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use nvshmem::{
-    bf16, f16, AllGatherAlgo, AllReduceAlgo, Collectives, CollectivesConfig, DataType, Element,
-    Error, Nvshmem, ReduceOp, ReduceScatterAlgo, Result, SymmetricBuffer,
+    bf16, f16, AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives,
+    CollectivesConfig, DataType, Element, Error, Nvshmem, ReduceOp, ReduceScatterAlgo, Result,
+    SymmetricBuffer,
 };
 use std::time::{Duration, Instant};
 
@@ -353,6 +354,132 @@ fn reduce_scatter_repeated(shmem: &Nvshmem, coll: &Collectives, seed: u64, n: us
             &format!("graph replay of reduce_scatter {r}"),
             &dsts[0].to_vec()?,
             &want(r),
+        ));
+    }
+    found
+}
+
+/// `dst = src on root` on every PE (`dst` is `src` itself when `in_place`).
+fn broadcast_case<T: Reducible>(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    (algo, root, in_place): (BroadcastAlgo, usize, bool),
+    n: usize,
+) -> Result<()> {
+    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let all = inputs::<T>(seed, np, n);
+    let src = shmem.malloc::<T>(n)?;
+    src.copy_from_host(&all[me])?;
+    let dst = shmem.malloc::<T>(n)?;
+    // Poison the output so an unwritten element shows.
+    dst.copy_from_host(&inputs::<T>(seed ^ 0xD57, np, n)[me])?;
+    let dst = if in_place { &src } else { &dst };
+    coll.broadcast(dst, &src, root, algo, shmem.stream())?;
+    sync(shmem)?;
+    compare("broadcast", &dst.to_vec()?, &all[root])
+}
+
+/// Block `me` of every PE's input, in PE order: what this PE's all-to-all output must be.
+fn all_to_all_want<T: Reducible>(all: &[Vec<T>], me: usize, block: usize) -> Vec<T> {
+    all.iter()
+        .flat_map(|src| src[me * block..(me + 1) * block].iter().copied())
+        .collect()
+}
+
+fn all_to_all_case<T: Reducible>(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    algo: AllToAllAlgo,
+    block: usize,
+) -> Result<()> {
+    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let all = inputs::<T>(seed, np, block * np);
+    let src = shmem.malloc::<T>(block * np)?;
+    src.copy_from_host(&all[me])?;
+    let dst = shmem.malloc::<T>(block * np)?;
+    dst.copy_from_host(&inputs::<T>(seed ^ 0xD57, np, block * np)[me])?;
+    coll.all_to_all(&dst, &src, algo, shmem.stream())?;
+    sync(shmem)?;
+    compare(
+        "all_to_all",
+        &dst.to_vec()?,
+        &all_to_all_want(&all, me, block),
+    )
+}
+
+/// Broadcasts from every root and all-to-alls, back to back on one stream with the same
+/// buffers and no host synchronisation, then an all-to-all captured in a graph and replayed
+/// on new inputs: each must leave its own result.
+fn movement_repeated(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    (algo, a2a): (BroadcastAlgo, AllToAllAlgo),
+    block: usize,
+) -> Result<()> {
+    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let n = block * np;
+    let rounds: Vec<Vec<Vec<f32>>> = (0..np as u64 + 2)
+        .map(|r| inputs::<f32>(seed + r, np, n))
+        .collect();
+    let srcs = rounds
+        .iter()
+        .map(|all| {
+            let b = shmem.malloc::<f32>(n)?;
+            b.copy_from_host(&all[me])?;
+            Ok(b)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // One output per round, each written by a broadcast from root r and then, in the same
+    // buffer's second half of the rounds, by an all-to-all.
+    let dsts = (0..rounds.len())
+        .map(|_| shmem.calloc::<f32>(n))
+        .collect::<Result<Vec<_>>>()?;
+    let s = shmem.stream();
+    for (r, (src, dst)) in srcs.iter().zip(&dsts).enumerate() {
+        if r < np {
+            coll.broadcast(dst, src, r, algo, s)?;
+        } else {
+            coll.all_to_all(dst, src, a2a, s)?;
+        }
+    }
+    sync(shmem)?;
+    let want = |r: usize| match r < np {
+        true => rounds[r][r].clone(),
+        false => all_to_all_want(&rounds[r], me, block),
+    };
+    let mut found = Ok(());
+    for (r, d) in dsts.iter().enumerate() {
+        found = found.and(compare(
+            &format!("back-to-back call {r}"),
+            &d.to_vec()?,
+            &want(r),
+        ));
+    }
+    // Every PE runs the graph part whatever it found (its replays wait for every PE).
+    let stream = shmem.new_stream()?;
+    let last = rounds.len() - 1;
+    cuda(
+        "cuStreamBeginCapture",
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+    )?;
+    let captured = coll.all_to_all(&dsts[0], &srcs[0], a2a, &stream);
+    let graph = cuda(
+        "cuStreamEndCapture",
+        stream.end_capture(CUgraphInstantiate_flags(0)),
+    )?;
+    captured?;
+    let graph = graph.ok_or_else(|| Error::InvalidArgument("capture produced no graph".into()))?;
+    for r in [last - 1, last] {
+        srcs[0].copy_from_host(&rounds[r][me])?;
+        cuda("cuGraphLaunch", graph.launch())?;
+        cuda("cuStreamSynchronize", stream.synchronize())?;
+        found = found.and(compare(
+            &format!("graph replay of all_to_all {r}"),
+            &dsts[0].to_vec()?,
+            &all_to_all_want(&rounds[r], me, block),
         ));
     }
     found
@@ -905,6 +1032,57 @@ fn main() {
     c.check("reduce_scatter back to back and in a graph", |s, seed| {
         reduce_scatter_repeated(s, &coll, seed, 4096 + 8)
     });
+    // The broadcast from every root, in place and not, and the all-to-all: every algorithm
+    // at odd sizes (unaligned blocks included); an explicit one-shot too large for its
+    // staging slot must be refused, not overrun it.
+    let slot = coll.workspace().staging_slot_bytes;
+    for algo in BroadcastAlgo::ALL {
+        for n in [1usize, 3, 1000, 4097, 65_537, 300_001] {
+            let too_large = algo == BroadcastAlgo::OneShot && 4 * n > slot;
+            for root in 0..shmem.n_pes() {
+                let case = (algo, root, root % 2 == 1);
+                let name = format!("broadcast {algo:?} root {root} in place {} n={n}", case.2);
+                c.check(&format!("{name} f32"), |s, seed| match too_large {
+                    true => expect_err(
+                        broadcast_case::<f32>(s, &coll, seed, case, n),
+                        "a one-shot broadcast larger than its staging slot",
+                        |e| matches!(e, Error::InvalidArgument(_)),
+                    ),
+                    false => broadcast_case::<f32>(s, &coll, seed, case, n),
+                });
+            }
+            if !too_large {
+                c.check(
+                    &format!("broadcast {algo:?} root 0 n={n} bf16"),
+                    |s, seed| broadcast_case::<bf16>(s, &coll, seed, (algo, 0, false), n),
+                );
+            }
+        }
+    }
+    for algo in AllToAllAlgo::ALL {
+        for block in [1usize, 3, 1000, 4097, 65_537, 300_001] {
+            if algo == AllToAllAlgo::OneShot && 4 * block > slot {
+                continue;
+            }
+            c.check(
+                &format!("all_to_all {algo:?} block={block} f32"),
+                |s, seed| all_to_all_case::<f32>(s, &coll, seed, algo, block),
+            );
+            c.check(
+                &format!("all_to_all {algo:?} block={block} bf16"),
+                |s, seed| all_to_all_case::<bf16>(s, &coll, seed, algo, block),
+            );
+        }
+    }
+    for (algo, a2a) in [
+        (BroadcastAlgo::OneShot, AllToAllAlgo::OneShot),
+        (BroadcastAlgo::Push, AllToAllAlgo::Push),
+    ] {
+        c.check(
+            &format!("broadcast {algo:?} and all_to_all {a2a:?} back to back and in a graph"),
+            |s, seed| movement_repeated(s, &coll, seed, (algo, a2a), 1000 + 3),
+        );
+    }
     c.check("all_gather Auto n=8M bf16", |s, seed| {
         all_gather_case::<bf16>(s, &coll, seed, AllGatherAlgo::Auto, 8 << 20)
     });
@@ -1260,6 +1438,31 @@ fn main() {
                 st,
             ),
             "reduce_scatter overlap",
+            |e| matches!(e, Error::Overlap { .. }),
+        )?;
+        expect_err(
+            coll.broadcast(&b, &a, s.n_pes(), BroadcastAlgo::Auto, st),
+            "broadcast root out of range",
+            |e| matches!(e, Error::PeOutOfRange { .. }),
+        )?;
+        expect_err(
+            coll.broadcast(&b, a.view(..16), 0, BroadcastAlgo::Auto, st),
+            "broadcast length",
+            |e| matches!(e, Error::Length { .. }),
+        )?;
+        expect_err(
+            coll.all_to_all(&b, a.view(..16), AllToAllAlgo::Auto, st),
+            "all_to_all length",
+            |e| matches!(e, Error::Length { .. }),
+        )?;
+        let wide = s.malloc::<f32>(64 * s.n_pes())?;
+        let (left, right) = (
+            wide.view(..32 * s.n_pes()),
+            wide.view(16..16 + 32 * s.n_pes()),
+        );
+        expect_err(
+            coll.all_to_all(right, left, AllToAllAlgo::Auto, st),
+            "all_to_all overlap",
             |e| matches!(e, Error::Overlap { .. }),
         )?;
         let ints = s.malloc::<i32>(64)?;

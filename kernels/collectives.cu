@@ -1,4 +1,5 @@
-// All-reduce, all-gather and reduce-scatter over NVLink, initiated from the device.
+// All-reduce, all-gather, reduce-scatter, broadcast and all-to-all over NVLink, initiated
+// from the device.
 //
 // Every PE's buffers are symmetric, so a peer's copy is reached with a plain load or store
 // through nvshmem_ptr(). Synchronisation uses per-block flags in the symmetric heap:
@@ -21,6 +22,7 @@
 
 #include "abi.h"
 #include "collectives/bandwidth.cuh"
+#include "collectives/broadcast.cuh"
 #include "collectives/low_latency.cuh"
 #include "collectives/oneshot.cuh"
 #include "collectives/reduce_scatter.cuh"
@@ -103,3 +105,25 @@ REDUCESCATTER_TYPE(i32, int32_t)
 ALLGATHER_ENTRY(oneshot, NO_EXTRA, (oneshot_allgather(src, dst, bytes, ctrl, flags, staging, slot_bytes)))
 ALLGATHER_ENTRY(bandwidth, NO_EXTRA, (bandwidth_allgather(src, dst, bytes, ctrl, flags)))
 ALLGATHER_ENTRY(ll, PEERS_PARAM, WITH_NP(peers.npes, (ll_allgather<NP>(src, dst, bytes, ctrl, staging, slot_bytes, peers))))
+
+// The broadcasts move bytes from PE `root`, whatever the element type.
+#define BROADCAST_ENTRY(ALGO, CALL)                                                                         \
+    extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ALGO##_broadcast_bytes(                             \
+        const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes, int root) { \
+        enter_call();                                                                                       \
+        CALL;                                                                                               \
+    }
+
+BROADCAST_ENTRY(oneshot, (oneshot_broadcast(src, dst, bytes, ctrl, flags, staging, slot_bytes, root)))
+BROADCAST_ENTRY(push, (push_broadcast(src, dst, bytes, ctrl, flags, root)))
+
+// The all-to-alls move bytes too: `bytes` per block, n_pes blocks each way.
+#define ALLTOALL_ENTRY(ALGO, CALL)                                                                          \
+    extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ALGO##_alltoall_bytes(                              \
+        const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) { \
+        enter_call();                                                                                       \
+        CALL;                                                                                               \
+    }
+
+ALLTOALL_ENTRY(oneshot, (oneshot_alltoall(src, dst, bytes, ctrl, flags, staging, slot_bytes)))
+ALLTOALL_ENTRY(push, (push_alltoall(src, dst, bytes, ctrl, flags)))

@@ -56,8 +56,8 @@ pub mod tp;
 
 pub use channel::Channel;
 pub use collectives::{
-    AllGatherAlgo, AllReduceAlgo, Collectives, CollectivesConfig, ReduceScatterAlgo, Thresholds,
-    Workspace,
+    AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives, CollectivesConfig,
+    ReduceScatterAlgo, Thresholds, Workspace,
 };
 pub use cudarc;
 pub use cudarc::driver::{CudaStream, LaunchConfig};

@@ -8,7 +8,9 @@
 //! [`Collectives`]: super::Collectives
 //! [`CollectivesConfig::check_calls`]: super::CollectivesConfig::check_calls
 
-use super::algo::{ALL_GATHER_ROWS, ALL_REDUCE_ROWS, REDUCE_SCATTER_ROWS};
+use super::algo::{
+    ALL_GATHER_ROWS, ALL_REDUCE_ROWS, ALL_TO_ALL_ROWS, BROADCAST_ROWS, REDUCE_SCATTER_ROWS,
+};
 use super::CollectivesConfig;
 use crate::element::{DataType, ReduceOp};
 use crate::error::{Error, Result};
@@ -26,13 +28,17 @@ pub(crate) enum Collective {
     AllReduce = 2,
     AllGather = 3,
     ReduceScatter = 5,
+    Broadcast = 6,
+    AllToAll = 7,
 }
 
 impl Collective {
-    const ALL: [Collective; 3] = [
+    const ALL: [Collective; 5] = [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::ReduceScatter,
+        Collective::Broadcast,
+        Collective::AllToAll,
     ];
 
     fn name(self) -> &'static str {
@@ -40,6 +46,8 @@ impl Collective {
             Collective::AllReduce => "all_reduce",
             Collective::AllGather => "all_gather",
             Collective::ReduceScatter => "reduce_scatter",
+            Collective::Broadcast => "broadcast",
+            Collective::AllToAll => "all_to_all",
         }
     }
 
@@ -49,6 +57,8 @@ impl Collective {
             Collective::AllReduce => ALL_REDUCE_ROWS.get(row).map(|r| r.name),
             Collective::AllGather => ALL_GATHER_ROWS.get(row).map(|r| r.name),
             Collective::ReduceScatter => REDUCE_SCATTER_ROWS.get(row).map(|r| r.name),
+            Collective::Broadcast => BROADCAST_ROWS.get(row).map(|r| r.name),
+            Collective::AllToAll => ALL_TO_ALL_ROWS.get(row).map(|r| r.name),
         }
     }
 }
@@ -62,7 +72,7 @@ pub(crate) enum Record {
     /// or an earlier call of this PE ran out of time. Published so that no PE waits for it.
     Failed,
     /// A call: which collective, its element type (and operator), its algorithm's row, its
-    /// length, and where `dst` and `src` sit in the symmetric heap.
+    /// length, where `dst` and `src` sit in the symmetric heap, and its root (a broadcast).
     Call {
         collective: Collective,
         dtype: DataType,
@@ -71,6 +81,7 @@ pub(crate) enum Record {
         len: usize,
         dst: i64,
         src: i64,
+        root: Option<usize>,
     },
 }
 
@@ -102,6 +113,7 @@ impl Record {
                 len,
                 dst,
                 src,
+                root,
             } => [
                 collective as u64,
                 dtype as u64,
@@ -112,7 +124,7 @@ impl Record {
                 len as u64,
                 dst as u64,
                 src as u64,
-                0,
+                root.map_or(u64::MAX, |r| r as u64),
             ],
         }
     }
@@ -125,7 +137,7 @@ impl Record {
                 n_pes: w[2],
             }),
             4 => Some(Record::Failed),
-            2 | 3 | 5 => Some(Record::Call {
+            2 | 3 | 5 | 6 | 7 => Some(Record::Call {
                 collective: *Collective::ALL.iter().find(|&&c| c as u64 == w[0])?,
                 dtype: *DTYPES.iter().find(|&&t| t as u64 == w[1])?,
                 op: ReduceOp::ALL.get(w[2] as usize).copied(),
@@ -133,6 +145,7 @@ impl Record {
                 len: w[4] as usize,
                 dst: w[5] as i64,
                 src: w[6] as i64,
+                root: (w[7] != u64::MAX).then_some(w[7] as usize),
             }),
             _ => None,
         }
@@ -158,14 +171,16 @@ impl std::fmt::Display for Record {
                 len,
                 dst,
                 src,
+                root,
             } => {
                 let algo = collective.algorithm(row);
                 let what = collective.name();
                 let op = op.map(|o| format!("{o:?}, ")).unwrap_or_default();
+                let root = root.map(|r| format!("root {r}, ")).unwrap_or_default();
                 write!(
                     f,
-                    "calls {what}({op}{dtype:?}, {}, {len} elements, dst at heap offset {dst}, \
-                     src at {src})",
+                    "calls {what}({root}{op}{dtype:?}, {}, {len} elements, dst at heap offset \
+                     {dst}, src at {src})",
                     algo.unwrap_or("?")
                 )
             }
@@ -275,6 +290,7 @@ mod tests {
             len,
             dst: 4096,
             src: -8192,
+            root: None,
         }
     }
 
@@ -292,6 +308,7 @@ mod tests {
                 len: 3,
                 dst: 0,
                 src: 16,
+                root: None,
             },
             Record::Call {
                 collective: Collective::ReduceScatter,
@@ -301,10 +318,45 @@ mod tests {
                 len: 5,
                 dst: -16,
                 src: 32,
+                root: None,
+            },
+            Record::Call {
+                collective: Collective::Broadcast,
+                dtype: DataType::F16,
+                op: None,
+                row: 1,
+                len: 7,
+                dst: 64,
+                src: 64,
+                root: Some(3),
             },
         ] {
             assert_eq!(Record::decode(&r.encode()), Some(r));
         }
+    }
+
+    #[test]
+    fn pes_naming_different_roots_are_named_with_both() {
+        let bcast = |root| Record::Call {
+            collective: Collective::Broadcast,
+            dtype: DataType::BF16,
+            op: None,
+            row: 0,
+            len: 64,
+            dst: 0,
+            src: 0,
+            root: Some(root),
+        };
+        let all: Vec<u64> = [0, 1].into_iter().flat_map(|r| bcast(r).encode()).collect();
+        let msg = describe_disagreement(0, &all).unwrap();
+        assert!(
+            msg.contains("PE 0 calls broadcast(root 0, BF16, oneshot"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("PE 1 calls broadcast(root 1, BF16, oneshot"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -69,6 +69,36 @@ pub enum ReduceScatterAlgo {
     Pull,
 }
 
+/// Broadcast algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BroadcastAlgo {
+    /// Chosen by size: [`OneShot`](Self::OneShot) up to
+    /// [`BROADCAST_ONESHOT_BYTES`](super::BROADCAST_ONESHOT_BYTES) (and the staging slot),
+    /// [`Push`](Self::Push) above.
+    Auto,
+    /// The root pushes its input into every peer's staging, one flag handshake, then every
+    /// PE copies it out locally (small messages: one handshake).
+    OneShot,
+    /// A start barrier, the root stores its input straight into every PE's output over all
+    /// SMs, an end barrier (large messages; no staging, any size).
+    Push,
+}
+
+/// All-to-all algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AllToAllAlgo {
+    /// Chosen by size: [`OneShot`](Self::OneShot) up to
+    /// [`ALL_TO_ALL_ONESHOT_BYTES`](super::ALL_TO_ALL_ONESHOT_BYTES) per block (and the staging
+    /// slot), [`Push`](Self::Push) above.
+    Auto,
+    /// Every PE pushes each block into its owner's staging, one flag handshake, then every PE
+    /// copies its blocks out locally (small messages: one handshake).
+    OneShot,
+    /// A start barrier, every PE stores each block straight into its owner's output, an end
+    /// barrier (large messages; no staging, any size).
+    Push,
+}
+
 /// Where a kernel's region parameter points, and its by-value parameter after the common
 /// ones (`kernels/collectives.cu`: `src, dst, n, ctrl, flags, region, slot_bytes[, extra]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +210,42 @@ pub(crate) const REDUCE_SCATTER_ROWS: [Row<ReduceScatterAlgo>; 1] = [Row {
     params: Params::Staging,
 }];
 
+/// The broadcast algorithms (`Auto` has no row).
+pub(crate) const BROADCAST_ROWS: [Row<BroadcastAlgo>; 2] = [
+    Row {
+        algo: BroadcastAlgo::OneShot,
+        name: "oneshot",
+        kernel: "oneshot",
+        floats_only: false,
+        params: Params::Staging,
+    },
+    Row {
+        algo: BroadcastAlgo::Push,
+        name: "push",
+        kernel: "push",
+        floats_only: false,
+        params: Params::Staging,
+    },
+];
+
+/// The all-to-all algorithms (`Auto` has no row).
+pub(crate) const ALL_TO_ALL_ROWS: [Row<AllToAllAlgo>; 2] = [
+    Row {
+        algo: AllToAllAlgo::OneShot,
+        name: "oneshot",
+        kernel: "oneshot",
+        floats_only: false,
+        params: Params::Staging,
+    },
+    Row {
+        algo: AllToAllAlgo::Push,
+        name: "push",
+        kernel: "push",
+        floats_only: false,
+        params: Params::Staging,
+    },
+];
+
 /// The element types our all-reduce takes, with their names in kernel names.
 pub(crate) const TYPES: [(DataType, &str); 4] = [
     (DataType::F32, "f32"),
@@ -252,6 +318,72 @@ impl Algo for ReduceScatterAlgo {
     const AUTO: Self = ReduceScatterAlgo::Auto;
     const ROWS: &'static [Row<Self>] = &REDUCE_SCATTER_ROWS;
     const WHAT: &'static str = "reduce-scatter";
+}
+
+impl Algo for BroadcastAlgo {
+    const AUTO: Self = BroadcastAlgo::Auto;
+    const ROWS: &'static [Row<Self>] = &BROADCAST_ROWS;
+    const WHAT: &'static str = "broadcast";
+}
+
+impl Algo for AllToAllAlgo {
+    const AUTO: Self = AllToAllAlgo::Auto;
+    const ROWS: &'static [Row<Self>] = &ALL_TO_ALL_ROWS;
+    const WHAT: &'static str = "all-to-all";
+}
+
+impl BroadcastAlgo {
+    /// Every algorithm, `Auto` first.
+    pub const ALL: [BroadcastAlgo; 3] = [
+        BroadcastAlgo::Auto,
+        BroadcastAlgo::OneShot,
+        BroadcastAlgo::Push,
+    ];
+
+    /// Its name on command lines (`push`), as `Display` prints and `FromStr` reads it.
+    pub fn name(self) -> &'static str {
+        Algo::name(self)
+    }
+}
+
+impl AllToAllAlgo {
+    /// Every algorithm, `Auto` first.
+    pub const ALL: [AllToAllAlgo; 3] = [
+        AllToAllAlgo::Auto,
+        AllToAllAlgo::OneShot,
+        AllToAllAlgo::Push,
+    ];
+
+    /// Its name on command lines (`push`), as `Display` prints and `FromStr` reads it.
+    pub fn name(self) -> &'static str {
+        Algo::name(self)
+    }
+}
+
+impl fmt::Display for BroadcastAlgo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BroadcastAlgo {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Algo::parse(s)
+    }
+}
+
+impl fmt::Display for AllToAllAlgo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for AllToAllAlgo {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Algo::parse(s)
+    }
 }
 
 impl AllReduceAlgo {
@@ -353,14 +485,27 @@ impl FromStr for AllGatherAlgo {
 
 /// The entry points of `kernels/collectives.cu`, in kernel-table order: every all-reduce
 /// algorithm for every type it takes and every operator, then the all-gathers, then every
-/// reduce-scatter algorithm for every type and operator.
+/// reduce-scatter algorithm for every type and operator, then the broadcasts and the
+/// all-to-alls.
 pub fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> = all_reduce_kernels()
         .filter_map(|(row, t, o)| Some(all_reduce_kernel(row, t?, o)))
         .collect();
     names.extend(ALL_GATHER_ROWS.iter().map(all_gather_kernel));
     names.extend(reduce_scatter_kernels().map(|(row, t, o)| reduce_scatter_kernel(row, t, o)));
+    names.extend(BROADCAST_ROWS.iter().map(broadcast_kernel));
+    names.extend(ALL_TO_ALL_ROWS.iter().map(all_to_all_kernel));
     names
+}
+
+/// `push_broadcast_bytes`.
+pub(crate) fn broadcast_kernel(row: &Row<BroadcastAlgo>) -> String {
+    format!("{}_broadcast_bytes", row.kernel)
+}
+
+/// `oneshot_alltoall_bytes`.
+pub(crate) fn all_to_all_kernel(row: &Row<AllToAllAlgo>) -> String {
+    format!("{}_alltoall_bytes", row.kernel)
 }
 
 /// Every slot of the reduce-scatter kernel table: (row, type index, operator index),
@@ -458,7 +603,9 @@ mod tests {
     #[test]
     fn kernel_names_cover_types_ops_and_algorithms() {
         let names = kernel_names();
-        assert_eq!(names.len(), 5 * 4 * 3 + 2 * 3 * 3 + 3 + 4 * 3);
+        assert_eq!(names.len(), 5 * 4 * 3 + 2 * 3 * 3 + 3 + 4 * 3 + 2 + 2);
+        assert!(names.contains(&"oneshot_broadcast_bytes".to_string()));
+        assert!(names.contains(&"push_alltoall_bytes".to_string()));
         assert!(names.contains(&"pull_reducescatter_i32_max".to_string()));
         assert!(names.contains(&"sentinel_twoshot_allreduce_f16_min".to_string()));
         assert!(names.contains(&"sentinel_allreduce_bf16_sum".to_string()));

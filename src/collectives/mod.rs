@@ -1,4 +1,5 @@
-//! Device-initiated all-reduce, all-gather and reduce-scatter over NVLink: our kernels in
+//! Device-initiated all-reduce, all-gather, reduce-scatter, broadcast and all-to-all over
+//! NVLink: our kernels in
 //! `kernels/collectives.cu`, launched on a stream with no host synchronisation, so they can be
 //! captured in CUDA graphs.
 //!
@@ -24,16 +25,21 @@
 //!
 //! The parts: [`algo`] (the algorithms as types, and the kernel names they give), `plan`
 //! (grids and workspace limits of a call), [`config`] (the workspace, sized once, and the
-//! thresholds of the automatic choice) and this module (the workspace and the dispatch).
+//! thresholds of the automatic choice), `movement` (the broadcast and the all-to-all) and this
+//! module (the workspace and the dispatch).
 
 mod agree;
 pub mod algo;
 pub mod config;
 mod fault;
+mod movement;
 mod plan;
 
-pub use algo::{kernel_names, AllGatherAlgo, AllReduceAlgo, ReduceScatterAlgo};
+pub use algo::{
+    kernel_names, AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, ReduceScatterAlgo,
+};
 pub use config::{CollectivesConfig, Thresholds, Workspace, DEFAULT_TIMEOUT, TIMEOUT_VARIABLE};
+pub use movement::{ALL_TO_ALL_ONESHOT_BYTES, BROADCAST_ONESHOT_BYTES};
 
 use crate::abi;
 use crate::cubins::COLLECTIVES;
@@ -45,8 +51,8 @@ use crate::runtime::Nvshmem;
 use crate::team::collectives::check_overlap;
 use agree::{config_hash, Agreement, Collective, Record};
 use algo::{
-    all_gather_kernel, all_reduce_kernel, all_reduce_kernels, reduce_scatter_kernel,
-    reduce_scatter_kernels, type_and_op, Algo, Params,
+    all_gather_kernel, all_reduce_kernel, all_reduce_kernels, all_to_all_kernel, broadcast_kernel,
+    reduce_scatter_kernel, reduce_scatter_kernels, type_and_op, Algo, Params,
 };
 use cudarc::driver::{sys as cusys, CudaStream};
 use fault::FaultRecord;
@@ -95,6 +101,10 @@ pub struct Collectives {
     all_gather: Vec<Function>,
     /// By algorithm row, type and operator (`algo::reduce_scatter_kernels` order).
     reduce_scatter: Vec<Function>,
+    /// By algorithm row.
+    broadcast: Vec<Function>,
+    /// By algorithm row.
+    all_to_all: Vec<Function>,
 }
 
 // SAFETY: the tables hold device addresses, only ever passed to kernels; the functions and
@@ -222,10 +232,17 @@ impl Collectives {
                 let reduce_scatter = reduce_scatter_kernels()
                     .map(|(row, t, o)| module.function(&reduce_scatter_kernel(row, t, o)))
                     .collect::<Result<Vec<_>>>()?;
+                let broadcast = algo::BROADCAST_ROWS
+                    .iter()
+                    .map(|row| module.function(&broadcast_kernel(row)))
+                    .collect::<Result<Vec<_>>>()?;
+                let all_to_all = algo::ALL_TO_ALL_ROWS
+                    .iter()
+                    .map(|row| module.function(&all_to_all_kernel(row)))
+                    .collect::<Result<Vec<_>>>()?;
                 Ok((
-                    all_reduce,
-                    all_gather,
-                    reduce_scatter,
+                    (all_reduce, all_gather, reduce_scatter),
+                    (broadcast, all_to_all),
                     FaultRecord::new(shmem)?,
                 ))
             });
@@ -239,7 +256,7 @@ impl Collectives {
             Err(_) => Record::Failed,
         };
         let agreed = agreement.agree(shmem, record, config.timeout);
-        let (all_reduce, all_gather, reduce_scatter, fault) = local?;
+        let ((all_reduce, all_gather, reduce_scatter), (broadcast, all_to_all), fault) = local?;
         agreed?;
         let (sm_count, per_sm) = agreed_grid_limits(shmem, &all_reduce)?;
         let dims = Dims {
@@ -302,6 +319,8 @@ impl Collectives {
             all_reduce,
             all_gather,
             reduce_scatter,
+            broadcast,
+            all_to_all,
         })
     }
 
@@ -664,6 +683,7 @@ impl Collectives {
             len,
             dst: offset(dst.as_ptr()),
             src: offset(src.as_ptr()),
+            root: None,
         }
     }
 
@@ -726,6 +746,9 @@ impl Collectives {
         match (params, plan.extra) {
             (Params::StagingPlan, Extra::Plan(chunks)) => {
                 args.value(chunks);
+            }
+            (_, Extra::Root(root)) => {
+                args.value(root);
             }
             (Params::LinesPeers | Params::SentinelPeers, _) => {
                 let (lines, sentinel) = self.tables.ok_or_else(|| {

@@ -1,7 +1,7 @@
 //! How one call is launched: its grid, how much of the workspace it may use, and its
 //! by-value parameter. Pure arithmetic, tested on the CPU.
 
-use super::algo::{AllGatherAlgo, AllReduceAlgo, ReduceScatterAlgo};
+use super::algo::{AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, ReduceScatterAlgo};
 use crate::abi;
 
 /// Blocks a call launches at most (the epoch and the flags have a copy per block index).
@@ -52,6 +52,8 @@ pub(crate) enum Extra {
     None,
     /// The bandwidth all-reduce's chunking.
     Plan(abi::BandwidthPlan),
+    /// The broadcast's root PE.
+    Root(i32),
 }
 
 /// One call's launch.
@@ -164,6 +166,36 @@ pub(crate) fn reduce_scatter_plan(algo: ReduceScatterAlgo, bytes: usize, d: &Dim
             extra: Extra::None,
         },
     }
+}
+
+/// The grid and limit of a one-shot (through staging) or push (straight into the outputs)
+/// move of `bytes` per destination, the rest of the broadcast's and all-to-all's plans.
+fn move_plan(oneshot: bool, bytes: usize, d: &Dims, extra: Extra) -> CallPlan {
+    let nvec = bytes.div_ceil(16);
+    let (blocks, threads, limit) = if oneshot {
+        let blocks = blocks_for(nvec, ONESHOT_THREADS as usize, ONESHOT_MAX_BLOCKS);
+        (blocks, ONESHOT_THREADS, d.staging_slot_bytes)
+    } else {
+        let blocks = blocks_for(nvec, THREADS as usize * UNROLL, d.sm_count.min(MAX_BLOCKS));
+        (blocks, THREADS, usize::MAX)
+    };
+    CallPlan {
+        blocks,
+        threads,
+        limit,
+        extra,
+    }
+}
+
+/// The plan of a broadcast of `bytes` from `root` (`algo` is not `Auto`).
+pub(crate) fn broadcast_plan(algo: BroadcastAlgo, bytes: usize, root: usize, d: &Dims) -> CallPlan {
+    let oneshot = algo == BroadcastAlgo::OneShot;
+    move_plan(oneshot, bytes, d, Extra::Root(root as i32))
+}
+
+/// The plan of an all-to-all of `bytes` per block (`algo` is not `Auto`).
+pub(crate) fn all_to_all_plan(algo: AllToAllAlgo, bytes: usize, d: &Dims) -> CallPlan {
+    move_plan(algo == AllToAllAlgo::OneShot, bytes, d, Extra::None)
 }
 
 /// Blocks and plan of a bandwidth all-reduce over `nvec` vectors: enough blocks for chunks of

@@ -1,0 +1,235 @@
+//! The collectives that move data without reducing it: the broadcast (one PE's buffer to
+//! every PE) and the all-to-all (every PE's blocks to their owners, the exchange of
+//! mixture-of-experts dispatch and combine).
+
+use super::agree::{Collective, Record};
+use super::algo::{Algo, AllToAllAlgo, BroadcastAlgo};
+use super::plan::{all_to_all_plan, broadcast_plan};
+use super::{Collectives, Planned};
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::memory::{check_len, SymmetricView};
+use crate::team::collectives::check_overlap;
+use cudarc::driver::CudaStream;
+use std::sync::Arc;
+
+/// Bytes up to which [`BroadcastAlgo::Auto`] takes the one-shot path (one handshake, plus a
+/// local copy out of staging on every PE) rather than the push (two barriers, no copy).
+/// Provisional: set from the paths' costs (one flag round trip against a copy at HBM
+/// speed), not yet from measurements across NVLink.
+pub const BROADCAST_ONESHOT_BYTES: usize = 256 << 10;
+
+/// Bytes per block up to which [`AllToAllAlgo::Auto`] takes the one-shot path. Provisional,
+/// as [`BROADCAST_ONESHOT_BYTES`].
+pub const ALL_TO_ALL_ONESHOT_BYTES: usize = 64 << 10;
+
+impl Collectives {
+    /// `dst = src on PE root`, on every PE, for any element type. `dst` and `src` have the
+    /// same length on every PE (`src` is read on the root only) and may be the same buffer
+    /// (in place); they must not otherwise overlap.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::{BroadcastAlgo, Collectives};
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let coll = Collectives::new(&shmem)?;
+    /// let weights = shmem.malloc::<nvshmem::bf16>(4096)?;
+    /// // PE 0's weights everywhere, in place.
+    /// coll.broadcast(&weights, &weights, 0, BroadcastAlgo::Auto, shmem.stream())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn broadcast<'a, T: Element>(
+        &self,
+        dst: impl Into<SymmetricView<'a, T>>,
+        src: impl Into<SymmetricView<'a, T>>,
+        root: usize,
+        algo: BroadcastAlgo,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let (dst, src) = (dst.into(), src.into());
+        let planned = self
+            .check()
+            .and_then(|()| self.plan_broadcast(&dst, &src, root, algo));
+        let planned = self.agree_call(planned, stream)?;
+        self.launch(planned, stream)
+    }
+
+    /// The algorithm `Auto` picks for a broadcast of `bytes`.
+    pub fn choose_broadcast(&self, bytes: usize) -> BroadcastAlgo {
+        if bytes <= BROADCAST_ONESHOT_BYTES.min(self.dims.staging_slot_bytes) {
+            BroadcastAlgo::OneShot
+        } else {
+            BroadcastAlgo::Push
+        }
+    }
+
+    /// Check and plan a broadcast on this PE.
+    fn plan_broadcast<T: Element>(
+        &self,
+        dst: &SymmetricView<'_, T>,
+        src: &SymmetricView<'_, T>,
+        root: usize,
+        algo: BroadcastAlgo,
+    ) -> Result<Planned<'_>> {
+        if root >= self.dims.n_pes {
+            return Err(Error::PeOutOfRange {
+                pe: root,
+                n_pes: self.dims.n_pes,
+            });
+        }
+        self.check_view(src, "the broadcast source")?;
+        self.check_view(dst, "the broadcast destination")?;
+        check_len(
+            "broadcast destination (the source's length)",
+            src.len(),
+            dst.len(),
+        )?;
+        check_overlap("broadcast", dst, src, true)?;
+        let bytes = src.num_bytes();
+        let algo = match algo {
+            BroadcastAlgo::Auto => self.choose_broadcast(bytes),
+            a => a,
+        };
+        let row = algo.index().expect("Auto was resolved");
+        let record = with_root(
+            self.call_record(Collective::Broadcast, None, row, dst, src, src.len()),
+            root,
+        );
+        if bytes == 0 {
+            return Ok(Planned {
+                record,
+                launch: None,
+            });
+        }
+        let launch = self.plan_launch(
+            &self.broadcast[row],
+            &algo,
+            super::algo::BROADCAST_ROWS[row].params,
+            broadcast_plan(algo, bytes, root, &self.dims),
+            (src.as_ptr() as u64, dst.as_ptr() as u64),
+            bytes,
+            bytes,
+        )?;
+        Ok(Planned {
+            record,
+            launch: Some(launch),
+        })
+    }
+
+    /// All-to-all with equal blocks, for any element type: `src` and `dst` hold `n_pes`
+    /// blocks of `len / n_pes` elements; block `q` of PE `p`'s `src` becomes block `p` of PE
+    /// `q`'s `dst`. `dst` and `src` have the same length on every PE and must not overlap.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::{AllToAllAlgo, Collectives};
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let coll = Collectives::new(&shmem)?;
+    /// let per_pe = 128 * 4096; // tokens x hidden for each expert's PE
+    /// let send = shmem.malloc::<nvshmem::bf16>(per_pe * shmem.n_pes())?;
+    /// let recv = shmem.malloc::<nvshmem::bf16>(per_pe * shmem.n_pes())?;
+    /// coll.all_to_all(&recv, &send, AllToAllAlgo::Auto, shmem.stream())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn all_to_all<'a, T: Element>(
+        &self,
+        dst: impl Into<SymmetricView<'a, T>>,
+        src: impl Into<SymmetricView<'a, T>>,
+        algo: AllToAllAlgo,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let (dst, src) = (dst.into(), src.into());
+        let planned = self
+            .check()
+            .and_then(|()| self.plan_all_to_all(&dst, &src, algo));
+        let planned = self.agree_call(planned, stream)?;
+        self.launch(planned, stream)
+    }
+
+    /// The algorithm `Auto` picks for an all-to-all of `bytes` per block.
+    pub fn choose_all_to_all(&self, bytes: usize) -> AllToAllAlgo {
+        if bytes <= ALL_TO_ALL_ONESHOT_BYTES.min(self.dims.staging_slot_bytes) {
+            AllToAllAlgo::OneShot
+        } else {
+            AllToAllAlgo::Push
+        }
+    }
+
+    /// Check and plan an all-to-all on this PE.
+    fn plan_all_to_all<T: Element>(
+        &self,
+        dst: &SymmetricView<'_, T>,
+        src: &SymmetricView<'_, T>,
+        algo: AllToAllAlgo,
+    ) -> Result<Planned<'_>> {
+        let n = self.dims.n_pes;
+        self.check_view(src, "the all_to_all source")?;
+        self.check_view(dst, "the all_to_all destination")?;
+        check_len(
+            "all_to_all destination (the source's length)",
+            src.len(),
+            dst.len(),
+        )?;
+        if src.len() % n != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "an all_to_all of {} elements over {n} PEs: the buffers hold one equal block per \
+                 PE, so their length must be a multiple of {n}",
+                src.len()
+            )));
+        }
+        check_overlap("all_to_all", dst, src, false)?;
+        let block = src.len() / n;
+        let bytes = block * std::mem::size_of::<T>();
+        let algo = match algo {
+            AllToAllAlgo::Auto => self.choose_all_to_all(bytes),
+            a => a,
+        };
+        let row = algo.index().expect("Auto was resolved");
+        let record = self.call_record(Collective::AllToAll, None, row, dst, src, block);
+        if bytes == 0 {
+            return Ok(Planned {
+                record,
+                launch: None,
+            });
+        }
+        let launch = self.plan_launch(
+            &self.all_to_all[row],
+            &algo,
+            super::algo::ALL_TO_ALL_ROWS[row].params,
+            all_to_all_plan(algo, bytes, &self.dims),
+            (src.as_ptr() as u64, dst.as_ptr() as u64),
+            bytes,
+            bytes,
+        )?;
+        Ok(Planned {
+            record,
+            launch: Some(launch),
+        })
+    }
+}
+
+/// `record` with the broadcast's root.
+fn with_root(record: Record, root: usize) -> Record {
+    match record {
+        Record::Call {
+            collective,
+            dtype,
+            op,
+            row,
+            len,
+            dst,
+            src,
+            ..
+        } => Record::Call {
+            collective,
+            dtype,
+            op,
+            row,
+            len,
+            dst,
+            src,
+            root: Some(root),
+        },
+        other => other,
+    }
+}
