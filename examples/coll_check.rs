@@ -485,6 +485,158 @@ fn movement_repeated(
     found
 }
 
+/// A random count matrix, the same on every PE: `c[p][q]` elements go from PE `p` to PE `q`,
+/// up to `max` (zeros included).
+fn count_matrix(seed: u64, np: usize, max: usize) -> Vec<Vec<usize>> {
+    let mut rng = Rng::new(seed ^ 0xC0C0, 0);
+    (0..np)
+        .map(|_| {
+            (0..np)
+                .map(|_| (rng.next() % (max as u64 + 1)) as usize)
+                .collect()
+        })
+        .collect()
+}
+
+/// What PE `me` must receive in an all-to-all-v of `c`, where `all[p]` is PE `p`'s input.
+fn all_to_all_v_want<T: Reducible>(all: &[Vec<T>], c: &[Vec<usize>], me: usize) -> Vec<T> {
+    (0..c.len())
+        .flat_map(|p| {
+            let from: usize = c[p][..me].iter().sum();
+            all[p][from..from + c[p][me]].iter().copied()
+        })
+        .collect()
+}
+
+/// Two all-to-all-v calls with different random counts back to back on one stream, then
+/// the first captured in a graph and replayed on new inputs. Elements of `dst` past what this
+/// PE receives must keep their poison.
+fn all_to_all_v_case(shmem: &Nvshmem, coll: &Collectives, seed: u64, max: usize) -> Result<()> {
+    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let mats = [count_matrix(seed, np, max), count_matrix(seed + 1, np, max)];
+    let cap = max * np + 5;
+    let rounds: Vec<Vec<Vec<f32>>> = (0..4)
+        .map(|r| inputs::<f32>(seed + 7 * r, np, cap))
+        .collect();
+    let poison = inputs::<f32>(seed ^ 0xD57, np, cap)[me].clone();
+    let srcs = (0..2)
+        .map(|r| {
+            let b = shmem.malloc::<f32>(cap)?;
+            b.copy_from_host(&rounds[r][me])?;
+            Ok(b)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let dsts = (0..2)
+        .map(|_| {
+            let b = shmem.malloc::<f32>(cap)?;
+            b.copy_from_host(&poison)?;
+            Ok(b)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let counts = |c: &[Vec<usize>]| {
+        let send = c[me].clone();
+        let recv: Vec<usize> = (0..np).map(|p| c[p][me]).collect();
+        (send, recv)
+    };
+    for r in 0..2 {
+        let (send, recv) = counts(&mats[r]);
+        coll.all_to_all_v(&dsts[r], &recv, &srcs[r], &send, shmem.stream())?;
+    }
+    sync(shmem)?;
+    let want = |r: usize, data: usize| {
+        let mut w = all_to_all_v_want(&rounds[data], &mats[r], me);
+        let got = w.len();
+        w.extend_from_slice(&poison[got..]);
+        w
+    };
+    let mut found = Ok(());
+    for r in 0..2 {
+        found = found.and(compare(
+            &format!("all_to_all_v {r}"),
+            &dsts[r].to_vec()?,
+            &want(r, r),
+        ));
+    }
+    let stream = shmem.new_stream()?;
+    let (send, recv) = counts(&mats[0]);
+    cuda(
+        "cuStreamBeginCapture",
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+    )?;
+    let captured = coll.all_to_all_v(&dsts[0], &recv, &srcs[0], &send, &stream);
+    let graph = cuda(
+        "cuStreamEndCapture",
+        stream.end_capture(CUgraphInstantiate_flags(0)),
+    )?;
+    captured?;
+    let graph = graph.ok_or_else(|| Error::InvalidArgument("capture produced no graph".into()))?;
+    for data in [2, 3] {
+        srcs[0].copy_from_host(&rounds[data][me])?;
+        cuda("cuGraphLaunch", graph.launch())?;
+        cuda("cuStreamSynchronize", stream.synchronize())?;
+        found = found.and(compare(
+            &format!("graph replay of all_to_all_v on inputs {data}"),
+            &dsts[0].to_vec()?,
+            &want(0, data),
+        ));
+    }
+    found
+}
+
+/// The last PE expects one element more from PE 0 than PE 0 sends: on a Collectives of its
+/// own (a mismatch leaves it unusable), both must report the pair, and nothing may land in
+/// the last PE's output from PE 0.
+fn all_to_all_v_mismatch(shmem: &Nvshmem, seed: u64) -> Result<()> {
+    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let coll = Collectives::new(shmem)?;
+    let c = count_matrix(seed, np, 9);
+    let send = c[me].clone();
+    let mut recv: Vec<usize> = (0..np).map(|p| c[p][me]).collect();
+    if me == np - 1 {
+        recv[0] += 1;
+    }
+    let cap = 9 * np + 1;
+    let src = shmem.malloc::<f32>(cap)?;
+    src.copy_from_host(&inputs::<f32>(seed, np, cap)[me])?;
+    let poison = inputs::<f32>(seed ^ 0xD57, np, cap)[me].clone();
+    let dst = shmem.malloc::<f32>(cap)?;
+    dst.copy_from_host(&poison)?;
+    coll.all_to_all_v(&dst, &recv, &src, &send, shmem.stream())?;
+    sync(shmem)?;
+    let involved = me == 0 || me == np - 1;
+    match (coll.check(), involved) {
+        (Err(Error::CollectiveMismatch(msg)), true) => {
+            let pair = format!(
+                "PE 0 sends {} elements to PE {}, which expects {}",
+                c[0][np - 1],
+                np - 1,
+                c[0][np - 1] + 1
+            );
+            if !msg.contains(&pair) {
+                return Err(Error::InvalidArgument(format!(
+                    "the mismatch says: {msg}; expected: {pair}"
+                )));
+            }
+        }
+        (Ok(()), false) => {}
+        (other, _) => {
+            return Err(Error::InvalidArgument(format!(
+                "PE {me} (involved: {involved}) got {other:?} after mismatched counts"
+            )))
+        }
+    }
+    if me == np - 1 {
+        // PE 0's block is the first: nothing of it may have landed.
+        let got = dst.to_vec()?;
+        compare(
+            "the receiver's block from PE 0",
+            &got[..recv[0]],
+            &poison[..recv[0]],
+        )?;
+    }
+    Ok(())
+}
+
 fn all_gather_case<T: Reducible>(
     shmem: &Nvshmem,
     coll: &Collectives,
@@ -1083,6 +1235,16 @@ fn main() {
             |s, seed| movement_repeated(s, &coll, seed, (algo, a2a), 1000 + 3),
         );
     }
+    for max in [0usize, 1, 5, 1000, 70_001] {
+        c.check(
+            &format!("all_to_all_v counts up to {max}, back to back and in a graph"),
+            |s, seed| all_to_all_v_case(s, &coll, seed, max),
+        );
+    }
+    c.check(
+        "all_to_all_v with counts that disagree",
+        all_to_all_v_mismatch,
+    );
     c.check("all_gather Auto n=8M bf16", |s, seed| {
         all_gather_case::<bf16>(s, &coll, seed, AllGatherAlgo::Auto, 8 << 20)
     });

@@ -41,6 +41,7 @@ enum FaultSite {
     FAULT_ROUND = 2,      // a bandwidth all-reduce round flag
     FAULT_LINE = 3,       // a low-latency line
     FAULT_SENTINEL = 4,   // a sentinel vector
+    FAULT_COUNTS = 5,     // not a wait: an all_to_all_v whose counts disagree (sent, expected)
 };
 
 // The first wait of a call that ran out of time, written by the kernel into host memory the
@@ -52,6 +53,9 @@ typedef struct Fault {
     int block;
     unsigned long long epoch;
     unsigned long long waited_ns;
+    unsigned long long sent;      // FAULT_COUNTS: elements the sender sends to the receiver
+    unsigned long long expected;  // and what the receiver expects from it
+    unsigned int sending;         // FAULT_COUNTS: whether this PE is the sender (pe: the receiver)
 } Fault;
 
 // The epoch of this PE's calls, one copy per block index: block b reads copy b when it
@@ -77,6 +81,13 @@ typedef struct Peers {
     int me;
     int npes;
 } Peers;
+
+// An all_to_all_v's counts on this PE, in elements, passed by value: send[q] to PE q (packed
+// in PE order in src), recv[p] from PE p (packed in PE order in dst).
+typedef struct Counts {
+    unsigned long long send[COLL_MAX_PES];
+    unsigned long long recv[COLL_MAX_PES];
+} Counts;
 
 // How a bandwidth all-reduce cuts its parts into chunks.
 typedef struct BandwidthPlan {

@@ -22,7 +22,7 @@
 
 #include "abi.h"
 #include "collectives/bandwidth.cuh"
-#include "collectives/broadcast.cuh"
+#include "collectives/movement.cuh"
 #include "collectives/low_latency.cuh"
 #include "collectives/oneshot.cuh"
 #include "collectives/reduce_scatter.cuh"
@@ -127,3 +127,11 @@ BROADCAST_ENTRY(push, (push_broadcast(src, dst, bytes, ctrl, flags, root)))
 
 ALLTOALL_ENTRY(oneshot, (oneshot_alltoall(src, dst, bytes, ctrl, flags, staging, slot_bytes)))
 ALLTOALL_ENTRY(push, (push_alltoall(src, dst, bytes, ctrl, flags)))
+
+// The all-to-all with counts: `elem` bytes per element, the counts by value, the table of
+// counts where the others take the staging area.
+extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) push_alltoallv_bytes(
+    const char *src, char *dst, size_t elem, Ctrl *ctrl, uint64_t *flags, char *table, size_t table_bytes, const Counts counts) {
+    enter_call();
+    push_alltoallv(src, dst, elem, ctrl, flags, (uint64_t *)table, counts);
+}

@@ -30,15 +30,17 @@ pub(crate) enum Collective {
     ReduceScatter = 5,
     Broadcast = 6,
     AllToAll = 7,
+    AllToAllV = 8,
 }
 
 impl Collective {
-    const ALL: [Collective; 5] = [
+    const ALL: [Collective; 6] = [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::ReduceScatter,
         Collective::Broadcast,
         Collective::AllToAll,
+        Collective::AllToAllV,
     ];
 
     fn name(self) -> &'static str {
@@ -48,6 +50,7 @@ impl Collective {
             Collective::ReduceScatter => "reduce_scatter",
             Collective::Broadcast => "broadcast",
             Collective::AllToAll => "all_to_all",
+            Collective::AllToAllV => "all_to_all_v",
         }
     }
 
@@ -59,6 +62,7 @@ impl Collective {
             Collective::ReduceScatter => REDUCE_SCATTER_ROWS.get(row).map(|r| r.name),
             Collective::Broadcast => BROADCAST_ROWS.get(row).map(|r| r.name),
             Collective::AllToAll => ALL_TO_ALL_ROWS.get(row).map(|r| r.name),
+            Collective::AllToAllV => (row == 0).then_some("push"),
         }
     }
 }
@@ -137,7 +141,7 @@ impl Record {
                 n_pes: w[2],
             }),
             4 => Some(Record::Failed),
-            2 | 3 | 5 | 6 | 7 => Some(Record::Call {
+            2 | 3 | 5..=8 => Some(Record::Call {
                 collective: *Collective::ALL.iter().find(|&&c| c as u64 == w[0])?,
                 dtype: *DTYPES.iter().find(|&&t| t as u64 == w[1])?,
                 op: ReduceOp::ALL.get(w[2] as usize).copied(),

@@ -111,6 +111,8 @@ pub(crate) enum Params {
     StagingPlan,
     /// The sentinel buffers and their table of peer addresses.
     SentinelPeers,
+    /// The all-to-all-v's table of counts and the counts themselves (`Counts`).
+    CountsTable,
 }
 
 /// One algorithm: its name on command lines, the stem of its kernels' names, whether it takes
@@ -485,8 +487,8 @@ impl FromStr for AllGatherAlgo {
 
 /// The entry points of `kernels/collectives.cu`, in kernel-table order: every all-reduce
 /// algorithm for every type it takes and every operator, then the all-gathers, then every
-/// reduce-scatter algorithm for every type and operator, then the broadcasts and the
-/// all-to-alls.
+/// reduce-scatter algorithm for every type and operator, then the broadcasts, the all-to-alls
+/// and the all-to-all with counts.
 pub fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> = all_reduce_kernels()
         .filter_map(|(row, t, o)| Some(all_reduce_kernel(row, t?, o)))
@@ -495,8 +497,12 @@ pub fn kernel_names() -> Vec<String> {
     names.extend(reduce_scatter_kernels().map(|(row, t, o)| reduce_scatter_kernel(row, t, o)));
     names.extend(BROADCAST_ROWS.iter().map(broadcast_kernel));
     names.extend(ALL_TO_ALL_ROWS.iter().map(all_to_all_kernel));
+    names.push(ALL_TO_ALL_V_KERNEL.into());
     names
 }
+
+/// The all-to-all with counts (one algorithm: a push straight into the outputs).
+pub(crate) const ALL_TO_ALL_V_KERNEL: &str = "push_alltoallv_bytes";
 
 /// `push_broadcast_bytes`.
 pub(crate) fn broadcast_kernel(row: &Row<BroadcastAlgo>) -> String {
@@ -603,7 +609,8 @@ mod tests {
     #[test]
     fn kernel_names_cover_types_ops_and_algorithms() {
         let names = kernel_names();
-        assert_eq!(names.len(), 5 * 4 * 3 + 2 * 3 * 3 + 3 + 4 * 3 + 2 + 2);
+        assert_eq!(names.len(), 5 * 4 * 3 + 2 * 3 * 3 + 3 + 4 * 3 + 2 + 2 + 1);
+        assert_eq!(names.last().unwrap(), "push_alltoallv_bytes");
         assert!(names.contains(&"oneshot_broadcast_bytes".to_string()));
         assert!(names.contains(&"push_alltoall_bytes".to_string()));
         assert!(names.contains(&"pull_reducescatter_i32_max".to_string()));

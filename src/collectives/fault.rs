@@ -51,7 +51,8 @@ impl FaultRecord {
         self.device
     }
 
-    /// `Err(Error::Timeout)` once a wait of this PE's calls ran out of time.
+    /// `Err(Error::Timeout)` once a wait of this PE's calls ran out of time;
+    /// `Err(Error::CollectiveMismatch)` once an all-to-all-v found its counts disagreeing.
     pub(crate) fn check(&self) -> Result<()> {
         // SAFETY: live pinned memory; the GPU writes `raised` last, after a system fence.
         let raised = unsafe { std::ptr::addr_of!((*self.host).raised).read_volatile() };
@@ -60,6 +61,26 @@ impl FaultRecord {
         }
         std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         let f = unsafe { self.host.read_volatile() };
+        if f.site as u32 == abi::FAULT_COUNTS {
+            return Err(Error::CollectiveMismatch(format!(
+                "all_to_all_v call #{}: PE {} sends {} elements to PE {}, which expects {} from \
+                 it (every PE p's send_counts[q] must be PE q's recv_counts[p]); nothing moved \
+                 between them. Drop this Collectives and make a new one on every PE",
+                f.epoch,
+                if f.sending != 0 {
+                    self.my_pe
+                } else {
+                    f.pe.max(0) as usize
+                },
+                f.sent,
+                if f.sending != 0 {
+                    f.pe.max(0) as usize
+                } else {
+                    self.my_pe
+                },
+                f.expected
+            )));
+        }
         Err(Error::Timeout {
             pe: self.my_pe,
             waited_for: f.pe.max(0) as usize,

@@ -105,6 +105,10 @@ pub struct Collectives {
     broadcast: Vec<Function>,
     /// By algorithm row.
     all_to_all: Vec<Function>,
+    all_to_all_v: Function,
+    /// The all-to-all-v's counts as each PE publishes them: [parity][3 x n_pes] (see
+    /// `push_alltoallv` in kernels/collectives/movement.cuh).
+    counts_table: SymmetricBuffer<u64>,
 }
 
 // SAFETY: the tables hold device addresses, only ever passed to kernels; the functions and
@@ -240,9 +244,10 @@ impl Collectives {
                     .iter()
                     .map(|row| module.function(&all_to_all_kernel(row)))
                     .collect::<Result<Vec<_>>>()?;
+                let all_to_all_v = module.function(algo::ALL_TO_ALL_V_KERNEL)?;
                 Ok((
                     (all_reduce, all_gather, reduce_scatter),
-                    (broadcast, all_to_all),
+                    (broadcast, all_to_all, all_to_all_v),
                     FaultRecord::new(shmem)?,
                 ))
             });
@@ -256,7 +261,11 @@ impl Collectives {
             Err(_) => Record::Failed,
         };
         let agreed = agreement.agree(shmem, record, config.timeout);
-        let ((all_reduce, all_gather, reduce_scatter), (broadcast, all_to_all), fault) = local?;
+        let (
+            (all_reduce, all_gather, reduce_scatter),
+            (broadcast, all_to_all, all_to_all_v),
+            fault,
+        ) = local?;
         agreed?;
         let (sm_count, per_sm) = agreed_grid_limits(shmem, &all_reduce)?;
         let dims = Dims {
@@ -291,6 +300,7 @@ impl Collectives {
                 )));
             }
         }
+        let counts_table = shmem.calloc::<u64>(2 * 3 * n)?;
         let sentinel = shmem.malloc::<u32>(2 * n * dims.sentinel_slot_bytes / 4)?;
         sentinel.copy_from_host(&vec![abi::COLL_SENTINEL; sentinel.len()])?;
         let tables = match (peer_table(shmem, &lines)?, peer_table(shmem, &sentinel)?) {
@@ -321,6 +331,8 @@ impl Collectives {
             reduce_scatter,
             broadcast,
             all_to_all,
+            all_to_all_v,
+            counts_table,
         })
     }
 
@@ -734,6 +746,10 @@ impl Collectives {
             Params::Staging | Params::StagingPlan => {
                 (self.staging.device_ptr(), self.dims.staging_slot_bytes)
             }
+            Params::CountsTable => (
+                self.counts_table.device_ptr(),
+                self.counts_table.num_bytes(),
+            ),
         };
         let mut args = KernelArgs::new();
         args.device_ptr(src)
@@ -749,6 +765,9 @@ impl Collectives {
             }
             (_, Extra::Root(root)) => {
                 args.value(root);
+            }
+            (Params::CountsTable, Extra::Counts(counts)) => {
+                args.value(counts);
             }
             (Params::LinesPeers | Params::SentinelPeers, _) => {
                 let (lines, sentinel) = self.tables.ok_or_else(|| {

@@ -4,8 +4,9 @@
 
 use super::agree::{Collective, Record};
 use super::algo::{Algo, AllToAllAlgo, BroadcastAlgo};
-use super::plan::{all_to_all_plan, broadcast_plan};
+use super::plan::{all_to_all_plan, all_to_all_v_plan, broadcast_plan};
 use super::{Collectives, Planned};
+use crate::abi;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::memory::{check_len, SymmetricView};
@@ -200,6 +201,105 @@ impl Collectives {
             (src.as_ptr() as u64, dst.as_ptr() as u64),
             bytes,
             bytes,
+        )?;
+        Ok(Planned {
+            record,
+            launch: Some(launch),
+        })
+    }
+}
+
+impl Collectives {
+    /// All-to-all with counts, for any element type (the exchange of mixture-of-experts
+    /// dispatch and combine): this PE sends `send_counts[q]` elements to PE `q`, packed in PE
+    /// order at the start of `src`, and receives `recv_counts[p]` elements from PE `p`,
+    /// packed in PE order at the start of `dst`. Every PE calls it, also one that sends and
+    /// receives nothing. PE `p`'s `send_counts[q]` must be PE `q`'s `recv_counts[p]`: a pair
+    /// that disagrees moves nothing (no store past what the receiver expects), and the next
+    /// call or [`check`](Self::check) on either PE returns [`Error::CollectiveMismatch`]
+    /// naming both. `dst` and `src` must not overlap.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::Collectives;
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let coll = Collectives::new(&shmem)?;
+    /// let n = shmem.n_pes();
+    /// // 3 elements to every PE, 3 from every PE.
+    /// let (send, recv) = (shmem.malloc::<f32>(3 * n)?, shmem.malloc::<f32>(3 * n)?);
+    /// coll.all_to_all_v(&recv, &vec![3; n], &send, &vec![3; n], shmem.stream())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn all_to_all_v<'a, T: Element>(
+        &self,
+        dst: impl Into<SymmetricView<'a, T>>,
+        recv_counts: &[usize],
+        src: impl Into<SymmetricView<'a, T>>,
+        send_counts: &[usize],
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let (dst, src) = (dst.into(), src.into());
+        let planned = self
+            .check()
+            .and_then(|()| self.plan_all_to_all_v(&dst, recv_counts, &src, send_counts));
+        let planned = self.agree_call(planned, stream)?;
+        self.launch(planned, stream)
+    }
+
+    /// Check and plan an all-to-all with counts on this PE.
+    fn plan_all_to_all_v<T: Element>(
+        &self,
+        dst: &SymmetricView<'_, T>,
+        recv_counts: &[usize],
+        src: &SymmetricView<'_, T>,
+        send_counts: &[usize],
+    ) -> Result<Planned<'_>> {
+        let n = self.dims.n_pes;
+        self.check_view(src, "the all_to_all_v source")?;
+        self.check_view(dst, "the all_to_all_v destination")?;
+        let mut counts = abi::Counts {
+            send: [0; abi::COLL_MAX_PES as usize],
+            recv: [0; abi::COLL_MAX_PES as usize],
+        };
+        for (what, given, view_len, into) in [
+            (
+                "all_to_all_v send_counts",
+                send_counts,
+                src.len(),
+                &mut counts.send,
+            ),
+            (
+                "all_to_all_v recv_counts",
+                recv_counts,
+                dst.len(),
+                &mut counts.recv,
+            ),
+        ] {
+            check_len(what, n, given.len())?;
+            let total = given
+                .iter()
+                .try_fold(0usize, |t, &c| t.checked_add(c))
+                .unwrap_or(usize::MAX);
+            if total > view_len {
+                return Err(Error::InvalidArgument(format!(
+                    "{what} add up to {total} elements, more than the {view_len} of its buffer"
+                )));
+            }
+            for (slot, &c) in into.iter_mut().zip(given) {
+                *slot = c as u64;
+            }
+        }
+        check_overlap("all_to_all_v", dst, src, false)?;
+        // Every PE launches, whatever it sends: the others may send to it.
+        let record = self.call_record(Collective::AllToAllV, None, 0, dst, src, 0);
+        let launch = self.plan_launch(
+            &self.all_to_all_v,
+            &AllToAllAlgo::Push,
+            super::algo::Params::CountsTable,
+            all_to_all_v_plan(counts, &self.dims),
+            (src.as_ptr() as u64, dst.as_ptr() as u64),
+            std::mem::size_of::<T>(),
+            0,
         )?;
         Ok(Planned {
             record,

@@ -54,6 +54,8 @@ pub(crate) enum Extra {
     Plan(abi::BandwidthPlan),
     /// The broadcast's root PE.
     Root(i32),
+    /// The all-to-all-v's counts.
+    Counts(abi::Counts),
 }
 
 /// One call's launch.
@@ -191,6 +193,17 @@ fn move_plan(oneshot: bool, bytes: usize, d: &Dims, extra: Extra) -> CallPlan {
 pub(crate) fn broadcast_plan(algo: BroadcastAlgo, bytes: usize, root: usize, d: &Dims) -> CallPlan {
     let oneshot = algo == BroadcastAlgo::OneShot;
     move_plan(oneshot, bytes, d, Extra::Root(root as i32))
+}
+
+/// The plan of an all-to-all with counts: one grid whatever the counts, which differ between
+/// PEs (blocks pair up with the same block index on every PE).
+pub(crate) fn all_to_all_v_plan(counts: abi::Counts, d: &Dims) -> CallPlan {
+    CallPlan {
+        blocks: d.sm_count.clamp(1, MAX_BLOCKS) as u32,
+        threads: THREADS,
+        limit: usize::MAX,
+        extra: Extra::Counts(counts),
+    }
 }
 
 /// The plan of an all-to-all of `bytes` per block (`algo` is not `Auto`).

@@ -124,3 +124,70 @@ __device__ void push_alltoall(const char *src, char *dst, size_t bytes, Ctrl *ct
     signal_and_wait(ctrl, flags, FLAGS_DONE, me, npes, e);
     finish_call(ctrl, e);
 }
+
+// ---- all-to-all with counts ---------------------------------------------------------------
+// counts.send[q] elements of `elem` bytes go to PE q, packed in PE order in src; PE q takes
+// them at its own place for this PE (its recv counts packed in PE order in dst). Every PE
+// publishes its counts in `table` ([parity][recv counts | recv offsets | send counts] of npes
+// words), a start barrier, then each PE reads where each receiver wants its block and checks
+// that both sides agree on its size: the sender against the receiver's recv count, the
+// receiver against the sender's send count. A pair that disagrees moves nothing (no store
+// outside what the receiver expects), and each side records it (FAULT_COUNTS). An end barrier.
+
+// Record a count mismatch with `pe` in the fault record, once per PE, and mark the Collectives
+// broken (as a wait that ran out of time does).
+__device__ __forceinline__ void report_counts(Ctrl *ctrl, int pe, bool sending, uint64_t sent, uint64_t expected, uint64_t e) {
+    if (atomicCAS(&ctrl->aborted, 0u, 1u) != 0u || ctrl->fault == nullptr) return;
+    volatile Fault *f = ctrl->fault;
+    f->site = FAULT_COUNTS;
+    f->pe = pe;
+    f->block = blockIdx.x;
+    f->epoch = e;
+    f->waited_ns = 0;
+    f->sent = sent;
+    f->expected = expected;
+    f->sending = sending;
+    __threadfence_system();
+    f->raised = 1;
+}
+
+__device__ void push_alltoallv(const char *src, char *dst, size_t elem, Ctrl *ctrl, uint64_t *flags, uint64_t *table, const Counts &counts) {
+    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const uint64_t e = call_epoch(ctrl);
+    uint64_t *mine = table + (e & 1) * 3 * (size_t)npes;  // this call's table, at any PE
+    // Every block publishes the same words: a peer's block b reads them after my block b's
+    // flag, which covers only what block b wrote.
+    for (int p = threadIdx.x; p < npes; p += blockDim.x) {
+        uint64_t offset = 0;
+        for (int i = 0; i < p; i++) offset += counts.recv[i];
+        mine[p] = counts.recv[p];
+        mine[npes + p] = offset;
+        mine[2 * npes + p] = counts.send[p];
+    }
+    if (!signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e)) {
+        finish_call(ctrl, e);
+        return;
+    }
+    // As a receiver: does every sender send what I expect?
+    if (blockIdx.x == 0)
+        for (int p = threadIdx.x; p < npes; p += blockDim.x) {
+            const uint64_t *theirs = (const uint64_t *)nvshmem_ptr(mine, p);
+            const uint64_t sent = ld_acquire_sys(theirs + 2 * npes + me);
+            if (sent != counts.recv[p]) report_counts(ctrl, p, false, sent, counts.recv[p], e);
+        }
+    for (int k = 0; k < npes; k++) {
+        const int p = (me + k) % npes;  // start with the next PE: not all PEs store into PE 0 first
+        uint64_t from = 0;  // my block for PE p starts here in src (elements)
+        for (int i = 0; i < p; i++) from += counts.send[i];
+        const uint64_t *theirs = (const uint64_t *)nvshmem_ptr(mine, p);
+        const uint64_t expected = ld_acquire_sys(theirs + me), at = ld_acquire_sys(theirs + npes + me);
+        if (expected != counts.send[p]) {
+            if (blockIdx.x == 0 && threadIdx.x == 0) report_counts(ctrl, p, true, counts.send[p], expected, e);
+            continue;
+        }
+        char *to = (p == me ? dst : (char *)nvshmem_ptr(dst, p)) + at * elem;
+        copy_mapped(to, src + from * elem, counts.send[p] * elem);
+    }
+    signal_and_wait(ctrl, flags, FLAGS_DONE, me, npes, e);
+    finish_call(ctrl, e);
+}
