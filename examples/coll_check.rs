@@ -538,9 +538,9 @@ fn all_to_all_v_case(shmem: &Nvshmem, coll: &Collectives, seed: u64, max: usize)
         let recv: Vec<usize> = (0..np).map(|p| c[p][me]).collect();
         (send, recv)
     };
-    for r in 0..2 {
-        let (send, recv) = counts(&mats[r]);
-        coll.all_to_all_v(&dsts[r], &recv, &srcs[r], &send, shmem.stream())?;
+    for ((mat, dst), src) in mats.iter().zip(&dsts).zip(&srcs) {
+        let (send, recv) = counts(mat);
+        coll.all_to_all_v(dst, &recv, src, &send, shmem.stream())?;
     }
     sync(shmem)?;
     let want = |r: usize, data: usize| {
@@ -550,10 +550,10 @@ fn all_to_all_v_case(shmem: &Nvshmem, coll: &Collectives, seed: u64, max: usize)
         w
     };
     let mut found = Ok(());
-    for r in 0..2 {
+    for (r, dst) in dsts.iter().enumerate() {
         found = found.and(compare(
             &format!("all_to_all_v {r}"),
-            &dsts[r].to_vec()?,
+            &dst.to_vec()?,
             &want(r, r),
         ));
     }

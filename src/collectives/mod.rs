@@ -766,9 +766,6 @@ impl Collectives {
             (_, Extra::Root(root)) => {
                 args.value(root);
             }
-            (Params::CountsTable, Extra::Counts(counts)) => {
-                args.value(counts);
-            }
             (Params::LinesPeers | Params::SentinelPeers, _) => {
                 let (lines, sentinel) = self.tables.ok_or_else(|| {
                     Error::InvalidArgument(format!(

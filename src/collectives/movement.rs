@@ -292,15 +292,16 @@ impl Collectives {
         check_overlap("all_to_all_v", dst, src, false)?;
         // Every PE launches, whatever it sends: the others may send to it.
         let record = self.call_record(Collective::AllToAllV, None, 0, dst, src, 0);
-        let launch = self.plan_launch(
+        let mut launch = self.plan_launch(
             &self.all_to_all_v,
             &AllToAllAlgo::Push,
             super::algo::Params::CountsTable,
-            all_to_all_v_plan(counts, &self.dims),
+            all_to_all_v_plan(&self.dims),
             (src.as_ptr() as u64, dst.as_ptr() as u64),
             std::mem::size_of::<T>(),
             0,
         )?;
+        launch.args.value(counts);
         Ok(Planned {
             record,
             launch: Some(launch),

@@ -54,8 +54,6 @@ pub(crate) enum Extra {
     Plan(abi::BandwidthPlan),
     /// The broadcast's root PE.
     Root(i32),
-    /// The all-to-all-v's counts.
-    Counts(abi::Counts),
 }
 
 /// One call's launch.
@@ -196,13 +194,14 @@ pub(crate) fn broadcast_plan(algo: BroadcastAlgo, bytes: usize, root: usize, d: 
 }
 
 /// The plan of an all-to-all with counts: one grid whatever the counts, which differ between
-/// PEs (blocks pair up with the same block index on every PE).
-pub(crate) fn all_to_all_v_plan(counts: abi::Counts, d: &Dims) -> CallPlan {
+/// PEs (blocks pair up with the same block index on every PE). The counts follow the common
+/// parameters (the caller appends them: too large to copy around in a plan).
+pub(crate) fn all_to_all_v_plan(d: &Dims) -> CallPlan {
     CallPlan {
         blocks: d.sm_count.clamp(1, MAX_BLOCKS) as u32,
         threads: THREADS,
         limit: usize::MAX,
-        extra: Extra::Counts(counts),
+        extra: Extra::None,
     }
 }
 
