@@ -2,7 +2,7 @@
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, ValueEnum};
-use nvshmem::{AllGatherAlgo, AllReduceAlgo, ReduceScatterAlgo};
+use nvshmem::{AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, ReduceScatterAlgo};
 use serde::{Serialize, Serializer};
 use std::fmt::Display;
 use std::path::PathBuf;
@@ -53,13 +53,16 @@ NVSHMEM vs NCCL benchmark suite. Run one PE per GPU:
 Every PE runs the same sequence of operations; PE 0 prints the environment header, progress \
 (stderr) and the result tables (stdout), and writes JSON, CSV and SVG plots to --out.
 
-COLLECTIVES (--tests allreduce,allgather,reducescatter)
+COLLECTIVES (--tests allreduce,allgather,reducescatter,broadcast,alltoall)
   For each data type, message size, implementation and launch mode:
-    ours     nvshmem::Collectives::all_reduce (sum) / all_gather / reduce_scatter (sum),
-             algorithm --algo / --allgather-algo / --reducescatter-algo (default auto)
+    ours     nvshmem::Collectives::all_reduce (sum) / all_gather / reduce_scatter (sum) /
+             broadcast (root 0) / all_to_all, algorithm --algo / --allgather-algo /
+             --reducescatter-algo / --broadcast-algo / --alltoall-algo (default auto)
     nvshmem  nvshmemx_<type>_sum_reduce_on_stream / nvshmemx_<type>_fcollect_on_stream /
-             nvshmemx_<type>_sum_reducescatter_on_stream
-    nccl     ncclAllReduce (sum) / ncclAllGather / ncclReduceScatter (sum) (communicator from
+             nvshmemx_<type>_sum_reducescatter_on_stream / nvshmemx_<type>_broadcast_on_stream
+             / nvshmemx_<type>_alltoall_on_stream
+    nccl     ncclAllReduce (sum) / ncclAllGather / ncclReduceScatter (sum) / ncclBroadcast /
+             one ncclSend and ncclRecv per peer in a group (all-to-all) (communicator from
              a unique id that PE 0 broadcasts through NVSHMEM)
     nccl-symm  the same calls on buffers from ncclMemAlloc registered with
              ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC): NCCL's symmetric kernels where
@@ -70,15 +73,16 @@ COLLECTIVES (--tests allreduce,allgather,reducescatter)
   graph, the time of a replay divided by --graph-ops.
   Size is the buffer size as in nccl-tests: the all-reduce buffer, the all-gather OUTPUT
   (each PE contributes size / PEs), the reduce-scatter INPUT (each PE's source holds a block
-  of size / PEs for every PE, and each PE gets its block, size / PEs, summed over the PEs).
+  of size / PEs for every PE, and each PE gets its block, size / PEs, summed over the PEs),
+  the broadcast buffer, the all-to-all buffer (a block of size / PEs for every PE each way).
   Sizes that do not divide are rounded down.
   NVSHMEM's reduce-scatter stages the whole source in its reduction scratch, which must hold
   twice the size (NVSHMEM_REDUCE_SCRATCH_SIZE, 512 KiB unless set, reserved for each of
   NVSHMEM_MAX_TEAMS teams): larger sizes are not run for nvshmem (see the notes).
   time   = median over --iters timed operations (CUDA events between consecutive operations),
            after --warmup untimed ones; spread = (p90 - p10) / 2 / median
-  algbw  = size / time;  busbw = algbw * 2(n-1)/n (all-reduce) or (n-1)/n (all-gather,
-           reduce-scatter)
+  algbw  = size / time;  busbw = algbw * 2(n-1)/n (all-reduce), (n-1)/n (all-gather,
+           reduce-scatter, all-to-all) or 1 (broadcast)
   Check: every size gets new random input on every PE (values k/4, |k| small enough that every
   partial sum is exact in bf16), the output is compared bit for bit with a CPU reference on
   every PE after the timed runs (reduce-scatter: this PE's block of every PE's input added in
@@ -203,6 +207,10 @@ pub enum TestName {
     Allgather,
     /// Reduce-scatter (sum): ours, NVSHMEM, NCCL
     Reducescatter,
+    /// Broadcast from PE 0: ours, NVSHMEM, NCCL
+    Broadcast,
+    /// All-to-all with equal blocks: ours, NVSHMEM, NCCL (grouped send/recv)
+    Alltoall,
     /// Every point-to-point test (p2p-latency, p2p-signal, p2p-bw, p2p-host, sendrecv)
     P2p,
     /// Device-initiated p/g and put/get latency at thread, warp and block scope
@@ -326,6 +334,14 @@ pub struct Args {
     #[arg(long, default_value = "auto", value_parser = algo_parser::<ReduceScatterAlgo>(ReduceScatterAlgo::ALL.map(ReduceScatterAlgo::name)))]
     pub reducescatter_algo: ReduceScatterAlgo,
 
+    /// Algorithm of our broadcast: auto (by size) or one forced
+    #[arg(long, default_value = "auto", value_parser = algo_parser::<BroadcastAlgo>(BroadcastAlgo::ALL.map(BroadcastAlgo::name)))]
+    pub broadcast_algo: BroadcastAlgo,
+
+    /// Algorithm of our all-to-all: auto (by size) or one forced
+    #[arg(long, default_value = "auto", value_parser = algo_parser::<AllToAllAlgo>(AllToAllAlgo::ALL.map(AllToAllAlgo::name)))]
+    pub alltoall_algo: AllToAllAlgo,
+
     /// Collective launch modes, comma separated
     #[arg(long, value_enum, value_delimiter = ',', default_value = "plain,graph")]
     pub modes: Vec<Mode>,
@@ -428,6 +444,8 @@ pub struct Tests {
     pub allreduce: bool,
     pub allgather: bool,
     pub reducescatter: bool,
+    pub broadcast: bool,
+    pub alltoall: bool,
     pub p2p_latency: bool,
     pub p2p_signal: bool,
     pub p2p_bw: bool,
@@ -446,6 +464,8 @@ impl Tests {
                 TestName::Allreduce => t.allreduce = true,
                 TestName::Allgather => t.allgather = true,
                 TestName::Reducescatter => t.reducescatter = true,
+                TestName::Broadcast => t.broadcast = true,
+                TestName::Alltoall => t.alltoall = true,
                 TestName::P2pLatency => t.p2p_latency = true,
                 TestName::P2pSignal => t.p2p_signal = true,
                 TestName::P2pBw => t.p2p_bw = true,
@@ -466,6 +486,8 @@ impl Tests {
                         t.allreduce = true;
                         t.allgather = true;
                         t.reducescatter = true;
+                        t.broadcast = true;
+                        t.alltoall = true;
                     }
                 }
             }
@@ -474,7 +496,7 @@ impl Tests {
     }
 
     pub fn any_collective(&self) -> bool {
-        self.allreduce || self.allgather || self.reducescatter
+        self.allreduce || self.allgather || self.reducescatter || self.broadcast || self.alltoall
     }
 
     pub fn any_p2p(&self) -> bool {
@@ -555,6 +577,10 @@ pub struct Config {
     pub allgather_algo: AllGatherAlgo,
     #[serde(serialize_with = "by_name")]
     pub reducescatter_algo: ReduceScatterAlgo,
+    #[serde(serialize_with = "by_name")]
+    pub broadcast_algo: BroadcastAlgo,
+    #[serde(serialize_with = "by_name")]
+    pub alltoall_algo: AllToAllAlgo,
     pub modes: Vec<Mode>,
     /// Sizes of the collectives and bandwidth tests.
     pub sizes: Vec<usize>,
@@ -667,6 +693,8 @@ impl Config {
                 .allgather_algo
                 .unwrap_or_else(|| all_gather_of_family(a.algo)),
             reducescatter_algo: a.reducescatter_algo,
+            broadcast_algo: a.broadcast_algo,
+            alltoall_algo: a.alltoall_algo,
             modes,
             sizes,
             lat_sizes,

@@ -13,8 +13,8 @@ use crate::Progress;
 use cudarc::driver::CudaStream;
 use half::bf16;
 use nvshmem::{
-    AllGatherAlgo, AllReduceAlgo, Collectives, Nvshmem, ReduceOp, ReduceScatterAlgo,
-    SymmetricBuffer, Team,
+    AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives, Nvshmem, ReduceOp,
+    ReduceScatterAlgo, SymmetricBuffer, Team,
 };
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -89,6 +89,8 @@ struct Ops<'a> {
     all_reduce_algo: AllReduceAlgo,
     all_gather_algo: AllGatherAlgo,
     reduce_scatter_algo: ReduceScatterAlgo,
+    broadcast_algo: BroadcastAlgo,
+    all_to_all_algo: AllToAllAlgo,
     nccl: Option<&'a Nccl>,
     world: &'a Team,
 }
@@ -121,6 +123,10 @@ impl Ops<'_> {
                         self.reduce_scatter_algo,
                         stream,
                     ),
+                    Collective::Broadcast => {
+                        ours.broadcast(dst, src, BROADCAST_ROOT, self.broadcast_algo, stream)
+                    }
+                    Collective::AllToAll => ours.all_to_all(dst, src, self.all_to_all_algo, stream),
                 };
                 r.map_err(|e| e.to_string())
             }
@@ -133,6 +139,8 @@ impl Ops<'_> {
                     Collective::ReduceScatter => {
                         self.world.reduce_scatter(dst, src, ReduceOp::Sum, stream)
                     }
+                    Collective::Broadcast => self.world.broadcast(dst, src, BROADCAST_ROOT, stream),
+                    Collective::AllToAll => self.world.alltoall(dst, src, stream),
                 };
                 r.map_err(|e| e.to_string())
             }
@@ -140,8 +148,8 @@ impl Ops<'_> {
                 let nccl = self.nccl.ok_or("NCCL is not initialised")?;
                 let (src_ptr, dst_ptr) = operands.pointers(imp)?;
                 // SAFETY: the operands hold src.len() and dst.len() elements of T, and
-                // dst.len() is src.len() (all-reduce), src.len() * PEs (all-gather) or
-                // src.len() / PEs (reduce-scatter).
+                // dst.len() is src.len() (all-reduce, broadcast, all-to-all), src.len() * PEs
+                // (all-gather) or src.len() / PEs (reduce-scatter).
                 unsafe {
                     match coll {
                         Collective::AllReduce => {
@@ -153,12 +161,27 @@ impl Ops<'_> {
                         Collective::ReduceScatter => {
                             nccl.reduce_scatter(src_ptr, dst_ptr, dst.len(), T::NCCL, stream)
                         }
+                        Collective::Broadcast => nccl.broadcast(
+                            src_ptr,
+                            dst_ptr,
+                            src.len(),
+                            T::NCCL,
+                            BROADCAST_ROOT,
+                            stream,
+                        ),
+                        Collective::AllToAll => {
+                            let block = src.num_bytes() / self.world.n_pes();
+                            nccl.all_to_all(src_ptr, dst_ptr, block, stream)
+                        }
                     }
                 }
             }
         }
     }
 }
+
+/// The broadcasts' root.
+const BROADCAST_ROOT: usize = 0;
 
 /// Implementations switched off after they failed: (collective, impl, dtype, mode or None
 /// for every mode).
@@ -175,6 +198,8 @@ pub fn run(ctx: &Ctx, timer: &mut Timer, results: &mut Results) -> Result<()> {
             Collective::AllReduce => ctx.cfg.tests.allreduce,
             Collective::AllGather => ctx.cfg.tests.allgather,
             Collective::ReduceScatter => ctx.cfg.tests.reducescatter,
+            Collective::Broadcast => ctx.cfg.tests.broadcast,
+            Collective::AllToAll => ctx.cfg.tests.alltoall,
         };
         if !selected {
             continue;
@@ -297,8 +322,8 @@ fn run_type<T: BenchElem>(
         // nccl-tests: the size is the all-reduce buffer, the all-gather output or the
         // reduce-scatter input; `count` is the elements of one PE's block in the latter two.
         let (count, bytes) = match coll {
-            Collective::AllReduce => (size / elem, (size / elem) * elem),
-            Collective::AllGather | Collective::ReduceScatter => {
+            Collective::AllReduce | Collective::Broadcast => (size / elem, (size / elem) * elem),
+            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
                 (size / (elem * n), (size / (elem * n)) * elem * n)
             }
         };
@@ -316,6 +341,10 @@ fn run_type<T: BenchElem>(
             Collective::ReduceScatter => {
                 data::reducescatter_case::<T>(key, me, n, count, ctx.threads)
             }
+            Collective::Broadcast => {
+                data::broadcast_case::<T>(key, me, BROADCAST_ROOT, count, ctx.threads)
+            }
+            Collective::AllToAll => data::alltoall_case::<T>(key, me, n, count, ctx.threads),
         };
         let src = Guard::new(ctx.shmem.malloc::<T>(input.len())?);
         let dst = Guard::new(ctx.shmem.malloc::<T>(expected.len())?);
@@ -469,6 +498,8 @@ fn point<T: BenchElem>(
         all_reduce_algo: ctx.cfg.algo,
         all_gather_algo: ctx.cfg.allgather_algo,
         reduce_scatter_algo: ctx.cfg.reducescatter_algo,
+        broadcast_algo: ctx.cfg.broadcast_algo,
+        all_to_all_algo: ctx.cfg.alltoall_algo,
         nccl: ctx.nccl,
         world: &world,
     };

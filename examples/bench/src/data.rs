@@ -195,6 +195,44 @@ pub fn allgather_case<T: BenchElem>(
     (input, expected)
 }
 
+/// This PE's broadcast input (`count` elements, its own random data: only PE `root`'s is
+/// sent) and the expected output: PE `root`'s input.
+pub fn broadcast_case<T: BenchElem>(
+    key: u64,
+    me: usize,
+    root: usize,
+    count: usize,
+    threads: usize,
+) -> (Vec<T>, Vec<T>) {
+    let range = unit_range(1);
+    let input = pe_input(key, me, count, range, threads);
+    let expected = pe_input(key, root, count, range, threads);
+    (input, expected)
+}
+
+/// This PE's all-to-all input (`n_pes` blocks of `count`: block `q` for PE `q`) and the
+/// expected output: block `me` of every PE's input, in PE order.
+pub fn alltoall_case<T: BenchElem>(
+    key: u64,
+    me: usize,
+    n_pes: usize,
+    count: usize,
+    threads: usize,
+) -> (Vec<T>, Vec<T>) {
+    let range = unit_range(1);
+    let input = pe_input(key, me, n_pes * count, range, threads);
+    let bases: Vec<u64> = (0..n_pes).map(|pe| pe_base(key, pe)).collect();
+    let mut expected = vec![T::default(); count * n_pes];
+    par_fill(&mut expected, threads, |start, chunk| {
+        for (j, x) in chunk.iter_mut().enumerate() {
+            let idx = start + j;
+            let (from, i) = (idx / count, idx % count);
+            *x = T::from_quarters(units_at(bases[from], me * count + i, range));
+        }
+    });
+    (input, expected)
+}
+
 /// `len` bf16 values uniform in [-scale, scale) (before rounding to bf16) of case `key`, the
 /// same on every PE: value `i` comes from the random word `i` of PE 0's stream, whichever PE
 /// asks, so the PEs agree on data without communicating.
@@ -423,6 +461,23 @@ mod tests {
         for pe in 0..n {
             let (theirs, _) = allreduce_case::<f32>(k, pe, n, count, 1);
             assert_eq!(&expected[pe * count..(pe + 1) * count], &theirs[..]);
+        }
+    }
+
+    #[test]
+    fn broadcast_and_alltoall_cases_agree_with_every_pe_s_input() {
+        let (k, n, count) = (key(3, &[9]), 3, 5);
+        let (_, want) = broadcast_case::<f32>(k, 1, 2, count, 2);
+        assert_eq!(want, broadcast_case::<f32>(k, 2, 2, count, 1).0);
+        for me in 0..n {
+            let (_, expected) = alltoall_case::<f32>(k, me, n, count, 2);
+            for from in 0..n {
+                let (theirs, _) = alltoall_case::<f32>(k, from, n, count, 1);
+                assert_eq!(
+                    &expected[from * count..(from + 1) * count],
+                    &theirs[me * count..(me + 1) * count]
+                );
+            }
         }
     }
 

@@ -60,6 +60,7 @@ pub fn nccl_error_text(call: &str, e: NcclError) -> String {
 /// A communicator over all PEs, rank = PE.
 pub struct Nccl {
     comm: ns::ncclComm_t,
+    n_pes: usize,
 }
 
 impl Nccl {
@@ -81,7 +82,10 @@ impl Nccl {
         let mut comm: ns::ncclComm_t = std::ptr::null_mut();
         unsafe { nr::comm_init_rank(&mut comm, shmem.n_pes() as i32, id, shmem.my_pe() as i32) }
             .map_err(|e| nccl_error("ncclCommInitRank", e))?;
-        Ok(Nccl { comm })
+        Ok(Nccl {
+            comm,
+            n_pes: shmem.n_pes(),
+        })
     }
 
     fn stream(stream: &CudaStream) -> ns::cudaStream_t {
@@ -161,6 +165,59 @@ impl Nccl {
         )
         .map(|_| ())
         .map_err(|e| nccl_error_text("ncclReduceScatter", e))
+    }
+
+    /// Broadcast `count` elements from `root`'s `src` into every PE's `dst`.
+    ///
+    /// # Safety
+    /// `src` and `dst` must hold `count` elements of `dtype`.
+    pub unsafe fn broadcast(
+        &self,
+        src: u64,
+        dst: u64,
+        count: usize,
+        dtype: ns::ncclDataType_t,
+        root: usize,
+        stream: &CudaStream,
+    ) -> Result<(), String> {
+        nr::broadcast(
+            src as *const c_void,
+            dst as *mut c_void,
+            count,
+            dtype,
+            root as i32,
+            self.comm,
+            Self::stream(stream),
+        )
+        .map(|_| ())
+        .map_err(|e| nccl_error_text("ncclBroadcast", e))
+    }
+
+    /// All-to-all of blocks of `block_bytes`: one send and one receive per PE in one group,
+    /// as NCCL's documentation writes it (NCCL has no all-to-all call).
+    ///
+    /// # Safety
+    /// `src` and `dst` must hold `block_bytes * PEs` bytes.
+    pub unsafe fn all_to_all(
+        &self,
+        src: u64,
+        dst: u64,
+        block_bytes: usize,
+        stream: &CudaStream,
+    ) -> Result<(), String> {
+        nr::group_start().map_err(|e| nccl_error_text("ncclGroupStart", e))?;
+        let mut queued = Ok(());
+        for p in 0..self.n_pes {
+            let offset = (p * block_bytes) as u64;
+            queued = queued
+                .and(self.send(src + offset, block_bytes, p, stream))
+                .and(self.recv(dst + offset, block_bytes, p, stream));
+        }
+        let ended = nr::group_end()
+            .map(|_| ())
+            .map_err(|e| nccl_error_text("ncclGroupEnd", e));
+        queued.map_err(|e| e.to_string())?;
+        ended
     }
 
     /// Send `bytes` bytes to `peer`.

@@ -66,14 +66,18 @@ pub enum Collective {
     AllReduce,
     AllGather,
     ReduceScatter,
+    Broadcast,
+    AllToAll,
 }
 
 impl Collective {
     /// Every collective, in the order they run and are reported.
-    pub const ALL: [Collective; 3] = [
+    pub const ALL: [Collective; 5] = [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::ReduceScatter,
+        Collective::Broadcast,
+        Collective::AllToAll,
     ];
 
     /// The name of its test and records (`--tests`, the `test` column).
@@ -82,6 +86,8 @@ impl Collective {
             Collective::AllReduce => "allreduce",
             Collective::AllGather => "allgather",
             Collective::ReduceScatter => "reducescatter",
+            Collective::Broadcast => "broadcast",
+            Collective::AllToAll => "alltoall",
         }
     }
 
@@ -91,6 +97,8 @@ impl Collective {
             Collective::AllReduce => "all-reduce (sum)",
             Collective::AllGather => "all-gather",
             Collective::ReduceScatter => "reduce-scatter (sum)",
+            Collective::Broadcast => "broadcast (root 0)",
+            Collective::AllToAll => "all-to-all",
         }
     }
 
@@ -100,8 +108,9 @@ impl Collective {
     }
 }
 
-/// nccl-tests' bus bandwidth factor: all-reduce 2(n-1)/n, all-gather and reduce-scatter
-/// (n-1)/n (of the all-gather's output, the reduce-scatter's input).
+/// nccl-tests' bus bandwidth factor: all-reduce 2(n-1)/n, all-gather, reduce-scatter and
+/// all-to-all (n-1)/n (of the all-gather's output, the reduce-scatter's input, the
+/// all-to-all's buffer), broadcast 1.
 pub fn busbw_factor(coll: Collective, n_pes: usize) -> f64 {
     if n_pes == 0 {
         return 0.0;
@@ -109,7 +118,8 @@ pub fn busbw_factor(coll: Collective, n_pes: usize) -> f64 {
     let n = n_pes as f64;
     match coll {
         Collective::AllReduce => 2.0 * (n - 1.0) / n,
-        Collective::AllGather | Collective::ReduceScatter => (n - 1.0) / n,
+        Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => (n - 1.0) / n,
+        Collective::Broadcast => 1.0,
     }
 }
 
@@ -180,19 +190,30 @@ mod tests {
         assert_eq!(busbw_factor(Collective::AllReduce, 1), 0.0);
         assert_eq!(busbw_factor(Collective::ReduceScatter, 1), 0.0);
         assert_eq!(busbw_factor(Collective::ReduceScatter, 0), 0.0);
+        assert_eq!(busbw_factor(Collective::AllToAll, 4), 0.75);
+        assert_eq!(busbw_factor(Collective::Broadcast, 4), 1.0);
     }
 
     #[test]
     fn collectives_have_distinct_names_and_titles() {
         let names: Vec<&str> = Collective::ALL.iter().map(|c| c.name()).collect();
-        assert_eq!(names, ["allreduce", "allgather", "reducescatter"]);
+        assert_eq!(
+            names,
+            [
+                "allreduce",
+                "allgather",
+                "reducescatter",
+                "broadcast",
+                "alltoall"
+            ]
+        );
         assert_eq!(Collective::ReduceScatter.title(), "reduce-scatter (sum)");
         assert!(Collective::is_collective_test("reducescatter"));
         assert!(!Collective::is_collective_test("put_bw"));
         // The data keys use the discriminant: the earlier collectives keep theirs.
         assert_eq!(
             Collective::ALL.map(|c| c as u64),
-            [0, 1, 2],
+            [0, 1, 2, 3, 4],
             "reordering changes every case's data"
         );
     }
