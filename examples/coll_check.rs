@@ -806,7 +806,15 @@ fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool {
             all_gather_case::<i32>(shmem, coll, 5, algo, 1000)?;
         }
         two_streams::<i32>(shmem, coll, 6, AllReduceAlgo::OneShot, 1000, 2)?;
-        graph_replay::<f32>(shmem, coll, 7, AllReduceAlgo::OneShot, 1000)
+        graph_replay::<f32>(shmem, coll, 7, AllReduceAlgo::OneShot, 1000)?;
+        reduce_scatter_case::<f32>(shmem, coll, 8, ReduceOp::Sum, 1000)?;
+        for algo in BroadcastAlgo::ALL {
+            broadcast_case::<f32>(shmem, coll, 9, (algo, 0, false), 1000)?;
+        }
+        for algo in AllToAllAlgo::ALL {
+            all_to_all_case::<f32>(shmem, coll, 10, algo, 1000)?;
+        }
+        all_to_all_v_case(shmem, coll, 11, 100)
     })();
     if let Err(e) = warm {
         eprintln!("PE {me}: soak: the warm-up failed: {e}");
@@ -836,7 +844,7 @@ fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool {
         };
         let op = ops_of[pick(&mut rng, 3)];
         let in_place = pick(&mut rng, 2) == 1;
-        let kind = pick(&mut rng, 20);
+        let kind = pick(&mut rng, 24);
         let mut algo = reduce_algos[pick(&mut rng, reduce_algos.len())];
         // The paths with a part of the workspace take small inputs only: Auto beyond 64 Ki
         // elements (the smallest such part holds 256 KiB on 8 PEs).
@@ -894,6 +902,47 @@ fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool {
                 (
                     format!("graph replay {algo:?} n={n}"),
                     graph_replay::<f32>(shmem, coll, seed, algo, n),
+                )
+            }
+            20 => {
+                let n = n.min(1 << 18);
+                let r = match pick(&mut rng, 4) {
+                    0 => reduce_scatter_case::<i32>(shmem, coll, seed, op, n),
+                    1 => reduce_scatter_case::<bf16>(shmem, coll, seed, op, n),
+                    2 => reduce_scatter_case::<f16>(shmem, coll, seed, op, n),
+                    _ => reduce_scatter_case::<f32>(shmem, coll, seed, op, n),
+                };
+                (format!("reduce_scatter {op:?} n={n}"), r)
+            }
+            21 => {
+                let mut b = BroadcastAlgo::ALL[pick(&mut rng, BroadcastAlgo::ALL.len())];
+                if b == BroadcastAlgo::OneShot && 4 * n > coll.workspace().staging_slot_bytes {
+                    b = BroadcastAlgo::Auto;
+                }
+                let case = (b, pick(&mut rng, shmem.n_pes()), in_place);
+                let r = match pick(&mut rng, 2) {
+                    0 => broadcast_case::<bf16>(shmem, coll, seed, case, n),
+                    _ => broadcast_case::<f32>(shmem, coll, seed, case, n),
+                };
+                (format!("broadcast {case:?} n={n}"), r)
+            }
+            22 => {
+                let block = n.min(1 << 16);
+                let mut a = AllToAllAlgo::ALL[pick(&mut rng, AllToAllAlgo::ALL.len())];
+                if a == AllToAllAlgo::OneShot && 4 * block > coll.workspace().staging_slot_bytes {
+                    a = AllToAllAlgo::Auto;
+                }
+                let r = match pick(&mut rng, 2) {
+                    0 => all_to_all_case::<bf16>(shmem, coll, seed, a, block),
+                    _ => all_to_all_case::<f32>(shmem, coll, seed, a, block),
+                };
+                (format!("all_to_all {a:?} block={block}"), r)
+            }
+            23 => {
+                let max = n.min(1 << 14);
+                (
+                    format!("all_to_all_v counts up to {max}"),
+                    all_to_all_v_case(shmem, coll, seed, max),
                 )
             }
             _ => {
