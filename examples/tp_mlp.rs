@@ -36,8 +36,8 @@
 use nvshmem::cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
 use nvshmem::tp::{
-    shard_range, take_cols, take_rows, ColumnInput, ColumnParallelLinear, LinearShape, RowOutput,
-    RowParallelLinear, Schedule, TensorParallel, TpMlp,
+    shard_range, take_cols, take_rows, ColumnInput, ColumnParallelLinear, GemmPath, LinearShape,
+    RowOutput, RowParallelLinear, Schedule, TensorParallel, TpMlp, DECODE_MAX_TOKENS,
 };
 use nvshmem::{bf16, AllGatherAlgo, DeviceBuffer, Error, Nvshmem, ReduceOp, SymmetricBuffer};
 use std::sync::Arc;
@@ -59,6 +59,7 @@ struct Args {
     column: bool,
     row: bool,
     mlp: bool,
+    gemm: bool,
     hidden: usize,
     ffn: usize,
     shape_name: String,
@@ -68,7 +69,8 @@ struct Args {
     verbose: bool,
 }
 
-const USAGE: &str = "usage: tp_mlp [--test all|column|row|mlp[,..]] [--shape 8b|70b|HIDDEN,FFN] \
+const USAGE: &str =
+    "usage: tp_mlp [--test all|column|row|mlp|gemm[,..]] [--shape 8b|70b|HIDDEN,FFN] \
                      [--m LIST] [--iters N] [--no-timing] [--verbose]";
 
 fn parse_args() -> Result<Args, String> {
@@ -76,6 +78,7 @@ fn parse_args() -> Result<Args, String> {
         column: true,
         row: true,
         mlp: true,
+        gemm: true,
         hidden: 4096,
         ffn: 14336,
         shape_name: "8b".into(),
@@ -90,13 +93,14 @@ fn parse_args() -> Result<Args, String> {
         match flag.as_str() {
             "--test" => {
                 let v = value()?;
-                (a.column, a.row, a.mlp) = (false, false, false);
+                (a.column, a.row, a.mlp, a.gemm) = (false, false, false, false);
                 for t in v.split(',') {
                     match t {
-                        "all" => (a.column, a.row, a.mlp) = (true, true, true),
+                        "all" => (a.column, a.row, a.mlp, a.gemm) = (true, true, true, true),
                         "column" => a.column = true,
                         "row" => a.row = true,
                         "mlp" => a.mlp = true,
+                        "gemm" => a.gemm = true,
                         _ => return Err(format!("unknown test {t:?}; {USAGE}")),
                     }
                 }
@@ -882,6 +886,102 @@ fn errors(c: &Checks, _seed: u64) -> Outcome {
     Ok(())
 }
 
+/// `y = x · wᵀ` by `path` against f64 sums, with [`compare`]'s tolerance and exactness.
+fn gemm_case(c: &Checks, seed: u64, shape: LinearShape, path: GemmPath) -> Outcome {
+    let LinearShape { m, n, k } = shape;
+    let mut rng = Rng::new(seed);
+    let (x, w) = (rng.bf16s(m * k, 1.0), weight(&mut rng, n, k));
+    let (xd, wd) = (c.device(&x)?, c.device(&w)?);
+    let y = c.device(&rng.bf16s(m * n, 1.0))?; // poisoned: every element must be written
+    c.tp.gemm()
+        .linear_with(&y, &xd, &wd, shape, path, &c.stream)
+        .map_err(text)?;
+    sync(&c.stream).map_err(text)?;
+    compare(
+        "GEMM output",
+        &y.to_vec().map_err(text)?,
+        &matmul(&x, &w, m, n, k),
+    )
+}
+
+/// This PE's GEMMs of the MLP shape (gate/up, then down) for each token count the decode
+/// kernel takes, by cuBLASLt and by the decode kernel, in CUDA graphs: time and the weight's
+/// bytes per second. Each timed output is checked bit for bit against an eager call, and the
+/// two paths against each other within the tolerance.
+fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
+    let f = shard_range(a.ffn, c.me(), c.n()).len();
+    let shapes = [("gate/up", 2 * f, a.hidden), ("down", a.hidden, f)];
+    let ms: Vec<usize> =
+        a.ms.iter()
+            .copied()
+            .filter(|&m| m <= DECODE_MAX_TOKENS)
+            .collect();
+    let ms = if ms.is_empty() { vec![1, 8] } else { ms };
+    if c.me() == 0 {
+        println!(
+            "\nGEMMs of this PE's MLP shard ({} over {} PEs), bf16, CUDA graphs, {} replays, PE 0; us: median [p10, p90]; GB/s of weight read",
+            a.shape_name,
+            c.n(),
+            a.iters
+        );
+        println!(
+            "{:>8} {:>5} {:>6} {:>6} {:>24} {:>8} {:>24} {:>8} {:>8}",
+            "GEMM", "M", "N", "K", "cuBLASLt", "GB/s", "decode", "GB/s", "speed-up"
+        );
+    }
+    let mut rng = Rng::new(0x6e33);
+    for (name, n, k) in shapes {
+        let w = c.device(&rng.bf16s(n * k, 0.05))?;
+        for &m in &ms {
+            let x = c.device(&rng.bf16s(m * k, 1.0))?;
+            let ys = [
+                c.shmem.alloc_device::<bf16>(m * n).map_err(text)?,
+                c.shmem.alloc_device::<bf16>(m * n).map_err(text)?,
+            ];
+            let shape = LinearShape { m, n, k };
+            let paths = [GemmPath::CublasLt, GemmPath::Decode];
+            let mut eager = Vec::new();
+            for (y, path) in ys.iter().zip(paths) {
+                c.tp.gemm()
+                    .linear_with(y, &x, &w, shape, path, &c.stream)
+                    .map_err(text)?;
+                sync(&c.stream).map_err(text)?;
+                eager.push(y.to_vec().map_err(text)?);
+            }
+            compare_unsharded(
+                &format!("{name} m={m}: decode against cuBLASLt"),
+                &eager[1],
+                &eager[0].iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
+            )?;
+            let mut cells = Vec::new();
+            for ((y, path), want) in ys.iter().zip(paths).zip(&eager) {
+                let graph = capture(&c.stream, || {
+                    c.tp.gemm().linear_with(y, &x, &w, shape, path, &c.stream)
+                })?;
+                let (med, p10, p90) = median(time_graph(c, &graph, a.iters)?);
+                if bits(&y.to_vec().map_err(text)?) != bits(want) {
+                    return Err(format!(
+                        "{name} m={m} {path:?}: a timed output differs from the eager one"
+                    ));
+                }
+                let gbs = (n * k * 2) as f64 / (med * 1e3);
+                cells.push((med, format!("{med:.1} [{p10:.1}, {p90:.1}]"), gbs));
+            }
+            if c.me() == 0 {
+                println!(
+                    "{name:>8} {m:>5} {n:>6} {k:>6} {:>24} {:>8.0} {:>24} {:>8.0} {:>7.2}x",
+                    cells[0].1,
+                    cells[0].2,
+                    cells[1].1,
+                    cells[1].2,
+                    cells[0].0 / cells[1].0
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 // ---- timing -------------------------------------------------------------------------------
 
 fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
@@ -1145,6 +1245,28 @@ fn main() {
             |c, seed| mlp_graph_and_back_to_back(c, seed, (64, 256, 512 * n)),
         );
         c.run("errors name the bad argument".into(), errors);
+    }
+    if args.gemm {
+        // Both paths on odd shapes: k not a multiple of 8 (the decode kernel's scalar path),
+        // one row, the most rows the decode kernel takes, and the shard shapes of the 8B MLP.
+        for (m, n, k) in [
+            (1, 129, 35),
+            (3, 64, 200),
+            (8, 1000, 4096),
+            (5, 33, 4100),
+            (2, 7, 9),
+        ] {
+            for path in [GemmPath::Decode, GemmPath::CublasLt] {
+                c.run(format!("gemm {path:?} m={m} n={n} k={k}"), |c, seed| {
+                    gemm_case(c, seed, LinearShape { m, n, k }, path)
+                });
+            }
+        }
+        if args.timing {
+            c.run("gemm timing (every timed output checked)".into(), |c, _| {
+                gemm_timing(c, &args)
+            });
+        }
     }
     let which = (args.column, args.row, args.mlp);
     for &m in &args.ms {

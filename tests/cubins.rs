@@ -43,10 +43,14 @@ fn atomics_cubin_has_the_host_atomics_kernel() {
 }
 
 #[test]
-fn tp_cubin_has_the_element_wise_kernels_of_the_layers() {
+fn tp_cubin_has_the_kernels_of_the_layers() {
     check_set(
         &nvshmem::cubins::TP,
-        &["silu_mul_bf16".to_string(), "unchunk_bf16".to_string()],
+        &[
+            "silu_mul_bf16".to_string(),
+            "unchunk_bf16".to_string(),
+            "decode_linear_bf16".to_string(),
+        ],
     );
 }
 

@@ -4,8 +4,10 @@
 //! Row-major `y = x · wᵀ` is column-major `yᵀ = w · xᵀ` with the same memory: cuBLASLt's "TN"
 //! case (A = w transposed, B = x), the layout its Hopper kernels favour.
 
+use crate::cubins::TP;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceSlice};
+use crate::module::{grid, Function, KernelArgs, Module};
 use crate::runtime::Nvshmem;
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys as ltsys;
@@ -14,6 +16,30 @@ use half::bf16;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
+
+/// Tokens up to which [`GemmPath::Auto`] takes our decode kernel (`decode_linear_bf16` in
+/// kernels/tp.cu, which takes up to [`DECODE_MAX_TOKENS`]) rather than cuBLASLt. Measured on
+/// one H100 (`tp_mlp --test gemm`) on the Llama-3 8B and 70B MLP shards of TP 2: 1.00 to
+/// 1.09x cuBLASLt's speed at one token (up to 2.96 TB/s of weight read), 0.99 to 1.07x at
+/// two, slower from four on (each weight vector then meets more x vectors than the kernel
+/// keeps in registers).
+pub const DECODE_TOKENS: usize = 1;
+/// The most tokens our decode kernel takes.
+pub const DECODE_MAX_TOKENS: usize = 8;
+
+/// Which kernel computes a [`Gemm`] call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GemmPath {
+    /// Our decode kernel up to [`DECODE_TOKENS`] tokens (where it measured faster), cuBLASLt
+    /// above.
+    #[default]
+    Auto,
+    /// cuBLASLt, whatever the shape.
+    CublasLt,
+    /// Our decode kernel: one pass over the weight at memory bandwidth, for up to
+    /// [`DECODE_MAX_TOKENS`] tokens.
+    Decode,
+}
 
 /// The workspace cuBLASLt may use per call: what its Hopper kernels ask for at most
 /// (NVIDIA recommends 32 MiB on Hopper).
@@ -79,6 +105,9 @@ fn cublas(call: &'static str, e: lt::CublasError) -> Error {
     }
 }
 
+/// Blocks of the decode kernel per SM (256 threads at 111 registers: two fit).
+const DECODE_BLOCKS_PER_SM: u32 = 2;
+
 /// The largest power of two (at most 256) that divides every address.
 fn common_alignment(addresses: &[u64]) -> u32 {
     let bits = addresses.iter().fold(0u64, |acc, a| acc | a) | 256;
@@ -108,6 +137,9 @@ pub struct Gemm {
     handle: ltsys::cublasLtHandle_t,
     workspace: DeviceBuffer<u8>,
     plans: Mutex<HashMap<Key, Arc<Plan>>>,
+    decode: Function,
+    /// Blocks of the decode kernel resident at once on this GPU.
+    decode_blocks: u32,
 }
 
 // SAFETY: a cuBLASLt handle may be used from any thread (it holds no per-call state; calls
@@ -143,6 +175,16 @@ impl Gemm {
             });
         }
         shmem.bind_context()?;
+        let decode = Module::load(shmem, &TP)?.function("decode_linear_bf16")?;
+        let sms = shmem
+            .context()
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(|source| Error::Cuda {
+                call: "cuDeviceGetAttribute",
+                source,
+            })? as u32;
         let handle = lt::create_handle().map_err(|e| cublas("cublasLtCreate", e))?;
         let workspace = match shmem.alloc_device::<u8>(WORKSPACE_BYTES) {
             Ok(w) => w,
@@ -159,6 +201,8 @@ impl Gemm {
             handle,
             workspace,
             plans: Mutex::new(HashMap::new()),
+            decode,
+            decode_blocks: sms * DECODE_BLOCKS_PER_SM,
         })
     }
 
@@ -170,6 +214,19 @@ impl Gemm {
         x: &impl DeviceSlice<bf16>,
         w: &impl DeviceSlice<bf16>,
         shape: LinearShape,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.linear_with(y, x, w, shape, GemmPath::Auto, stream)
+    }
+
+    /// [`linear`](Self::linear) computed by `path`.
+    pub fn linear_with(
+        &self,
+        y: &impl DeviceSlice<bf16>,
+        x: &impl DeviceSlice<bf16>,
+        w: &impl DeviceSlice<bf16>,
+        shape: LinearShape,
+        path: GemmPath,
         stream: &CudaStream,
     ) -> Result<()> {
         let LinearShape { m, n, k } = shape;
@@ -189,12 +246,13 @@ impl Gemm {
         // SAFETY: the lengths were checked against the shape, and the slices are device
         // memory of this PE.
         unsafe {
-            self.linear_raw(
+            self.linear_path(
                 y.device_ptr(),
                 n,
                 x.device_ptr(),
                 w.device_ptr(),
                 shape,
+                path,
                 stream,
             )
         }
@@ -215,6 +273,24 @@ impl Gemm {
         shape: LinearShape,
         stream: &CudaStream,
     ) -> Result<()> {
+        self.linear_path(y, ldy, x, w, shape, GemmPath::Auto, stream)
+    }
+
+    /// [`linear_raw`](Self::linear_raw) computed by `path`.
+    ///
+    /// # Safety
+    /// As for [`linear_raw`](Self::linear_raw).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn linear_path(
+        &self,
+        y: u64,
+        ldy: usize,
+        x: u64,
+        w: u64,
+        shape: LinearShape,
+        path: GemmPath,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let LinearShape { m, n, k } = shape;
         if n == 0 || k == 0 {
             return Err(Error::InvalidArgument(format!(
@@ -228,6 +304,31 @@ impl Gemm {
         }
         if m == 0 {
             return Ok(());
+        }
+        let decode = match path {
+            GemmPath::Auto => m <= DECODE_TOKENS,
+            GemmPath::CublasLt => false,
+            GemmPath::Decode if m <= DECODE_MAX_TOKENS => true,
+            GemmPath::Decode => {
+                return Err(Error::InvalidArgument(format!(
+                    "the decode GEMM takes up to {DECODE_MAX_TOKENS} tokens, not {m}: use \
+                     GemmPath::Auto or CublasLt"
+                )))
+            }
+        };
+        if decode {
+            self.shmem.bind_context()?;
+            let mut args = KernelArgs::new();
+            args.device_ptr(x)
+                .device_ptr(w)
+                .device_ptr(y)
+                .value(m as u64)
+                .value(n as u64)
+                .value(k as u64)
+                .value(ldy as u64);
+            // A warp per pair of output features: 16 features per block.
+            let blocks = n.div_ceil(16).min(self.decode_blocks as usize) as u32;
+            return self.decode.launch(grid(blocks, 256), stream, &mut args);
         }
         let key = Key {
             shape,

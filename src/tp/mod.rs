@@ -44,7 +44,7 @@ mod row;
 mod shard;
 
 pub use column::{ColumnInput, ColumnParallelLinear};
-pub use gemm::{Gemm, LinearShape, WORKSPACE_BYTES};
+pub use gemm::{Gemm, GemmPath, LinearShape, DECODE_MAX_TOKENS, DECODE_TOKENS, WORKSPACE_BYTES};
 pub use mlp::TpMlp;
 pub use row::{RowOutput, RowParallelLinear};
 pub use shard::{merged_rows, shard_range, take_cols, take_rows};
