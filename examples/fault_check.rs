@@ -273,16 +273,16 @@ fn run_case(case: &str) -> i32 {
             let options = InitOptions::new().start_timeout(Some(TIMEOUT));
             Nvshmem::init_with_unique_id(0, 2, &id, options)
         });
-        eprintln!(
+        say(format!(
             "fault_check: PE 0: the start returned: {:?}",
             start.map(|_| ())
-        );
+        ));
         return 1;
     }
     let shmem = match Nvshmem::init() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("fault_check: {e}");
+            say(format!("fault_check: {e}"));
             return 1;
         }
     };
@@ -299,7 +299,7 @@ fn run_case(case: &str) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("fault_check: PE {me}: {e}");
+            say(format!("fault_check: PE {me}: {e}"));
             // A moment for the other PEs to say what they saw before the launcher, seeing
             // this exit, ends them. Not through the runtime's drop: a peer may be gone, and
             // finalising would wait for it.
@@ -309,15 +309,22 @@ fn run_case(case: &str) -> i32 {
     }
 }
 
+/// `line` to stderr in one write: the PEs share the launcher's pipe, and a line written in
+/// pieces (as `eprintln!` may) interleaves with another PE's, which the checks then miss.
+fn say(line: String) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
 /// With `FAULT_CHECK_TRACE` set (`--trace`), a line per step of a PE, timed from its start.
 fn trace(me: usize, what: &str) {
     static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     let start = *START.get_or_init(Instant::now);
     if std::env::var_os("FAULT_CHECK_TRACE").is_some() {
-        eprintln!(
+        say(format!(
             "fault_check: trace PE {me} +{:.2?}: {what}",
             start.elapsed()
-        );
+        ));
     }
 }
 
