@@ -14,11 +14,13 @@
 //! device memory and symmetric heap in use at the start and the end (which must match).
 
 use nvshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
 use nvshmem::{
     bf16, f16, AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives,
     CollectivesConfig, DataType, Element, Error, Nvshmem, ReduceOp, ReduceScatterAlgo, Result,
     SymmetricBuffer,
 };
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[path = "common/splitmix.rs"]
@@ -329,23 +331,15 @@ fn reduce_scatter_repeated(shmem: &Nvshmem, coll: &Collectives, seed: u64, n: us
         ));
     }
     let stream = shmem.new_stream()?;
-    cuda(
-        "cuStreamBeginCapture",
-        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-    )?;
-    let captured = coll.reduce_scatter(
-        &dsts[0],
-        &srcs[0],
-        ReduceOp::Sum,
-        ReduceScatterAlgo::Auto,
-        &stream,
-    );
-    let graph = cuda(
-        "cuStreamEndCapture",
-        stream.end_capture(CUgraphInstantiate_flags(0)),
-    )?;
-    captured?;
-    let graph = graph.ok_or_else(|| Error::InvalidArgument("capture produced no graph".into()))?;
+    let graph = capture(&stream, || {
+        coll.reduce_scatter(
+            &dsts[0],
+            &srcs[0],
+            ReduceOp::Sum,
+            ReduceScatterAlgo::Auto,
+            &stream,
+        )
+    })?;
     for r in [1, 2] {
         srcs[0].copy_from_host(&rounds[r][me])?;
         cuda("cuGraphLaunch", graph.launch())?;
@@ -461,17 +455,9 @@ fn movement_repeated(
     // Every PE runs the graph part whatever it found (its replays wait for every PE).
     let stream = shmem.new_stream()?;
     let last = rounds.len() - 1;
-    cuda(
-        "cuStreamBeginCapture",
-        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-    )?;
-    let captured = coll.all_to_all(&dsts[0], &srcs[0], a2a, &stream);
-    let graph = cuda(
-        "cuStreamEndCapture",
-        stream.end_capture(CUgraphInstantiate_flags(0)),
-    )?;
-    captured?;
-    let graph = graph.ok_or_else(|| Error::InvalidArgument("capture produced no graph".into()))?;
+    let graph = capture(&stream, || {
+        coll.all_to_all(&dsts[0], &srcs[0], a2a, &stream)
+    })?;
     for r in [last - 1, last] {
         srcs[0].copy_from_host(&rounds[r][me])?;
         cuda("cuGraphLaunch", graph.launch())?;
@@ -559,17 +545,9 @@ fn all_to_all_v_case(shmem: &Nvshmem, coll: &Collectives, seed: u64, max: usize)
     }
     let stream = shmem.new_stream()?;
     let (send, recv) = counts(&mats[0]);
-    cuda(
-        "cuStreamBeginCapture",
-        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-    )?;
-    let captured = coll.all_to_all_v(&dsts[0], &recv, &srcs[0], &send, &stream);
-    let graph = cuda(
-        "cuStreamEndCapture",
-        stream.end_capture(CUgraphInstantiate_flags(0)),
-    )?;
-    captured?;
-    let graph = graph.ok_or_else(|| Error::InvalidArgument("capture produced no graph".into()))?;
+    let graph = capture(&stream, || {
+        coll.all_to_all_v(&dsts[0], &recv, &srcs[0], &send, &stream)
+    })?;
     for data in [2, 3] {
         srcs[0].copy_from_host(&rounds[data][me])?;
         cuda("cuGraphLaunch", graph.launch())?;
@@ -743,20 +721,11 @@ fn graph_replay<T: Reducible>(
     let y = shmem.malloc::<T>(n)?;
     x.copy_from_host(&all[shmem.my_pe()])?;
     let stream = shmem.new_stream()?;
-    cuda(
-        "cuStreamBeginCapture",
-        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-    )?;
     // x -> y -> x: two calls per replay, out of place both ways.
-    let captured = coll
-        .all_reduce(&y, &x, ReduceOp::Sum, algo, &stream)
-        .and_then(|_| coll.all_reduce(&x, &y, ReduceOp::Sum, algo, &stream));
-    let graph = cuda(
-        "cuStreamEndCapture",
-        stream.end_capture(CUgraphInstantiate_flags(0)),
-    )?;
-    captured?;
-    let graph = graph.ok_or_else(|| Error::InvalidArgument("capture produced no graph".into()))?;
+    let graph = capture(&stream, || {
+        coll.all_reduce(&y, &x, ReduceOp::Sum, algo, &stream)
+            .and_then(|_| coll.all_reduce(&x, &y, ReduceOp::Sum, algo, &stream))
+    })?;
     let replays = 3;
     for _ in 0..replays {
         cuda("cuGraphLaunch", graph.launch())?;
@@ -1051,6 +1020,21 @@ fn sentinel_bits_case<T: Reducible>(
         )));
     }
     Ok(())
+}
+
+/// What `op` enqueues on `stream`, captured into a graph.
+fn capture(stream: &Arc<CudaStream>, op: impl FnOnce() -> Result<()>) -> Result<CudaGraph> {
+    cuda(
+        "cuStreamBeginCapture",
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+    )?;
+    let captured = op();
+    let graph = cuda(
+        "cuStreamEndCapture",
+        stream.end_capture(CUgraphInstantiate_flags(0)),
+    )?;
+    captured?;
+    graph.ok_or_else(|| Error::InvalidArgument("capture produced no graph".into()))
 }
 
 fn cuda<T>(

@@ -724,6 +724,19 @@ impl Nvshmem {
         &self.rt.ctx
     }
 
+    /// The multiprocessors this PE's context may use (under MPS with
+    /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, fewer than the GPU has).
+    pub(crate) fn sm_count(&self) -> Result<u32> {
+        let sms = self
+            .rt
+            .ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .during("cuDeviceGetAttribute")?;
+        Ok(sms.max(0) as u32)
+    }
+
     /// The stream the blocking host operations of this crate use.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.rt.stream

@@ -133,6 +133,14 @@ impl Record {
         }
     }
 
+    /// This call's record with a root (the broadcast's).
+    pub(crate) fn with_root(mut self, r: usize) -> Self {
+        if let Record::Call { root, .. } = &mut self {
+            *root = Some(r);
+        }
+        self
+    }
+
     /// A record as words say it (`None` for words no PE writes).
     fn decode(w: &[u64]) -> Option<Record> {
         match w[0] {

@@ -129,6 +129,19 @@ struct Launch<'f> {
     args: KernelArgs<'f>,
 }
 
+/// `record`'s call, launching what `launch` plans unless the call is `empty` (moves
+/// nothing, on every PE alike).
+fn planned<'f>(
+    record: Record,
+    empty: bool,
+    launch: impl FnOnce() -> Result<Launch<'f>>,
+) -> Result<Planned<'f>> {
+    Ok(Planned {
+        record,
+        launch: if empty { None } else { Some(launch()?) },
+    })
+}
+
 /// Whether `stream` is being captured into a graph.
 fn capturing(shmem: &Nvshmem, stream: &CudaStream) -> Result<bool> {
     Ok(capture_of(shmem, stream)?.is_some())
@@ -460,11 +473,7 @@ impl Collectives {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (dst, src) = (dst.into(), src.into());
-        let planned = self
-            .check()
-            .and_then(|()| self.plan_all_reduce(&dst, &src, op, algo));
-        let planned = self.agree_call(planned, stream)?;
-        self.launch(planned, stream)
+        self.call(|| self.plan_all_reduce(&dst, &src, op, algo), stream)
     }
 
     /// Check and plan an all-reduce on this PE.
@@ -494,27 +503,19 @@ impl Collectives {
         }
         let row = algo.index().expect("Auto was resolved");
         let record = self.call_record(Collective::AllReduce, Some(op), row, dst, src, src.len());
-        if src.is_empty() {
-            return Ok(Planned {
-                record,
-                launch: None,
-            });
-        }
         let function = self.all_reduce[(row * algo::TYPES.len() + t) * algo::OPS.len() + o]
             .as_ref()
             .expect("every algorithm that takes a type has its kernels");
-        let launch = self.plan_launch(
-            function,
-            &algo,
-            algo::ALL_REDUCE_ROWS[row].params,
-            all_reduce_plan(algo, bytes, &self.dims),
-            (src.as_ptr() as u64, dst.as_ptr() as u64),
-            src.len(),
-            bytes,
-        )?;
-        Ok(Planned {
-            record,
-            launch: Some(launch),
+        planned(record, src.is_empty(), || {
+            self.plan_launch(
+                function,
+                &algo,
+                algo::ALL_REDUCE_ROWS[row].params,
+                all_reduce_plan(algo, bytes, &self.dims),
+                (src.as_ptr() as u64, dst.as_ptr() as u64),
+                src.len(),
+                bytes,
+            )
         })
     }
 
@@ -539,11 +540,7 @@ impl Collectives {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (dst, src) = (dst.into(), src.into());
-        let planned = self
-            .check()
-            .and_then(|()| self.plan_all_gather(&dst, &src, algo));
-        let planned = self.agree_call(planned, stream)?;
-        self.launch(planned, stream)
+        self.call(|| self.plan_all_gather(&dst, &src, algo), stream)
     }
 
     /// Check and plan an all-gather on this PE.
@@ -568,24 +565,16 @@ impl Collectives {
         };
         let row = algo.index().expect("Auto was resolved");
         let record = self.call_record(Collective::AllGather, None, row, dst, src, src.len());
-        if bytes == 0 {
-            return Ok(Planned {
-                record,
-                launch: None,
-            });
-        }
-        let launch = self.plan_launch(
-            &self.all_gather[row],
-            &algo,
-            algo::ALL_GATHER_ROWS[row].params,
-            all_gather_plan(algo, bytes, &self.dims),
-            (src.as_ptr() as u64, dst.as_ptr() as u64),
-            bytes,
-            bytes,
-        )?;
-        Ok(Planned {
-            record,
-            launch: Some(launch),
+        planned(record, bytes == 0, || {
+            self.plan_launch(
+                &self.all_gather[row],
+                &algo,
+                algo::ALL_GATHER_ROWS[row].params,
+                all_gather_plan(algo, bytes, &self.dims),
+                (src.as_ptr() as u64, dst.as_ptr() as u64),
+                bytes,
+                bytes,
+            )
         })
     }
 
@@ -614,11 +603,7 @@ impl Collectives {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (dst, src) = (dst.into(), src.into());
-        let planned = self
-            .check()
-            .and_then(|()| self.plan_reduce_scatter(&dst, &src, op, algo));
-        let planned = self.agree_call(planned, stream)?;
-        self.launch(planned, stream)
+        self.call(|| self.plan_reduce_scatter(&dst, &src, op, algo), stream)
     }
 
     /// Check and plan a reduce-scatter on this PE.
@@ -652,25 +637,17 @@ impl Collectives {
             dst.len(),
         );
         let bytes = dst.num_bytes();
-        if bytes == 0 {
-            return Ok(Planned {
-                record,
-                launch: None,
-            });
-        }
         let function = &self.reduce_scatter[(row * algo::TYPES.len() + t) * algo::OPS.len() + o];
-        let launch = self.plan_launch(
-            function,
-            &algo,
-            algo::REDUCE_SCATTER_ROWS[row].params,
-            reduce_scatter_plan(algo, bytes, &self.dims),
-            (src.as_ptr() as u64, dst.as_ptr() as u64),
-            dst.len(),
-            bytes,
-        )?;
-        Ok(Planned {
-            record,
-            launch: Some(launch),
+        planned(record, bytes == 0, || {
+            self.plan_launch(
+                function,
+                &algo,
+                algo::REDUCE_SCATTER_ROWS[row].params,
+                reduce_scatter_plan(algo, bytes, &self.dims),
+                (src.as_ptr() as u64, dst.as_ptr() as u64),
+                dst.len(),
+                bytes,
+            )
         })
     }
 
@@ -793,6 +770,18 @@ impl Collectives {
         })
     }
 
+    /// Every call's path: this `Collectives` still sound, the call planned on this PE, agreed
+    /// with the other PEs (with `check_calls`), launched.
+    fn call<'f>(
+        &'f self,
+        plan: impl FnOnce() -> Result<Planned<'f>>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let planned = self.check().and_then(|()| plan());
+        let planned = self.agree_call(planned, stream)?;
+        self.launch(planned, stream)
+    }
+
     /// Launch a planned call on the one launch path ([`Function::launch_with`]), ordered
     /// after the last call.
     fn launch(&self, planned: Planned<'_>, stream: &Arc<CudaStream>) -> Result<()> {
@@ -849,10 +838,7 @@ impl Collectives {
 /// block index on every PE, so every PE must launch the same grids (mixed GPU models take the
 /// smallest).
 fn agreed_grid_limits(shmem: &Nvshmem, all_reduce: &[Option<Function>]) -> Result<(usize, usize)> {
-    let sm_count = shmem
-        .context()
-        .attribute(cusys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .during("cuDeviceGetAttribute")? as usize;
+    let sm_count = shmem.sm_count()? as usize;
     let mut per_sm = plan::BW_BLOCKS_PER_SM;
     let bandwidth = all_reduce
         .iter()

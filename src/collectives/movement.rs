@@ -2,10 +2,10 @@
 //! every PE) and the all-to-all (every PE's blocks to their owners, the exchange of
 //! mixture-of-experts dispatch and combine).
 
-use super::agree::{Collective, Record};
+use super::agree::Collective;
 use super::algo::{Algo, AllToAllAlgo, BroadcastAlgo};
 use super::plan::{all_to_all_plan, all_to_all_v_plan, broadcast_plan};
-use super::{Collectives, Planned};
+use super::{planned, Collectives, Planned};
 use crate::abi;
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -48,11 +48,7 @@ impl Collectives {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (dst, src) = (dst.into(), src.into());
-        let planned = self
-            .check()
-            .and_then(|()| self.plan_broadcast(&dst, &src, root, algo));
-        let planned = self.agree_call(planned, stream)?;
-        self.launch(planned, stream)
+        self.call(|| self.plan_broadcast(&dst, &src, root, algo), stream)
     }
 
     /// The algorithm `Auto` picks for a broadcast of `bytes`.
@@ -92,28 +88,19 @@ impl Collectives {
             a => a,
         };
         let row = algo.index().expect("Auto was resolved");
-        let record = with_root(
-            self.call_record(Collective::Broadcast, None, row, dst, src, src.len()),
-            root,
-        );
-        if bytes == 0 {
-            return Ok(Planned {
-                record,
-                launch: None,
-            });
-        }
-        let launch = self.plan_launch(
-            &self.broadcast[row],
-            &algo,
-            super::algo::BROADCAST_ROWS[row].params,
-            broadcast_plan(algo, bytes, root, &self.dims),
-            (src.as_ptr() as u64, dst.as_ptr() as u64),
-            bytes,
-            bytes,
-        )?;
-        Ok(Planned {
-            record,
-            launch: Some(launch),
+        let record = self
+            .call_record(Collective::Broadcast, None, row, dst, src, src.len())
+            .with_root(root);
+        planned(record, bytes == 0, || {
+            self.plan_launch(
+                &self.broadcast[row],
+                &algo,
+                super::algo::BROADCAST_ROWS[row].params,
+                broadcast_plan(algo, bytes, root, &self.dims),
+                (src.as_ptr() as u64, dst.as_ptr() as u64),
+                bytes,
+                bytes,
+            )
         })
     }
 
@@ -140,11 +127,7 @@ impl Collectives {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (dst, src) = (dst.into(), src.into());
-        let planned = self
-            .check()
-            .and_then(|()| self.plan_all_to_all(&dst, &src, algo));
-        let planned = self.agree_call(planned, stream)?;
-        self.launch(planned, stream)
+        self.call(|| self.plan_all_to_all(&dst, &src, algo), stream)
     }
 
     /// The algorithm `Auto` picks for an all-to-all of `bytes` per block.
@@ -187,24 +170,16 @@ impl Collectives {
         };
         let row = algo.index().expect("Auto was resolved");
         let record = self.call_record(Collective::AllToAll, None, row, dst, src, block);
-        if bytes == 0 {
-            return Ok(Planned {
-                record,
-                launch: None,
-            });
-        }
-        let launch = self.plan_launch(
-            &self.all_to_all[row],
-            &algo,
-            super::algo::ALL_TO_ALL_ROWS[row].params,
-            all_to_all_plan(algo, bytes, &self.dims),
-            (src.as_ptr() as u64, dst.as_ptr() as u64),
-            bytes,
-            bytes,
-        )?;
-        Ok(Planned {
-            record,
-            launch: Some(launch),
+        planned(record, bytes == 0, || {
+            self.plan_launch(
+                &self.all_to_all[row],
+                &algo,
+                super::algo::ALL_TO_ALL_ROWS[row].params,
+                all_to_all_plan(algo, bytes, &self.dims),
+                (src.as_ptr() as u64, dst.as_ptr() as u64),
+                bytes,
+                bytes,
+            )
         })
     }
 }
@@ -239,11 +214,10 @@ impl Collectives {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (dst, src) = (dst.into(), src.into());
-        let planned = self
-            .check()
-            .and_then(|()| self.plan_all_to_all_v(&dst, recv_counts, &src, send_counts));
-        let planned = self.agree_call(planned, stream)?;
-        self.launch(planned, stream)
+        self.call(
+            || self.plan_all_to_all_v(&dst, recv_counts, &src, send_counts),
+            stream,
+        )
     }
 
     /// Check and plan an all-to-all with counts on this PE.
@@ -306,31 +280,5 @@ impl Collectives {
             record,
             launch: Some(launch),
         })
-    }
-}
-
-/// `record` with the broadcast's root.
-fn with_root(record: Record, root: usize) -> Record {
-    match record {
-        Record::Call {
-            collective,
-            dtype,
-            op,
-            row,
-            len,
-            dst,
-            src,
-            ..
-        } => Record::Call {
-            collective,
-            dtype,
-            op,
-            row,
-            len,
-            dst,
-            src,
-            root: Some(root),
-        },
-        other => other,
     }
 }

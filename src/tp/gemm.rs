@@ -176,15 +176,7 @@ impl Gemm {
         }
         shmem.bind_context()?;
         let decode = Module::load(shmem, &TP)?.function("decode_linear_bf16")?;
-        let sms = shmem
-            .context()
-            .attribute(
-                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-            )
-            .map_err(|source| Error::Cuda {
-                call: "cuDeviceGetAttribute",
-                source,
-            })? as u32;
+        let sms = shmem.sm_count()?;
         let handle = lt::create_handle().map_err(|e| cublas("cublasLtCreate", e))?;
         let workspace = match shmem.alloc_device::<u8>(WORKSPACE_BYTES) {
             Ok(w) => w,

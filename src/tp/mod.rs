@@ -125,15 +125,7 @@ impl TensorParallel {
         let module = Module::load(shmem, &TP)?;
         let silu_mul = module.function("silu_mul_bf16")?;
         let unchunk = module.function("unchunk_bf16")?;
-        let sms = shmem
-            .context()
-            .attribute(
-                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-            )
-            .map_err(|source| Error::Cuda {
-                call: "cuDeviceGetAttribute",
-                source,
-            })? as u32;
+        let sms = shmem.sm_count()?;
         Ok(TensorParallel {
             inner: Arc::new(Inner {
                 side: shmem.new_stream()?,
