@@ -17,8 +17,8 @@ use nvshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode
 use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
 use nvshmem::{
     bf16, f16, AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives,
-    CollectivesConfig, DataType, Element, Error, Nvshmem, ReduceOp, ReduceScatterAlgo, Result,
-    SymmetricBuffer,
+    CollectivesConfig, DataType, Element, Error, Nvshmem, ReduceAlgo, ReduceOp, ReduceScatterAlgo,
+    Result, SymmetricBuffer,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -351,6 +351,33 @@ fn reduce_scatter_repeated(shmem: &Nvshmem, coll: &Collectives, seed: u64, n: us
         ));
     }
     found
+}
+
+/// `dst = op over PEs of src` on `root` (`dst` is `src` itself when `in_place`); on the
+/// other PEs `dst` must keep what it held.
+fn reduce_case<T: Reducible>(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    (op, root, in_place): (ReduceOp, usize, bool),
+    n: usize,
+) -> Result<()> {
+    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let all = inputs::<T>(seed, np, n);
+    let src = shmem.malloc::<T>(n)?;
+    src.copy_from_host(&all[me])?;
+    let poison = inputs::<T>(seed ^ 0xD57, np, n)[me].clone();
+    let dst = shmem.malloc::<T>(n)?;
+    dst.copy_from_host(&poison)?;
+    let dst = if in_place { &src } else { &dst };
+    coll.reduce(dst, &src, op, root, ReduceAlgo::Auto, shmem.stream())?;
+    sync(shmem)?;
+    let want = match (me == root, in_place) {
+        (true, _) => reference(op, &all),
+        (false, true) => all[me].clone(),
+        (false, false) => poison,
+    };
+    compare("reduce", &dst.to_vec()?, &want)
 }
 
 /// `dst = src on root` on every PE (`dst` is `src` itself when `in_place`).
@@ -777,6 +804,7 @@ fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool {
         two_streams::<i32>(shmem, coll, 6, AllReduceAlgo::OneShot, 1000, 2)?;
         graph_replay::<f32>(shmem, coll, 7, AllReduceAlgo::OneShot, 1000)?;
         reduce_scatter_case::<f32>(shmem, coll, 8, ReduceOp::Sum, 1000)?;
+        reduce_case::<f32>(shmem, coll, 12, (ReduceOp::Sum, 0, false), 1000)?;
         for algo in BroadcastAlgo::ALL {
             broadcast_case::<f32>(shmem, coll, 9, (algo, 0, false), 1000)?;
         }
@@ -872,6 +900,14 @@ fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool {
                     format!("graph replay {algo:?} n={n}"),
                     graph_replay::<f32>(shmem, coll, seed, algo, n),
                 )
+            }
+            20 if pick(&mut rng, 2) == 0 => {
+                let case = (op, pick(&mut rng, shmem.n_pes()), in_place);
+                let r = match pick(&mut rng, 2) {
+                    0 => reduce_case::<bf16>(shmem, coll, seed, case, n),
+                    _ => reduce_case::<i32>(shmem, coll, seed, case, n),
+                };
+                (format!("reduce {case:?} n={n}"), r)
             }
             20 => {
                 let n = n.min(1 << 18);
@@ -1217,6 +1253,27 @@ fn main() {
     c.check("reduce_scatter back to back and in a graph", |s, seed| {
         reduce_scatter_repeated(s, &coll, seed, 4096 + 8)
     });
+    // The reduce to every root, in place and not, every type and operator.
+    for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+        for n in [1usize, 3, 1000, 4099, 300_001] {
+            for root in 0..shmem.n_pes() {
+                let case = (op, root, root % 2 == 1);
+                let tag = format!("reduce {op:?} root {root} in place {} n={n}", case.2);
+                c.check(&format!("{tag} f32"), |s, seed| {
+                    reduce_case::<f32>(s, &coll, seed, case, n)
+                });
+                c.check(&format!("{tag} bf16"), |s, seed| {
+                    reduce_case::<bf16>(s, &coll, seed, case, n)
+                });
+            }
+            c.check(&format!("reduce {op:?} root 0 n={n} f16"), |s, seed| {
+                reduce_case::<f16>(s, &coll, seed, (op, 0, false), n)
+            });
+            c.check(&format!("reduce {op:?} root 0 n={n} i32"), |s, seed| {
+                reduce_case::<i32>(s, &coll, seed, (op, 0, false), n)
+            });
+        }
+    }
     // The broadcast from every root, in place and not, and the all-to-all: every algorithm
     // at odd sizes (unaligned blocks included); an explicit one-shot too large for its
     // staging slot must be refused, not overrun it.
@@ -1634,6 +1691,16 @@ fn main() {
             ),
             "reduce_scatter overlap",
             |e| matches!(e, Error::Overlap { .. }),
+        )?;
+        expect_err(
+            coll.reduce(&b, &b, ReduceOp::Sum, s.n_pes(), ReduceAlgo::Auto, st),
+            "reduce root out of range",
+            |e| matches!(e, Error::PeOutOfRange { .. }),
+        )?;
+        expect_err(
+            coll.reduce(&u, &u, ReduceOp::Sum, 0, ReduceAlgo::Auto, st),
+            "reduce of u64",
+            |e| matches!(e, Error::TypeMismatch { .. }),
         )?;
         expect_err(
             coll.broadcast(&b, &a, s.n_pes(), BroadcastAlgo::Auto, st),

@@ -1,5 +1,5 @@
-// All-reduce, all-gather, reduce-scatter, broadcast and all-to-all over NVLink, initiated
-// from the device.
+// All-reduce, all-gather, reduce-scatter, reduce, broadcast and all-to-all over NVLink,
+// initiated from the device.
 //
 // Every PE's buffers are symmetric, so a peer's copy is reached with a plain load or store
 // through nvshmem_ptr(). Synchronisation uses per-block flags in the symmetric heap:
@@ -93,6 +93,25 @@ REDUCESCATTER_TYPE(f32, float)
 REDUCESCATTER_TYPE(f16, __half)
 REDUCESCATTER_TYPE(bf16, __nv_bfloat16)
 REDUCESCATTER_TYPE(i32, int32_t)
+
+// One entry point `pull_reduce_NAME_OPNAME` per type and operator: the reduce-scatter's
+// parameters, then the root.
+#define REDUCE_ENTRY(NAME, T, OPNAME, OP)                                                                   \
+    extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) pull_reduce_##NAME##_##OPNAME(                      \
+        const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes, int root) { \
+        enter_call();                                                                                       \
+        pull_reduce<T, OP>(src, dst, n, ctrl, flags, root);                                                 \
+    }
+
+#define REDUCE_TYPE(NAME, T)                \
+    REDUCE_ENTRY(NAME, T, sum, OpSum)       \
+    REDUCE_ENTRY(NAME, T, max, OpMax)       \
+    REDUCE_ENTRY(NAME, T, min, OpMin)
+
+REDUCE_TYPE(f32, float)
+REDUCE_TYPE(f16, __half)
+REDUCE_TYPE(bf16, __nv_bfloat16)
+REDUCE_TYPE(i32, int32_t)
 
 // The all-gathers move bytes, whatever the element type.
 #define ALLGATHER_ENTRY(ALGO, EXTRA, CALL)                                                                  \

@@ -57,7 +57,7 @@ pub mod tp;
 pub use channel::Channel;
 pub use collectives::{
     AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives, CollectivesConfig,
-    ReduceScatterAlgo, Thresholds, Workspace,
+    ReduceAlgo, ReduceScatterAlgo, Thresholds, Workspace,
 };
 pub use cudarc;
 pub use cudarc::driver::{CudaStream, LaunchConfig};

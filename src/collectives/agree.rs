@@ -9,7 +9,8 @@
 //! [`CollectivesConfig::check_calls`]: super::CollectivesConfig::check_calls
 
 use super::algo::{
-    ALL_GATHER_ROWS, ALL_REDUCE_ROWS, ALL_TO_ALL_ROWS, BROADCAST_ROWS, REDUCE_SCATTER_ROWS,
+    ALL_GATHER_ROWS, ALL_REDUCE_ROWS, ALL_TO_ALL_ROWS, BROADCAST_ROWS, REDUCE_ROWS,
+    REDUCE_SCATTER_ROWS,
 };
 use super::CollectivesConfig;
 use crate::element::{DataType, ReduceOp};
@@ -31,16 +32,18 @@ pub(crate) enum Collective {
     Broadcast = 6,
     AllToAll = 7,
     AllToAllV = 8,
+    Reduce = 9,
 }
 
 impl Collective {
-    const ALL: [Collective; 6] = [
+    const ALL: [Collective; 7] = [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::ReduceScatter,
         Collective::Broadcast,
         Collective::AllToAll,
         Collective::AllToAllV,
+        Collective::Reduce,
     ];
 
     fn name(self) -> &'static str {
@@ -51,6 +54,7 @@ impl Collective {
             Collective::Broadcast => "broadcast",
             Collective::AllToAll => "all_to_all",
             Collective::AllToAllV => "all_to_all_v",
+            Collective::Reduce => "reduce",
         }
     }
 
@@ -63,6 +67,7 @@ impl Collective {
             Collective::Broadcast => BROADCAST_ROWS.get(row).map(|r| r.name),
             Collective::AllToAll => ALL_TO_ALL_ROWS.get(row).map(|r| r.name),
             Collective::AllToAllV => (row == 0).then_some("push"),
+            Collective::Reduce => REDUCE_ROWS.get(row).map(|r| r.name),
         }
     }
 }
@@ -149,7 +154,7 @@ impl Record {
                 n_pes: w[2],
             }),
             4 => Some(Record::Failed),
-            2 | 3 | 5..=8 => Some(Record::Call {
+            2 | 3 | 5..=9 => Some(Record::Call {
                 collective: *Collective::ALL.iter().find(|&&c| c as u64 == w[0])?,
                 dtype: *DTYPES.iter().find(|&&t| t as u64 == w[1])?,
                 op: ReduceOp::ALL.get(w[2] as usize).copied(),

@@ -69,6 +69,16 @@ pub enum ReduceScatterAlgo {
     Pull,
 }
 
+/// Reduce (to one root) algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceAlgo {
+    /// Chosen by size and PE count (today: [`Pull`](Self::Pull)).
+    Auto,
+    /// No staging: after a start barrier the root reads every PE's input (remote loads over
+    /// NVLink) and reduces it in PE order; an end barrier keeps the inputs alive until it has.
+    Pull,
+}
+
 /// Broadcast algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BroadcastAlgo {
@@ -212,6 +222,15 @@ pub(crate) const REDUCE_SCATTER_ROWS: [Row<ReduceScatterAlgo>; 1] = [Row {
     params: Params::Staging,
 }];
 
+/// The reduce algorithms (`Auto` has no row).
+pub(crate) const REDUCE_ROWS: [Row<ReduceAlgo>; 1] = [Row {
+    algo: ReduceAlgo::Pull,
+    name: "pull",
+    kernel: "pull",
+    floats_only: false,
+    params: Params::Staging,
+}];
+
 /// The broadcast algorithms (`Auto` has no row).
 pub(crate) const BROADCAST_ROWS: [Row<BroadcastAlgo>; 2] = [
     Row {
@@ -320,6 +339,35 @@ impl Algo for ReduceScatterAlgo {
     const AUTO: Self = ReduceScatterAlgo::Auto;
     const ROWS: &'static [Row<Self>] = &REDUCE_SCATTER_ROWS;
     const WHAT: &'static str = "reduce-scatter";
+}
+
+impl Algo for ReduceAlgo {
+    const AUTO: Self = ReduceAlgo::Auto;
+    const ROWS: &'static [Row<Self>] = &REDUCE_ROWS;
+    const WHAT: &'static str = "reduce";
+}
+
+impl ReduceAlgo {
+    /// Every algorithm, `Auto` first.
+    pub const ALL: [ReduceAlgo; 2] = [ReduceAlgo::Auto, ReduceAlgo::Pull];
+
+    /// Its name on command lines (`pull`), as `Display` prints and `FromStr` reads it.
+    pub fn name(self) -> &'static str {
+        Algo::name(self)
+    }
+}
+
+impl fmt::Display for ReduceAlgo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ReduceAlgo {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Algo::parse(s)
+    }
 }
 
 impl Algo for BroadcastAlgo {
@@ -487,8 +535,8 @@ impl FromStr for AllGatherAlgo {
 
 /// The entry points of `kernels/collectives.cu`, in kernel-table order: every all-reduce
 /// algorithm for every type it takes and every operator, then the all-gathers, then every
-/// reduce-scatter algorithm for every type and operator, then the broadcasts, the all-to-alls
-/// and the all-to-all with counts.
+/// reduce-scatter algorithm for every type and operator, then the broadcasts, the all-to-alls,
+/// the all-to-all with counts, and every reduce algorithm for every type and operator.
 pub fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> = all_reduce_kernels()
         .filter_map(|(row, t, o)| Some(all_reduce_kernel(row, t?, o)))
@@ -498,7 +546,20 @@ pub fn kernel_names() -> Vec<String> {
     names.extend(BROADCAST_ROWS.iter().map(broadcast_kernel));
     names.extend(ALL_TO_ALL_ROWS.iter().map(all_to_all_kernel));
     names.push(ALL_TO_ALL_V_KERNEL.into());
+    names.extend(reduce_kernels().map(|(row, t, o)| reduce_kernel(row, t, o)));
     names
+}
+
+/// Every slot of the reduce kernel table: (row, type index, operator index), row-major.
+pub(crate) fn reduce_kernels() -> impl Iterator<Item = (&'static Row<ReduceAlgo>, usize, usize)> {
+    REDUCE_ROWS.iter().flat_map(|row| {
+        (0..TYPES.len()).flat_map(move |t| (0..OPS.len()).map(move |o| (row, t, o)))
+    })
+}
+
+/// `pull_reduce_bf16_sum`.
+pub(crate) fn reduce_kernel(row: &Row<ReduceAlgo>, t: usize, o: usize) -> String {
+    format!("{}_reduce_{}_{}", row.kernel, TYPES[t].1, OPS[o].1)
 }
 
 /// The all-to-all with counts (one algorithm: a push straight into the outputs).
@@ -609,8 +670,12 @@ mod tests {
     #[test]
     fn kernel_names_cover_types_ops_and_algorithms() {
         let names = kernel_names();
-        assert_eq!(names.len(), 5 * 4 * 3 + 2 * 3 * 3 + 3 + 4 * 3 + 2 + 2 + 1);
-        assert_eq!(names.last().unwrap(), "push_alltoallv_bytes");
+        assert_eq!(
+            names.len(),
+            5 * 4 * 3 + 2 * 3 * 3 + 3 + 4 * 3 + 2 + 2 + 1 + 4 * 3
+        );
+        assert!(names.contains(&"push_alltoallv_bytes".to_string()));
+        assert_eq!(names.last().unwrap(), "pull_reduce_i32_min");
         assert!(names.contains(&"oneshot_broadcast_bytes".to_string()));
         assert!(names.contains(&"push_alltoall_bytes".to_string()));
         assert!(names.contains(&"pull_reducescatter_i32_max".to_string()));

@@ -1,4 +1,4 @@
-//! Device-initiated all-reduce, all-gather, reduce-scatter, broadcast and all-to-all over
+//! Device-initiated all-reduce, all-gather, reduce-scatter, reduce, broadcast and all-to-all over
 //! NVLink: our kernels in
 //! `kernels/collectives.cu`, launched on a stream with no host synchronisation, so they can be
 //! captured in CUDA graphs.
@@ -36,7 +36,8 @@ mod movement;
 mod plan;
 
 pub use algo::{
-    kernel_names, AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, ReduceScatterAlgo,
+    kernel_names, AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, ReduceAlgo,
+    ReduceScatterAlgo,
 };
 pub use config::{CollectivesConfig, Thresholds, Workspace, DEFAULT_TIMEOUT, TIMEOUT_VARIABLE};
 pub use movement::{ALL_TO_ALL_ONESHOT_BYTES, BROADCAST_ONESHOT_BYTES};
@@ -52,11 +53,14 @@ use crate::team::collectives::check_overlap;
 use agree::{config_hash, Agreement, Collective, Record};
 use algo::{
     all_gather_kernel, all_reduce_kernel, all_reduce_kernels, all_to_all_kernel, broadcast_kernel,
-    reduce_scatter_kernel, reduce_scatter_kernels, type_and_op, Algo, Params,
+    reduce_kernel, reduce_kernels, reduce_scatter_kernel, reduce_scatter_kernels, type_and_op,
+    Algo, Params,
 };
 use cudarc::driver::{sys as cusys, CudaStream};
 use fault::FaultRecord;
-use plan::{all_gather_plan, all_reduce_plan, reduce_scatter_plan, CallPlan, Dims, Extra};
+use plan::{
+    all_gather_plan, all_reduce_plan, reduce_plan, reduce_scatter_plan, CallPlan, Dims, Extra,
+};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -65,7 +69,7 @@ const CTRL_TIMEOUT: usize = abi::COLL_MAX_BLOCKS as usize;
 const _: () = assert!(std::mem::offset_of!(abi::Ctrl, timeout_ns) == CTRL_TIMEOUT * 8);
 const _: () = assert!(std::mem::offset_of!(abi::Ctrl, fault) == CTRL_TIMEOUT * 8 + 8);
 
-/// Our all-reduce, all-gather and reduce-scatter kernels over the world team, with their
+/// Our collectives' kernels over the world team (see the module documentation), with their
 /// symmetric workspace.
 pub struct Collectives {
     shmem: Nvshmem,
@@ -106,6 +110,8 @@ pub struct Collectives {
     /// By algorithm row.
     all_to_all: Vec<Function>,
     all_to_all_v: Function,
+    /// By algorithm row, type and operator (`algo::reduce_kernels` order).
+    reduce: Vec<Function>,
     /// The all-to-all-v's counts as each PE publishes them: [parity][3 x n_pes] (see
     /// `push_alltoallv` in kernels/collectives/movement.cuh).
     counts_table: SymmetricBuffer<u64>,
@@ -258,8 +264,11 @@ impl Collectives {
                     .map(|row| module.function(&all_to_all_kernel(row)))
                     .collect::<Result<Vec<_>>>()?;
                 let all_to_all_v = module.function(algo::ALL_TO_ALL_V_KERNEL)?;
+                let reduce = reduce_kernels()
+                    .map(|(row, t, o)| module.function(&reduce_kernel(row, t, o)))
+                    .collect::<Result<Vec<_>>>()?;
                 Ok((
-                    (all_reduce, all_gather, reduce_scatter),
+                    (all_reduce, all_gather, reduce_scatter, reduce),
                     (broadcast, all_to_all, all_to_all_v),
                     FaultRecord::new(shmem)?,
                 ))
@@ -275,7 +284,7 @@ impl Collectives {
         };
         let agreed = agreement.agree(shmem, record, config.timeout);
         let (
-            (all_reduce, all_gather, reduce_scatter),
+            (all_reduce, all_gather, reduce_scatter, reduce),
             (broadcast, all_to_all, all_to_all_v),
             fault,
         ) = local?;
@@ -345,6 +354,7 @@ impl Collectives {
             broadcast,
             all_to_all,
             all_to_all_v,
+            reduce,
             counts_table,
         })
     }
@@ -767,6 +777,80 @@ impl Collectives {
             function,
             grid: grid(plan.blocks, plan.threads),
             args,
+        })
+    }
+
+    /// `dst = op over PEs of src` on PE `root`, in PE order (in f32 for 16-bit types), for
+    /// `f32`, `f16`, `bf16` and `i32` with `Sum`, `Max` or `Min`; `dst` on the other PEs is
+    /// left as it is. `dst` and `src` have the same length on every PE and may be the same
+    /// buffer (in place); they must not otherwise overlap.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::{Collectives, ReduceAlgo, ReduceOp};
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let coll = Collectives::new(&shmem)?;
+    /// let (loss, total) = (shmem.malloc::<f32>(1)?, shmem.malloc::<f32>(1)?);
+    /// coll.reduce(&total, &loss, ReduceOp::Sum, 0, ReduceAlgo::Auto, shmem.stream())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn reduce<'a, T: Element>(
+        &self,
+        dst: impl Into<SymmetricView<'a, T>>,
+        src: impl Into<SymmetricView<'a, T>>,
+        op: ReduceOp,
+        root: usize,
+        algo: ReduceAlgo,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let (dst, src) = (dst.into(), src.into());
+        self.call(|| self.plan_reduce(&dst, &src, op, root, algo), stream)
+    }
+
+    /// Check and plan a reduce on this PE.
+    fn plan_reduce<T: Element>(
+        &self,
+        dst: &SymmetricView<'_, T>,
+        src: &SymmetricView<'_, T>,
+        op: ReduceOp,
+        root: usize,
+        algo: ReduceAlgo,
+    ) -> Result<Planned<'_>> {
+        let (t, o) = type_and_op::<T>(op, "reduce", "reduce")?;
+        if root >= self.dims.n_pes {
+            return Err(Error::PeOutOfRange {
+                pe: root,
+                n_pes: self.dims.n_pes,
+            });
+        }
+        self.check_view(src, "the reduce source")?;
+        self.check_view(dst, "the reduce destination")?;
+        check_len(
+            "reduce destination (the source's length)",
+            src.len(),
+            dst.len(),
+        )?;
+        check_overlap("reduce", dst, src, true)?;
+        let algo = match algo {
+            ReduceAlgo::Auto => ReduceAlgo::Pull,
+            a => a,
+        };
+        let row = algo.index().expect("Auto was resolved");
+        let record = self
+            .call_record(Collective::Reduce, Some(op), row, dst, src, src.len())
+            .with_root(root);
+        let bytes = src.num_bytes();
+        let function = &self.reduce[(row * algo::TYPES.len() + t) * algo::OPS.len() + o];
+        planned(record, bytes == 0, || {
+            self.plan_launch(
+                function,
+                &algo,
+                algo::REDUCE_ROWS[row].params,
+                reduce_plan(algo, bytes, root, &self.dims),
+                (src.as_ptr() as u64, dst.as_ptr() as u64),
+                src.len(),
+                bytes,
+            )
         })
     }
 

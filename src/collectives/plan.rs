@@ -1,7 +1,9 @@
 //! How one call is launched: its grid, how much of the workspace it may use, and its
 //! by-value parameter. Pure arithmetic, tested on the CPU.
 
-use super::algo::{AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, ReduceScatterAlgo};
+use super::algo::{
+    AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, ReduceAlgo, ReduceScatterAlgo,
+};
 use crate::abi;
 
 /// Blocks a call launches at most (the epoch and the flags have a copy per block index).
@@ -208,6 +210,20 @@ pub(crate) fn all_to_all_v_plan(d: &Dims) -> CallPlan {
 /// The plan of an all-to-all of `bytes` per block (`algo` is not `Auto`).
 pub(crate) fn all_to_all_plan(algo: AllToAllAlgo, bytes: usize, d: &Dims) -> CallPlan {
     move_plan(algo == AllToAllAlgo::OneShot, bytes, d, Extra::None)
+}
+
+/// The plan of a reduce of `bytes` to `root` (`algo` is not `Auto`): the pull of the
+/// reduce-scatter, the root reading all of it.
+pub(crate) fn reduce_plan(algo: ReduceAlgo, bytes: usize, root: usize, d: &Dims) -> CallPlan {
+    let nvec = bytes.div_ceil(16);
+    match algo {
+        ReduceAlgo::Pull | ReduceAlgo::Auto => CallPlan {
+            blocks: blocks_for(nvec, THREADS as usize * UNROLL, d.sm_count.min(MAX_BLOCKS)),
+            threads: THREADS,
+            limit: usize::MAX,
+            extra: Extra::Root(root as i32),
+        },
+    }
 }
 
 /// Blocks and plan of a bandwidth all-reduce over `nvec` vectors: enough blocks for chunks of
