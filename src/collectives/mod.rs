@@ -1,7 +1,6 @@
-//! Device-initiated all-reduce, all-gather, reduce-scatter, reduce, broadcast and all-to-all over
-//! NVLink: our kernels in
-//! `kernels/collectives.cu`, launched on a stream with no host synchronisation, so they can be
-//! captured in CUDA graphs.
+//! Device-initiated all-reduce, all-gather, reduce-scatter, reduce, broadcast and all-to-all
+//! over NVLink: our kernels in `kernels/collectives.cu`, launched on a stream with no host
+//! synchronisation, so they can be captured in CUDA graphs.
 //!
 //! Every PE must make the same sequence of calls on its [`Collectives`] (same operations,
 //! sizes and algorithms), as for any collective. A `Collectives` orders its calls: a call on
