@@ -4,12 +4,16 @@
 //! scripts/nvshmrun -np 2 target/release/examples/tp_mlp --test all
 //! scripts/nvshmrun -np 4 target/release/examples/tp_mlp --test mlp --shape 70b --m 1,128,2048
 //! ```
-//! `--test all|column|row|mlp` (several with commas), `--shape 8b|70b|HIDDEN,FFN` (the large
-//! shape checked against the unsharded product on one GPU and timed; 8b by default), `--m
-//! LIST` (its token counts), `--iters N` (timed graph replays per row), `--no-timing`.
+//! `--test all|column|row|mlp|gemm` (several with commas), `--shape 8b|70b|HIDDEN,FFN` (the
+//! large shape checked against the unsharded product on one GPU and timed; 8b by default),
+//! `--m LIST` (its token counts), `--iters N` (timed graph replays per row), `--no-timing`.
+//! `gemm` checks both local GEMM paths (`GemmPath::CublasLt` and `Decode`) against f64 sums
+//! and times them on this PE's shard of the shape, for the token counts the decode kernel
+//! takes.
 //!
 //! Every layer is checked on random bf16 data: small and odd shapes against an f64 CPU
-//! reference, the large shape against the unsharded GEMMs on this GPU (cuBLASLt). Replicated
+//! reference, the large shape against the unsharded GEMMs on this GPU (themselves checked
+//! against f64 sums on sampled elements). Replicated
 //! outputs must be bitwise identical on every PE. Prints `N passed, M failed` on PE 0 and
 //! exits non-zero if anything failed.
 //!
