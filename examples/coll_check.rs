@@ -13,18 +13,19 @@
 //! agree without talking. Prints the operations done, the failures (0), and this PE's free
 //! device memory and symmetric heap in use at the start and the end (which must match).
 
-use nvshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
 use nvshmem::{
     bf16, f16, AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives,
     CollectivesConfig, DataType, Element, Error, Nvshmem, ReduceAlgo, ReduceOp, ReduceScatterAlgo,
     Result, SymmetricBuffer,
 };
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "common/graph.rs"]
+mod graph;
 #[path = "common/splitmix.rs"]
 mod splitmix;
+
+use graph::capture;
 
 use splitmix::{SplitMix64, GOLDEN};
 
@@ -353,6 +354,25 @@ fn reduce_scatter_repeated(shmem: &Nvshmem, coll: &Collectives, seed: u64, n: us
     found
 }
 
+/// Every PE's input of case `seed` (`len` elements each); this PE's in a new symmetric
+/// buffer; and a new output of as many elements filled with other random data, which an
+/// element the call does not write keeps: `(all, src, dst, that data)`.
+#[allow(clippy::type_complexity)]
+fn operands<T: Reducible>(
+    shmem: &Nvshmem,
+    seed: u64,
+    len: usize,
+) -> Result<(Vec<Vec<T>>, SymmetricBuffer<T>, SymmetricBuffer<T>, Vec<T>)> {
+    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let all = inputs::<T>(seed, np, len);
+    let src = shmem.malloc::<T>(len)?;
+    src.copy_from_host(&all[me])?;
+    let poison = inputs::<T>(seed ^ 0xD57, np, len).swap_remove(me);
+    let dst = shmem.malloc::<T>(len)?;
+    dst.copy_from_host(&poison)?;
+    Ok((all, src, dst, poison))
+}
+
 /// `dst = op over PEs of src` on `root` (`dst` is `src` itself when `in_place`); on the
 /// other PEs `dst` must keep what it held.
 fn reduce_case<T: Reducible>(
@@ -362,13 +382,8 @@ fn reduce_case<T: Reducible>(
     (op, root, in_place): (ReduceOp, usize, bool),
     n: usize,
 ) -> Result<()> {
-    let (me, np) = (shmem.my_pe(), shmem.n_pes());
-    let all = inputs::<T>(seed, np, n);
-    let src = shmem.malloc::<T>(n)?;
-    src.copy_from_host(&all[me])?;
-    let poison = inputs::<T>(seed ^ 0xD57, np, n)[me].clone();
-    let dst = shmem.malloc::<T>(n)?;
-    dst.copy_from_host(&poison)?;
+    let me = shmem.my_pe();
+    let (all, src, dst, poison) = operands::<T>(shmem, seed, n)?;
     let dst = if in_place { &src } else { &dst };
     coll.reduce(dst, &src, op, root, ReduceAlgo::Auto, shmem.stream())?;
     sync(shmem)?;
@@ -388,13 +403,7 @@ fn broadcast_case<T: Reducible>(
     (algo, root, in_place): (BroadcastAlgo, usize, bool),
     n: usize,
 ) -> Result<()> {
-    let (me, np) = (shmem.my_pe(), shmem.n_pes());
-    let all = inputs::<T>(seed, np, n);
-    let src = shmem.malloc::<T>(n)?;
-    src.copy_from_host(&all[me])?;
-    let dst = shmem.malloc::<T>(n)?;
-    // Poison the output so an unwritten element shows.
-    dst.copy_from_host(&inputs::<T>(seed ^ 0xD57, np, n)[me])?;
+    let (all, src, dst, _) = operands::<T>(shmem, seed, n)?;
     let dst = if in_place { &src } else { &dst };
     coll.broadcast(dst, &src, root, algo, shmem.stream())?;
     sync(shmem)?;
@@ -415,12 +424,8 @@ fn all_to_all_case<T: Reducible>(
     algo: AllToAllAlgo,
     block: usize,
 ) -> Result<()> {
-    let (me, np) = (shmem.my_pe(), shmem.n_pes());
-    let all = inputs::<T>(seed, np, block * np);
-    let src = shmem.malloc::<T>(block * np)?;
-    src.copy_from_host(&all[me])?;
-    let dst = shmem.malloc::<T>(block * np)?;
-    dst.copy_from_host(&inputs::<T>(seed ^ 0xD57, np, block * np)[me])?;
+    let me = shmem.my_pe();
+    let (all, src, dst, _) = operands::<T>(shmem, seed, block * shmem.n_pes())?;
     coll.all_to_all(&dst, &src, algo, shmem.stream())?;
     sync(shmem)?;
     compare(
@@ -1056,21 +1061,6 @@ fn sentinel_bits_case<T: Reducible>(
         )));
     }
     Ok(())
-}
-
-/// What `op` enqueues on `stream`, captured into a graph.
-fn capture(stream: &Arc<CudaStream>, op: impl FnOnce() -> Result<()>) -> Result<CudaGraph> {
-    cuda(
-        "cuStreamBeginCapture",
-        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-    )?;
-    let captured = op();
-    let graph = cuda(
-        "cuStreamEndCapture",
-        stream.end_capture(CUgraphInstantiate_flags(0)),
-    )?;
-    captured?;
-    graph.ok_or_else(|| Error::InvalidArgument("capture produced no graph".into()))
 }
 
 fn cuda<T>(

@@ -18,11 +18,14 @@ use nvshmem::channel::Channel;
 use nvshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use nvshmem::module::{grid, KernelArgs, Module};
 use nvshmem::{CudaStream, DeviceBuffer, Error, Nvshmem, ReduceOp, Result};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "common/graph.rs"]
+mod graph;
 #[path = "common/splitmix.rs"]
 mod splitmix;
+
+use graph::capture;
 
 mod kernels {
     include!(concat!(env!("OUT_DIR"), "/examples/kernels.rs"));
@@ -317,23 +320,10 @@ fn graph_replay(shmem: &Nvshmem, seed: u64) -> Result<()> {
         .map(|_| shmem.alloc_device::<u32>(len))
         .collect::<Result<Vec<_>>>()?;
     let (send_stream, recv_stream) = (shmem.new_stream()?, shmem.new_stream()?);
-    let capture = |stream: &Arc<CudaStream>, f: &mut dyn FnMut() -> Result<()>| -> Result<_> {
-        cuda(
-            "cuStreamBeginCapture",
-            stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-        )?;
-        let captured = f();
-        let graph = cuda(
-            "cuStreamEndCapture",
-            stream.end_capture(CUgraphInstantiate_flags(0)),
-        )?;
-        captured?;
-        graph.ok_or_else(|| Error::InvalidArgument("capture produced no graph".into()))
-    };
-    let sends = capture(&send_stream, &mut || {
+    let sends = capture(&send_stream, || {
         srcs.iter().try_for_each(|s| out.send(s, &send_stream))
     })?;
-    let recvs = capture(&recv_stream, &mut || {
+    let recvs = capture(&recv_stream, || {
         dsts.iter_mut().try_for_each(|d| inc.recv(d, &recv_stream))
     })?;
     // Capturing ran nothing: try_recv during a capture is refused.

@@ -37,7 +37,7 @@
 //! the elements may differ at all. A GEMM that rounds more often than that (split-K parts
 //! added up in bf16, seen in cuBLASLt at m = 16, n = 48, k = 9: 29% of the elements) fails.
 
-use nvshmem::cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use nvshmem::cudarc::driver::sys::CUevent_flags;
 use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
 use nvshmem::tp::{
     shard_range, take_cols, take_rows, ColumnInput, ColumnParallelLinear, GemmPath, LinearShape,
@@ -46,6 +46,8 @@ use nvshmem::tp::{
 use nvshmem::{bf16, AllGatherAlgo, DeviceBuffer, Error, Nvshmem, ReduceOp, SymmetricBuffer};
 use std::sync::Arc;
 
+#[path = "common/graph.rs"]
+mod graph;
 #[path = "common/splitmix.rs"]
 mod splitmix;
 
@@ -772,19 +774,12 @@ fn large(
     outcome
 }
 
+/// [`graph::capture`], its error as the checks' text.
 fn capture(
     stream: &Arc<CudaStream>,
     op: impl FnOnce() -> Result<(), Error>,
 ) -> Result<CudaGraph, String> {
-    stream
-        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        .map_err(|e| format!("cuStreamBeginCapture: {e}"))?;
-    let enqueued = op();
-    let graph = stream.end_capture(CUgraphInstantiate_flags(0));
-    enqueued.map_err(text)?;
-    graph
-        .map_err(|e| format!("cuStreamEndCapture: {e}"))?
-        .ok_or_else(|| "the capture produced no graph".to_string())
+    graph::capture(stream, op).map_err(text)
 }
 
 /// A captured forward replayed on new inputs gives what an eager call gives, bit for bit;

@@ -611,6 +611,12 @@ pub(crate) fn all_gather_kernel(row: &Row<AllGatherAlgo>) -> String {
     format!("{}_allgather_bytes", row.kernel)
 }
 
+/// Where the kernel of algorithm `row`, type index `t` and operator index `o` sits in a
+/// reduction's kernel table (row-major: every row holds a slot per type and operator).
+pub(crate) fn reduction_slot(row: usize, t: usize, o: usize) -> usize {
+    (row * TYPES.len() + t) * OPS.len() + o
+}
+
 /// The indices of `T` and `op` in the kernel tables of our reductions, or the error that
 /// names the `what` collective and the NVSHMEM team call that takes any type.
 pub(crate) fn type_and_op<T: Element>(
@@ -688,6 +694,23 @@ mod tests {
         assert!(names.contains(&"oneshot_allreduce_bf16_sum".to_string()));
         assert!(names.contains(&"bandwidth_allreduce_i32_min".to_string()));
         assert!(names.contains(&"ll_allgather_bytes".to_string()));
+    }
+
+    #[test]
+    fn reduction_slots_follow_the_kernel_tables() {
+        for (i, (row, t, o)) in all_reduce_kernels().enumerate() {
+            let r = ALL_REDUCE_ROWS
+                .iter()
+                .position(|x| std::ptr::eq(x, row))
+                .unwrap();
+            assert_eq!(reduction_slot(r, t.unwrap_or(3), o), i);
+        }
+        for (i, (_, t, o)) in reduce_scatter_kernels().enumerate() {
+            assert_eq!(reduction_slot(0, t, o), i);
+        }
+        for (i, (_, t, o)) in reduce_kernels().enumerate() {
+            assert_eq!(reduction_slot(0, t, o), i);
+        }
     }
 
     #[test]

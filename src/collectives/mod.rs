@@ -512,7 +512,7 @@ impl Collectives {
         }
         let row = algo.index().expect("Auto was resolved");
         let record = self.call_record(Collective::AllReduce, Some(op), row, dst, src, src.len());
-        let function = self.all_reduce[(row * algo::TYPES.len() + t) * algo::OPS.len() + o]
+        let function = self.all_reduce[algo::reduction_slot(row, t, o)]
             .as_ref()
             .expect("every algorithm that takes a type has its kernels");
         planned(record, src.is_empty(), || {
@@ -646,7 +646,7 @@ impl Collectives {
             dst.len(),
         );
         let bytes = dst.num_bytes();
-        let function = &self.reduce_scatter[(row * algo::TYPES.len() + t) * algo::OPS.len() + o];
+        let function = &self.reduce_scatter[algo::reduction_slot(row, t, o)];
         planned(record, bytes == 0, || {
             self.plan_launch(
                 function,
@@ -839,7 +839,7 @@ impl Collectives {
             .call_record(Collective::Reduce, Some(op), row, dst, src, src.len())
             .with_root(root);
         let bytes = src.num_bytes();
-        let function = &self.reduce[(row * algo::TYPES.len() + t) * algo::OPS.len() + o];
+        let function = &self.reduce[algo::reduction_slot(row, t, o)];
         planned(record, bytes == 0, || {
             self.plan_launch(
                 function,

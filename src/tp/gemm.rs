@@ -163,6 +163,12 @@ impl Drop for Gemm {
 impl Gemm {
     /// Load cuBLASLt and make a handle and a workspace on this PE's GPU.
     pub fn new(shmem: &Nvshmem) -> Result<Self> {
+        Self::with_module(shmem, &Module::load(shmem, &TP)?)
+    }
+
+    /// [`new`](Self::new) with the decode kernel from `tp`, the tensor-parallel cubin already
+    /// loaded (the layers load it once for all their kernels).
+    pub(crate) fn with_module(shmem: &Nvshmem, tp: &Module) -> Result<Self> {
         // SAFETY: only tries to open the library.
         if !unsafe { ltsys::is_culib_present() } {
             return Err(Error::Cublas {
@@ -175,7 +181,7 @@ impl Gemm {
             });
         }
         shmem.bind_context()?;
-        let decode = Module::load(shmem, &TP)?.function("decode_linear_bf16")?;
+        let decode = tp.function("decode_linear_bf16")?;
         let sms = shmem.sm_count()?;
         let handle = lt::create_handle().map_err(|e| cublas("cublasLtCreate", e))?;
         let workspace = match shmem.alloc_device::<u8>(WORKSPACE_BYTES) {

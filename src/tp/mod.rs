@@ -121,8 +121,8 @@ impl TensorParallel {
     /// A group over every PE that communicates through `collectives` (which other code may
     /// share: its calls are ordered by stream as usual).
     pub fn with_collectives(shmem: &Nvshmem, collectives: Arc<Collectives>) -> Result<Self> {
-        let gemm = Gemm::new(shmem)?;
         let module = Module::load(shmem, &TP)?;
+        let gemm = Gemm::with_module(shmem, &module)?;
         let silu_mul = module.function("silu_mul_bf16")?;
         let unchunk = module.function("unchunk_bf16")?;
         let sms = shmem.sm_count()?;
