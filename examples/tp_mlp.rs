@@ -7,9 +7,9 @@
 //! `--test all|column|row|mlp|gemm` (several with commas), `--shape 8b|70b|HIDDEN,FFN` (the
 //! large shape checked against the unsharded product on one GPU and timed; 8b by default),
 //! `--m LIST` (its token counts), `--iters N` (timed graph replays per row), `--no-timing`.
-//! `gemm` checks both local GEMM paths (`GemmPath::CublasLt` and `Decode`) against f64 sums
-//! and times them on this PE's shard of the shape, for the token counts the decode kernel
-//! takes.
+//! `gemm` checks the local GEMM paths (`GemmPath::CublasLt`, `Decode` and `Cutlass`) against
+//! f64 sums and times them on this PE's shard of the shape for each `--m`: ours (the decode
+//! kernel up to 8 tokens, the CUTLASS kernel above) against cuBLASLt.
 //!
 //! Every layer is checked on random bf16 data: small and odd shapes against an f64 CPU
 //! reference, the large shape against the unsharded GEMMs on this GPU (themselves checked
@@ -903,42 +903,59 @@ fn gemm_case(c: &Checks, seed: u64, shape: LinearShape, path: GemmPath) -> Outco
     )
 }
 
-/// This PE's GEMMs of the MLP shape (gate/up, then down) for each token count the decode
-/// kernel takes, by cuBLASLt and by the decode kernel, in CUDA graphs: time and the weight's
-/// bytes per second. Each timed output is checked bit for bit against an eager call, and the
-/// two paths against each other within the tolerance.
+/// This PE's GEMMs of the MLP shape (gate/up, then down) for each token count, by cuBLASLt
+/// and by our kernel for it (the decode kernel up to [`DECODE_MAX_TOKENS`] tokens, the CUTLASS
+/// kernel above), in CUDA graphs: time, TFLOP/s and the weight's bytes per second. Each timed
+/// output is checked bit for bit against an eager call, and the two paths against each other
+/// within the tolerance.
 fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
     let f = shard_range(a.ffn, c.me(), c.n()).len();
     let shapes = [("gate/up", 2 * f, a.hidden), ("down", a.hidden, f)];
-    let ms: Vec<usize> =
-        a.ms.iter()
-            .copied()
-            .filter(|&m| m <= DECODE_MAX_TOKENS)
-            .collect();
-    let ms = if ms.is_empty() { vec![1, 8] } else { ms };
+    let cutlass = c.tp.gemm().cutlass_available();
     if c.me() == 0 {
         println!(
-            "\nGEMMs of this PE's MLP shard ({} over {} PEs), bf16, CUDA graphs, {} replays, PE 0; us: median [p10, p90]; GB/s of weight read",
+            "\nGEMMs of this PE's MLP shard ({} over {} PEs), bf16, CUDA graphs, {} replays, PE 0; us: median [p10, p90]; TFLOP/s; GB/s of weight read",
             a.shape_name,
             c.n(),
             a.iters
         );
+        if let Err(why) = &cutlass {
+            println!("(our CUTLASS kernel is not timed: {why})");
+        }
         println!(
-            "{:>8} {:>5} {:>6} {:>6} {:>24} {:>8} {:>24} {:>8} {:>8}",
-            "GEMM", "M", "N", "K", "cuBLASLt", "GB/s", "decode", "GB/s", "speed-up"
+            "{:>8} {:>5} {:>6} {:>6} {:>24} {:>7} {:>6} {:>8} {:>24} {:>7} {:>6} {:>8}",
+            "GEMM",
+            "M",
+            "N",
+            "K",
+            "cuBLASLt",
+            "TFLOP/s",
+            "GB/s",
+            "ours",
+            "",
+            "TFLOP/s",
+            "GB/s",
+            "speed-up"
         );
     }
     let mut rng = Rng::new(0x6e33);
     for (name, n, k) in shapes {
         let w = c.device(&rng.bf16s(n * k, 0.05))?;
-        for &m in &ms {
+        for &m in &a.ms {
+            let ours = if m <= DECODE_MAX_TOKENS {
+                GemmPath::Decode
+            } else if cutlass.is_ok() {
+                GemmPath::Cutlass
+            } else {
+                continue;
+            };
             let x = c.device(&rng.bf16s(m * k, 1.0))?;
             let ys = [
                 c.shmem.alloc_device::<bf16>(m * n).map_err(text)?,
                 c.shmem.alloc_device::<bf16>(m * n).map_err(text)?,
             ];
             let shape = LinearShape { m, n, k };
-            let paths = [GemmPath::CublasLt, GemmPath::Decode];
+            let paths = [GemmPath::CublasLt, ours];
             let mut eager = Vec::new();
             for (y, path) in ys.iter().zip(paths) {
                 c.tp.gemm()
@@ -948,7 +965,7 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
                 eager.push(y.to_vec().map_err(text)?);
             }
             compare_unsharded(
-                &format!("{name} m={m}: decode against cuBLASLt"),
+                &format!("{name} m={m}: {ours:?} against cuBLASLt"),
                 &eager[1],
                 &eager[0].iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
             )?;
@@ -964,15 +981,19 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
                     ));
                 }
                 let gbs = (n * k * 2) as f64 / (med * 1e3);
-                cells.push((med, format!("{med:.1} [{p10:.1}, {p90:.1}]"), gbs));
+                let tflops = shape.flops() / (med * 1e6);
+                cells.push((med, format!("{med:.1} [{p10:.1}, {p90:.1}]"), tflops, gbs));
             }
             if c.me() == 0 {
                 println!(
-                    "{name:>8} {m:>5} {n:>6} {k:>6} {:>24} {:>8.0} {:>24} {:>8.0} {:>7.2}x",
+                    "{name:>8} {m:>5} {n:>6} {k:>6} {:>24} {:>7.0} {:>6.0} {:>8} {:>24} {:>7.0} {:>6.0} {:>7.2}x",
                     cells[0].1,
                     cells[0].2,
+                    cells[0].3,
+                    format!("{ours:?}"),
                     cells[1].1,
                     cells[1].2,
+                    cells[1].3,
                     cells[0].0 / cells[1].0
                 );
             }
@@ -1260,6 +1281,52 @@ fn main() {
                     gemm_case(c, seed, LinearShape { m, n, k }, path)
                 });
             }
+        }
+        // Our CUTLASS kernel where it runs: partial tiles in m and n (a tile is 128 × 256,
+        // a cluster two tiles along m), k of one and of many 64-deep steps and not a multiple
+        // of 64, more tiles than SMs (the persistent schedule comes round again), and
+        // odd clusters; against cuBLASLt too. Shapes TMA cannot address are refused.
+        match c.tp.gemm().cutlass_available() {
+            Ok(()) => {
+                for (m, n, k) in [
+                    (1, 8, 8),
+                    (3, 264, 72),
+                    (129, 1000, 4096),
+                    (300, 520, 1032),
+                    (2100, 2056, 72),
+                    (4100, 1032, 136),
+                ] {
+                    for path in [GemmPath::Cutlass, GemmPath::CublasLt] {
+                        c.run(format!("gemm {path:?} m={m} n={n} k={k}"), |c, seed| {
+                            gemm_case(c, seed, LinearShape { m, n, k }, path)
+                        });
+                    }
+                }
+                c.run(
+                    "gemm Cutlass refuses rows TMA cannot address".into(),
+                    |c, _| {
+                        let shape = LinearShape { m: 4, n: 16, k: 12 };
+                        let (x, w) = (c.device(&[bf16::ONE; 48])?, c.device(&[bf16::ONE; 192])?);
+                        let y = c.device(&[bf16::ZERO; 64])?;
+                        let r = c.tp.gemm().linear_with(
+                            &y,
+                            &x,
+                            &w,
+                            shape,
+                            GemmPath::Cutlass,
+                            &c.stream,
+                        );
+                        match r {
+                            Err(Error::InvalidArgument(m)) if m.contains("multiples of 8") => {
+                                Ok(())
+                            }
+                            other => Err(format!("k = 12 on the CUTLASS path gave {other:?}")),
+                        }
+                    },
+                );
+            }
+            Err(why) if c.me() == 0 => println!("gemm Cutlass: not checked here: {why}"),
+            Err(_) => {}
         }
         if args.timing {
             c.run("gemm timing (every timed output checked)".into(), |c, _| {

@@ -95,6 +95,49 @@ typedef struct BandwidthPlan {
     unsigned int slots;       // chunk slots per block and source, at least 2
 } BandwidthPlan;
 
+// ---- our Hopper GEMM (src/tp/cutlass.rs, kernels/gemm) ------------------------------------
+
+// One y = x · wᵀ for the CUTLASS host code (kernels/gemm/gemm_sm90_params.cu) to prepare:
+// x is m × k, w is n × k, y is m × n with its rows ldy elements apart; row-major bf16.
+typedef struct GemmProblem {
+    unsigned long long x;        // device addresses
+    unsigned long long w;
+    unsigned long long y;
+    long long m;
+    long long n;
+    long long k;
+    long long ldy;
+    int sm_count;                // SMs the persistent grid spreads over
+    int max_active_clusters;     // clusters resident at once (cuOccupancyMaxActiveClusters), 0: unknown
+    int swizzle;                 // the tile schedule visits groups of this many tiles (1, 2, 4, 8)
+    int raster;                  // GemmRaster: which way the schedule walks the tiles
+} GemmProblem;
+
+// Which way the tile schedule walks the output tiles.
+enum GemmRaster {
+    GEMM_RASTER_HEURISTIC = 0,   // CUTLASS's choice (along the longer side)
+    GEMM_RASTER_ALONG_M = 1,
+    GEMM_RASTER_ALONG_N = 2,
+};
+
+// How to launch the kernel whose parameter block the host code wrote.
+typedef struct GemmLaunch {
+    unsigned int grid[3];
+    unsigned int block[3];
+    unsigned int cluster[3];
+    unsigned int shared_mem_bytes;
+    int encode_status;           // GEMM_ENCODE_FAILED: the CUresult of cuTensorMapEncodeTiled
+} GemmLaunch;
+
+// What the host code returns.
+enum GemmStatus {
+    GEMM_OK = 0,
+    GEMM_PARAMS_TOO_SMALL = 1,   // the parameter block given is smaller than the kernel's
+    GEMM_UNSUPPORTED = 2,        // CUTLASS's can_implement refused the problem (alignment)
+    GEMM_NEEDS_WORKSPACE = 3,    // the kernel asks for a workspace (never for ours)
+    GEMM_ENCODE_FAILED = 4,      // a TMA descriptor could not be encoded
+};
+
 // ---- the host atomics' helper (src/atomic.rs, kernels/atomics.cu) ------------------------
 
 // Operations of host_amo.

@@ -1,7 +1,7 @@
 //! The kernel pipeline: `nvcc -rdc=true -cubin`, then `nvlink` with `libnvshmem_device.a`,
 //! one linked cubin per source file and architecture.
 
-use crate::discovery::{CudaToolkit, NvshmemInstall, Probe, Source, Version};
+use crate::discovery::{CudaToolkit, Cutlass, NvshmemInstall, Probe, Source, Version};
 use crate::Error;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -63,6 +63,12 @@ impl Arch {
     /// `sm_90a`.
     pub fn sm(&self) -> String {
         format!("sm_{}{}", self.capability, self.suffix)
+    }
+
+    /// Whether the code runs only on GPUs of exactly this capability (`sm_90a`: WGMMA, TMA
+    /// multicast, `setmaxnreg`), not on later ones of the same major version.
+    pub fn is_specific(&self) -> bool {
+        self.suffix == "a"
     }
 
     fn compute(&self) -> String {
@@ -164,8 +170,9 @@ impl BuiltKernels {
                     file.display().to_string()
                 ));
                 images.push(format!(
-                    "{p}::module::CubinImage {{ capability: {}, bytes: &{bytes}.0 }}",
-                    arch.capability
+                    "{p}::module::CubinImage {{ capability: {}, arch_specific: {}, bytes: &{bytes}.0 }}",
+                    arch.capability,
+                    arch.is_specific()
                 ));
             }
             out.push_str(&format!(
@@ -215,6 +222,8 @@ pub struct KernelBuilder {
     /// Header directories passed on to dependent crates' kernels ([`Self::export_headers`]).
     exported_headers: Vec<PathBuf>,
     flags: Vec<String>,
+    /// Compile without `-rdc` and link nothing ([`Self::whole_program`]).
+    whole_program: bool,
     out_dir: Option<PathBuf>,
     rust_path: String,
 }
@@ -241,6 +250,7 @@ impl KernelBuilder {
             include_dirs: Vec::new(),
             exported_headers: Vec::new(),
             flags: vec!["-O3".into(), "-std=c++17".into(), "-lineinfo".into()],
+            whole_program: false,
             out_dir: std::env::var_os("OUT_DIR").map(PathBuf::from),
             rust_path: "::nvshmem".into(),
         })
@@ -366,6 +376,11 @@ impl KernelBuilder {
         }
     }
 
+    /// The architectures this builder compiles for.
+    pub fn arch_list(&self) -> &[Arch] {
+        &self.archs
+    }
+
     /// The toolchain this builder uses.
     pub fn toolchain(&self) -> (&CudaToolkit, &NvshmemInstall) {
         (&self.cuda, &self.nvshmem)
@@ -428,6 +443,23 @@ impl KernelBuilder {
         self
     }
 
+    /// Compile each source as a whole program (`nvcc -cubin` without `-rdc=true`) and link
+    /// nothing into it: for kernels that call no NVSHMEM device function and need all of
+    /// ptxas. With `-rdc=true` ptxas ignores `setmaxnreg` and serialises `wgmma` (its
+    /// C7504 and C7509 notes), which costs a Hopper GEMM much of its speed.
+    pub fn whole_program(mut self) -> Self {
+        self.whole_program = true;
+        self
+    }
+
+    /// Put CUTLASS's headers on the include path, with the flag its CuTe code needs
+    /// (`--expt-relaxed-constexpr`). Build CUTLASS 3.x kernels for `sm_90a`
+    /// ([`archs`](Self::archs)) and as a [`whole_program`](Self::whole_program).
+    pub fn cutlass(self, cutlass: &Cutlass) -> Self {
+        self.include_dir(&cutlass.include_dir)
+            .flag("--expt-relaxed-constexpr")
+    }
+
     /// Write cubins here instead of `OUT_DIR`.
     pub fn out_dir(mut self, dir: impl AsRef<Path>) -> Self {
         self.out_dir = Some(dir.as_ref().to_path_buf());
@@ -448,7 +480,11 @@ impl KernelBuilder {
             arch.compute(),
             arch.sm()
         ))
-        .args(["-rdc=true", "-cubin"])
+        .args(if self.whole_program {
+            &["-cubin"][..]
+        } else {
+            &["-rdc=true", "-cubin"][..]
+        })
         .args(&self.flags)
         .arg(format!("-I{}", self.nvshmem.include_dir.display()));
         for dir in &self.include_dirs {
@@ -583,6 +619,9 @@ impl KernelBuilder {
             self.compile_command(source, arch, &object),
             format!("compiling {} for {}", source.display(), arch.sm()),
         )?;
+        if self.whole_program {
+            return Ok(object);
+        }
         run(
             self.link_command(arch, &object, &linked),
             format!(
@@ -594,6 +633,128 @@ impl KernelBuilder {
             ),
         )?;
         Ok(linked)
+    }
+}
+
+/// Host code compiled by nvcc into a static library ([`KernelBuilder::build_host_library`]):
+/// the CUTLASS host code that prepares a kernel's parameters (TMA descriptors, tile
+/// schedules), so that the kernel itself is launched like any other, from its cubin.
+#[derive(Debug, Clone)]
+pub struct HostLibrary {
+    /// The name to link (`lib<name>.a`).
+    pub name: String,
+    /// The archive.
+    pub path: PathBuf,
+    /// The static CUDA runtime (`libcudart_static.a`) the host code refers to: nvcc's host
+    /// code registers its (empty) device image with it, and CUTLASS's helpers call it.
+    pub cuda_runtime: PathBuf,
+}
+
+impl HostLibrary {
+    /// Print the cargo lines that link the library into the calling package, with the
+    /// static CUDA runtime and the C++ and system libraries it needs.
+    pub fn emit_link(&self) {
+        let dir = |p: &Path| p.parent().unwrap_or(Path::new(".")).display().to_string();
+        println!("cargo:rustc-link-search=native={}", dir(&self.path));
+        println!("cargo:rustc-link-lib=static={}", self.name);
+        println!("cargo:rustc-link-search=native={}", dir(&self.cuda_runtime));
+        println!("cargo:rustc-link-lib=static=cudart_static");
+        for lib in ["stdc++", "dl", "rt", "pthread"] {
+            println!("cargo:rustc-link-lib=dylib={lib}");
+        }
+    }
+}
+
+impl KernelBuilder {
+    /// The nvcc command that compiles one source as host code (an object with
+    /// position-independent code, for a static library).
+    pub fn host_compile_command(&self, source: &Path, object: &Path) -> Command {
+        let arch = &self.archs[0];
+        let mut cmd = Command::new(&self.cuda.nvcc);
+        cmd.arg(format!(
+            "-gencode=arch={},code={}",
+            arch.compute(),
+            arch.sm()
+        ))
+        .args(["-c", "-Xcompiler", "-fPIC"])
+        .args(&self.flags)
+        .arg(format!("-I{}", self.nvshmem.include_dir.display()));
+        for dir in &self.include_dirs {
+            cmd.arg(format!("-I{}", dir.display()));
+        }
+        cmd.arg("-o").arg(object).arg(source);
+        cmd
+    }
+
+    /// Compile `sources` as host code with this builder's flags and include folders (nvcc
+    /// `-c`, in parallel) and archive them into `lib<name>.a` in the output directory. Link
+    /// the result with [`HostLibrary::emit_link`].
+    pub fn build_host_library<P: AsRef<Path>>(
+        &self,
+        name: &str,
+        sources: &[P],
+    ) -> Result<HostLibrary, Error> {
+        if sources.is_empty()
+            || name.is_empty()
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(Error::Invalid(format!(
+                "a host library needs sources and a name of letters, digits and `_`, not {name:?}"
+            )));
+        }
+        let cuda_runtime = self.cuda.static_runtime()?;
+        let out_dir = self.out_dir.clone().ok_or_else(|| {
+            Error::Invalid(
+                "no output directory: OUT_DIR is unset outside build scripts; call out_dir()"
+                    .into(),
+            )
+        })?;
+        let dir = out_dir.join("host");
+        std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        let objects: Vec<PathBuf> = sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let stem = s.as_ref().file_stem().unwrap_or_default().to_string_lossy();
+                dir.join(format!("{name}.{i}.{stem}.o"))
+            })
+            .collect();
+        let results: Vec<Result<(), Error>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = sources
+                .iter()
+                .zip(&objects)
+                .map(|(src, obj)| {
+                    let src = src.as_ref();
+                    if std::env::var_os("OUT_DIR").is_some() {
+                        println!("cargo:rerun-if-changed={}", src.display());
+                    }
+                    scope.spawn(move || {
+                        run(
+                            self.host_compile_command(src, obj),
+                            format!("compiling {} as host code", src.display()),
+                        )
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("host compile worker panicked"))
+                .collect()
+        });
+        results.into_iter().collect::<Result<Vec<()>, Error>>()?;
+        let path = dir.join(format!("lib{name}.a"));
+        let _ = std::fs::remove_file(&path);
+        let mut archive = Command::new(&self.cuda.nvcc);
+        archive.arg("--lib").arg("-o").arg(&path).args(&objects);
+        run(archive, format!("archiving {}", path.display()))?;
+        Ok(HostLibrary {
+            name: name.to_string(),
+            path,
+            cuda_runtime,
+        })
     }
 }
 

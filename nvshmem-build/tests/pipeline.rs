@@ -169,8 +169,8 @@ fn the_rust_module_embeds_every_cubin() {
     for needle in [
         "pub const RING_ALLGATHER: ::nvshmem::module::CubinSet = ::nvshmem::module::CubinSet::new(\"ring_allgather\"",
         "pub const _2SHOT: ::nvshmem::module::CubinSet",
-        "::nvshmem::module::CubinImage { capability: 90, bytes: ",
-        "::nvshmem::module::CubinImage { capability: 100, bytes: ",
+        "::nvshmem::module::CubinImage { capability: 90, arch_specific: false, bytes: ",
+        "::nvshmem::module::CubinImage { capability: 100, arch_specific: false, bytes: ",
         &cubin("ring_allgather", "sm_90"),
         &cubin("ring_allgather", "sm_100"),
         &cubin("2shot", "sm_90"),
@@ -274,4 +274,96 @@ fn a_compiler_that_cannot_start_is_a_spawn_error() {
     let e = tc.builder().source_dir(&dir).unwrap().build().unwrap_err();
     assert!(matches!(e, Error::Spawn { .. }), "{e:?}");
     assert!(e.to_string().contains("make setup"), "{e}");
+}
+
+#[test]
+fn whole_programs_are_compiled_without_rdc_and_linked_with_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let tc = Toolchain::new("whole", TOOL);
+    let dir = tc.kernels(&["gemm.cu"]);
+    let built = tc
+        .builder()
+        .archs(["sm_90a"])
+        .unwrap()
+        .whole_program()
+        .source(dir.join("gemm.cu"))
+        .build()
+        .unwrap();
+    let calls = tc.calls();
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    assert!(
+        calls[0].contains("-gencode=arch=compute_90a,code=sm_90a"),
+        "{}",
+        calls[0]
+    );
+    assert!(
+        calls[0].contains("-cubin") && !calls[0].contains("-rdc"),
+        "{}",
+        calls[0]
+    );
+    let cubin = built.get("gemm").unwrap().cubin("sm_90a").unwrap();
+    assert_eq!(cubin, tc.tmp.join("out/cubins/gemm.sm_90a.cubin"));
+    // An sm_90a image runs on compute capability 9.0 only: the module says so.
+    let text = built.rust_module();
+    assert!(
+        text.contains("CubinImage { capability: 90, arch_specific: true, bytes: "),
+        "{text}"
+    );
+}
+
+#[test]
+fn host_libraries_are_compiled_position_independent_and_archived() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let tc = Toolchain::new("host", TOOL);
+    let dir = tc.kernels(&["params.cu"]);
+    // Without the static CUDA runtime the toolkit is incomplete for host code.
+    let e = tc
+        .builder()
+        .build_host_library("gemm_params", &[dir.join("params.cu")])
+        .unwrap_err();
+    assert!(matches!(e, Error::CudaIncomplete { .. }), "{e}");
+    assert!(e.to_string().contains("libcudart_static.a"), "{e}");
+    write(&tc.tmp.join("cuda/lib64/libcudart_static.a"), "!<arch>\n");
+    let lib = tc
+        .builder()
+        .archs(["sm_90a"])
+        .unwrap()
+        .flag("-DNDEBUG")
+        .build_host_library("gemm_params", &[dir.join("params.cu")])
+        .unwrap();
+    assert_eq!(lib.path, tc.tmp.join("out/host/libgemm_params.a"));
+    assert_eq!(
+        lib.cuda_runtime,
+        tc.tmp.join("cuda/lib64/libcudart_static.a")
+    );
+    let calls = tc.calls();
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    for needle in [
+        "-c",
+        "-Xcompiler -fPIC",
+        "-DNDEBUG",
+        "compute_90a",
+        "params.cu",
+    ] {
+        assert!(
+            calls[0].contains(needle),
+            "`{needle}` missing from {}",
+            calls[0]
+        );
+    }
+    assert!(
+        !calls[0].contains("-cubin") && !calls[0].contains("-rdc"),
+        "{}",
+        calls[0]
+    );
+    assert!(
+        calls[1].starts_with("nvcc --lib -o") && calls[1].contains("libgemm_params.a"),
+        "{}",
+        calls[1]
+    );
+    // Names that would not survive `-l static=...` are refused.
+    assert!(tc
+        .builder()
+        .build_host_library("bad name", &[dir.join("params.cu")])
+        .is_err());
 }

@@ -74,6 +74,7 @@ use std::marker::PhantomData;
 const LAUNCH: LaunchOptions = LaunchOptions {
     cooperative: false,
     programmatic: true,
+    cluster: None,
 };
 
 /// The send and receive kernels, loaded once per runtime.

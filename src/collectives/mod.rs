@@ -874,6 +874,7 @@ impl Collectives {
         let options = LaunchOptions {
             cooperative: self.cooperative_launch,
             programmatic: self.programmatic_launch,
+            cluster: None,
         };
         let mut last = self.last_stream.lock().unwrap_or_else(|p| p.into_inner());
         self.order_after(last.as_ref(), stream)?;

@@ -114,6 +114,27 @@ impl<'a> KernelArgs<'a> {
         self
     }
 
+    /// Append a parameter given as its bytes: a parameter block whose layout C++ host code
+    /// defines (the `Params` of a CUTLASS kernel). Checked against the kernel's parameter
+    /// size like every argument.
+    pub fn bytes(&mut self, bytes: &[u8]) -> &mut Self {
+        let start = self.words.len();
+        self.words.resize(start + bytes.len().div_ceil(8).max(1));
+        let words = &mut self.words.as_mut_slice()[start..];
+        // SAFETY: the words from `start` hold at least `bytes.len()` bytes, and do not overlap
+        // `bytes`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                words.as_mut_ptr() as *mut u8,
+                bytes.len(),
+            )
+        };
+        self.starts.push(start);
+        self.sizes.push(bytes.len());
+        self
+    }
+
     /// Append the device address of this PE's copy of `buf` (a `T*` parameter).
     pub fn buffer<T: Element>(&mut self, buf: &'a SymmetricBuffer<T>) -> &mut Self {
         self.value(buf.as_ptr() as u64)
@@ -216,6 +237,17 @@ mod tests {
         // Zero-sized values still get a slot to point at.
         a.value(());
         assert_eq!(a.sizes()[4], 0);
+        // A parameter block given as bytes keeps them, whatever its length.
+        let block: Vec<u8> = (0..=200u8).collect();
+        a.bytes(&block).value(9u16);
+        assert_eq!(&a.sizes()[5..], [201, 2]);
+        a.with_pointers(|p| unsafe {
+            assert_eq!(
+                std::slice::from_raw_parts(p[5] as *const u8, 201),
+                &block[..]
+            );
+            assert_eq!(*(p[6] as *const u16), 9);
+        });
         assert!(a.with_pointers(|p| !p[4].is_null()));
         // Beyond what fits in place (words and arguments), the values move to the heap
         // intact, and every pointer still reads its value.

@@ -8,6 +8,9 @@ use crate::error::{Error, Result};
 pub struct CubinImage {
     /// Compute capability times ten (90 for sm_90).
     pub capability: u32,
+    /// Built for exactly this capability (`sm_90a`: WGMMA, TMA multicast), so it runs on no
+    /// other, not even a later one of the same major version.
+    pub arch_specific: bool,
     /// The ELF image (16-byte aligned in generated code).
     pub bytes: &'static [u8],
 }
@@ -42,18 +45,31 @@ impl CubinSet {
     }
 
     /// The image that runs on a GPU of compute capability `major.minor`: the same major
-    /// version, the highest minor not above the device's.
+    /// version, the highest minor not above the device's; an architecture-specific image
+    /// (`sm_90a`) only on exactly its capability.
     pub fn image_for(&self, major: i32, minor: i32) -> Result<&'static CubinImage> {
         let cc = (major * 10 + minor) as u32;
         self.images
             .iter()
-            .filter(|i| i.capability / 10 == major as u32 && i.capability <= cc)
+            .filter(|i| {
+                if i.arch_specific {
+                    i.capability == cc
+                } else {
+                    i.capability / 10 == major as u32 && i.capability <= cc
+                }
+            })
             .max_by_key(|i| i.capability)
             .ok_or_else(|| {
                 let built: Vec<String> = self
                     .images
                     .iter()
-                    .map(|i| format!("sm_{}", i.capability))
+                    .map(|i| {
+                        format!(
+                            "sm_{}{}",
+                            i.capability,
+                            if i.arch_specific { "a" } else { "" }
+                        )
+                    })
                     .collect();
                 Error::Module {
                     module: self.name.to_string(),
@@ -109,13 +125,32 @@ mod tests {
     static IMAGES: [CubinImage; 2] = [
         CubinImage {
             capability: 80,
+            arch_specific: false,
             bytes: b"a",
         },
         CubinImage {
             capability: 90,
+            arch_specific: false,
             bytes: b"b",
         },
     ];
+
+    #[test]
+    fn arch_specific_images_run_on_their_capability_only() {
+        static SM90A: [CubinImage; 1] = [CubinImage {
+            capability: 90,
+            arch_specific: true,
+            bytes: b"c",
+        }];
+        let set = CubinSet::new("gemm", &SM90A);
+        assert_eq!(set.image_for(9, 0).unwrap().bytes, b"c");
+        for (major, minor) in [(9, 1), (10, 0), (8, 9)] {
+            let e = set.image_for(major, minor).unwrap_err().to_string();
+            assert!(e.contains("[sm_90a]"), "{e}");
+        }
+        let empty = CubinSet::new("gemm", &[]);
+        assert!(empty.image_for(9, 0).is_err());
+    }
 
     #[test]
     fn picks_the_image_of_the_gpu_major_version() {

@@ -20,6 +20,9 @@ pub struct LaunchOptions {
     /// the stream runs. The kernel must wait for it (`cudaGridDependencySynchronize`) before
     /// it touches memory that kernel writes.
     pub programmatic: bool,
+    /// Thread-block clusters of this many blocks along x, y and z (Hopper and later); the
+    /// grid must be a multiple of it. `None`: no clusters (or those the kernel declares).
+    pub cluster: Option<[u32; 3]>,
 }
 
 /// A kernel of a loaded [`Module`](super::Module). Cheap to clone; it keeps its module
@@ -157,9 +160,18 @@ impl Function {
             }
         }
         self.loaded.enter()?;
+        if let Some(c) = options.cluster {
+            let (g, fits) = (cfg.grid_dim, |g: u32, c: u32| c > 0 && g % c == 0);
+            if !(fits(g.0, c[0]) && fits(g.1, c[1]) && fits(g.2, c[2])) {
+                return Err(Error::InvalidArgument(format!(
+                    "launch of {} with a grid {g:?} that is not a multiple of its clusters {c:?}",
+                    self.name
+                )));
+            }
+        }
         // SAFETY: all zeroes is a valid attribute (an id and a union of plain data); each
         // union member written is the one its id selects.
-        let mut attrs: [cusys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        let mut attrs: [cusys::CUlaunchAttribute; 3] = unsafe { std::mem::zeroed() };
         let mut n_attrs = 0;
         if options.cooperative {
             attrs[n_attrs].id = cusys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
@@ -170,6 +182,13 @@ impl Function {
             attrs[n_attrs].id =
                 cusys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
             attrs[n_attrs].value.programmaticStreamSerializationAllowed = 1;
+            n_attrs += 1;
+        }
+        if let Some([x, y, z]) = options.cluster {
+            attrs[n_attrs].id = cusys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[n_attrs].value.clusterDim.x = x;
+            attrs[n_attrs].value.clusterDim.y = y;
+            attrs[n_attrs].value.clusterDim.z = z;
             n_attrs += 1;
         }
         let config = cusys::CUlaunchConfig {
@@ -199,6 +218,58 @@ impl Function {
             kernel: self.name.to_string(),
             source,
         })
+    }
+
+    /// Let the kernel use up to `bytes` of dynamic shared memory per block (above the 48 KiB
+    /// every kernel may use; up to 227 KiB on Hopper). Launches that ask for more fail.
+    pub fn set_max_dynamic_shared_memory(&self, bytes: u32) -> Result<()> {
+        self.loaded.enter()?;
+        // SAFETY: `self.func` is a live function of a loaded module.
+        unsafe {
+            cusys::cuFuncSetAttribute(
+                self.func,
+                cusys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+        }
+        .result()
+        .map_err(|source| Error::Launch {
+            kernel: format!(
+                "{} (setting {bytes} bytes of dynamic shared memory)",
+                self.name
+            ),
+            source,
+        })
+    }
+
+    /// How many clusters of `cluster` blocks, each of `cfg`'s block size and shared memory,
+    /// can be resident on the GPU at once (`cuOccupancyMaxActiveClusters`).
+    pub fn max_active_clusters(&self, cfg: LaunchConfig, cluster: [u32; 3]) -> Result<u32> {
+        self.loaded.enter()?;
+        // SAFETY: as in `launch_with`; the attribute array outlives the call.
+        let mut attr: [cusys::CUlaunchAttribute; 1] = unsafe { std::mem::zeroed() };
+        attr[0].id = cusys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr[0].value.clusterDim.x = cluster[0];
+        attr[0].value.clusterDim.y = cluster[1];
+        attr[0].value.clusterDim.z = cluster[2];
+        let config = cusys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: std::ptr::null_mut(),
+            attrs: attr.as_mut_ptr(),
+            numAttrs: 1,
+        };
+        let mut clusters = 0i32;
+        // SAFETY: a live function and a valid configuration.
+        unsafe { cusys::cuOccupancyMaxActiveClusters(&mut clusters, self.func, &config) }
+            .result()
+            .during("cuOccupancyMaxActiveClusters")?;
+        Ok(clusters.max(0) as u32)
     }
 
     /// How many blocks of `threads` threads (and `shared_mem` bytes) fit on the GPU at once.

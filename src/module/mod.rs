@@ -5,7 +5,9 @@
 //! `nvshmem-build` crate does this from a build script) and has to be registered with
 //! `nvshmemx_cumodule_init` before any of its kernels run: [`Module`] loads and registers
 //! it; it is unregistered and unloaded when the module and every [`Function`] of it are
-//! gone. Every launch goes through [`Function::launch_with`].
+//! gone. A cubin that links no NVSHMEM device code (a whole program such as our CUTLASS GEMM:
+//! no `nvshmemi_device_state_d`) is loaded without registering. Every launch goes through
+//! [`Function::launch_with`].
 //!
 //! ```no_run
 //! # fn main() -> nvshmem::Result<()> {
@@ -50,6 +52,8 @@ enum Handle {
 /// holding it goes.
 pub(crate) struct Loaded {
     handle: Handle,
+    /// Registered with NVSHMEM (it links NVSHMEM's device library), so unregistered on drop.
+    registered: bool,
     name: String,
     ctx: Arc<CudaContext>,
     device: usize,
@@ -82,19 +86,42 @@ impl Drop for Loaded {
         // SAFETY: no kernel of the module is running, and no function refers to it any more.
         unsafe {
             match self.handle {
-                Handle::Module(m) => {
+                Handle::Module(m) if self.registered => {
                     sys::nvshmemx_cumodule_finalize(m as sys::CUmodule);
                 }
-                Handle::Library(l) => {
+                Handle::Library(l) if self.registered => {
                     sys::nvshmemx_culibrary_finalize(l as sys::CUlibrary);
                 }
+                _ => {}
             }
             self.handle.unload();
         }
     }
 }
 
+/// NVSHMEM's device state, which a cubin linked with `libnvshmem_device.a` defines
+/// (`nvshmem_build::DEVICE_STATE_SYMBOL`).
+const DEVICE_STATE: &std::ffi::CStr = c"nvshmemi_device_state_d";
+
 impl Handle {
+    /// Whether the image links NVSHMEM's device library: a whole-program cubin that calls no
+    /// NVSHMEM device function (our CUTLASS GEMM) has no device state to register.
+    ///
+    /// # Safety
+    /// A live handle, its context current.
+    unsafe fn links_nvshmem(&self) -> bool {
+        let (mut address, mut size) = (0 as cusys::CUdeviceptr, 0usize);
+        let r = match *self {
+            Handle::Module(m) => {
+                cusys::cuModuleGetGlobal_v2(&mut address, &mut size, m, DEVICE_STATE.as_ptr())
+            }
+            Handle::Library(l) => {
+                cusys::cuLibraryGetGlobal(&mut address, &mut size, l, DEVICE_STATE.as_ptr())
+            }
+        };
+        r != cusys::CUresult::CUDA_ERROR_NOT_FOUND
+    }
+
     /// # Safety
     /// Nothing may use the handle afterwards.
     unsafe fn unload(&self) {
@@ -230,8 +257,11 @@ impl Module {
             )
         })?;
         // SAFETY: the handle was just loaded in the current context.
+        let registered = unsafe { handle.links_nvshmem() };
+        // SAFETY: as above.
         let (call, status) = unsafe {
             match handle {
+                _ if !registered => ("", 0),
                 Handle::Module(m) => (
                     "nvshmemx_cumodule_init",
                     sys::nvshmemx_cumodule_init(m as sys::CUmodule),
@@ -261,6 +291,7 @@ impl Module {
         Ok(Module {
             loaded: Arc::new(Loaded {
                 handle,
+                registered,
                 name: name.to_string(),
                 ctx: shmem.context().clone(),
                 device: shmem.device_ordinal(),

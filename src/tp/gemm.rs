@@ -1,9 +1,11 @@
-//! Local GEMMs through cuBLASLt: `y = x · wᵀ` with `x` (m × k), `w` (n × k, a linear layer's
-//! weight as PyTorch stores it) and `y` (m × n), all row-major bf16, accumulated in f32 (split-K parts too).
+//! Local GEMMs: `y = x · wᵀ` with `x` (m × k), `w` (n × k, a linear layer's weight as
+//! PyTorch stores it) and `y` (m × n), all row-major bf16, accumulated in f32 (split-K parts
+//! too), by cuBLASLt, our decode kernel or our CUTLASS kernel ([`GemmPath`]).
 //!
 //! Row-major `y = x · wᵀ` is column-major `yᵀ = w · xᵀ` with the same memory: cuBLASLt's "TN"
 //! case (A = w transposed, B = x), the layout its Hopper kernels favour.
 
+use super::cutlass::CutlassGemm;
 use crate::cubins::TP;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceSlice};
@@ -31,7 +33,10 @@ pub const DECODE_MAX_TOKENS: usize = 8;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GemmPath {
     /// Our decode kernel up to [`DECODE_TOKENS`] tokens (where it measured faster), cuBLASLt
-    /// above.
+    /// above. Our CUTLASS kernel measured 0.98 to 0.99x cuBLASLt's speed from 2048 tokens on
+    /// one H100 (docs/gemm.md), and down to 0.38x with few tokens and 4096 output features
+    /// (16 tiles of 128 tokens for 132 SMs, where cuBLASLt splits K), so `Auto` does not take
+    /// it for a plain GEMM; it is the base of the fused kernels.
     #[default]
     Auto,
     /// cuBLASLt, whatever the shape.
@@ -39,6 +44,10 @@ pub enum GemmPath {
     /// Our decode kernel: one pass over the weight at memory bandwidth, for up to
     /// [`DECODE_MAX_TOKENS`] tokens.
     Decode,
+    /// Our CUTLASS kernel (TMA and WGMMA, persistent 128 × 256 tiles in clusters of two), on
+    /// GPUs of compute capability 9.0 (it is built for `sm_90a`), for `k` and `y`'s row
+    /// stride multiples of 8 and 16-byte aligned buffers (TMA's rules).
+    Cutlass,
 }
 
 /// The workspace cuBLASLt may use per call: what its Hopper kernels ask for at most
@@ -140,6 +149,8 @@ pub struct Gemm {
     decode: Function,
     /// Blocks of the decode kernel resident at once on this GPU.
     decode_blocks: u32,
+    /// Our CUTLASS kernel, or why it cannot run here.
+    cutlass: std::result::Result<CutlassGemm, String>,
 }
 
 // SAFETY: a cuBLASLt handle may be used from any thread (it holds no per-call state; calls
@@ -201,6 +212,7 @@ impl Gemm {
             plans: Mutex::new(HashMap::new()),
             decode,
             decode_blocks: sms * DECODE_BLOCKS_PER_SM,
+            cutlass: CutlassGemm::load(shmem).map_err(|e| e.to_string()),
         })
     }
 
@@ -215,6 +227,11 @@ impl Gemm {
         stream: &CudaStream,
     ) -> Result<()> {
         self.linear_with(y, x, w, shape, GemmPath::Auto, stream)
+    }
+
+    /// Whether [`GemmPath::Cutlass`] runs on this GPU, or why not.
+    pub fn cutlass_available(&self) -> std::result::Result<(), String> {
+        self.cutlass.as_ref().map(|_| ()).map_err(Clone::clone)
     }
 
     /// [`linear`](Self::linear) computed by `path`.
@@ -303,18 +320,27 @@ impl Gemm {
         if m == 0 {
             return Ok(());
         }
-        let decode = match path {
-            GemmPath::Auto => m <= DECODE_TOKENS,
-            GemmPath::CublasLt => false,
-            GemmPath::Decode if m <= DECODE_MAX_TOKENS => true,
-            GemmPath::Decode => {
+        let path = match path {
+            GemmPath::Auto if m <= DECODE_TOKENS => GemmPath::Decode,
+            GemmPath::Auto => GemmPath::CublasLt,
+            GemmPath::Decode if m > DECODE_MAX_TOKENS => {
                 return Err(Error::InvalidArgument(format!(
                     "the decode GEMM takes up to {DECODE_MAX_TOKENS} tokens, not {m}: use \
                      GemmPath::Auto or CublasLt"
                 )))
             }
+            other => other,
         };
-        if decode {
+        if path == GemmPath::Cutlass {
+            let cutlass = self.cutlass.as_ref().map_err(|why| {
+                Error::InvalidArgument(format!(
+                    "our CUTLASS GEMM cannot run here: {why}. Use GemmPath::Auto or CublasLt"
+                ))
+            })?;
+            self.shmem.bind_context()?;
+            return cutlass.linear(y, ldy, x, w, m, n, k, stream);
+        }
+        if path == GemmPath::Decode {
             self.shmem.bind_context()?;
             let mut args = KernelArgs::new();
             args.device_ptr(x)

@@ -38,6 +38,7 @@
 //! ```
 
 mod column;
+mod cutlass;
 mod gemm;
 mod mlp;
 mod row;

@@ -1,8 +1,10 @@
-//! Finding NVSHMEM, the CUDA compiler and libclang: the variable that names an install, then
+//! Finding NVSHMEM, the CUDA compiler, CUTLASS and libclang: the variable that names an install, then
 //! the project's `.venv`, then the Python environment, then the system.
 
+mod cutlass;
 mod libclang;
 
+pub use cutlass::{Cutlass, CUTLASS_MIN_VERSION, CUTLASS_WHEEL};
 pub use libclang::{is_libclang_file_name, libclang_in, Libclang, LIBCLANG_WHEEL};
 
 use crate::Error;
@@ -18,6 +20,7 @@ pub const DISCOVERY_VARS: &[&str] = &[
     "NVSHMEM_HOME",
     "CUDA_HOME",
     "NVCC",
+    "CUTLASS_HOME",
     "LIBCLANG_PATH",
     "PYTHON",
     "PATH",
@@ -268,6 +271,29 @@ impl CudaToolkit {
     }
 }
 
+impl CudaToolkit {
+    /// The static CUDA runtime (`libcudart_static.a`) beside the compiler: `lib64/` of a
+    /// toolkit, `lib/` of the `nvidia-cuda-runtime` wheel.
+    pub fn static_runtime(&self) -> Result<PathBuf, Error> {
+        let bin = self.nvcc.parent().unwrap_or(Path::new("."));
+        let root = bin.parent().unwrap_or(bin);
+        let candidates = [
+            "lib64",
+            "lib",
+            "targets/x86_64-linux/lib",
+            "targets/sbsa-linux/lib",
+        ];
+        candidates
+            .iter()
+            .map(|d| root.join(d).join("libcudart_static.a"))
+            .find(|p| p.is_file())
+            .ok_or_else(|| Error::CudaIncomplete {
+                root: root.to_path_buf(),
+                missing: root.join("lib64/libcudart_static.a"),
+            })
+    }
+}
+
 /// Where and how to look. [`Probe::from_env`] is what build scripts want; the other
 /// constructors exist so discovery can be tested against made-up trees.
 #[derive(Debug, Clone)]
@@ -278,6 +304,7 @@ pub struct Probe {
     system_nvshmem: Vec<(PathBuf, PathBuf)>,
     system_cuda: Vec<PathBuf>,
     system_libclang: Vec<PathBuf>,
+    system_cutlass: Vec<PathBuf>,
 }
 
 impl Probe {
@@ -335,6 +362,9 @@ impl Probe {
             system_nvshmem,
             system_cuda: vec![PathBuf::from("/usr/local/cuda")],
             system_libclang: system_libclang_dirs(&arch_lib),
+            system_cutlass: ["/usr/local/include", "/usr/include"]
+                .map(PathBuf::from)
+                .to_vec(),
         }
     }
 
@@ -347,6 +377,7 @@ impl Probe {
             system_nvshmem: Vec::new(),
             system_cuda: Vec::new(),
             system_libclang: Vec::new(),
+            system_cutlass: Vec::new(),
         }
     }
 
@@ -380,6 +411,12 @@ impl Probe {
     /// Replace the system folders searched for libclang.
     pub fn system_libclang_dirs(mut self, dirs: Vec<PathBuf>) -> Self {
         self.system_libclang = dirs;
+        self
+    }
+
+    /// Replace the system include folders searched for CUTLASS.
+    pub fn system_cutlass_dirs(mut self, dirs: Vec<PathBuf>) -> Self {
+        self.system_cutlass = dirs;
         self
     }
 
