@@ -11,9 +11,9 @@
 // CUTLASS encodes TMA descriptors through cuTensorMapEncodeTiled. It reaches it here through
 // the driver entry point that the caller hands in (the crate loads the driver at run time, and
 // must build and test on machines without one), and a failure is recorded instead of only
-// printed.
+// printed. Both per thread: calls from several threads do not share them.
 namespace {
-PFN_cuTensorMapEncodeTiled_v12000 encode_entry = nullptr;
+thread_local PFN_cuTensorMapEncodeTiled_v12000 encode_entry = nullptr;
 thread_local CUresult encode_failure = CUDA_SUCCESS;
 
 CUresult encode_tiled(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *address,

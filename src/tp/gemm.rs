@@ -229,7 +229,28 @@ impl Gemm {
         self.linear_with(y, x, w, shape, GemmPath::Auto, stream)
     }
 
-    /// Whether [`GemmPath::Cutlass`] runs on this GPU, or why not.
+    /// Whether [`GemmPath::Cutlass`] runs on this GPU, or why not (a GPU other than compute
+    /// capability 9.0, a crate built without sm_90, an MPS share too small for a cluster).
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::{bf16, tp::{Gemm, GemmPath, LinearShape}};
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let gemm = Gemm::new(&shmem)?;
+    /// let shape = LinearShape { m: 4096, n: 14336, k: 4096 };
+    /// let x = shmem.alloc_device::<bf16>(shape.m * shape.k)?;
+    /// let w = shmem.alloc_device::<bf16>(shape.n * shape.k)?;
+    /// let y = shmem.alloc_device::<bf16>(shape.m * shape.n)?;
+    /// let path = match gemm.cutlass_available() {
+    ///     Ok(()) => GemmPath::Cutlass,
+    ///     Err(why) => {
+    ///         eprintln!("cuBLASLt instead: {why}");
+    ///         GemmPath::CublasLt
+    ///     }
+    /// };
+    /// gemm.linear_with(&y, &x, &w, shape, path, shmem.stream())?;
+    /// # Ok(()) }
+    /// ```
     pub fn cutlass_available(&self) -> std::result::Result<(), String> {
         self.cutlass.as_ref().map(|_| ()).map_err(Clone::clone)
     }
