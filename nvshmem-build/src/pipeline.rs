@@ -530,17 +530,7 @@ impl KernelBuilder {
                 )));
             }
         }
-        let out_dir = self.out_dir.clone().ok_or_else(|| {
-            Error::Invalid(
-                "no output directory: OUT_DIR is unset outside build scripts; call out_dir()"
-                    .into(),
-            )
-        })?;
-        let cubin_dir = out_dir.join("cubins");
-        std::fs::create_dir_all(&cubin_dir).map_err(|source| Error::Io {
-            path: cubin_dir.clone(),
-            source,
-        })?;
+        let (out_dir, cubin_dir) = self.output_dir("cubins")?;
         let in_build_script = std::env::var_os("OUT_DIR").is_some();
         let jobs: Vec<(usize, Arch)> = (0..self.sources.len())
             .flat_map(|i| self.archs.iter().map(move |a| (i, a.clone())))
@@ -603,6 +593,22 @@ impl KernelBuilder {
             out_dir,
             rust_path: self.rust_path.clone(),
         })
+    }
+
+    /// The output directory and its sub-directory `sub`, made if missing.
+    fn output_dir(&self, sub: &str) -> Result<(PathBuf, PathBuf), Error> {
+        let out_dir = self.out_dir.clone().ok_or_else(|| {
+            Error::Invalid(
+                "no output directory: OUT_DIR is unset outside build scripts; call out_dir()"
+                    .into(),
+            )
+        })?;
+        let dir = out_dir.join(sub);
+        std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        Ok((out_dir, dir))
     }
 
     fn build_one(&self, source: &Path, arch: &Arch, dir: &Path) -> Result<PathBuf, Error> {
@@ -703,17 +709,7 @@ impl KernelBuilder {
             )));
         }
         let cuda_runtime = self.cuda.static_runtime()?;
-        let out_dir = self.out_dir.clone().ok_or_else(|| {
-            Error::Invalid(
-                "no output directory: OUT_DIR is unset outside build scripts; call out_dir()"
-                    .into(),
-            )
-        })?;
-        let dir = out_dir.join("host");
-        std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
-            path: dir.clone(),
-            source,
-        })?;
+        let (_, dir) = self.output_dir("host")?;
         let objects: Vec<PathBuf> = sources
             .iter()
             .enumerate()

@@ -184,25 +184,11 @@ impl Function {
             attrs[n_attrs].value.programmaticStreamSerializationAllowed = 1;
             n_attrs += 1;
         }
-        if let Some([x, y, z]) = options.cluster {
-            attrs[n_attrs].id = cusys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attrs[n_attrs].value.clusterDim.x = x;
-            attrs[n_attrs].value.clusterDim.y = y;
-            attrs[n_attrs].value.clusterDim.z = z;
+        if let Some(cluster) = options.cluster {
+            attrs[n_attrs] = cluster_attribute(cluster);
             n_attrs += 1;
         }
-        let config = cusys::CUlaunchConfig {
-            gridDimX: cfg.grid_dim.0,
-            gridDimY: cfg.grid_dim.1,
-            gridDimZ: cfg.grid_dim.2,
-            blockDimX: cfg.block_dim.0,
-            blockDimY: cfg.block_dim.1,
-            blockDimZ: cfg.block_dim.2,
-            sharedMemBytes: cfg.shared_mem_bytes,
-            hStream: stream.cu_stream(),
-            attrs: attrs.as_mut_ptr(),
-            numAttrs: n_attrs as u32,
-        };
+        let config = driver_config(&cfg, stream.cu_stream(), &mut attrs[..n_attrs]);
         // SAFETY: the pointers point at the argument values, which live until the call
         // returns (the driver copies them); the caller vouches that they match the kernel.
         args.with_pointers(|params| {
@@ -246,24 +232,8 @@ impl Function {
     /// can be resident on the GPU at once (`cuOccupancyMaxActiveClusters`).
     pub fn max_active_clusters(&self, cfg: LaunchConfig, cluster: [u32; 3]) -> Result<u32> {
         self.loaded.enter()?;
-        // SAFETY: as in `launch_with`; the attribute array outlives the call.
-        let mut attr: [cusys::CUlaunchAttribute; 1] = unsafe { std::mem::zeroed() };
-        attr[0].id = cusys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr[0].value.clusterDim.x = cluster[0];
-        attr[0].value.clusterDim.y = cluster[1];
-        attr[0].value.clusterDim.z = cluster[2];
-        let config = cusys::CUlaunchConfig {
-            gridDimX: cfg.grid_dim.0,
-            gridDimY: cfg.grid_dim.1,
-            gridDimZ: cfg.grid_dim.2,
-            blockDimX: cfg.block_dim.0,
-            blockDimY: cfg.block_dim.1,
-            blockDimZ: cfg.block_dim.2,
-            sharedMemBytes: cfg.shared_mem_bytes,
-            hStream: std::ptr::null_mut(),
-            attrs: attr.as_mut_ptr(),
-            numAttrs: 1,
-        };
+        let mut attrs = [cluster_attribute(cluster)];
+        let config = driver_config(&cfg, std::ptr::null_mut(), &mut attrs);
         let mut clusters = 0i32;
         // SAFETY: a live function and a valid configuration.
         unsafe { cusys::cuOccupancyMaxActiveClusters(&mut clusters, self.func, &config) }
@@ -321,6 +291,38 @@ impl Function {
     /// The raw `CUfunction`, valid while this function (or any clone) lives.
     pub fn cu_function(&self) -> cusys::CUfunction {
         self.func
+    }
+}
+
+/// The launch attribute for thread-block clusters of `x × y × z` blocks.
+fn cluster_attribute([x, y, z]: [u32; 3]) -> cusys::CUlaunchAttribute {
+    // SAFETY: all zeroes is a valid attribute (an id and a union of plain data); the union
+    // member written is the one the id selects.
+    let mut attr: cusys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = cusys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = x;
+    attr.value.clusterDim.y = y;
+    attr.value.clusterDim.z = z;
+    attr
+}
+
+/// `cfg` as the driver's launch configuration, with `attrs` (which must outlive its use).
+fn driver_config(
+    cfg: &LaunchConfig,
+    stream: cusys::CUstream,
+    attrs: &mut [cusys::CUlaunchAttribute],
+) -> cusys::CUlaunchConfig {
+    cusys::CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream,
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: attrs.len() as u32,
     }
 }
 
