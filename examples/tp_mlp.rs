@@ -42,6 +42,7 @@ use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
 use nvshmem::tp::{
     shard_range, take_cols, take_rows, ColumnInput, ColumnParallelLinear, GemmPath, LinearShape,
     RowOutput, RowParallelLinear, Schedule, TensorParallel, TpMlp, DECODE_MAX_TOKENS,
+    DECODE_TOKENS,
 };
 use nvshmem::{bf16, AllGatherAlgo, DeviceBuffer, Error, Nvshmem, ReduceOp, SymmetricBuffer};
 use std::sync::Arc;
@@ -365,8 +366,13 @@ fn bits(v: &[bf16]) -> Vec<u16> {
 
 /// Every schedule is checked. With these few tokens, 3 pieces cut a row-parallel GEMM along
 /// its output features (a narrower last piece, one token or several); the cut along the
-/// tokens is checked at 1027 tokens (row all-reduce, below).
-const SCHEDULES: [Schedule; 2] = [Schedule::Sequential, Schedule::Overlapped { chunks: 3 }];
+/// tokens is checked at 1027 tokens (row all-reduce, below). Fused runs the fused decode
+/// kernel up to 8 tokens and is sequential above.
+const SCHEDULES: [Schedule; 3] = [
+    Schedule::Sequential,
+    Schedule::Overlapped { chunks: 3 },
+    Schedule::Fused,
+];
 
 struct Checks {
     shmem: Nvshmem,
@@ -537,6 +543,107 @@ fn row_all_reduce(
         &row_parallel(&x, &w, m, n, k, c.n()),
     )?;
     c.identical("row-parallel output", &got)
+}
+
+/// The fused decode form of the row-parallel layer ([`Schedule::Fused`]): against the f64
+/// reference, the same on every PE, and up to `DECODE_TOKENS` tokens bit for bit what the
+/// sequential schedule gives (the same decode GEMM, the same order of the sum over PEs). Calls back to back on
+/// one stream, each followed by a plain all-reduce (which shares the fused kernel's epoch and
+/// staging), and a captured call replayed on new inputs each give their own result.
+fn row_fused(c: &Checks, seed: u64, (m, k, n): (usize, usize, usize)) -> Outcome {
+    let mut rng = Rng::new(seed);
+    let w = weight(&mut rng, n, k);
+    let layer = RowParallelLinear::new(&c.tp, k, n, m).map_err(text)?;
+    layer.load_weight(&w).map_err(text)?;
+    let local = layer.local_in_features();
+    let inputs: Vec<Vec<bf16>> = (0..3).map(|_| rng.bf16s(m * k, 1.0)).collect();
+    let xs: Vec<_> = inputs
+        .iter()
+        .map(|x| c.device(&take_cols(x, k, local.clone())))
+        .collect::<Result<_, _>>()?;
+    let ys: Vec<_> = (0..3)
+        .map(|_| c.shmem.malloc::<bf16>(m * n).map_err(text))
+        .collect::<Result<_, _>>()?;
+    let s = &c.stream;
+    let poison =
+        |y: &SymmetricBuffer<bf16>| y.copy_from_host(&vec![bf16::NAN; m * n]).map_err(text);
+    // One at a time.
+    let mut want = Vec::new();
+    for (i, (x, y)) in xs.iter().zip(&ys).enumerate() {
+        layer.forward_with(y, x, Schedule::Fused, s).map_err(text)?;
+        sync(s).map_err(text)?;
+        let got = y.to_vec().map_err(text)?;
+        compare(
+            "fused row-parallel output",
+            &got,
+            &row_parallel(&inputs[i], &w, m, n, k, c.n()),
+        )?;
+        c.identical("fused row-parallel output", &got)?;
+        if m <= DECODE_TOKENS {
+            let seq = c.shmem.malloc::<bf16>(m * n).map_err(text)?;
+            layer
+                .forward_with(&seq, x, Schedule::Sequential, s)
+                .map_err(text)?;
+            sync(s).map_err(text)?;
+            if bits(&seq.to_vec().map_err(text)?) != bits(&got) {
+                return Err("fused and sequential outputs differ".into());
+            }
+        }
+        want.push(bits(&got));
+    }
+    // Back to back, each call followed by an all-reduce of PE numbers.
+    let (ar_src, ar_dst) = (
+        c.shmem.malloc::<f32>(1000).map_err(text)?,
+        c.shmem.malloc::<f32>(1000).map_err(text)?,
+    );
+    ar_src
+        .copy_from_host(&vec![(c.me() + 1) as f32; 1000])
+        .map_err(text)?;
+    for y in &ys {
+        poison(y)?;
+    }
+    for (x, y) in xs.iter().zip(&ys) {
+        layer.forward_with(y, x, Schedule::Fused, s).map_err(text)?;
+        c.tp.collectives()
+            .all_reduce(
+                &ar_dst,
+                &ar_src,
+                ReduceOp::Sum,
+                nvshmem::AllReduceAlgo::Auto,
+                s,
+            )
+            .map_err(text)?;
+    }
+    sync(s).map_err(text)?;
+    for (i, y) in ys.iter().enumerate() {
+        if bits(&y.to_vec().map_err(text)?) != want[i] {
+            return Err(format!(
+                "back-to-back call {i} differs from the same call made alone"
+            ));
+        }
+    }
+    let total = (c.n() * (c.n() + 1) / 2) as f32;
+    if ar_dst.to_vec().map_err(text)?.iter().any(|&v| v != total) {
+        return Err(format!(
+            "the all-reduces between fused calls did not all give {total}"
+        ));
+    }
+    // A graph of one call, replayed with each input copied into its input buffer.
+    let (x, y) = (&xs[0], &ys[0]);
+    let graph = capture(s, || layer.forward_with(y, x, Schedule::Fused, s))?;
+    for (i, input) in inputs.iter().enumerate().rev() {
+        x.copy_from_host(&take_cols(input, k, local.clone()))
+            .map_err(text)?;
+        poison(y)?;
+        graph.launch().map_err(|e| format!("cuGraphLaunch: {e}"))?;
+        sync(s).map_err(text)?;
+        if bits(&y.to_vec().map_err(text)?) != want[i] {
+            return Err(format!(
+                "graph replay on input {i} differs from the eager call"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Row-parallel with a reduce-scatter: this PE's `per_pe` rows of the whole product.
@@ -758,7 +865,11 @@ fn large(
             let x = c.device(&d.x)?;
             let want = f64s(&mlp_unsharded(c, &d, m, hidden, ffn)?);
             let mut found: Outcome = Ok(());
-            for schedule in [Schedule::Sequential, Schedule::Overlapped { chunks: 4 }] {
+            for schedule in [
+                Schedule::Sequential,
+                Schedule::Overlapped { chunks: 4 },
+                Schedule::Fused,
+            ] {
                 let y = c.shmem.malloc::<bf16>(m * hidden).map_err(text)?;
                 mlp.forward_with(&y, &x, schedule, s).map_err(text)?;
                 sync(s).map_err(text)?;
@@ -1063,12 +1174,14 @@ fn timing(c: &Checks, a: &Args) -> Outcome {
             a.iters
         );
         println!(
-            "{:>6} {:>26} {:>26} {:>9} {:>26} {:>9} {:>13}",
+            "{:>6} {:>26} {:>26} {:>9} {:>26} {:>9} {:>26} {:>9} {:>13}",
             "M",
             "compute-only",
             "sequential",
             "overhead",
             "overlapped (4 pieces)",
+            "overhead",
+            "fused",
             "overhead",
             "TFLOP/s/GPU"
         );
@@ -1109,16 +1222,24 @@ fn timing(c: &Checks, a: &Args) -> Outcome {
             bits(&y.to_vec().map_err(text)?),
             bits(&partial.to_vec().map_err(text)?),
         );
-        let overlapped = Schedule::Overlapped { chunks: 4 };
-        let y2 = c.shmem.malloc::<bf16>(m * hidden).map_err(text)?;
-        mlp.forward_with(&y2, &x, overlapped, s).map_err(text)?;
-        sync(s).map_err(text)?;
-        let eager_overlapped = bits(&y2.to_vec().map_err(text)?);
-        let graphs = [
-            capture(s, compute)?,
-            capture(s, || mlp.forward(&y, &x, s))?,
-            capture(s, || mlp.forward_with(&y2, &x, overlapped, s))?,
-        ];
+        // The other schedules, each into its own output; fused only where it has a kernel
+        // (above, it is the sequential schedule again).
+        let mut others = vec![Schedule::Overlapped { chunks: 4 }];
+        if m <= DECODE_MAX_TOKENS {
+            others.push(Schedule::Fused);
+        }
+        let mut outs = Vec::new();
+        for &schedule in &others {
+            let y2 = c.shmem.malloc::<bf16>(m * hidden).map_err(text)?;
+            mlp.forward_with(&y2, &x, schedule, s).map_err(text)?;
+            sync(s).map_err(text)?;
+            let eager = bits(&y2.to_vec().map_err(text)?);
+            outs.push((y2, eager));
+        }
+        let mut graphs = vec![capture(s, compute)?, capture(s, || mlp.forward(&y, &x, s))?];
+        for (&schedule, (y2, _)) in others.iter().zip(&outs) {
+            graphs.push(capture(s, || mlp.forward_with(y2, &x, schedule, s))?);
+        }
         // In alternating blocks, so that clock and power drift fall on all alike.
         let mut times = vec![Vec::new(); graphs.len()];
         let rounds = 5;
@@ -1127,26 +1248,33 @@ fn timing(c: &Checks, a: &Args) -> Outcome {
                 t.extend(time_graph(c, g, a.iters.div_ceil(rounds))?);
             }
         }
-        if bits(&y.to_vec().map_err(text)?) != eager
-            || bits(&y2.to_vec().map_err(text)?) != eager_overlapped
-            || bits(&partial.to_vec().map_err(text)?) != eager_partial
-        {
+        let mut same = bits(&y.to_vec().map_err(text)?) == eager
+            && bits(&partial.to_vec().map_err(text)?) == eager_partial;
+        for (y2, eager) in &outs {
+            same &= bits(&y2.to_vec().map_err(text)?) == *eager;
+        }
+        if !same {
             return Err(format!(
                 "M={m}: the timed graphs' output differs from the eager call"
             ));
         }
-        let [tc, tt, to] = [0, 1, 2].map(|i| median(times[i].clone()));
+        let t: Vec<_> = times.into_iter().map(median).collect();
+        let tc = t[0];
+        let best = t[1..].iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
         let flops = 6.0 * m as f64 * hidden as f64 * ffn as f64 / c.n() as f64;
         let cell = |(med, p10, p90): (f64, f64, f64)| format!("{med:.1} [{p10:.1}, {p90:.1}]");
+        let with_overhead = |x: Option<&(f64, f64, f64)>| match x {
+            Some(&x) => format!("{:>26} {:>8.1}%", cell(x), (x.0 - tc.0) / tc.0 * 100.0),
+            None => format!("{:>26} {:>9}", "-", "-"),
+        };
         if c.me() == 0 {
             println!(
-                "{m:>6} {:>26} {:>26} {:>8.1}% {:>26} {:>8.1}% {:>13.1}",
+                "{m:>6} {:>26} {} {} {} {:>13.1}",
                 cell(tc),
-                cell(tt),
-                (tt.0 - tc.0) / tc.0 * 100.0,
-                cell(to),
-                (to.0 - tc.0) / tc.0 * 100.0,
-                flops / tt.0.min(to.0) * 1e-6
+                with_overhead(t.get(1)),
+                with_overhead(t.get(2)),
+                with_overhead(t.get(3)),
+                flops / best * 1e-6
             );
         }
     }
@@ -1239,6 +1367,17 @@ fn main() {
             ),
             |c, seed| row_all_reduce(c, seed, s, Schedule::Overlapped { chunks: 2 }),
         );
+        // The fused decode kernel: one token (16-byte rows, the vector path), the most tokens
+        // it takes with rows of an odd length (the element path), and an odd output width.
+        for s in [(1, 512 * n, 1030), (8, 520 * n + 3, 96), (5, 136 * n, 33)] {
+            c.run(
+                format!(
+                    "row fused m={} k={} n={}: graph replay, back to back",
+                    s.0, s.1, s.2
+                ),
+                |c, seed| row_fused(c, seed, s),
+            );
+        }
         for s in [(1, 96, 64), (3, 328, 200), (16, 129, 8 * n + 3)] {
             c.run(
                 format!("row reduce-scatter {} rows per PE k={} n={}", s.0, s.1, s.2),

@@ -95,6 +95,17 @@ typedef struct BandwidthPlan {
     unsigned int slots;       // chunk slots per block and source, at least 2
 } BandwidthPlan;
 
+// ---- the tensor-parallel layers' fused kernels (src/tp, kernels/tp) ------------------------
+
+// The weight and shape of a fused decode product y (m × n) = x (m × k) · wᵀ, passed by value
+// after the parameters every collective takes.
+typedef struct DecodeLinear {
+    unsigned long long w;        // device address of w, n × k row-major bf16
+    unsigned long long m;        // tokens, 1 to DECODE_MAX_M
+    unsigned long long n;
+    unsigned long long k;
+} DecodeLinear;
+
 // ---- our Hopper GEMM (src/tp/cutlass.rs, kernels/gemm) ------------------------------------
 
 // One y = x · wᵀ for the CUTLASS host code (kernels/gemm/gemm_sm90_params.cu) to prepare:

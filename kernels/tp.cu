@@ -1,7 +1,12 @@
-// The tensor-parallel layers' own kernels (src/tp): what sits between their GEMMs, and a GEMM
-// for decode.
+// The tensor-parallel layers' own kernels (src/tp): what sits between their GEMMs, a GEMM for
+// decode (tp/decode.cuh), and the row-parallel layer's decode GEMM fused with its all-reduce
+// (tp/decode_allreduce.cuh).
 #include <cuda_bf16.h>
 #include <stdint.h>
+
+#include "abi.h"
+#include "tp/decode.cuh"
+#include "tp/decode_allreduce.cuh"
 
 __device__ __forceinline__ float silu_times(float gate, float up) {
     return gate / (1.0f + expf(-gate)) * up;
@@ -56,131 +61,30 @@ extern "C" __global__ void unchunk_bf16(const __nv_bfloat16 *src, __nv_bfloat16 
 }
 
 // ---- decode GEMM ---------------------------------------------------------------------------
-// y (m × n, rows ldy apart) = x (m × k) · wᵀ (w: n × k), row-major bf16, f32 sums, for a few
-// tokens (m <= DECODE_MAX_M). Such a product reads each weight once and does m multiply-adds
-// with it: it is bound by the weight's bytes, so the kernel streams w at full memory bandwidth
-// (16-byte loads that skip L1, several in flight per lane) and keeps x in L1 (every warp reads
-// all of it). A warp takes two output features at a time (each x vector it loads serves
-// both): its lanes stride over the rows' 8-element vectors, then a shuffle reduction sums the
-// lanes in a fixed order, so the result is the same on every run and every GPU.
-#define DECODE_MAX_M 8
-#define DECODE_UNROLL 4
+// y (m × n, rows ldy apart) = x (m × k) · wᵀ, for m <= DECODE_MAX_M (tp/decode.cuh).
+struct StoreY {
+    __nv_bfloat16 *y;
+    uint64_t ldy;
+    __device__ __forceinline__ void operator()(uint64_t j, int i, float sum) const { y[i * ldy + j] = __float2bfloat16_rn(sum); }
+};
 
-__device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ float dot8(uint4 a, uint4 b) {
-    const __nv_bfloat162 *a2 = (const __nv_bfloat162 *)&a, *b2 = (const __nv_bfloat162 *)&b;
-    float s = 0.0f;
-#pragma unroll
-    for (int h = 0; h < 4; h++) {
-        const float2 af = __bfloat1622float2(a2[h]), bf = __bfloat1622float2(b2[h]);
-        s = fmaf(af.x, bf.x, s);
-        s = fmaf(af.y, bf.y, s);
-    }
-    return s;
-}
-
-template <int M, int R>
-__device__ __forceinline__ void decode_tile(const __nv_bfloat16 *x, const __nv_bfloat16 *w, __nv_bfloat16 *y, uint64_t j,
-                                            uint64_t k, uint64_t ldy, int lane) {
-    float acc[R][M];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int i = 0; i < M; i++) acc[r][i] = 0.0f;
-    const uint64_t kv = k / 8;
-    uint64_t v = lane;
-    // DECODE_UNROLL vectors of each of R rows in flight per lane; each x vector serves R rows.
-    for (; v + 32 * (DECODE_UNROLL - 1) < kv; v += 32 * DECODE_UNROLL) {
-        uint4 wv[R][DECODE_UNROLL];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int u = 0; u < DECODE_UNROLL; u++) wv[r][u] = ld_stream((const uint4 *)(w + (j + r) * k) + v + 32 * u);
-#pragma unroll
-        for (int u = 0; u < DECODE_UNROLL; u++)
-#pragma unroll
-            for (int i = 0; i < M; i++) {
-                const uint4 xv = __ldg((const uint4 *)(x + i * k) + v + 32 * u);
-#pragma unroll
-                for (int r = 0; r < R; r++) acc[r][i] += dot8(wv[r][u], xv);
-            }
-    }
-    for (; v < kv; v += 32)
-#pragma unroll
-        for (int i = 0; i < M; i++) {
-            const uint4 xv = __ldg((const uint4 *)(x + i * k) + v);
-#pragma unroll
-            for (int r = 0; r < R; r++) acc[r][i] += dot8(ld_stream((const uint4 *)(w + (j + r) * k) + v), xv);
-        }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int i = 0; i < M; i++) {
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], o);
-        }
-    if (lane == 0)
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int i = 0; i < M; i++) y[i * ldy + j + r] = __float2bfloat16_rn(acc[r][i]);
-}
-
-// Pairs of output features per warp where the rows are 16-byte vectors (each x vector then
-// serves two rows), one at a time otherwise and for an odd last feature.
-template <int M>
-__device__ void decode_rows(const __nv_bfloat16 *x, const __nv_bfloat16 *w, __nv_bfloat16 *y, uint64_t n, uint64_t k,
-                            uint64_t ldy) {
-    const int lane = threadIdx.x & 31;
-    const uint64_t warps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
-    const uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const bool vectors = k % 8 == 0 && (((uintptr_t)x | (uintptr_t)w) & 15) == 0;
-    if (vectors) {
-        for (uint64_t p = warp; 2 * p < n; p += warps) {
-            if (2 * p + 1 < n) decode_tile<M, 2>(x, w, y, 2 * p, k, ldy, lane);
-            else decode_tile<M, 1>(x, w, y, 2 * p, k, ldy, lane);
-        }
-        return;
-    }
-    for (uint64_t j = warp; j < n; j += warps) {
-        float acc[M];
-#pragma unroll
-        for (int i = 0; i < M; i++) acc[i] = 0.0f;
-        for (uint64_t c = lane; c < k; c += 32) {
-            const float wf = __bfloat162float(w[j * k + c]);
-#pragma unroll
-            for (int i = 0; i < M; i++) acc[i] = fmaf(wf, __bfloat162float(x[i * k + c]), acc[i]);
-        }
-#pragma unroll
-        for (int i = 0; i < M; i++) {
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
-        }
-        if (lane == 0)
-#pragma unroll
-            for (int i = 0; i < M; i++) y[i * ldy + j] = __float2bfloat16_rn(acc[i]);
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(256) decode_linear_bf16(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
+extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear_bf16(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                                                                      __nv_bfloat16 *y, uint64_t m, uint64_t n,
                                                                      uint64_t k, uint64_t ldy) {
-    switch (m) {
-    case 1: decode_rows<1>(x, w, y, n, k, ldy); break;
-    case 2: decode_rows<2>(x, w, y, n, k, ldy); break;
-    case 3: decode_rows<3>(x, w, y, n, k, ldy); break;
-    case 4: decode_rows<4>(x, w, y, n, k, ldy); break;
-    case 5: decode_rows<5>(x, w, y, n, k, ldy); break;
-    case 6: decode_rows<6>(x, w, y, n, k, ldy); break;
-    case 7: decode_rows<7>(x, w, y, n, k, ldy); break;
-    case 8: decode_rows<8>(x, w, y, n, k, ldy); break;
-    default: break;
-    }
+    __shared__ DecodeRed red;
+    StoreY store{y, ldy};
+    WITH_DECODE_M(m, (decode_rows<M>(x, w, n, k, red, store)));
+}
+
+// ---- decode GEMM + all-reduce ---------------------------------------------------------------
+// y (len = m × n, the same on every PE) = Σ over PEs of x · wᵀ, for m <= DECODE_MAX_M: the
+// parameters every collective takes (src is x, dst is y), then the weight and the shape.
+// Two blocks of DECODE_THREADS per SM, all resident (their handshakes wait for each other).
+extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear_allreduce_bf16(
+    const __nv_bfloat16 *x, __nv_bfloat16 *y, size_t len, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,
+    const DecodeLinear lin) {
+    __shared__ DecodeAllReduceShared sh;
+    enter_call();
+    const __nv_bfloat16 *w = (const __nv_bfloat16 *)(uintptr_t)lin.w;
+    WITH_DECODE_M(lin.m, (decode_linear_allreduce<M>(x, w, y, lin.n, lin.k, ctrl, flags, staging, slot_bytes, sh)));
 }

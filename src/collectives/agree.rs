@@ -33,10 +33,12 @@ pub(crate) enum Collective {
     AllToAll = 7,
     AllToAllV = 8,
     Reduce = 9,
+    /// A row-parallel layer's GEMM fused with its all-reduce (src/tp).
+    LinearAllReduce = 10,
 }
 
 impl Collective {
-    const ALL: [Collective; 7] = [
+    const ALL: [Collective; 8] = [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::ReduceScatter,
@@ -44,6 +46,7 @@ impl Collective {
         Collective::AllToAll,
         Collective::AllToAllV,
         Collective::Reduce,
+        Collective::LinearAllReduce,
     ];
 
     fn name(self) -> &'static str {
@@ -55,6 +58,7 @@ impl Collective {
             Collective::AllToAll => "all_to_all",
             Collective::AllToAllV => "all_to_all_v",
             Collective::Reduce => "reduce",
+            Collective::LinearAllReduce => "row-parallel linear + all_reduce",
         }
     }
 
@@ -68,6 +72,7 @@ impl Collective {
             Collective::AllToAll => ALL_TO_ALL_ROWS.get(row).map(|r| r.name),
             Collective::AllToAllV => (row == 0).then_some("push"),
             Collective::Reduce => REDUCE_ROWS.get(row).map(|r| r.name),
+            Collective::LinearAllReduce => (row == 0).then_some("decode"),
         }
     }
 }
@@ -154,7 +159,7 @@ impl Record {
                 n_pes: w[2],
             }),
             4 => Some(Record::Failed),
-            2 | 3 | 5..=9 => Some(Record::Call {
+            2 | 3 | 5..=10 => Some(Record::Call {
                 collective: *Collective::ALL.iter().find(|&&c| c as u64 == w[0])?,
                 dtype: *DTYPES.iter().find(|&&t| t as u64 == w[1])?,
                 op: ReduceOp::ALL.get(w[2] as usize).copied(),
@@ -347,8 +352,36 @@ mod tests {
                 src: 64,
                 root: Some(3),
             },
+            Record::Call {
+                collective: Collective::LinearAllReduce,
+                dtype: DataType::BF16,
+                op: Some(ReduceOp::Sum),
+                row: 0,
+                len: 4096,
+                dst: 128,
+                src: 0,
+                root: None,
+            },
         ] {
             assert_eq!(Record::decode(&r.encode()), Some(r));
+        }
+    }
+
+    #[test]
+    fn every_collective_round_trips_and_has_a_name_and_its_first_algorithm() {
+        for c in Collective::ALL {
+            let r = Record::Call {
+                collective: c,
+                dtype: DataType::BF16,
+                op: None,
+                row: 0,
+                len: 1,
+                dst: 0,
+                src: 0,
+                root: None,
+            };
+            assert_eq!(Record::decode(&r.encode()), Some(r), "{}", c.name());
+            assert!(c.algorithm(0).is_some(), "{}", c.name());
         }
     }
 

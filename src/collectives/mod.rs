@@ -685,6 +685,86 @@ impl Collectives {
         }
     }
 
+    /// SMs every PE can use (the smallest over PEs): kernels whose blocks pair up with the
+    /// same block of every peer size their grids by it.
+    pub(crate) fn sm_count(&self) -> usize {
+        self.dims.sm_count
+    }
+
+    /// Bytes of one staging slot (what a fused call may stage per PE).
+    pub(crate) fn staging_slot_bytes(&self) -> usize {
+        self.dims.staging_slot_bytes
+    }
+
+    /// A call of `function`, a kernel of another module that follows our collectives'
+    /// protocol (kernels/collectives/call.cuh) and takes the parameters every collective
+    /// takes (`src, dst, len, ctrl, flags, staging, slot_bytes`), then `extra`: a GEMM fused
+    /// with its all-reduce, whose result `dst` is the same on every PE. Like every call, it
+    /// is checked against this `Collectives`' state, agreed on with `check_calls`, ordered
+    /// after the last call and launched on the one launch path. `staged` is the staging it
+    /// needs in each slot, `blocks` × `threads` its grid (the same on every PE).
+    ///
+    /// # Safety
+    /// `extra` must be the kernel's last parameter and `src` and everything `extra` points
+    /// at valid for the kernel, until it has run on `stream`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn fused_call<X: Copy + 'static>(
+        &self,
+        function: &Function,
+        dst: SymmetricView<'_, half::bf16>,
+        src: u64,
+        staged: usize,
+        (blocks, threads): (u32, u32),
+        extra: X,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let plan = || {
+            self.check_view(&dst, "the fused call's output")?;
+            if staged > self.dims.staging_slot_bytes {
+                return Err(Error::InvalidArgument(format!(
+                    "{} stages {staged} bytes per PE, more than a staging slot holds ({} bytes):                      a larger CollectivesConfig::workspace, or fewer tokens per call",
+                    function.name(),
+                    self.dims.staging_slot_bytes
+                )));
+            }
+            if blocks == 0 || blocks as usize > plan::MAX_BLOCKS {
+                return Err(Error::InvalidArgument(format!(
+                    "{} with {blocks} blocks: a call takes 1 to {} (one epoch copy each)",
+                    function.name(),
+                    plan::MAX_BLOCKS
+                )));
+            }
+            let record = Record::Call {
+                collective: Collective::LinearAllReduce,
+                dtype: DataType::BF16,
+                op: Some(ReduceOp::Sum),
+                row: 0,
+                len: dst.len(),
+                dst: (dst.as_ptr() as u64).wrapping_sub(self.ctrl.device_ptr()) as i64,
+                // The input is this PE's own memory: nothing to agree on.
+                src: 0,
+                root: None,
+            };
+            let mut args = KernelArgs::new();
+            args.device_ptr(src)
+                .device_ptr(dst.as_ptr() as u64)
+                .value(dst.len())
+                .device_ptr(self.ctrl.device_ptr())
+                .device_ptr(self.flags.device_ptr())
+                .device_ptr(self.staging.device_ptr())
+                .value(self.dims.staging_slot_bytes)
+                .value(extra);
+            planned(record, dst.is_empty(), || {
+                Ok(Launch {
+                    function,
+                    grid: grid(blocks, threads),
+                    args,
+                })
+            })
+        };
+        self.call(plan, stream)
+    }
+
     /// With `check_calls`, agree with every PE on this call before launching it: each PE
     /// publishes its call, or that it cannot make it (its checks failed, or an earlier call
     /// ran out of time), so that no PE waits for one that returned. Skipped while `stream` is

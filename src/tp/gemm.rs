@@ -20,12 +20,11 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 /// Tokens up to which [`GemmPath::Auto`] takes our decode kernel (`decode_linear_bf16` in
-/// kernels/tp.cu, which takes up to [`DECODE_MAX_TOKENS`]) rather than cuBLASLt. Measured on
-/// one H100 (`tp_mlp --test gemm`) on the Llama-3 8B and 70B MLP shards of TP 2: 1.00 to
-/// 1.09x cuBLASLt's speed at one token (up to 2.96 TB/s of weight read), 0.99 to 1.07x at
-/// two, slower from four on (each weight vector then meets more x vectors than the kernel
-/// keeps in registers).
-pub const DECODE_TOKENS: usize = 1;
+/// kernels/tp.cu, kernels/tp/decode.cuh) rather than cuBLASLt: all it takes. Measured on one
+/// H100 (`tp_mlp --test gemm`, docs/gemm.md) on the Llama-3 8B and 70B MLP shards of TP 2:
+/// 1.00 to 1.14x cuBLASLt's speed from 1 to 8 tokens, 2.5 to 3.0 TB/s of weight read (its
+/// multiply-adds run on the tensor cores, so more tokens cost it nothing).
+pub const DECODE_TOKENS: usize = DECODE_MAX_TOKENS;
 /// The most tokens our decode kernel takes.
 pub const DECODE_MAX_TOKENS: usize = 8;
 
@@ -114,7 +113,7 @@ fn cublas(call: &'static str, e: lt::CublasError) -> Error {
     }
 }
 
-/// Blocks of the decode kernel per SM (256 threads at 111 registers: two fit).
+/// Blocks of the decode kernel per SM (256 threads at 94 registers, its launch bounds).
 const DECODE_BLOCKS_PER_SM: u32 = 2;
 
 /// The largest power of two (at most 256) that divides every address.
@@ -371,7 +370,7 @@ impl Gemm {
                 .value(n as u64)
                 .value(k as u64)
                 .value(ldy as u64);
-            // A warp per pair of output features: 16 features per block.
+            // 16 output features per block and task (DECODE_TASK), tasks round the grid.
             let blocks = n.div_ceil(16).min(self.decode_blocks as usize) as u32;
             return self.decode.launch(grid(blocks, 256), stream, &mut args);
         }

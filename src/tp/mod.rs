@@ -53,7 +53,7 @@ pub use shard::{merged_rows, shard_range, take_cols, take_rows};
 use crate::collectives::Collectives;
 use crate::cubins::TP;
 use crate::error::{Error, Result};
-use crate::memory::DeviceSlice;
+use crate::memory::{DeviceSlice, SymmetricView};
 use crate::module::{grid, Function, KernelArgs, Module};
 use crate::runtime::Nvshmem;
 use cudarc::driver::CudaStream;
@@ -88,6 +88,28 @@ pub enum Schedule {
         /// Pieces of the row-parallel GEMM.
         chunks: usize,
     },
+    /// The GEMM and its communication in one kernel, where the crate has one for the call,
+    /// and [`Sequential`](Self::Sequential) elsewhere. Today that is the row-parallel layer
+    /// with a replicated output at up to [`DECODE_MAX_TOKENS`] tokens (decode): our decode
+    /// GEMM, whose warps store each finished sum straight into every PE's staging slot,
+    /// with the all-reduce of our collectives' one-shot algorithm done block by block in the
+    /// same kernel (kernels/tp/decode_allreduce.cuh). No partial product goes through
+    /// memory of its own, no kernel boundary separates the GEMM from the exchange, and the
+    /// exchange of the blocks that finish first overlaps the GEMM of the others. The result
+    /// is the same on every PE, bit for bit, and the same as `Sequential`'s wherever that
+    /// one's GEMM is the same decode kernel (up to [`DECODE_TOKENS`] tokens with
+    /// [`GemmPath::Auto`]). It needs `tokens × out_features` bf16
+    /// of each staging slot ([`CollectivesConfig::workspace`]; the default holds 1 Mi
+    /// elements), and falls back to `Sequential` where they do not fit.
+    ///
+    /// Measured on one H100 only (`tp_mlp --test mlp`, `bench --tests tp`): with one PE it
+    /// takes the all-reduce's cost away (the 8B MLP at one token: 123.8 µs, against 125.1
+    /// sequential and 121.8 compute-only); with two PEs sharing that GPU through MPS it was
+    /// slower than `Sequential` (155.8 µs against 143.7), which says little about NVLink.
+    /// So no layer picks it by itself yet: measure it on your GPUs.
+    ///
+    /// [`CollectivesConfig::workspace`]: crate::collectives::CollectivesConfig::workspace
+    Fused,
 }
 
 /// What every layer of one tensor-parallel group shares: the runtime, the collectives, the
@@ -107,6 +129,10 @@ struct Inner {
     gemm: Gemm,
     silu_mul: Function,
     unchunk: Function,
+    /// The row-parallel decode GEMM fused with its all-reduce, and its grid: the same on
+    /// every PE (0 blocks where it does not fit).
+    decode_allreduce: Function,
+    fused_blocks: u32,
     sms: u32,
     /// Where overlapped schedules communicate.
     side: Arc<CudaStream>,
@@ -126,7 +152,13 @@ impl TensorParallel {
         let gemm = Gemm::with_module(shmem, &module)?;
         let silu_mul = module.function("silu_mul_bf16")?;
         let unchunk = module.function("unchunk_bf16")?;
+        let decode_allreduce = module.function("decode_linear_allreduce_bf16")?;
         let sms = shmem.sm_count()?;
+        // Blocks pair up with the same block of every peer: the grid comes from the SM
+        // count every PE agreed on, and the kernel's occupancy (the same binary everywhere).
+        let per_sm = decode_allreduce.max_resident_blocks(FUSED_THREADS, 0)? / sms.max(1);
+        let fused_blocks = (collectives.sm_count() as u32 * per_sm.min(FUSED_BLOCKS_PER_SM))
+            .min(crate::abi::COLL_MAX_BLOCKS);
         Ok(TensorParallel {
             inner: Arc::new(Inner {
                 side: shmem.new_stream()?,
@@ -135,6 +167,8 @@ impl TensorParallel {
                 gemm,
                 silu_mul,
                 unchunk,
+                decode_allreduce,
+                fused_blocks,
                 sms,
             }),
         })
@@ -224,7 +258,47 @@ impl TensorParallel {
     }
 }
 
+/// Threads of a block of the fused decode kernel, and its blocks per SM (its launch
+/// bounds in kernels/tp.cu).
+const FUSED_THREADS: u32 = 256;
+const FUSED_BLOCKS_PER_SM: u32 = 2;
+
 impl TensorParallel {
+    /// Whether [`Schedule::Fused`] has a kernel for a row-parallel product of `tokens` ×
+    /// `out_features`: up to [`DECODE_MAX_TOKENS`] tokens, whose partial products fit a
+    /// staging slot.
+    pub(crate) fn fuses_decode(&self, tokens: usize, out_features: usize) -> bool {
+        let staged = tokens * out_features * std::mem::size_of::<bf16>();
+        (1..=DECODE_MAX_TOKENS).contains(&tokens)
+            && self.inner.fused_blocks > 0
+            && staged <= self.inner.collectives.staging_slot_bytes()
+    }
+
+    /// `y = Σ over PEs of x · wᵀ` in one kernel (see [`Schedule::Fused`]), for a shape
+    /// [`fuses_decode`](Self::fuses_decode) takes.
+    ///
+    /// # Safety
+    /// `x` holds `lin.m × lin.k` and `lin.w` `lin.n × lin.k` elements of this PE's GPU,
+    /// and `y` `lin.m × lin.n`, until the kernel has run.
+    pub(crate) unsafe fn decode_all_reduce_raw(
+        &self,
+        y: SymmetricView<'_, bf16>,
+        x: u64,
+        lin: crate::abi::DecodeLinear,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let staged = y.len() * std::mem::size_of::<bf16>();
+        self.inner.collectives.fused_call(
+            &self.inner.decode_allreduce,
+            y,
+            x,
+            staged,
+            (self.inner.fused_blocks, FUSED_THREADS),
+            lin,
+            stream,
+        )
+    }
+
     /// A grid for `work` independent pieces of 256 threads' work, at most 8 blocks per SM.
     fn spread(&self, work: usize) -> cudarc::driver::LaunchConfig {
         let threads = 256;

@@ -4,6 +4,7 @@
 use super::Schedule;
 use super::TensorParallel;
 use super::{check_tokens, check_weight, join, rows_of, shard_range, take_cols, LinearShape};
+use crate::abi;
 use crate::collectives::{AllReduceAlgo, ReduceScatterAlgo};
 use crate::element::ReduceOp;
 use crate::error::{Error, Result};
@@ -238,7 +239,8 @@ impl RowParallelLinear {
 
     /// [`forward`](Self::forward) with a [`Schedule`]: [`Schedule::Overlapped`] cuts the
     /// GEMM into pieces (along the tokens or the output features, see there) and
-    /// all-reduces each piece while the next one computes.
+    /// all-reduces each piece while the next one computes; [`Schedule::Fused`] computes and
+    /// all-reduces decode batches in one kernel.
     pub fn forward_with<'a>(
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,
@@ -276,6 +278,15 @@ impl RowParallelLinear {
         }
         let chunks = match schedule {
             Schedule::Overlapped { chunks } if chunks >= 2 => chunks,
+            Schedule::Fused if self.tp.fuses_decode(tokens, self.out_features) => {
+                let lin = abi::DecodeLinear {
+                    w: self.weight.device_ptr(),
+                    m: tokens as u64,
+                    n: self.out_features as u64,
+                    k: self.local_in.len() as u64,
+                };
+                return self.tp.decode_all_reduce_raw(y, x, lin, stream);
+            }
             _ => return self.piece(y, x, 0..tokens, stream),
         };
         match pieces(tokens, self.out_features, chunks, self.reduced_tokens()) {

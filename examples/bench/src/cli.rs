@@ -148,6 +148,9 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
     overlapped    TpMlp::forward_with(Schedule::Overlapped { chunks: 4 }): the down GEMM in 4
                   pieces, each piece's all-reduce on a second stream while the next computes
                   (with ours in --impls)
+    fused         TpMlp::forward_with(Schedule::Fused): the down projection's decode GEMM and
+                  its all-reduce in one kernel; only for M <= 8, where that kernel exists
+                  (with ours in --impls)
   Each implementation's forward is captured into a CUDA graph of --graph-ops forwards, cut to
   --case-budget as for the collectives (the size is the output, M x hidden bf16). After the
   warm-up replays the timed replays alternate between the implementations: the --iters
@@ -162,7 +165,7 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
   uniform in ±sqrt(3 / input features)). Outputs are poisoned after the first eager calls,
   so the timed graph replays must rewrite them; afterwards they are compared with the
   unsharded MLP on this GPU (gate/up GEMM of 2 ffn features, SiLU(gate)*up, down GEMM):
-  |got - ref| <= (|ref| + rms(ref)) / 64 for every element. cublas+ours and overlapped must
+  |got - ref| <= (|ref| + rms(ref)) / 64 for every element. cublas+ours, overlapped and fused must
   also be bitwise identical on every PE; compute-only (a partial product when there are 2 PEs
   or more) must equal an eager run of the same calls bit for bit, and the reference too with
   one PE.
@@ -312,7 +315,7 @@ pub struct Args {
     pub dtypes: Vec<DType>,
 
     /// Collective implementations, comma separated (NCCL point-to-point runs only with nccl;
-    /// tp runs cublas+nccl with nccl, cublas+ours and overlapped with ours, and compute-only always)
+    /// tp runs cublas+nccl with nccl, cublas+ours, overlapped and fused with ours, and compute-only always)
     #[arg(
         long,
         value_enum,
@@ -808,7 +811,7 @@ impl Config {
     /// Symmetric memory the tp test holds at once (0 without it), for the largest shape at
     /// the largest token count M, in bf16: the MLP's partial product (M x hidden) and its
     /// scratch for pieces along the features (min(M, 2048) x hidden), and the outputs of
-    /// cublas+ours and overlapped (M x hidden each).
+    /// cublas+ours, overlapped and fused (M x hidden each; fused's only up to 8 tokens).
     pub fn tp_symmetric_bytes(&self) -> usize {
         if !self.tests.tp {
             return 0;
@@ -816,7 +819,14 @@ impl Config {
         let m = self.tp_m.iter().copied().max().unwrap_or(0);
         self.tp_shapes
             .iter()
-            .map(|s| (3 * m + m.min(2048)) * s.hidden * std::mem::size_of::<half::bf16>())
+            .map(|s| {
+                let fused = if m <= nvshmem::tp::DECODE_MAX_TOKENS {
+                    m
+                } else {
+                    0
+                };
+                (3 * m + m.min(2048) + fused) * s.hidden * std::mem::size_of::<half::bf16>()
+            })
             .max()
             .unwrap_or(0)
     }

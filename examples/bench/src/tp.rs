@@ -14,7 +14,7 @@ use crate::timing::{self, Timer};
 use crate::Progress;
 use cudarc::driver::{CudaGraph, CudaStream};
 use half::bf16;
-use nvshmem::tp::{LinearShape, Schedule, TensorParallel, TpMlp};
+use nvshmem::tp::{LinearShape, Schedule, TensorParallel, TpMlp, DECODE_MAX_TOKENS};
 use nvshmem::{Collectives, DeviceBuffer, Nvshmem, SymmetricBuffer};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -49,17 +49,22 @@ pub enum TpImpl {
     /// `TpMlp::forward_with(Schedule::Overlapped)`: the down projection in pieces, each
     /// piece's all-reduce on a second stream while the next piece computes.
     Overlapped,
+    /// `TpMlp::forward_with(Schedule::Fused)`: the down projection's GEMM and all-reduce in
+    /// one kernel; run only where it has one (up to `DECODE_MAX_TOKENS` tokens: above, it
+    /// is cublas+ours again).
+    Fused,
 }
 
 /// Pieces of the overlapped schedule.
 pub const OVERLAP_PIECES: usize = 4;
 
 impl TpImpl {
-    pub const ALL: [TpImpl; 4] = [
+    pub const ALL: [TpImpl; 5] = [
         TpImpl::ComputeOnly,
         TpImpl::CublasNccl,
         TpImpl::CublasOurs,
         TpImpl::Overlapped,
+        TpImpl::Fused,
     ];
 
     pub fn name(self) -> &'static str {
@@ -68,18 +73,19 @@ impl TpImpl {
             TpImpl::CublasNccl => "cublas+nccl",
             TpImpl::CublasOurs => "cublas+ours",
             TpImpl::Overlapped => "overlapped",
+            TpImpl::Fused => "fused",
         }
     }
 
     /// What `--impls` selects: compute-only always (the baseline of the overhead),
-    /// cublas+nccl with `nccl`, cublas+ours and overlapped with `ours`.
+    /// cublas+nccl with `nccl`, cublas+ours, overlapped and fused with `ours`.
     pub fn selected(cfg: &Config) -> Vec<TpImpl> {
         TpImpl::ALL
             .into_iter()
             .filter(|i| match i {
                 TpImpl::ComputeOnly => true,
                 TpImpl::CublasNccl => cfg.has_impl(Impl::Nccl),
-                TpImpl::CublasOurs | TpImpl::Overlapped => cfg.has_impl(Impl::Ours),
+                TpImpl::CublasOurs | TpImpl::Overlapped | TpImpl::Fused => cfg.has_impl(Impl::Ours),
             })
             .collect()
     }
@@ -318,6 +324,8 @@ struct Buffers {
     ours: Option<Guard<SymmetricBuffer<bf16>>>,
     /// overlapped's output.
     overlapped: Option<Guard<SymmetricBuffer<bf16>>>,
+    /// fused's output.
+    fused: Option<Guard<SymmetricBuffer<bf16>>>,
 }
 
 impl Buffers {
@@ -339,10 +347,14 @@ impl Buffers {
             true => Some(Guard::new(shmem.malloc::<bf16>(m * hidden)?)),
             false => None,
         };
-        let overlapped = match active.contains(&TpImpl::Overlapped) {
-            true => Some(Guard::new(shmem.malloc::<bf16>(m * hidden)?)),
-            false => None,
+        let output = |imp| -> Result<_> {
+            Ok(match active.contains(&imp) {
+                true => Some(Guard::new(shmem.malloc::<bf16>(m * hidden)?)),
+                false => None,
+            })
         };
+        let overlapped = output(TpImpl::Overlapped)?;
+        let fused = output(TpImpl::Fused)?;
         Ok(Buffers {
             x: dev(m * hidden)?,
             compute: scratch()?,
@@ -352,6 +364,7 @@ impl Buffers {
             },
             ours,
             overlapped,
+            fused,
         })
     }
 
@@ -370,6 +383,7 @@ impl Buffers {
                 .overlapped
                 .as_ref()
                 .map(|y| (y.device_ptr(), y.num_bytes())),
+            TpImpl::Fused => self.fused.as_ref().map(|y| (y.device_ptr(), y.num_bytes())),
         }
     }
 
@@ -380,6 +394,7 @@ impl Buffers {
             TpImpl::CublasNccl => self.nccl.as_ref().map(|(_, o)| o.to_vec()).transpose()?,
             TpImpl::CublasOurs => self.ours.as_ref().map(|y| y.to_vec()).transpose()?,
             TpImpl::Overlapped => self.overlapped.as_ref().map(|y| y.to_vec()).transpose()?,
+            TpImpl::Fused => self.fused.as_ref().map(|y| y.to_vec()).transpose()?,
         };
         Ok(out.unwrap_or_default())
     }
@@ -472,6 +487,16 @@ impl Ops<'_> {
                 };
                 self.mlp
                     .forward_with(y, &*self.bufs.x, schedule, stream)
+                    .map_err(|e| e.to_string())
+            }
+            TpImpl::Fused => {
+                let y = self
+                    .bufs
+                    .fused
+                    .as_deref()
+                    .ok_or("fused has no output buffer")?;
+                self.mlp
+                    .forward_with(y, &*self.bufs.x, Schedule::Fused, stream)
                     .map_err(|e| e.to_string())
             }
         }
@@ -604,10 +629,12 @@ fn point(
     mlp.load_weights(gate, up, &d.down)?;
     full.gate_up.copy_from_host(&d.gate_up)?;
     full.down.copy_from_host(&d.down)?;
+    // fused only where it has a kernel of its own.
     let active: Vec<TpImpl> = impls
         .iter()
         .copied()
         .filter(|i| !disabled.contains(i))
+        .filter(|&i| i != TpImpl::Fused || m <= DECODE_MAX_TOKENS)
         .collect();
     let bufs = Buffers::new(ctx.shmem, &active, m, f, hidden)?;
     bufs.x.copy_from_host(&d.x)?;
@@ -750,7 +777,9 @@ fn point(
             .sums(&[mismatch.count, (mismatch.count > 0) as u64])?;
         // Our all-reduce leaves the same bits on every PE.
         let identical = match imp {
-            TpImpl::CublasOurs | TpImpl::Overlapped => ctx.coord.all_equal(bits_hash(&got))?,
+            TpImpl::CublasOurs | TpImpl::Overlapped | TpImpl::Fused => {
+                ctx.coord.all_equal(bits_hash(&got))?
+            }
             _ => true,
         };
         let mut r = record(imp);
@@ -864,11 +893,17 @@ mod tests {
         };
         assert_eq!(
             names(&cfg(&["--tests", "tp"])),
-            ["compute-only", "cublas+nccl", "cublas+ours", "overlapped"]
+            [
+                "compute-only",
+                "cublas+nccl",
+                "cublas+ours",
+                "overlapped",
+                "fused"
+            ]
         );
         assert_eq!(
             names(&cfg(&["--tests", "tp", "--impls", "ours"])),
-            ["compute-only", "cublas+ours", "overlapped"]
+            ["compute-only", "cublas+ours", "overlapped", "fused"]
         );
         assert_eq!(
             names(&cfg(&["--tests", "tp", "--impls", "nvshmem"])),
