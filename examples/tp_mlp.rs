@@ -42,7 +42,7 @@ use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
 use nvshmem::tp::{
     shard_range, take_cols, take_rows, ColumnInput, ColumnParallelLinear, GemmPath, LinearShape,
     RowOutput, RowParallelLinear, Schedule, TensorParallel, TpMlp, DECODE_MAX_TOKENS,
-    DECODE_TOKENS,
+    DECODE_TOKENS, FUSED_GATHER_TOKENS,
 };
 use nvshmem::{bf16, AllGatherAlgo, DeviceBuffer, Error, Nvshmem, ReduceOp, SymmetricBuffer};
 use std::sync::Arc;
@@ -519,6 +519,263 @@ fn column_sequence(
     )
 }
 
+/// One fused layer call as [`fused_exchange`] drives it, over three inputs in input slots
+/// 0..3 and nine output slots.
+struct FusedIo<'a> {
+    /// Enqueue layer `l`'s (0 or 1, built alike) fused call on input slot `i` into output
+    /// slot `o`, on the checks' stream.
+    call: &'a dyn Fn(usize, usize, usize) -> Result<(), Error>,
+    /// Output slot `o`.
+    read: &'a dyn Fn(usize) -> Result<Vec<bf16>, String>,
+    /// Fill output slot `o` with NaN.
+    poison: &'a dyn Fn(usize) -> Outcome,
+    /// Copy input `i`'s data into input slot 0.
+    reload: &'a dyn Fn(usize) -> Outcome,
+    /// Check the output of input `i` against the f64 reference.
+    check: &'a dyn Fn(usize, &[bf16]) -> Outcome,
+}
+
+/// The checks every fused exchange ([`Schedule::Fused`] of the sequence-parallel layers)
+/// must pass: each input's output against the f64 reference, with the PEs after the first
+/// arriving late (their chunks reach PE 0 while its GEMM runs: with no wait, PE 0 would use
+/// the previous call's); calls back to back on one stream, alternating between two layers
+/// (each with its own flags) and each followed by an all-reduce, so that every chunk's
+/// credit comes round before the next call writes; and a captured call replayed on new
+/// inputs. Each gives what the same call made alone gives, bit for bit.
+fn fused_exchange(c: &Checks, io: &FusedIo) -> Outcome {
+    let s = &c.stream;
+    let mut want = Vec::new();
+    for i in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(20 * c.me() as u64));
+        (io.call)(0, i, i).map_err(text)?;
+        sync(s).map_err(text)?;
+        let got = (io.read)(i)?;
+        (io.check)(i, &got)?;
+        want.push(bits(&got));
+    }
+    let (ar_src, ar_dst) = (
+        c.shmem.malloc::<f32>(1000).map_err(text)?,
+        c.shmem.malloc::<f32>(1000).map_err(text)?,
+    );
+    ar_src
+        .copy_from_host(&vec![(c.me() + 1) as f32; 1000])
+        .map_err(text)?;
+    let order = [0, 1, 2, 2, 1, 0];
+    for o in 3..3 + order.len() {
+        (io.poison)(o)?;
+    }
+    for (call, &i) in order.iter().enumerate() {
+        (io.call)(call % 2, i, 3 + call).map_err(text)?;
+        c.tp.collectives()
+            .all_reduce(
+                &ar_dst,
+                &ar_src,
+                ReduceOp::Sum,
+                nvshmem::AllReduceAlgo::Auto,
+                s,
+            )
+            .map_err(text)?;
+    }
+    sync(s).map_err(text)?;
+    for (call, &i) in order.iter().enumerate() {
+        if bits(&(io.read)(3 + call)?) != want[i] {
+            return Err(format!(
+                "back-to-back call {call} (input {i}) differs from the same call made alone"
+            ));
+        }
+    }
+    let total = (c.n() * (c.n() + 1) / 2) as f32;
+    if ar_dst.to_vec().map_err(text)?.iter().any(|&v| v != total) {
+        return Err(format!(
+            "the all-reduces between fused calls did not all give {total}"
+        ));
+    }
+    // A graph of one call, replayed with each input copied into its input slot.
+    let graph = capture(s, || (io.call)(1, 0, 0))?;
+    for i in (0..3).rev() {
+        (io.reload)(i)?;
+        (io.poison)(0)?;
+        graph.launch().map_err(|e| format!("cuGraphLaunch: {e}"))?;
+        sync(s).map_err(text)?;
+        if bits(&(io.read)(0)?) != want[i] {
+            return Err(format!(
+                "graph replay on input {i} differs from the eager call"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Device buffers of `len` elements, `count` of them.
+fn outputs(c: &Checks, count: usize, len: usize) -> Result<Vec<DeviceBuffer<bf16>>, String> {
+    (0..count)
+        .map(|_| c.shmem.alloc_device::<bf16>(len).map_err(text))
+        .collect()
+}
+
+/// The fused all-gather + GEMM (sequence-parallel input), `per_pe` rows per PE, through
+/// [`fused_exchange`].
+fn column_fused(c: &Checks, seed: u64, (per_pe, k, nn): (usize, usize, usize)) -> Outcome {
+    let mut rng = Rng::new(seed);
+    let m = per_pe * c.n();
+    let w = weight(&mut rng, nn, k);
+    let build = || -> Result<ColumnParallelLinear, String> {
+        let layer = ColumnParallelLinear::new(&c.tp, k, nn, ColumnInput::SequenceParallel, m)
+            .map_err(text)?;
+        layer.load_weight(&w).map_err(text)?;
+        Ok(layer)
+    };
+    let layers = [build()?, build()?];
+    let cols = shard_range(nn, c.me(), c.n());
+    let (out, w_mine) = (cols.len(), take_rows(&w, k, cols));
+    let mine_of = |x: &[bf16]| take_rows(x, k, c.me() * per_pe..(c.me() + 1) * per_pe);
+    let inputs: Vec<Vec<bf16>> = (0..3).map(|_| rng.bf16s(m * k, 1.0)).collect();
+    let xs: Vec<_> = inputs
+        .iter()
+        .map(|x| c.symmetric(&mine_of(x)))
+        .collect::<Result<_, _>>()?;
+    let ys = outputs(c, 9, m * out)?;
+    fused_exchange(
+        c,
+        &FusedIo {
+            call: &|l, i, o| layers[l].forward_with(&ys[o], &xs[i], Schedule::Fused, &c.stream),
+            read: &|o| ys[o].to_vec().map_err(text),
+            poison: &|o| {
+                ys[o]
+                    .copy_from_host(&vec![bf16::NAN; m * out])
+                    .map_err(text)
+            },
+            reload: &|i| xs[0].copy_from_host(&mine_of(&inputs[i])).map_err(text),
+            check: &|i, got| {
+                let want = matmul(&inputs[i], &w_mine, m, out, k);
+                compare("fused sequence-parallel column output", got, &want)
+            },
+        },
+    )
+}
+
+/// Two row-parallel layers built alike (`m` tokens at most, `k → n` features, `output`),
+/// their full weight, and three random inputs with this PE's columns of each on the device.
+struct RowCase {
+    w: Vec<bf16>,
+    layers: [RowParallelLinear; 2],
+    inputs: Vec<Vec<bf16>>,
+    xs: Vec<DeviceBuffer<bf16>>,
+}
+
+fn row_case(
+    c: &Checks,
+    seed: u64,
+    (m, k, n): (usize, usize, usize),
+    output: RowOutput,
+) -> Result<RowCase, String> {
+    let mut rng = Rng::new(seed);
+    let w = weight(&mut rng, n, k);
+    let build = || -> Result<RowParallelLinear, String> {
+        let layer = RowParallelLinear::with_output(&c.tp, k, n, output, m).map_err(text)?;
+        layer.load_weight(&w).map_err(text)?;
+        Ok(layer)
+    };
+    let layers = [build()?, build()?];
+    let inputs: Vec<Vec<bf16>> = (0..3).map(|_| rng.bf16s(m * k, 1.0)).collect();
+    let local = layers[0].local_in_features();
+    let xs = inputs
+        .iter()
+        .map(|x| c.device(&take_cols(x, k, local.clone())))
+        .collect::<Result<_, _>>()?;
+    Ok(RowCase {
+        w,
+        layers,
+        inputs,
+        xs,
+    })
+}
+
+/// What [`row_exchange`] checks each output with: the input, the output, the spare slot.
+type RowCheck<'a> = &'a dyn Fn(usize, &[bf16], &SymmetricBuffer<bf16>) -> Outcome;
+
+/// [`fused_exchange`] of a [`RowCase`] (`k` input features), outputs of `len` elements
+/// (ten: the exchange's nine and a spare, slot 9, for `check`).
+fn row_exchange(c: &Checks, case: &RowCase, k: usize, len: usize, check: RowCheck) -> Outcome {
+    let ys: Vec<_> = (0..10)
+        .map(|_| c.shmem.malloc::<bf16>(len).map_err(text))
+        .collect::<Result<_, _>>()?;
+    let local = case.layers[0].local_in_features();
+    let (xs, s) = (&case.xs, &c.stream);
+    fused_exchange(
+        c,
+        &FusedIo {
+            call: &|l, i, o| case.layers[l].forward_with(&ys[o], &xs[i], Schedule::Fused, s),
+            read: &|o| ys[o].to_vec().map_err(text),
+            poison: &|o| ys[o].copy_from_host(&vec![bf16::NAN; len]).map_err(text),
+            reload: &|i| {
+                xs[0]
+                    .copy_from_host(&take_cols(&case.inputs[i], k, local.clone()))
+                    .map_err(text)
+            },
+            check: &|i, got| check(i, got, &ys[9]),
+        },
+    )
+}
+
+/// `spare` holds what layer 0 of `case` gives input `i` in the sequential schedule, and it
+/// must be `got`, bit for bit.
+fn same_as_sequential(
+    c: &Checks,
+    case: &RowCase,
+    i: usize,
+    got: &[bf16],
+    spare: &SymmetricBuffer<bf16>,
+) -> Outcome {
+    case.layers[0]
+        .forward_with(spare, &case.xs[i], Schedule::Sequential, &c.stream)
+        .map_err(text)?;
+    sync(&c.stream).map_err(text)?;
+    if bits(&spare.to_vec().map_err(text)?) != bits(got) {
+        return Err("the fused and sequential schedules differ".into());
+    }
+    Ok(())
+}
+
+/// The fused decode form of the row-parallel layer ([`Schedule::Fused`]), through
+/// [`fused_exchange`] (whose all-reduces between calls share the fused kernel's epoch and
+/// staging); each output also the same on every PE, and up to `DECODE_TOKENS` tokens bit for
+/// bit what the sequential schedule gives (the same decode GEMM, the same order of the sum
+/// over PEs).
+fn row_fused(c: &Checks, seed: u64, (m, k, n): (usize, usize, usize)) -> Outcome {
+    let case = row_case(c, seed, (m, k, n), RowOutput::Replicated)?;
+    row_exchange(c, &case, k, m * n, &|i, got, spare| {
+        let want = row_parallel(&case.inputs[i], &case.w, m, n, k, c.n());
+        compare("fused row-parallel output", got, &want)?;
+        c.identical("fused row-parallel output", got)?;
+        match m <= DECODE_TOKENS {
+            true => same_as_sequential(c, &case, i, got, spare),
+            false => Ok(()),
+        }
+    })
+}
+
+/// The fused GEMM + reduce-scatter (sequence-parallel output), `per_pe` rows per PE, through
+/// [`fused_exchange`]; and bit for bit what the sequential schedule gives where both
+/// multiply by the decode kernel (whose result for a token does not depend on the others).
+fn row_reduce_scatter_fused(
+    c: &Checks,
+    seed: u64,
+    (per_pe, k, n): (usize, usize, usize),
+) -> Outcome {
+    let m = per_pe * c.n();
+    let case = row_case(c, seed, (m, k, n), RowOutput::SequenceParallel)?;
+    let mine = c.me() * per_pe * n..(c.me() + 1) * per_pe * n;
+    row_exchange(c, &case, k, per_pe * n, &|i, got, spare| {
+        let want = row_parallel(&case.inputs[i], &case.w, m, n, k, c.n());
+        compare("fused reduce-scatter output", got, &want[mine.clone()])?;
+        match m <= DECODE_TOKENS {
+            true => same_as_sequential(c, &case, i, got, spare),
+            false => Ok(()),
+        }
+    })
+}
+
 /// Row-parallel with an all-reduce: the whole product, identical on every PE.
 fn row_all_reduce(
     c: &Checks,
@@ -543,107 +800,6 @@ fn row_all_reduce(
         &row_parallel(&x, &w, m, n, k, c.n()),
     )?;
     c.identical("row-parallel output", &got)
-}
-
-/// The fused decode form of the row-parallel layer ([`Schedule::Fused`]): against the f64
-/// reference, the same on every PE, and up to `DECODE_TOKENS` tokens bit for bit what the
-/// sequential schedule gives (the same decode GEMM, the same order of the sum over PEs). Calls back to back on
-/// one stream, each followed by a plain all-reduce (which shares the fused kernel's epoch and
-/// staging), and a captured call replayed on new inputs each give their own result.
-fn row_fused(c: &Checks, seed: u64, (m, k, n): (usize, usize, usize)) -> Outcome {
-    let mut rng = Rng::new(seed);
-    let w = weight(&mut rng, n, k);
-    let layer = RowParallelLinear::new(&c.tp, k, n, m).map_err(text)?;
-    layer.load_weight(&w).map_err(text)?;
-    let local = layer.local_in_features();
-    let inputs: Vec<Vec<bf16>> = (0..3).map(|_| rng.bf16s(m * k, 1.0)).collect();
-    let xs: Vec<_> = inputs
-        .iter()
-        .map(|x| c.device(&take_cols(x, k, local.clone())))
-        .collect::<Result<_, _>>()?;
-    let ys: Vec<_> = (0..3)
-        .map(|_| c.shmem.malloc::<bf16>(m * n).map_err(text))
-        .collect::<Result<_, _>>()?;
-    let s = &c.stream;
-    let poison =
-        |y: &SymmetricBuffer<bf16>| y.copy_from_host(&vec![bf16::NAN; m * n]).map_err(text);
-    // One at a time.
-    let mut want = Vec::new();
-    for (i, (x, y)) in xs.iter().zip(&ys).enumerate() {
-        layer.forward_with(y, x, Schedule::Fused, s).map_err(text)?;
-        sync(s).map_err(text)?;
-        let got = y.to_vec().map_err(text)?;
-        compare(
-            "fused row-parallel output",
-            &got,
-            &row_parallel(&inputs[i], &w, m, n, k, c.n()),
-        )?;
-        c.identical("fused row-parallel output", &got)?;
-        if m <= DECODE_TOKENS {
-            let seq = c.shmem.malloc::<bf16>(m * n).map_err(text)?;
-            layer
-                .forward_with(&seq, x, Schedule::Sequential, s)
-                .map_err(text)?;
-            sync(s).map_err(text)?;
-            if bits(&seq.to_vec().map_err(text)?) != bits(&got) {
-                return Err("fused and sequential outputs differ".into());
-            }
-        }
-        want.push(bits(&got));
-    }
-    // Back to back, each call followed by an all-reduce of PE numbers.
-    let (ar_src, ar_dst) = (
-        c.shmem.malloc::<f32>(1000).map_err(text)?,
-        c.shmem.malloc::<f32>(1000).map_err(text)?,
-    );
-    ar_src
-        .copy_from_host(&vec![(c.me() + 1) as f32; 1000])
-        .map_err(text)?;
-    for y in &ys {
-        poison(y)?;
-    }
-    for (x, y) in xs.iter().zip(&ys) {
-        layer.forward_with(y, x, Schedule::Fused, s).map_err(text)?;
-        c.tp.collectives()
-            .all_reduce(
-                &ar_dst,
-                &ar_src,
-                ReduceOp::Sum,
-                nvshmem::AllReduceAlgo::Auto,
-                s,
-            )
-            .map_err(text)?;
-    }
-    sync(s).map_err(text)?;
-    for (i, y) in ys.iter().enumerate() {
-        if bits(&y.to_vec().map_err(text)?) != want[i] {
-            return Err(format!(
-                "back-to-back call {i} differs from the same call made alone"
-            ));
-        }
-    }
-    let total = (c.n() * (c.n() + 1) / 2) as f32;
-    if ar_dst.to_vec().map_err(text)?.iter().any(|&v| v != total) {
-        return Err(format!(
-            "the all-reduces between fused calls did not all give {total}"
-        ));
-    }
-    // A graph of one call, replayed with each input copied into its input buffer.
-    let (x, y) = (&xs[0], &ys[0]);
-    let graph = capture(s, || layer.forward_with(y, x, Schedule::Fused, s))?;
-    for (i, input) in inputs.iter().enumerate().rev() {
-        x.copy_from_host(&take_cols(input, k, local.clone()))
-            .map_err(text)?;
-        poison(y)?;
-        graph.launch().map_err(|e| format!("cuGraphLaunch: {e}"))?;
-        sync(s).map_err(text)?;
-        if bits(&y.to_vec().map_err(text)?) != want[i] {
-            return Err(format!(
-                "graph replay on input {i} differs from the eager call"
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Row-parallel with a reduce-scatter: this PE's `per_pe` rows of the whole product.
@@ -810,11 +966,34 @@ fn large(
                 k: hidden,
             };
             sampled("the unsharded gate GEMM", &full, &d.x, &d.gate, shape, seed)?;
-            let want = take_cols(&full, ffn, shard_range(ffn, c.me(), c.n()));
+            let want = f64s(&take_cols(&full, ffn, shard_range(ffn, c.me(), c.n())));
             compare(
                 "column-parallel vs unsharded",
                 &y.to_vec().map_err(text)?,
-                &f64s(&want),
+                &want,
+            )?;
+            if m % c.n() != 0 {
+                return Ok(());
+            }
+            // Sequence parallel, fused: the same product from this PE's share of the tokens.
+            let per_pe = m / c.n();
+            let layer =
+                ColumnParallelLinear::new(&c.tp, hidden, ffn, ColumnInput::SequenceParallel, m)
+                    .map_err(text)?;
+            layer.load_weight(&d.gate).map_err(text)?;
+            let mine = c.symmetric(&take_rows(
+                &d.x,
+                hidden,
+                c.me() * per_pe..(c.me() + 1) * per_pe,
+            ))?;
+            layer
+                .forward_with(&y, &mine, Schedule::Fused, s)
+                .map_err(text)?;
+            sync(s).map_err(text)?;
+            compare_unsharded(
+                "fused sequence-parallel column vs unsharded",
+                &y.to_vec().map_err(text)?,
+                &want,
             )
         };
         outcome = outcome.and(column());
@@ -1281,6 +1460,173 @@ fn timing(c: &Checks, a: &Args) -> Outcome {
     Ok(())
 }
 
+/// Time each of `calls` (enqueued on the checks' stream, each into its own output, which
+/// `read(i)` returns) in CUDA graphs, in 5 alternating blocks, after checking that every
+/// timed graph's output is its eager call's, bit for bit. Cells: median [p10, p90] in µs.
+fn time_calls(
+    c: &Checks,
+    iters: usize,
+    calls: &[&dyn Fn() -> Result<(), Error>],
+    read: &dyn Fn(usize) -> Result<Vec<bf16>, String>,
+) -> Result<Vec<String>, String> {
+    let s = &c.stream;
+    let mut eager = Vec::new();
+    for (i, call) in calls.iter().enumerate() {
+        call().map_err(text)?;
+        sync(s).map_err(text)?;
+        eager.push(bits(&read(i)?));
+    }
+    let graphs: Vec<_> = calls
+        .iter()
+        .map(|call| capture(s, call))
+        .collect::<Result<_, _>>()?;
+    let mut times = vec![Vec::new(); graphs.len()];
+    for _ in 0..5 {
+        for (g, t) in graphs.iter().zip(&mut times) {
+            t.extend(time_graph(c, g, iters.div_ceil(5))?);
+        }
+    }
+    for (i, want) in eager.iter().enumerate() {
+        if bits(&read(i)?) != *want {
+            return Err(format!(
+                "timed graph {i}'s output differs from its eager call"
+            ));
+        }
+    }
+    let cell = |(med, p10, p90): (f64, f64, f64)| format!("{med:.1} [{p10:.1}, {p90:.1}]");
+    Ok(times.into_iter().map(|v| cell(median(v))).collect())
+}
+
+/// The sequence-parallel layers in each schedule against their local GEMM alone: the
+/// gate/up projection (all-gather + GEMM; the GEMM alone by cuBLASLt as `Auto` picks it
+/// and by our CUTLASS kernel, which the fused schedule runs from FUSED_GATHER_TOKENS
+/// tokens) and the down projection (GEMM + reduce-scatter). Every timed output checked.
+fn sequence_parallel_timing(c: &Checks, a: &Args) -> Outcome {
+    let (hidden, ffn, n) = (a.hidden, a.ffn, c.n());
+    let ms: Vec<usize> = a.ms.iter().copied().filter(|m| m % n == 0).collect();
+    let Some(&max_m) = ms.iter().max() else {
+        return Ok(());
+    };
+    let mut rng = Rng::new(0x7137);
+    let column = ColumnParallelLinear::merged(
+        &c.tp,
+        hidden,
+        &[ffn, ffn],
+        ColumnInput::SequenceParallel,
+        max_m,
+    )
+    .map_err(text)?;
+    let row =
+        RowParallelLinear::with_output(&c.tp, ffn, hidden, RowOutput::SequenceParallel, max_m)
+            .map_err(text)?;
+    for w in [column.weight(), row.weight()] {
+        w.copy_from_host(&rng.bf16s(w.len(), 0.02)).map_err(text)?;
+    }
+    let (out, f) = (column.local_out_features(), row.local_in_features().len());
+    let s = &c.stream;
+    let cutlass = c.tp.gemm().cutlass_available().is_ok();
+    let header = |what: String, columns: &[&str]| {
+        if c.me() == 0 {
+            println!(
+                "\n{what}, TP {n}, bf16, CUDA graphs, {} replays in 5 alternating blocks, PE 0; \
+                 us: median [p10, p90]",
+                a.iters
+            );
+            print!("{:>6}", "M");
+            columns.iter().for_each(|h| print!(" {h:>26}"));
+            println!();
+        }
+    };
+    let line = |m: usize, cells: &[String]| {
+        if c.me() == 0 {
+            print!("{m:>6}");
+            cells.iter().for_each(|t| print!(" {t:>26}"));
+            println!();
+        }
+    };
+    let schedules = [
+        Schedule::Sequential,
+        Schedule::Overlapped { chunks: 2 },
+        Schedule::Fused,
+    ];
+    header(
+        format!(
+            "Sequence-parallel gate/up {} (hidden {hidden} -> {out} features per PE)",
+            a.shape_name
+        ),
+        &[
+            "GEMM alone (Auto)",
+            "GEMM alone (CUTLASS)",
+            "sequential",
+            "overlapped",
+            "fused",
+        ],
+    );
+    for &m in &ms {
+        let x = c.symmetric(&rng.bf16s(m / n * hidden, 1.0))?;
+        let all = c.device(&rng.bf16s(m * hidden, 1.0))?;
+        let shape = LinearShape {
+            m,
+            n: out,
+            k: hidden,
+        };
+        let ys = outputs(c, 5, m * out)?;
+        let (ys, all, x, column) = (&ys, &all, &x, &column);
+        let gemm = |i: usize, p: GemmPath| {
+            move || {
+                c.tp.gemm()
+                    .linear_with(&ys[i], all, column.weight(), shape, p, s)
+            }
+        };
+        let layer = |i: usize| move || column.forward_with(&ys[i], x, schedules[i - 2], s);
+        let (g0, g1, l2, l3, l4) = (
+            gemm(0, GemmPath::Auto),
+            gemm(1, GemmPath::Cutlass),
+            layer(2),
+            layer(3),
+            layer(4),
+        );
+        let mut calls: Vec<&dyn Fn() -> Result<(), Error>> = vec![&g0, &g1, &l2, &l3, &l4];
+        if !cutlass {
+            calls.remove(1);
+        }
+        let read = |i: usize| {
+            ys[if cutlass || i == 0 { i } else { i + 1 }]
+                .to_vec()
+                .map_err(text)
+        };
+        let mut cells = time_calls(c, a.iters, &calls, &read)?;
+        if !cutlass {
+            cells.insert(1, "-".into());
+        }
+        line(m, &cells);
+    }
+    header(
+        format!(
+            "Sequence-parallel down {} ({f} features per PE -> hidden {hidden})",
+            a.shape_name
+        ),
+        &["GEMM alone (Auto)", "sequential", "fused"],
+    );
+    for &m in &ms {
+        let x = c.device(&rng.bf16s(m * f, 1.0))?;
+        let partial = c.shmem.alloc_device::<bf16>(m * hidden).map_err(text)?;
+        let ys: Vec<_> = (0..2)
+            .map(|_| c.shmem.malloc::<bf16>(m / n * hidden).map_err(text))
+            .collect::<Result<_, _>>()?;
+        let shape = LinearShape { m, n: hidden, k: f };
+        let g = || c.tp.gemm().linear(&partial, &x, row.weight(), shape, s);
+        let seq = || row.forward_with(&ys[0], &x, Schedule::Sequential, s);
+        let fused = || row.forward_with(&ys[1], &x, Schedule::Fused, s);
+        let read = |i: usize| match i {
+            0 => partial.to_vec().map_err(text),
+            i => ys[i - 1].to_vec().map_err(text),
+        };
+        line(m, &time_calls(c, a.iters, &[&g, &seq, &fused], &read)?);
+    }
+    Ok(())
+}
+
 fn main() {
     let args = match parse_args() {
         Ok(a) => a,
@@ -1344,6 +1690,26 @@ fn main() {
             }
         }
     }
+    if args.column {
+        // The fused all-gather + GEMM: below FUSED_GATHER_TOKENS (the GEMM waits for every
+        // chunk; an odd width), and above it: our CUTLASS kernel waiting per tile, with
+        // chunks that end inside a 128-row tile, and a shard width (odd) it refuses.
+        let big = FUSED_GATHER_TOKENS.div_ceil(n) + 6;
+        for s in [
+            (3, 200, 328),
+            (16, 136, 64 * n),
+            (big, 136, 512 * n),
+            (big, 264, 16 * n + 5),
+        ] {
+            c.run(
+                format!(
+                    "column fused {} rows per PE k={} n={}: back to back, two layers, graph replay",
+                    s.0, s.1, s.2
+                ),
+                |c, seed| column_fused(c, seed, s),
+            );
+        }
+    }
     if args.row {
         for schedule in SCHEDULES {
             for (m, k, nn) in small {
@@ -1382,6 +1748,22 @@ fn main() {
             c.run(
                 format!("row reduce-scatter {} rows per PE k={} n={}", s.0, s.1, s.2),
                 |c, seed| row_reduce_scatter(c, seed, s),
+            );
+        }
+        // The fused GEMM + reduce-scatter: decode-sized (the decode kernel stores into the
+        // peers), odd widths, and enough tokens for cuBLASLt.
+        for s in [
+            (1, 96 * n, 64),
+            (3, 328, 200),
+            (16, 129, 8 * n + 3),
+            (300, 64 * n, 520),
+        ] {
+            c.run(
+                format!(
+                    "row reduce-scatter fused {} rows per PE k={} n={}: back to back, two layers, graph replay",
+                    s.0, s.1, s.2
+                ),
+                |c, seed| row_reduce_scatter_fused(c, seed, s),
             );
         }
     }
@@ -1481,6 +1863,12 @@ fn main() {
                 args.shape_name, args.hidden, args.ffn
             ),
             |c, seed| large(c, seed, m, args.hidden, args.ffn, which),
+        );
+    }
+    if args.timing && (args.column || args.row) {
+        c.run(
+            "sequence-parallel timing (every timed output checked)".into(),
+            |c, _| sequence_parallel_timing(c, &args),
         );
     }
     if args.timing && args.mlp {

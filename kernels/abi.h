@@ -108,6 +108,19 @@ typedef struct DecodeLinear {
 
 // ---- our Hopper GEMM (src/tp/cutlass.rs, kernels/gemm) ------------------------------------
 
+// Rows of x that arrive while the GEMM runs (the all-gather + GEMM): x's rows come in chunks
+// of rows_per_chunk, one per PE, and this launch's row 0 is row row_offset of the chunk
+// numbering. Before its first load of a tile's rows, the kernel waits until ready[c] >= want
+// for every chunk c they touch below `chunks`, own_chunk excepted. ready == 0: no waits.
+typedef struct GemmWait {
+    unsigned long long ready;    // device address of the chunks' flags
+    unsigned long long want;
+    long long rows_per_chunk;
+    long long row_offset;
+    int chunks;                  // the chunks this launch reads lie below it
+    int own_chunk;
+} GemmWait;
+
 // One y = x · wᵀ for the CUTLASS host code (kernels/gemm/gemm_sm90_params.cu) to prepare:
 // x is m × k, w is n × k, y is m × n with its rows ldy elements apart; row-major bf16.
 typedef struct GemmProblem {
@@ -122,6 +135,7 @@ typedef struct GemmProblem {
     int max_active_clusters;     // clusters resident at once (cuOccupancyMaxActiveClusters), 0: unknown
     int swizzle;                 // the tile schedule visits groups of this many tiles (1, 2, 4, 8)
     int raster;                  // GemmRaster: which way the schedule walks the tiles
+    GemmWait wait;               // rows to wait for (wait.ready == 0: none)
 } GemmProblem;
 
 // Which way the tile schedule walks the output tiles.

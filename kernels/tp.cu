@@ -60,6 +60,43 @@ extern "C" __global__ void unchunk_bf16(const __nv_bfloat16 *src, __nv_bfloat16 
     }
 }
 
+// dst[i] = Σ over s < slabs of src[s · len + i], in f32 in slab order, rounded once: the
+// fused GEMM + reduce-scatter sums the partial products its peers stored here, in PE order,
+// as the reduce-scatter of our collectives does. Eight elements per thread when len is a
+// multiple of 8 and both buffers start on 16-byte boundaries.
+extern "C" __global__ void sum_slabs_bf16(const __nv_bfloat16 *src, __nv_bfloat16 *dst, uint64_t len,
+                                          uint32_t slabs) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (len % 8 == 0 && (((uintptr_t)src | (uintptr_t)dst) & 15) == 0) {
+        const uint4 *s4 = (const uint4 *)src;
+        for (uint64_t i = first; i < len / 8; i += stride) {
+            float acc[8];
+            for (uint32_t s = 0; s < slabs; s++) {
+                const uint4 raw = s4[s * (len / 8) + i];
+                const __nv_bfloat162 *v = (const __nv_bfloat162 *)&raw;
+#pragma unroll
+                for (int h = 0; h < 4; h++) {
+                    const float2 f = __bfloat1622float2(v[h]);
+                    acc[2 * h] = s == 0 ? f.x : acc[2 * h] + f.x;
+                    acc[2 * h + 1] = s == 0 ? f.y : acc[2 * h + 1] + f.y;
+                }
+            }
+            uint4 out;
+            __nv_bfloat162 *o = (__nv_bfloat162 *)&out;
+#pragma unroll
+            for (int h = 0; h < 4; h++) o[h] = __floats2bfloat162_rn(acc[2 * h], acc[2 * h + 1]);
+            ((uint4 *)dst)[i] = out;
+        }
+    } else {
+        for (uint64_t i = first; i < len; i += stride) {
+            float acc = __bfloat162float(src[i]);
+            for (uint32_t s = 1; s < slabs; s++) acc += __bfloat162float(src[s * len + i]);
+            dst[i] = __float2bfloat16_rn(acc);
+        }
+    }
+}
+
 // ---- decode GEMM ---------------------------------------------------------------------------
 // y (m × n, rows ldy apart) = x (m × k) · wᵀ, for m <= DECODE_MAX_M (tp/decode.cuh).
 struct StoreY {

@@ -49,6 +49,7 @@ fn tp_cubin_has_the_kernels_of_the_layers() {
         &[
             "silu_mul_bf16".to_string(),
             "unchunk_bf16".to_string(),
+            "sum_slabs_bf16".to_string(),
             "decode_linear_bf16".to_string(),
             "decode_linear_allreduce_bf16".to_string(),
         ],

@@ -66,11 +66,16 @@ extern "C" int nvshmem_rs_gemm_sm90_prepare(const void *encode, const GemmProble
     schedule.raster_order = problem->raster == GEMM_RASTER_ALONG_M   ? Raster::AlongM
                             : problem->raster == GEMM_RASTER_ALONG_N ? Raster::AlongN
                                                                      : Raster::Heuristic;
+    typename Kernel::MainloopArguments mainloop{};
+    mainloop.ptr_A = reinterpret_cast<const Bf16 *>(problem->x);
+    mainloop.dA = stride_x;
+    mainloop.ptr_B = reinterpret_cast<const Bf16 *>(problem->w);
+    mainloop.dB = stride_w;
+    mainloop.wait = problem->wait;
     typename Kernel::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGemm,
         {m, n, k, 1},
-        {reinterpret_cast<const Bf16 *>(problem->x), stride_x,
-         reinterpret_cast<const Bf16 *>(problem->w), stride_w},
+        mainloop,
         {{1.0f, 0.0f}, nullptr, stride_y, reinterpret_cast<Bf16 *>(problem->y), stride_y},
         hw,
         schedule};

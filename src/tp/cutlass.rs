@@ -51,6 +51,20 @@ const SWIZZLE_TOKENS: usize = 2048;
 /// Elements of `x`, `w` and `y` per 16 bytes: TMA needs every row to start on 16 bytes.
 pub(crate) const ALIGN_ELEMENTS: usize = 8;
 
+/// Rows of `x` that arrive while the GEMM runs (`GemmWait` in kernels/abi.h): `x`'s rows
+/// come in chunks of `rows_per_chunk`, and row 0 of the call is row `row_offset` of the chunk
+/// numbering. A tile waits, before it loads its rows, until the flag `ready[c]` (a `u64`) of
+/// every chunk `c < chunks` they touch is at least `want`, `own_chunk`'s excepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct ChunkWait {
+    pub(crate) ready: u64,
+    pub(crate) want: u64,
+    pub(crate) rows_per_chunk: usize,
+    pub(crate) row_offset: usize,
+    pub(crate) chunks: usize,
+    pub(crate) own_chunk: usize,
+}
+
 /// One GEMM as the parameter block depends on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Problem {
@@ -61,6 +75,30 @@ struct Problem {
     n: usize,
     k: usize,
     ldy: usize,
+    wait: Option<ChunkWait>,
+}
+
+impl Problem {
+    /// The problem of one [`CutlassGemm::linear`] call.
+    fn of(
+        y: u64,
+        ldy: usize,
+        x: u64,
+        w: u64,
+        (m, n, k): (usize, usize, usize),
+        wait: Option<ChunkWait>,
+    ) -> Self {
+        Problem {
+            x,
+            w,
+            y,
+            m,
+            n,
+            k,
+            ldy,
+            wait,
+        }
+    }
 }
 
 /// A parameter block ready to launch.
@@ -156,6 +194,7 @@ impl CutlassGemm {
             n: 8,
             k: 8,
             ldy: 8,
+            wait: None,
         };
         let mut params = vec![0u8; params_size];
         prepare(encode, &probe, 1, 0, &mut params, &mut launch)?;
@@ -188,11 +227,14 @@ impl CutlassGemm {
         })
     }
 
-    /// `y = x · wᵀ` on `stream`, `y`'s rows `ldy` elements apart.
+    /// `y = x · wᵀ` on `stream`, `y`'s rows `ldy` elements apart; with `wait`, each tile
+    /// first waits for its rows of `x` to arrive.
     ///
     /// # Safety
     /// `x` must hold `m × k`, `w` `n × k` and `y` `(m - 1) × ldy + n` bf16 elements of this
     /// PE's GPU, valid until the call has run on `stream`; `m`, `n` and `k` are not zero.
+    /// `wait`'s flags must be device memory that something sets before the kernel could wait
+    /// for ever (a kernel that waits holds its SMs).
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn linear(
         &self,
@@ -200,20 +242,11 @@ impl CutlassGemm {
         ldy: usize,
         x: u64,
         w: u64,
-        m: usize,
-        n: usize,
-        k: usize,
+        (m, n, k): (usize, usize, usize),
+        wait: Option<ChunkWait>,
         stream: &CudaStream,
     ) -> Result<()> {
-        let problem = Problem {
-            x,
-            w,
-            y,
-            m,
-            n,
-            k,
-            ldy,
-        };
+        let problem = Problem::of(y, ldy, x, w, (m, n, k), wait);
         if let Some(why) = unsupported(&problem) {
             return Err(Error::InvalidArgument(format!(
                 "our CUTLASS GEMM cannot take y ({m} × {n}) = x ({m} × {k}) · wᵀ: {why}; use \
@@ -229,6 +262,18 @@ impl CutlassGemm {
         };
         self.function
             .launch_with(prepared.cfg, options, stream, &mut args)
+    }
+
+    /// Whether [`linear`](Self::linear) takes this call (TMA's alignment rules).
+    pub(crate) fn takes(
+        &self,
+        y: u64,
+        ldy: usize,
+        x: u64,
+        w: u64,
+        mnk: (usize, usize, usize),
+    ) -> bool {
+        unsupported(&Problem::of(y, ldy, x, w, mnk, None)).is_none()
     }
 
     /// The parameter block of `problem`, prepared on first use.
@@ -289,7 +334,22 @@ fn prepare(
         } else {
             1
         },
-        raster: abi::GEMM_RASTER_HEURISTIC as i32,
+        // Waiting GEMMs walk along N first, so the first tiles are those of the first rows:
+        // the rows that are here already.
+        raster: match problem.wait {
+            Some(_) => abi::GEMM_RASTER_ALONG_N as i32,
+            None => abi::GEMM_RASTER_HEURISTIC as i32,
+        },
+        wait: problem
+            .wait
+            .map_or(abi::GemmWait::default(), |w| abi::GemmWait {
+                ready: w.ready,
+                want: w.want,
+                rows_per_chunk: w.rows_per_chunk as i64,
+                row_offset: w.row_offset as i64,
+                chunks: w.chunks as i32,
+                own_chunk: w.own_chunk as i32,
+            }),
     };
     // SAFETY: `encode` is the driver's cuTensorMapEncodeTiled (or, in tests, a function of
     // its signature); the buffers are valid for the sizes given.
@@ -372,6 +432,7 @@ mod tests {
             n,
             k,
             ldy,
+            wait: None,
         }
     }
 
@@ -425,6 +486,38 @@ mod tests {
         assert_eq!(launch.grid[0] % 2, 0);
         assert_eq!(launch.block, [384, 1, 1]);
         assert!(launch.shared_mem_bytes > 48 << 10 && launch.shared_mem_bytes <= 227 << 10);
+
+        // What a waiting GEMM waits for lands in the block whole, once; a plain GEMM's block
+        // has no such record (its flag address is 0: no waits).
+        let wait = ChunkWait {
+            ready: 0x40_0000,
+            want: 0x1234_5678_9abc,
+            rows_per_chunk: 1030,
+            row_offset: 2060,
+            chunks: 3,
+            own_chunk: 2,
+        };
+        let mut record = Vec::new();
+        record.extend_from_slice(&wait.ready.to_le_bytes());
+        record.extend_from_slice(&wait.want.to_le_bytes());
+        record.extend_from_slice(&1030i64.to_le_bytes());
+        record.extend_from_slice(&2060i64.to_le_bytes());
+        record.extend_from_slice(&3i32.to_le_bytes());
+        record.extend_from_slice(&2i32.to_le_bytes());
+        assert_eq!(record.len(), std::mem::size_of::<abi::GemmWait>());
+        let count = |block: &[u8]| block.windows(record.len()).filter(|w| *w == record).count();
+        assert_eq!(count(&params), 0);
+        let waiting = Problem {
+            wait: Some(wait),
+            ..p
+        };
+        let mut waiting_params = vec![0u8; size];
+        prepare(encode, &waiting, 132, 66, &mut waiting_params, &mut launch).unwrap();
+        assert_eq!(
+            count(&waiting_params),
+            1,
+            "the wait record is not in the block"
+        );
 
         // A block too small is refused before anything is written.
         let mut small = vec![0u8; size - 1];

@@ -5,7 +5,7 @@
 //! Row-major `y = x · wᵀ` is column-major `yᵀ = w · xᵀ` with the same memory: cuBLASLt's "TN"
 //! case (A = w transposed, B = x), the layout its Hopper kernels favour.
 
-use super::cutlass::CutlassGemm;
+use super::cutlass::{ChunkWait, CutlassGemm};
 use crate::cubins::TP;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceSlice};
@@ -311,6 +311,39 @@ impl Gemm {
         self.linear_path(y, ldy, x, w, shape, GemmPath::Auto, stream)
     }
 
+    /// [`linear_raw`](Self::linear_raw) by our CUTLASS kernel, each tile first waiting for
+    /// its rows of `x` as `wait` says. `Ok(false)`, with nothing launched, where that kernel
+    /// cannot run here or take the call (the caller then waits for all of `x` and
+    /// multiplies by another path).
+    ///
+    /// # Safety
+    /// As for [`linear_raw`](Self::linear_raw), and `wait`'s flags must be set by work that
+    /// needs no SM of this GPU (the waiting kernel may hold them all).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn linear_waiting(
+        &self,
+        y: u64,
+        ldy: usize,
+        x: u64,
+        w: u64,
+        shape: LinearShape,
+        wait: ChunkWait,
+        stream: &CudaStream,
+    ) -> Result<bool> {
+        let LinearShape { m, n, k } = shape;
+        let Ok(cutlass) = self.cutlass.as_ref() else {
+            return Ok(false);
+        };
+        if n == 0 || k == 0 || ldy < n || !cutlass.takes(y, ldy, x, w, (m, n, k)) {
+            return Ok(false);
+        }
+        if m > 0 {
+            self.shmem.bind_context()?;
+            cutlass.linear(y, ldy, x, w, (m, n, k), Some(wait), stream)?;
+        }
+        Ok(true)
+    }
+
     /// [`linear_raw`](Self::linear_raw) computed by `path`.
     ///
     /// # Safety
@@ -358,7 +391,7 @@ impl Gemm {
                 ))
             })?;
             self.shmem.bind_context()?;
-            return cutlass.linear(y, ldy, x, w, m, n, k, stream);
+            return cutlass.linear(y, ldy, x, w, (m, n, k), None, stream);
         }
         if path == GemmPath::Decode {
             self.shmem.bind_context()?;

@@ -39,12 +39,13 @@
 
 mod column;
 mod cutlass;
+mod exchange;
 mod gemm;
 mod mlp;
 mod row;
 mod shard;
 
-pub use column::{ColumnInput, ColumnParallelLinear};
+pub use column::{ColumnInput, ColumnParallelLinear, FUSED_GATHER_TOKENS};
 pub use gemm::{Gemm, GemmPath, LinearShape, DECODE_MAX_TOKENS, DECODE_TOKENS, WORKSPACE_BYTES};
 pub use mlp::TpMlp;
 pub use row::{RowOutput, RowParallelLinear};
@@ -88,9 +89,34 @@ pub enum Schedule {
         /// Pieces of the row-parallel GEMM.
         chunks: usize,
     },
-    /// The GEMM and its communication in one kernel, where the crate has one for the call,
-    /// and [`Sequential`](Self::Sequential) elsewhere. Today that is the row-parallel layer
-    /// with a replicated output at up to [`DECODE_MAX_TOKENS`] tokens (decode): our decode
+    /// The GEMM and its communication fused, where the crate has a fused form for the call,
+    /// and [`Sequential`](Self::Sequential) elsewhere. There are three.
+    ///
+    /// The sequence-parallel [`ColumnParallelLinear`] (all-gather + GEMM) with several PEs:
+    /// each PE's tokens go to every peer by the copy engines, with no SM involved, each chunk
+    /// raising a flag when it lands; from [`FUSED_GATHER_TOKENS`] tokens our CUTLASS GEMM
+    /// starts on this PE's own rows while the others travel, and each of its tiles waits for
+    /// its chunk's flag before its first TMA load (below, the GEMM waits for all chunks and
+    /// multiplies as [`GemmPath::Auto`] chooses). It needs a GPU with 64-bit stream memory
+    /// operations (every GPU of compute capability 7.0 and later under a CUDA 12 driver).
+    ///
+    /// The row-parallel layer with a sequence-parallel output (GEMM + reduce-scatter) with
+    /// several PEs: the GEMM of each peer's tokens (the next PE's first) stores its partial
+    /// products straight into that peer's memory, tile by tile as they are produced, and a
+    /// flag follows; this PE's own tokens come last, while the peers' products for it land;
+    /// then a small kernel sums the PEs' products for this PE's tokens in PE order (the
+    /// numbers the sequential reduce-scatter gives for the same partial products). No
+    /// partial product makes a second trip through memory. Same GPU requirement.
+    ///
+    /// Both exchanges need no SM for their signals (stream memory operations), write only
+    /// constants (graph replays are safe), and let a PE write into a peer's buffer again
+    /// only once that peer has consumed the previous call's (a credit per pair of PEs).
+    /// Unlike our collectives they have no bounded wait
+    /// ([`CollectivesConfig::timeout`](crate::collectives::CollectivesConfig)) and no call
+    /// agreement: a PE that never makes the matching call leaves its peers waiting.
+    ///
+    /// The row-parallel layer with a replicated output at up to [`DECODE_MAX_TOKENS`] tokens
+    /// (decode, GEMM + all-reduce): our decode
     /// GEMM, whose warps store each finished sum straight into every PE's staging slot,
     /// with the all-reduce of our collectives' one-shot algorithm done block by block in the
     /// same kernel (kernels/tp/decode_allreduce.cuh). No partial product goes through
@@ -102,11 +128,13 @@ pub enum Schedule {
     /// of each staging slot ([`CollectivesConfig::workspace`]; the default holds 1 Mi
     /// elements), and falls back to `Sequential` where they do not fit.
     ///
-    /// Measured on one H100 only (`tp_mlp --test mlp`, `bench --tests tp`): with one PE it
+    /// Measured on one H100 only (`tp_mlp --test mlp`, `bench --tests tp`): the row form, with one PE, it
     /// takes the all-reduce's cost away (the 8B MLP at one token: 123.8 µs, against 125.1
     /// sequential and 121.8 compute-only); with two PEs sharing that GPU through MPS it was
     /// slower than `Sequential` (155.8 µs against 143.7), which says little about NVLink.
-    /// So no layer picks it by itself yet: measure it on your GPUs.
+    /// The sequence-parallel forms were checked at 1, 2 and 4 PEs but timed only with PEs
+    /// sharing one GPU (docs/gemm.md), which says nothing about NVLink either. So no layer
+    /// picks `Fused` by itself yet: measure it on your GPUs.
     ///
     /// [`CollectivesConfig::workspace`]: crate::collectives::CollectivesConfig::workspace
     Fused,
@@ -129,6 +157,7 @@ struct Inner {
     gemm: Gemm,
     silu_mul: Function,
     unchunk: Function,
+    sum_slabs: Function,
     /// The row-parallel decode GEMM fused with its all-reduce, and its grid: the same on
     /// every PE (0 blocks where it does not fit).
     decode_allreduce: Function,
@@ -136,6 +165,9 @@ struct Inner {
     sms: u32,
     /// Where overlapped schedules communicate.
     side: Arc<CudaStream>,
+    /// The fused all-gather's copy streams, one per peer (exchange.rs), where the GPU takes
+    /// the stream memory operations they signal with.
+    pushers: Option<Vec<Arc<CudaStream>>>,
 }
 
 impl TensorParallel {
@@ -152,6 +184,7 @@ impl TensorParallel {
         let gemm = Gemm::with_module(shmem, &module)?;
         let silu_mul = module.function("silu_mul_bf16")?;
         let unchunk = module.function("unchunk_bf16")?;
+        let sum_slabs = module.function("sum_slabs_bf16")?;
         let decode_allreduce = module.function("decode_linear_allreduce_bf16")?;
         let sms = shmem.sm_count()?;
         // Blocks pair up with the same block of every peer: the grid comes from the SM
@@ -159,14 +192,24 @@ impl TensorParallel {
         let per_sm = decode_allreduce.max_resident_blocks(FUSED_THREADS, 0)? / sms.max(1);
         let fused_blocks = (collectives.sm_count() as u32 * per_sm.min(FUSED_BLOCKS_PER_SM))
             .min(crate::abi::COLL_MAX_BLOCKS);
+        let pushers = match exchange::stream_memops(shmem)? {
+            true => Some(
+                (1..shmem.n_pes())
+                    .map(|_| shmem.new_stream())
+                    .collect::<Result<_>>()?,
+            ),
+            false => None,
+        };
         Ok(TensorParallel {
             inner: Arc::new(Inner {
                 side: shmem.new_stream()?,
+                pushers,
                 shmem: shmem.clone(),
                 collectives,
                 gemm,
                 silu_mul,
                 unchunk,
+                sum_slabs,
                 decode_allreduce,
                 fused_blocks,
                 sms,
@@ -193,6 +236,18 @@ impl TensorParallel {
     /// on it: a group's overlapped calls must be made one at a time (as any collective call).
     pub(crate) fn side(&self) -> &Arc<CudaStream> {
         &self.inner.side
+    }
+
+    /// The fused all-gather's copy streams, one per peer; `None` where the GPU lacks 64-bit
+    /// stream memory operations (the same on every PE of one node).
+    pub(crate) fn pushers(&self) -> Option<&[Arc<CudaStream>]> {
+        self.inner.pushers.as_deref()
+    }
+
+    /// Whether the fused exchanges (exchange.rs) can run: the GPU takes 64-bit stream memory
+    /// operations.
+    pub(crate) fn has_stream_memops(&self) -> bool {
+        self.inner.pushers.is_some()
     }
 
     /// PEs in the group.
@@ -332,6 +387,35 @@ impl TensorParallel {
         self.inner
             .unchunk
             .launch(self.spread(m * n), stream, &mut args)
+    }
+}
+
+impl TensorParallel {
+    /// `dst[i] = Σ over s < slabs of src[s × len + i]`, in f32 in slab order, rounded once
+    /// to bf16 (as the reduce-scatter of our collectives sums the PEs' values).
+    ///
+    /// # Safety
+    /// `src` holds `slabs × len` and `dst` `len` elements of this PE's GPU until the kernel
+    /// has run.
+    pub(crate) unsafe fn sum_slabs_raw(
+        &self,
+        dst: u64,
+        src: u64,
+        (len, slabs): (usize, usize),
+        stream: &CudaStream,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let work = if len % 8 == 0 { len / 8 } else { len };
+        let mut args = KernelArgs::new();
+        args.device_ptr(src)
+            .device_ptr(dst)
+            .value(len as u64)
+            .value(slabs as u32);
+        self.inner
+            .sum_slabs
+            .launch(self.spread(work), stream, &mut args)
     }
 }
 

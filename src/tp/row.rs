@@ -1,6 +1,7 @@
 //! The row-parallel linear layer: each PE holds some of the input features, and the partial
 //! products are summed across the PEs.
 
+use super::exchange::{peer_bases, ChunkFlags};
 use super::Schedule;
 use super::TensorParallel;
 use super::{check_tokens, check_weight, join, rows_of, shard_range, take_cols, LinearShape};
@@ -46,6 +47,10 @@ pub struct RowParallelLinear {
     /// The all-reduced pieces of an overlapped call cut along the output features, before
     /// their columns go in place (up to `PIECES_BY_FEATURES_TOKENS` tokens).
     reduced: SymmetricBuffer<bf16>,
+    /// The fused GEMM + reduce-scatter (sequence-parallel output, several PEs): its flags,
+    /// the buffer where every PE's GEMM stores the partial products of this PE's tokens (one
+    /// slab per PE, in PE order), and where that buffer lies on every PE.
+    exchange: Option<(ChunkFlags, SymmetricBuffer<bf16>, Vec<u64>)>,
 }
 
 /// Tokens per piece from which a GEMM piece is compute-bound, so that cutting along the
@@ -123,8 +128,9 @@ pub enum RowOutput {
     Replicated,
     /// Each PE gets an equal share of the tokens, in PE order (a reduce-scatter; sequence
     /// parallelism, the counterpart of [`ColumnInput::SequenceParallel`]): `y` is
-    /// `tokens / n_pes × out_features`, and `tokens` must be a multiple of `n_pes`. Runs
-    /// sequentially whatever the [`Schedule`].
+    /// `tokens / n_pes × out_features`, and `tokens` must be a multiple of `n_pes`.
+    /// [`Schedule::Fused`] has a fused form (see there); [`Schedule::Overlapped`] runs
+    /// sequentially.
     ///
     /// [`ColumnInput::SequenceParallel`]: super::ColumnInput::SequenceParallel
     SequenceParallel,
@@ -174,6 +180,14 @@ impl RowParallelLinear {
             RowOutput::SequenceParallel => 0,
         };
         let reduced = shmem.malloc::<bf16>(reduced_tokens * out_features)?;
+        let exchange = match output {
+            RowOutput::SequenceParallel if n > 1 => {
+                let received = shmem.malloc::<bf16>(max_tokens * out_features)?;
+                let bases = peer_bases(shmem, &received)?;
+                Some((ChunkFlags::new(shmem)?, received, bases))
+            }
+            _ => None,
+        };
         let weight = shmem.alloc_device::<bf16>(out_features * local_in.len())?;
         Ok(RowParallelLinear {
             tp: tp.clone(),
@@ -185,6 +199,7 @@ impl RowParallelLinear {
             weight,
             partial,
             reduced,
+            exchange,
         })
     }
 
@@ -240,7 +255,8 @@ impl RowParallelLinear {
     /// [`forward`](Self::forward) with a [`Schedule`]: [`Schedule::Overlapped`] cuts the
     /// GEMM into pieces (along the tokens or the output features, see there) and
     /// all-reduces each piece while the next one computes; [`Schedule::Fused`] computes and
-    /// all-reduces decode batches in one kernel.
+    /// all-reduces decode batches in one kernel, and with a sequence-parallel output stores
+    /// each peer's partial products straight into that peer's memory (see there).
     pub fn forward_with<'a>(
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,
@@ -267,7 +283,7 @@ impl RowParallelLinear {
     ) -> Result<()> {
         check_tokens("RowParallelLinear::forward", tokens, self.max_tokens)?;
         if self.output == RowOutput::SequenceParallel {
-            return self.reduce_scatter(y, x, tokens, stream);
+            return self.reduce_scatter(y, x, tokens, schedule, stream);
         }
         if y.len() != tokens * self.out_features {
             return Err(Error::Length {
@@ -296,7 +312,8 @@ impl RowParallelLinear {
         }
     }
 
-    /// The GEMM of every token, then the reduce-scatter that leaves this PE its share.
+    /// The GEMM of every token, then the reduce-scatter that leaves this PE its share; or,
+    /// [`Schedule::Fused`], both in one exchange ([`gemm_reduce_scatter`](Self::gemm_reduce_scatter)).
     ///
     /// # Safety
     /// As for [`run`](Self::run).
@@ -305,6 +322,7 @@ impl RowParallelLinear {
         y: SymmetricView<'_, bf16>,
         x: u64,
         tokens: usize,
+        schedule: Schedule,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let n = self.tp.n_pes();
@@ -322,6 +340,11 @@ impl RowParallelLinear {
                 got: y.len(),
             });
         }
+        if let (Schedule::Fused, Some(exchange), true) =
+            (schedule, &self.exchange, self.tp.has_stream_memops())
+        {
+            return self.gemm_reduce_scatter(exchange, y.as_ptr() as u64, x, tokens, stream);
+        }
         self.gemm_rows(x, 0..tokens, stream)?;
         self.tp.collectives().reduce_scatter(
             y,
@@ -330,6 +353,57 @@ impl RowParallelLinear {
             ReduceScatterAlgo::Auto,
             stream,
         )
+    }
+
+    /// The fused GEMM + reduce-scatter: for each peer in turn (the next PE first), the GEMM
+    /// of that peer's tokens stores its partial products straight into the peer's exchange
+    /// buffer, at this PE's slab, and a flag tells the peer they have landed; this PE's own
+    /// tokens last, into its own slab, while the peers' land; then this PE's rows of `y`
+    /// are the sum of its slabs in PE order (the numbers the reduce-scatter of our
+    /// collectives gives for the same partial products). No partial product makes a second
+    /// trip, and the transfers run inside the GEMMs that produce them.
+    ///
+    /// # Safety
+    /// As for [`run`](Self::run), with `tokens` a multiple of the PE count and `y` holding
+    /// `tokens / n_pes × out_features` elements.
+    unsafe fn gemm_reduce_scatter(
+        &self,
+        (flags, _, bases): &(ChunkFlags, SymmetricBuffer<bf16>, Vec<u64>),
+        y: u64,
+        x: u64,
+        tokens: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (n, me) = (self.tp.n_pes(), self.tp.my_pe());
+        let (rows, cols, k) = (tokens / n, self.out_features, self.local_in.len());
+        let bf = std::mem::size_of::<bf16>();
+        let slab = (me * rows * cols * bf) as u64;
+        let shape = LinearShape {
+            m: rows,
+            n: cols,
+            k,
+        };
+        // PE `pe`'s tokens of this PE's partial product, into `dst`.
+        let gemm_of = |pe: usize, dst: u64| {
+            let x_rows = x + (pe * rows * k * bf) as u64;
+            let w = self.weight.device_ptr();
+            self.tp
+                .gemm()
+                .linear_raw(dst, cols, x_rows, w, shape, stream)
+        };
+        let sent = flags.peers().try_for_each(|peer| {
+            flags.take_credit(stream, peer)?;
+            gemm_of(peer, bases[peer] + slab)?;
+            flags.raise(stream, peer)
+        });
+        let summed = sent.and_then(|()| {
+            gemm_of(me, bases[me] + slab)?;
+            flags.wait_all(stream)?;
+            self.tp
+                .sum_slabs_raw(y, bases[me], (rows * cols, n), stream)
+        });
+        // Finished even after a failure, so that no peer waits for this PE's credits.
+        summed.and(flags.finish(stream))
     }
 
     /// Tokens whose pieces along the output features fit the reduced scratch.

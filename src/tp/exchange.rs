@@ -1,0 +1,167 @@
+//! Chunks of rows that the PEs of a fused tensor-parallel call hand each other, with a flag
+//! per chunk: the all-gather of the fused all-gather + GEMM (each PE's rows go to every peer
+//! by the copy engines) and the exchange of the fused GEMM + reduce-scatter (each PE's GEMM
+//! stores the partial products of a peer's rows straight into that peer's memory).
+//!
+//! The flags are set and waited for by stream memory operations (`cuStreamWriteValue64` /
+//! `cuStreamWaitValue64`), not by kernels: a persistent GEMM that holds every SM while it
+//! waits for a chunk cannot starve the transfer it waits for. Every value written is a
+//! constant (a flag is 1 when set and 0 when clear), so a captured call replays correctly.
+//!
+//! Per PE, two flags per PE `c` in symmetric memory:
+//! - `ready[c]`: PE `c`'s chunk has landed here (set by `c` after its transfer, cleared here
+//!   once this PE's work has read it);
+//! - `credit[c]`: PE `c` has read and cleared what this PE sent it last time, so this PE may
+//!   write its next chunk there (set by `c`, taken here before the transfer; 1 at the start).
+//!
+//! [`Schedule::Fused`]: super::Schedule::Fused
+
+use super::cutlass::ChunkWait;
+use crate::error::{CudaResultExt, Error, Result};
+use crate::memory::SymmetricBuffer;
+use crate::runtime::Nvshmem;
+use cudarc::driver::{sys, CudaStream};
+use half::bf16;
+
+/// The flags of one layer's exchange buffer.
+pub(super) struct ChunkFlags {
+    n: usize,
+    me: usize,
+    /// `ready` (`n` flags) then `credit` (`n` flags), on every PE.
+    flags: SymmetricBuffer<u64>,
+    /// Per PE: its flag array, as mapped here.
+    peer_flags: Vec<u64>,
+}
+
+const FLAG: u64 = std::mem::size_of::<u64>() as u64;
+
+/// Per PE: where `buf` starts on it, as mapped here.
+pub(super) fn peer_bases(shmem: &Nvshmem, buf: &SymmetricBuffer<bf16>) -> Result<Vec<u64>> {
+    (0..shmem.n_pes())
+        .map(|pe| match buf.peer_ptr(pe)? {
+            Some(p) => Ok(p as u64),
+            None => Err(unreachable(pe, shmem.my_pe())),
+        })
+        .collect()
+}
+
+fn unreachable(pe: usize, me: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "PE {pe} is not load/store reachable from PE {me}: a tensor-parallel group needs \
+         every PE on one node with peer access"
+    ))
+}
+
+impl ChunkFlags {
+    /// The flags of one exchange (collective: allocates symmetric memory, then waits for
+    /// every PE to have set its credits).
+    pub(super) fn new(shmem: &Nvshmem) -> Result<Self> {
+        let (n, me) = (shmem.n_pes(), shmem.my_pe());
+        let flags = shmem.calloc::<u64>(2 * n)?;
+        flags.view(n..).copy_from_host(&vec![1; n])?;
+        let peer_flags = (0..n)
+            .map(|pe| match flags.peer_ptr(pe)? {
+                Some(p) => Ok(p as u64),
+                None => Err(unreachable(pe, me)),
+            })
+            .collect::<Result<_>>()?;
+        // No peer may write a flag here before this PE has set its own.
+        shmem.barrier_all()?;
+        Ok(ChunkFlags {
+            n,
+            me,
+            flags,
+            peer_flags,
+        })
+    }
+
+    /// The peers in the order this PE serves them: the next PE first.
+    pub(super) fn peers(&self) -> impl Iterator<Item = usize> + '_ {
+        (1..self.n).map(move |i| (self.me + i) % self.n)
+    }
+
+    fn ready(&self, pe: usize, of: usize) -> u64 {
+        self.peer_flags[pe] + of as u64 * FLAG
+    }
+
+    fn credit(&self, pe: usize, of: usize) -> u64 {
+        self.peer_flags[pe] + (self.n + of) as u64 * FLAG
+    }
+
+    /// On `stream`: wait until `peer` may receive this PE's next chunk, and take the credit.
+    pub(super) fn take_credit(&self, stream: &CudaStream, peer: usize) -> Result<()> {
+        wait_set(stream, self.credit(self.me, peer))?;
+        write(stream, self.credit(self.me, peer), 0)
+    }
+
+    /// On `stream`, after the transfer before it: tell `peer` that this PE's chunk has landed.
+    pub(super) fn raise(&self, stream: &CudaStream, peer: usize) -> Result<()> {
+        write(stream, self.ready(peer, self.me), 1)
+    }
+
+    /// What a GEMM over the rows `[row_offset, row_offset + m)` of the exchange buffer waits
+    /// for, in chunks of `rows_per_chunk`: the flags of the chunks below `chunks`, this PE's
+    /// own (written on the GEMM's stream) excepted.
+    pub(super) fn chunk_wait(
+        &self,
+        rows_per_chunk: usize,
+        row_offset: usize,
+        chunks: usize,
+    ) -> ChunkWait {
+        ChunkWait {
+            ready: self.flags.device_ptr(),
+            want: 1,
+            rows_per_chunk,
+            row_offset,
+            chunks,
+            own_chunk: self.me,
+        }
+    }
+
+    /// Make `stream` wait for every peer's chunk.
+    pub(super) fn wait_all(&self, stream: &CudaStream) -> Result<()> {
+        self.peers()
+            .try_for_each(|c| wait_set(stream, self.ready(self.me, c)))
+    }
+
+    /// On `stream`, after the work that read the peers' chunks: clear the `ready` flags and
+    /// give every peer its credit back.
+    pub(super) fn finish(&self, stream: &CudaStream) -> Result<()> {
+        for c in self.peers() {
+            write(stream, self.ready(self.me, c), 0)?;
+        }
+        self.peers()
+            .try_for_each(|c| write(stream, self.credit(c, self.me), 1))
+    }
+}
+
+/// `stream` waits until the flag at `addr` is set (at least 1).
+fn wait_set(stream: &CudaStream, addr: u64) -> Result<()> {
+    let geq = sys::CUstreamWaitValue_flags_enum::CU_STREAM_WAIT_VALUE_GEQ as u32;
+    // SAFETY: `addr` is a flag of symmetric memory mapped here; freeing it is collective
+    // and waits for all work of this PE's GPU first.
+    unsafe { sys::cuStreamWaitValue64_v2(stream.cu_stream(), addr, 1, geq) }
+        .result()
+        .during("cuStreamWaitValue64")
+}
+
+/// `stream` writes `value` to the flag at `addr`, after everything before it on `stream`
+/// (the default flags include a memory barrier: the data copied before is visible first).
+fn write(stream: &CudaStream, addr: u64, value: u64) -> Result<()> {
+    let fenced = sys::CUstreamWriteValue_flags_enum::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+    // SAFETY: as in `wait_set`.
+    unsafe { sys::cuStreamWriteValue64_v2(stream.cu_stream(), addr, value, fenced) }
+        .result()
+        .during("cuStreamWriteValue64")
+}
+
+/// Whether this PE's GPU takes 64-bit stream memory operations (all GPUs of compute
+/// capability 7.0 and later with CUDA 12 drivers).
+pub(super) fn stream_memops(shmem: &Nvshmem) -> Result<bool> {
+    let attr = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS;
+    Ok(shmem
+        .context()
+        .attribute(attr)
+        .during("cuDeviceGetAttribute")?
+        != 0)
+}
