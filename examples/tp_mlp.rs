@@ -41,8 +41,8 @@ use nvshmem::cudarc::driver::sys::CUevent_flags;
 use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
 use nvshmem::tp::{
     shard_range, take_cols, take_rows, ColumnInput, ColumnParallelLinear, GemmPath, LinearShape,
-    RowOutput, RowParallelLinear, Schedule, TensorParallel, TpMlp, DECODE_MAX_TOKENS,
-    DECODE_TOKENS, FUSED_GATHER_TOKENS,
+    RowOutput, RowParallelLinear, Schedule, SequenceParallelMlp, TensorParallel, TpMlp,
+    DECODE_MAX_TOKENS, DECODE_TOKENS, FUSED_GATHER_TOKENS,
 };
 use nvshmem::{bf16, AllGatherAlgo, DeviceBuffer, Error, Nvshmem, ReduceOp, SymmetricBuffer};
 use std::sync::Arc;
@@ -870,6 +870,34 @@ fn mlp_small(
     compared.and(c.identical("MLP output", &got))
 }
 
+/// The sequence-parallel MLP, `per_pe` tokens per PE: this PE's rows of the reference.
+fn mlp_sequence_parallel(
+    c: &Checks,
+    seed: u64,
+    (per_pe, hidden, ffn): (usize, usize, usize),
+    schedule: Schedule,
+) -> Outcome {
+    let m = per_pe * c.n();
+    let d = mlp_data(seed, m, hidden, ffn);
+    let mlp = SequenceParallelMlp::new(&c.tp, hidden, ffn, m).map_err(text)?;
+    mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
+    let rows = c.me() * per_pe..(c.me() + 1) * per_pe;
+    let x = c.symmetric(&take_rows(&d.x, hidden, rows.clone()))?;
+    let y = c.shmem.malloc::<bf16>(per_pe * hidden).map_err(text)?;
+    mlp.forward_with(&y, &x, schedule, &c.stream)
+        .map_err(text)?;
+    sync(&c.stream).map_err(text)?;
+    let (want, term) = mlp_reference(&d.x, (&d.gate, &d.up, &d.down), m, hidden, ffn, c.n());
+    let mine = rows.start * hidden..rows.end * hidden;
+    compare_with(
+        "sequence-parallel MLP output",
+        &y.to_vec().map_err(text)?,
+        &want[mine.clone()],
+        &term[mine],
+        1.0 / 128.0,
+    )
+}
+
 /// The unsharded MLP on this GPU: full gate/up GEMM, SiLU·up, full down GEMM.
 fn mlp_unsharded(
     c: &Checks,
@@ -1056,6 +1084,26 @@ fn large(
                 let compared =
                     compare_unsharded(&format!("MLP ({schedule:?}) vs unsharded"), &got, &want);
                 found = found.and(compared).and(c.identical("MLP output", &got));
+            }
+            if m % c.n() != 0 {
+                return found;
+            }
+            // Sequence parallel: this PE's rows of the same outputs.
+            let per_pe = m / c.n();
+            let sp = SequenceParallelMlp::new(&c.tp, hidden, ffn, m).map_err(text)?;
+            sp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
+            let rows = c.me() * per_pe..(c.me() + 1) * per_pe;
+            let x = c.symmetric(&take_rows(&d.x, hidden, rows.clone()))?;
+            let mine = &want[rows.start * hidden..rows.end * hidden];
+            for schedule in [Schedule::Sequential, Schedule::Fused] {
+                let y = c.shmem.malloc::<bf16>(per_pe * hidden).map_err(text)?;
+                sp.forward_with(&y, &x, schedule, s).map_err(text)?;
+                sync(s).map_err(text)?;
+                found = found.and(compare_unsharded(
+                    &format!("sequence-parallel MLP ({schedule:?}) vs unsharded"),
+                    &y.to_vec().map_err(text)?,
+                    mine,
+                ));
             }
             found
         };
@@ -1624,6 +1672,65 @@ fn sequence_parallel_timing(c: &Checks, a: &Args) -> Outcome {
         };
         line(m, &time_calls(c, a.iters, &[&g, &seq, &fused], &read)?);
     }
+    let mlp = SequenceParallelMlp::new(&c.tp, hidden, ffn, max_m).map_err(text)?;
+    for (w, from) in [
+        (mlp.gate_up().weight(), column.weight()),
+        (mlp.down().weight(), row.weight()),
+    ] {
+        w.copy_from_host(&from.to_vec().map_err(text)?)
+            .map_err(text)?;
+    }
+    header(
+        format!(
+            "Sequence-parallel MLP {} (hidden {hidden}, ffn {ffn})",
+            a.shape_name
+        ),
+        &["compute-only", "sequential", "overlapped", "fused"],
+    );
+    for &m in &ms {
+        let x = c.symmetric(&rng.bf16s(m / n * hidden, 1.0))?;
+        let all = c.device(&rng.bf16s(m * hidden, 1.0))?;
+        let gu = c.shmem.alloc_device::<bf16>(m * out).map_err(text)?;
+        let act = c.shmem.alloc_device::<bf16>(m * f).map_err(text)?;
+        let partial = c.shmem.alloc_device::<bf16>(m * hidden).map_err(text)?;
+        let ys: Vec<_> = (0..3)
+            .map(|_| c.shmem.malloc::<bf16>(m / n * hidden).map_err(text))
+            .collect::<Result<_, _>>()?;
+        // The local work of one call over every token: what no schedule can go below.
+        let compute = || -> Result<(), Error> {
+            let gemm = c.tp.gemm();
+            gemm.linear(
+                &gu,
+                &all,
+                mlp.gate_up().weight(),
+                LinearShape {
+                    m,
+                    n: out,
+                    k: hidden,
+                },
+                s,
+            )?;
+            c.tp.silu_mul(&act, &gu, m, s)?;
+            gemm.linear(
+                &partial,
+                &act,
+                mlp.down().weight(),
+                LinearShape { m, n: hidden, k: f },
+                s,
+            )
+        };
+        let (ys, x, mlp) = (&ys, &x, &mlp);
+        let call = |i: usize| move || mlp.forward_with(&ys[i], x, schedules[i], s);
+        let (l0, l1, l2) = (call(0), call(1), call(2));
+        let read = |i: usize| match i {
+            0 => partial.to_vec().map_err(text),
+            i => ys[i - 1].to_vec().map_err(text),
+        };
+        line(
+            m,
+            &time_calls(c, a.iters, &[&compute, &l0, &l1, &l2], &read)?,
+        );
+    }
     Ok(())
 }
 
@@ -1778,6 +1885,17 @@ fn main() {
                 c.run(
                     format!("mlp m={} hidden={} ffn={} {schedule:?}", s.0, s.1, s.2),
                     |c, seed| mlp_small(c, seed, s, schedule),
+                );
+            }
+        }
+        for s in [(1, 64, 8 * n), (3, 96, 200), (16, 200, 16 * n + 5)] {
+            for schedule in SCHEDULES {
+                c.run(
+                    format!(
+                        "sequence-parallel mlp {} rows per PE hidden={} ffn={} {schedule:?}",
+                        s.0, s.1, s.2
+                    ),
+                    |c, seed| mlp_sequence_parallel(c, seed, s, schedule),
                 );
             }
         }

@@ -1,7 +1,7 @@
 //! A Llama-style tensor-parallel MLP: `down(SiLU(gate(x)) * up(x))`.
 
 use super::{check_tokens, check_weight, rows_of, ColumnInput, ColumnParallelLinear};
-use super::{RowParallelLinear, Schedule, TensorParallel};
+use super::{RowOutput, RowParallelLinear, Schedule, TensorParallel};
 use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricView};
 use cudarc::driver::CudaStream;
@@ -77,23 +77,12 @@ impl TpMlp {
     /// Keep this PE's shards of the full weights: `gate` and `up` are `ffn × hidden`, `down`
     /// is `hidden × ffn`, row-major (as PyTorch stores `nn.Linear` weights).
     pub fn load_weights(&self, gate: &[bf16], up: &[bf16], down: &[bf16]) -> Result<()> {
-        check_weight(
-            "the MLP gate weight (ffn × hidden)",
-            gate.len(),
-            self.ffn,
-            self.hidden,
-        )?;
-        check_weight(
-            "the MLP up weight (ffn × hidden)",
-            up.len(),
-            self.ffn,
-            self.hidden,
-        )?;
-        let mut merged = Vec::with_capacity(gate.len() + up.len());
-        merged.extend_from_slice(gate);
-        merged.extend_from_slice(up);
-        self.gate_up.load_weight(&merged)?;
-        self.down.load_weight(down)
+        load_mlp_weights(
+            (self.hidden, self.ffn),
+            &self.gate_up,
+            &self.down,
+            [gate, up, down],
+        )
     }
 
     /// The MLP of `x` (`tokens × hidden`, the same on every PE) into `y` (`tokens × hidden`,
@@ -146,5 +135,194 @@ impl TpMlp {
             self.down
                 .run(y, self.act.device_ptr(), tokens, schedule, stream)
         }
+    }
+}
+
+/// Check the full weights of an MLP of `hidden → ffn → hidden` features and keep this PE's
+/// shards in its layers.
+fn load_mlp_weights(
+    (hidden, ffn): (usize, usize),
+    gate_up: &ColumnParallelLinear,
+    down: &RowParallelLinear,
+    [gate, up, down_w]: [&[bf16]; 3],
+) -> Result<()> {
+    check_weight(
+        "the MLP gate weight (ffn × hidden)",
+        gate.len(),
+        ffn,
+        hidden,
+    )?;
+    check_weight("the MLP up weight (ffn × hidden)", up.len(), ffn, hidden)?;
+    let mut merged = Vec::with_capacity(gate.len() + up.len());
+    merged.extend_from_slice(gate);
+    merged.extend_from_slice(up);
+    gate_up.load_weight(&merged)?;
+    down.load_weight(down_w)
+}
+
+/// [`TpMlp`] in sequence parallelism (Megatron-LM's layout between the attention and the MLP):
+/// each PE holds an equal share of the tokens, in PE order, on the way in and on the way out.
+/// The merged gate and up projection all-gathers the tokens before its GEMM (a
+/// [`ColumnInput::SequenceParallel`] layer), and the down projection reduce-scatters its
+/// partial products, so that each PE gets the sums of its own tokens back (a
+/// [`RowOutput::SequenceParallel`] layer). No PE holds every token's output.
+///
+/// With [`Schedule::Fused`] both exchanges are fused with their GEMMs (see there).
+///
+/// ```no_run
+/// # fn main() -> nvshmem::Result<()> {
+/// use nvshmem::{bf16, tp::{Schedule, SequenceParallelMlp, TensorParallel}};
+/// let shmem = nvshmem::Nvshmem::init()?;
+/// let tp = TensorParallel::new(&shmem)?;
+/// let (hidden, ffn, tokens) = (4096, 14336, 4096);
+/// let mlp = SequenceParallelMlp::new(&tp, hidden, ffn, tokens)?;
+/// # let (gate, up, down) = (vec![bf16::ZERO; ffn * hidden], vec![bf16::ZERO; ffn * hidden], vec![bf16::ZERO; hidden * ffn]);
+/// mlp.load_weights(&gate, &up, &down)?;
+/// let mine = tokens / shmem.n_pes();
+/// let x = shmem.malloc::<bf16>(mine * hidden)?; // this PE's tokens
+/// let y = shmem.malloc::<bf16>(mine * hidden)?; // their outputs
+/// mlp.forward_with(&y, &x, Schedule::Fused, shmem.stream())?;
+/// # Ok(()) }
+/// ```
+pub struct SequenceParallelMlp {
+    tp: TensorParallel,
+    hidden: usize,
+    ffn: usize,
+    max_tokens: usize,
+    gate_up: ColumnParallelLinear,
+    down: RowParallelLinear,
+    /// Every token's gate and up features of this PE's shard.
+    gate_up_out: DeviceBuffer<bf16>,
+    /// `SiLU(gate) * up` of every token: the down projection's input.
+    act: DeviceBuffer<bf16>,
+}
+
+impl SequenceParallelMlp {
+    /// An MLP of `hidden → ffn → hidden` features with zero weights, for up to `max_tokens`
+    /// tokens per call, all PEs' together (collective: allocates symmetric memory).
+    pub fn new(tp: &TensorParallel, hidden: usize, ffn: usize, max_tokens: usize) -> Result<Self> {
+        let gate_up = ColumnParallelLinear::merged(
+            tp,
+            hidden,
+            &[ffn, ffn],
+            ColumnInput::SequenceParallel,
+            max_tokens,
+        )?;
+        let down = RowParallelLinear::with_output(
+            tp,
+            ffn,
+            hidden,
+            RowOutput::SequenceParallel,
+            max_tokens,
+        )?;
+        let local_ffn = down.local_in_features().len();
+        let shmem = tp.runtime();
+        Ok(SequenceParallelMlp {
+            tp: tp.clone(),
+            hidden,
+            ffn,
+            max_tokens,
+            gate_up_out: shmem.alloc_device::<bf16>(max_tokens * 2 * local_ffn)?,
+            act: shmem.alloc_device::<bf16>(max_tokens * local_ffn)?,
+            gate_up,
+            down,
+        })
+    }
+
+    /// Hidden features (the input and output width).
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+
+    /// FFN features of the whole MLP.
+    pub fn ffn(&self) -> usize {
+        self.ffn
+    }
+
+    /// The merged gate and up projection.
+    pub fn gate_up(&self) -> &ColumnParallelLinear {
+        &self.gate_up
+    }
+
+    /// The down projection.
+    pub fn down(&self) -> &RowParallelLinear {
+        &self.down
+    }
+
+    /// Keep this PE's shards of the full weights, as [`TpMlp::load_weights`].
+    pub fn load_weights(&self, gate: &[bf16], up: &[bf16], down: &[bf16]) -> Result<()> {
+        load_mlp_weights(
+            (self.hidden, self.ffn),
+            &self.gate_up,
+            &self.down,
+            [gate, up, down],
+        )
+    }
+
+    /// The MLP of this PE's tokens `x` (`tokens / n_pes × hidden`; every PE passes as many)
+    /// into `y` (the same shape: their outputs), on `stream`.
+    pub fn forward<'a>(
+        &self,
+        y: impl Into<SymmetricView<'a, bf16>>,
+        x: impl Into<SymmetricView<'a, bf16>>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        self.forward_with(y, x, Schedule::Sequential, stream)
+    }
+
+    /// [`forward`](Self::forward) with both projections in `schedule`
+    /// ([`Schedule::Overlapped`] overlaps the gate and up projection's all-gather; the
+    /// down projection's reduce-scatter then runs sequentially).
+    pub fn forward_with<'a>(
+        &self,
+        y: impl Into<SymmetricView<'a, bf16>>,
+        x: impl Into<SymmetricView<'a, bf16>>,
+        schedule: Schedule,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let (y, x) = (y.into(), x.into());
+        let rows = rows_of("the MLP input (this PE's tokens)", x.len(), self.hidden)?;
+        let tokens = rows * self.tp.n_pes();
+        check_tokens("SequenceParallelMlp::forward", tokens, self.max_tokens)?;
+        // Before anything is launched, so that a bad call leaves nothing running.
+        if y.len() != x.len() {
+            return Err(Error::Length {
+                what: "the MLP output (this PE's tokens × hidden)",
+                expected: x.len(),
+                got: y.len(),
+            });
+        }
+        let f = self.down.local_in_features().len();
+        let gate_up_out = Prefix::of(&self.gate_up_out, tokens * 2 * f);
+        let act = Prefix::of(&self.act, tokens * f);
+        self.gate_up
+            .forward_with(&gate_up_out, x, schedule, stream)?;
+        self.tp.silu_mul(&act, &gate_up_out, tokens, stream)?;
+        self.down.forward_with(y, &act, schedule, stream)
+    }
+}
+
+/// The first `len` elements of a scratch buffer: the layers take outputs of exact lengths.
+struct Prefix<'a> {
+    buf: &'a DeviceBuffer<bf16>,
+    len: usize,
+}
+
+impl<'a> Prefix<'a> {
+    fn of(buf: &'a DeviceBuffer<bf16>, len: usize) -> Self {
+        Prefix {
+            buf,
+            len: len.min(buf.len()),
+        }
+    }
+}
+
+// SAFETY: a prefix of a live buffer it borrows.
+unsafe impl DeviceSlice<bf16> for Prefix<'_> {
+    fn device_ptr(&self) -> u64 {
+        self.buf.device_ptr()
+    }
+    fn len(&self) -> usize {
+        self.len
     }
 }

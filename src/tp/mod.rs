@@ -8,7 +8,9 @@
 //!   by an all-reduce, so the output is replicated and bitwise identical on every PE, or by
 //!   a reduce-scatter, so each PE gets its share of the tokens (sequence parallel).
 //! - [`TpMlp`]: a Llama-style MLP, gate and up projections as one column-parallel GEMM,
-//!   `SiLU(gate) * up` in a small kernel, and the row-parallel down projection.
+//!   `SiLU(gate) * up` in a small kernel, and the row-parallel down projection; and
+//!   [`SequenceParallelMlp`], the same MLP with the tokens sharded on the way in and out
+//!   (all-gather + GEMM, GEMM + reduce-scatter).
 //!
 //! Everything is bf16 in and out with f32 accumulation, runs on the stream it is given with
 //! no host synchronisation, and can be captured in a CUDA graph. The tensor-parallel group is
@@ -47,7 +49,7 @@ mod shard;
 
 pub use column::{ColumnInput, ColumnParallelLinear, FUSED_GATHER_TOKENS};
 pub use gemm::{Gemm, GemmPath, LinearShape, DECODE_MAX_TOKENS, DECODE_TOKENS, WORKSPACE_BYTES};
-pub use mlp::TpMlp;
+pub use mlp::{SequenceParallelMlp, TpMlp};
 pub use row::{RowOutput, RowParallelLinear};
 pub use shard::{merged_rows, shard_range, take_cols, take_rows};
 
