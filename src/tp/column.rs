@@ -1,5 +1,6 @@
 //! The column-parallel linear layer: each PE holds some of the output features.
 
+use super::cutlass::ALIGN_ELEMENTS;
 use super::exchange::{peer_bases, ChunkFlags};
 use super::Schedule;
 use super::TensorParallel;
@@ -58,10 +59,10 @@ pub struct ColumnParallelLinear {
     exchange: Option<(ChunkFlags, Vec<u64>)>,
 }
 
-/// Tokens (all PEs' together) from which [`Schedule::Fused`] multiplies the gathered rows
-/// with our CUTLASS kernel as they arrive, where the GPU runs it: from here on it measured
-/// within 2% of cuBLASLt on one H100 (docs/gemm.md). Below, the fused call waits for the
-/// copies, then multiplies as [`GemmPath::Auto`](super::GemmPath::Auto) chooses.
+/// Tokens (all PEs' together) from which [`Schedule::Fused`] fuses the all-gather with the
+/// GEMM of a sequence-parallel layer: from here on our CUTLASS kernel, whose tiles wait for
+/// their rows, measured within 2% of cuBLASLt on one H100 (docs/gemm.md). Below, a fused call
+/// is a sequential one.
 pub const FUSED_GATHER_TOKENS: usize = 2048;
 
 impl ColumnParallelLinear {
@@ -178,12 +179,14 @@ impl ColumnParallelLinear {
 
     /// [`forward`](Self::forward) with a [`Schedule`]. Sequence parallel, with several PEs:
     /// [`Schedule::Overlapped`] multiplies this PE's own tokens while the all-gather brings
-    /// the others', then the others'; [`Schedule::Fused`] sends each PE's tokens to every
-    /// peer by the copy engines, each chunk raising a flag as it lands, and from
-    /// [`FUSED_GATHER_TOKENS`] tokens multiplies with our CUTLASS kernel, whose tiles start
-    /// with this PE's own rows and each wait for their chunk's flag before their first load
-    /// (below that, or where that kernel cannot take the call, the GEMM waits for every
-    /// chunk). Replicated input has no communication to overlap.
+    /// the others', then the others'; [`Schedule::Fused`], from [`FUSED_GATHER_TOKENS`]
+    /// tokens on a GPU that runs our CUTLASS kernel (with input features and every PE's
+    /// output features multiples of 8), sends each PE's tokens to every peer by the copy
+    /// engines, each chunk raising a flag as it lands, and multiplies with that kernel, whose
+    /// tiles start with this PE's own rows and each wait for their chunk's flag before their
+    /// first load (where the kernel cannot take this PE's output, misaligned, the GEMM waits
+    /// for every chunk); elsewhere it runs sequentially. Replicated input has no
+    /// communication to overlap.
     pub fn forward_with<'a>(
         &self,
         y: &impl DeviceSlice<bf16>,
@@ -210,9 +213,12 @@ impl ColumnParallelLinear {
             return unsafe { self.run(y.device_ptr(), x.as_ptr() as u64, tokens, stream) };
         };
         check_tokens("ColumnParallelLinear::forward", tokens, self.max_tokens)?;
-        if let (Schedule::Fused, Some(exchange), Some(pushers)) =
-            (schedule, &self.exchange, self.tp.pushers())
-        {
+        if let (Schedule::Fused, Some(exchange), Some(pushers), true) = (
+            schedule,
+            &self.exchange,
+            self.tp.pushers(),
+            self.fuses_gather(tokens),
+        ) {
             // SAFETY: the lengths were checked above.
             return unsafe {
                 self.gather_and_run(
@@ -253,6 +259,25 @@ impl ColumnParallelLinear {
         }
     }
 
+    /// Whether [`Schedule::Fused`] fuses a call of `tokens`: decided alike on every PE (the
+    /// tokens, the GPU, the shapes of every PE's shard), since the PEs exchange differently
+    /// in the fused and the sequential schedule.
+    fn fuses_gather(&self, tokens: usize) -> bool {
+        let n = self.tp.n_pes();
+        let aligned = |features: usize| features % ALIGN_ELEMENTS == 0;
+        tokens >= FUSED_GATHER_TOKENS
+            && self.tp.gemm().cutlass_available().is_ok()
+            && aligned(self.in_features)
+            && (0..n).all(|pe| {
+                aligned(
+                    self.parts
+                        .iter()
+                        .map(|&p| shard_range(p, pe, n).len())
+                        .sum(),
+                )
+            })
+    }
+
     /// The fused all-gather + GEMM ([`Schedule::Fused`]) of `rows` tokens per PE.
     ///
     /// # Safety
@@ -291,16 +316,15 @@ impl ColumnParallelLinear {
             // This PE's rows and those after them first (the first tiles are this PE's
             // rows, which are here), then those before them.
             let (y_mine, x_mine) = at(me * rows);
-            let waiting = tokens >= FUSED_GATHER_TOKENS
-                && gemm.linear_waiting(
-                    y_mine,
-                    out,
-                    x_mine,
-                    w,
-                    shape(tokens - me * rows),
-                    flags.chunk_wait(rows, me * rows, n),
-                    stream,
-                )?;
+            let waiting = gemm.linear_waiting(
+                y_mine,
+                out,
+                x_mine,
+                w,
+                shape(tokens - me * rows),
+                flags.chunk_wait(rows, me * rows, n),
+                stream,
+            )?;
             if !waiting {
                 flags.wait_all(stream)?;
                 return self.run(y, base, tokens, stream);

@@ -94,16 +94,19 @@ pub enum Schedule {
     /// The GEMM and its communication fused, where the crate has a fused form for the call,
     /// and [`Sequential`](Self::Sequential) elsewhere. There are three.
     ///
-    /// The sequence-parallel [`ColumnParallelLinear`] (all-gather + GEMM) with several PEs:
-    /// each PE's tokens go to every peer by the copy engines, with no SM involved, each chunk
-    /// raising a flag when it lands; from [`FUSED_GATHER_TOKENS`] tokens our CUTLASS GEMM
-    /// starts on this PE's own rows while the others travel, and each of its tiles waits for
-    /// its chunk's flag before its first TMA load (below, the GEMM waits for all chunks and
-    /// multiplies as [`GemmPath::Auto`] chooses). It needs a GPU with 64-bit stream memory
-    /// operations (every GPU of compute capability 7.0 and later under a CUDA 12 driver).
+    /// The sequence-parallel [`ColumnParallelLinear`] (all-gather + GEMM) with several PEs,
+    /// from [`FUSED_GATHER_TOKENS`] tokens on GPUs that run our CUTLASS GEMM (input features
+    /// and every PE's output features multiples of 8): each PE's tokens go to every peer by
+    /// the copy engines, with no SM involved, each chunk raising a flag when it lands; the
+    /// GEMM starts on this PE's own rows while the others travel, and each of its tiles
+    /// waits for its chunk's flag before its first TMA load (a PE whose output TMA cannot
+    /// address waits for every chunk, then multiplies as [`GemmPath::Auto`] chooses). It
+    /// needs a GPU with 64-bit stream memory operations (every GPU of compute capability 7.0
+    /// and later under a CUDA 12 driver).
     ///
     /// The row-parallel layer with a sequence-parallel output (GEMM + reduce-scatter) with
-    /// several PEs: the GEMM of each peer's tokens (the next PE's first) stores its partial
+    /// several PEs, from 512 tokens per PE (below, each peer's GEMM, which reads the whole
+    /// weight, would be bound by that read): the GEMM of each peer's tokens (the next PE's first) stores its partial
     /// products straight into that peer's memory, tile by tile as they are produced, and a
     /// flag follows; this PE's own tokens come last, while the peers' products for it land;
     /// then a small kernel sums the PEs' products for this PE's tokens in PE order (the

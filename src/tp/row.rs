@@ -340,9 +340,14 @@ impl RowParallelLinear {
                 got: y.len(),
             });
         }
-        if let (Schedule::Fused, Some(exchange), true) =
-            (schedule, &self.exchange, self.tp.has_stream_memops())
-        {
+        // Each peer's tokens make a GEMM of their own, which reads the whole weight: only
+        // where that GEMM is compute-bound.
+        if let (Schedule::Fused, Some(exchange), true, true) = (
+            schedule,
+            &self.exchange,
+            self.tp.has_stream_memops(),
+            tokens / n >= TOKENS_PER_PIECE,
+        ) {
             return self.gemm_reduce_scatter(exchange, y.as_ptr() as u64, x, tokens, stream);
         }
         self.gemm_rows(x, 0..tokens, stream)?;

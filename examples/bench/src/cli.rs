@@ -151,6 +151,19 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
     fused         TpMlp::forward_with(Schedule::Fused): the down projection's decode GEMM and
                   its all-reduce in one kernel; only for M <= 8, where that kernel exists
                   (with ours in --impls)
+  --tp-layouts sequence (on by default) runs the same MLP in sequence parallelism: each PE
+  holds M / PEs tokens on the way in and out (nvshmem::tp::SequenceParallelMlp), for the
+  token counts that are multiples of the PEs (variant SHAPE-sp):
+    compute-only  as above, on every token
+    cublas+nccl   ncclAllGather of the tokens, the same local work, ncclReduceScatter (sum)
+    cublas+ours   SequenceParallelMlp::forward: our all-gather, GEMM, kernel, GEMM, our
+                  reduce-scatter
+    overlapped    the gate/up GEMM of this PE's tokens while the all-gather brings the others
+    fused         Schedule::Fused: the all-gather by the copy engines with per-chunk flags
+                  that our CUTLASS GEMM's tiles wait for (from 2048 tokens), and the down
+                  GEMMs storing each peer's partial products straight into its memory (from
+                  512 tokens per PE); below, the sequential schedule
+  and each PE's output rows are checked against its rows of the unsharded MLP.
   Each implementation's forward is captured into a CUDA graph of --graph-ops forwards, cut to
   --case-budget as for the collectives (the size is the output, M x hidden bf16). After the
   warm-up replays the timed replays alternate between the implementations: the --iters
@@ -431,6 +444,12 @@ pub struct Args {
     #[arg(long, default_value = "8b,70b")]
     pub tp_shapes: String,
 
+    /// How the tp test's MLP holds its tokens, comma separated: replicated (every PE has
+    /// every token: TpMlp), sequence (each PE has its share on the way in and out:
+    /// SequenceParallelMlp)
+    #[arg(long, default_value = "replicated,sequence")]
+    pub tp_layouts: String,
+
     /// Token counts M of the tp test, comma separated
     /// [default: 1,16,64,128,512,2048,8192; --quick: 1,128,2048]
     #[arg(long, value_delimiter = ',')]
@@ -524,6 +543,51 @@ pub struct TpShape {
     pub ffn: usize,
 }
 
+/// How the tp test's MLP holds its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum TpLayout {
+    /// Every PE has every token (`TpMlp`: the down projection all-reduces).
+    Replicated,
+    /// Each PE has an equal share of the tokens on the way in and out (`SequenceParallelMlp`:
+    /// an all-gather before the gate/up GEMM, a reduce-scatter after the down GEMM).
+    Sequence,
+}
+
+impl TpLayout {
+    pub const ALL: [TpLayout; 2] = [TpLayout::Replicated, TpLayout::Sequence];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TpLayout::Replicated => "replicated",
+            TpLayout::Sequence => "sequence",
+        }
+    }
+
+    /// The report's variant of `shape` in this layout: its name, `-sp` after it in sequence
+    /// parallelism.
+    pub fn variant(self, shape: &str) -> String {
+        match self {
+            TpLayout::Replicated => shape.into(),
+            TpLayout::Sequence => format!("{shape}-sp"),
+        }
+    }
+}
+
+/// Parse --tp-layouts: names of [`TpLayout`]s, comma separated; one given twice counts once.
+pub fn parse_tp_layouts(text: &str) -> Result<Vec<TpLayout>, String> {
+    let mut layouts = Vec::new();
+    for t in text.split(',').map(str::trim) {
+        let layout = TpLayout::ALL
+            .into_iter()
+            .find(|l| l.name() == t.to_ascii_lowercase())
+            .ok_or_else(|| format!("--tp-layouts: `{t}` is not a layout (replicated, sequence)"))?;
+        if !layouts.contains(&layout) {
+            layouts.push(layout);
+        }
+    }
+    Ok(layouts)
+}
+
 /// Parse --tp-shapes: names of [`TP_NAMED_SHAPES`] and `HIDDEN,FFN` pairs, comma separated
 /// (`8b,70b`, `4096,14336`, `70b,1024,4096`); a shape given twice counts once.
 pub fn parse_tp_shapes(text: &str) -> Result<Vec<TpShape>, String> {
@@ -606,6 +670,8 @@ pub struct Config {
     pub watchdog_s: u64,
     /// MLP shapes of the tp test.
     pub tp_shapes: Vec<TpShape>,
+    /// Token layouts of the tp test.
+    pub tp_layouts: Vec<TpLayout>,
     /// Token counts of the tp test, ascending.
     pub tp_m: Vec<usize>,
 }
@@ -674,6 +740,7 @@ impl Config {
             return Err("--dtypes, --impls and --modes must each name at least one value".into());
         }
         let tp_shapes = parse_tp_shapes(&a.tp_shapes)?;
+        let tp_layouts = parse_tp_layouts(&a.tp_layouts)?;
         let tp_m = if a.tp_m.is_empty() {
             if q {
                 vec![1, 128, 2048]
@@ -716,6 +783,7 @@ impl Config {
             seed: a.seed,
             watchdog_s: a.watchdog,
             tp_shapes,
+            tp_layouts,
             tp_m,
         })
     }
@@ -809,24 +877,36 @@ impl Config {
     }
 
     /// Symmetric memory the tp test holds at once (0 without it), for the largest shape at
-    /// the largest token count M, in bf16: the MLP's partial product (M x hidden) and its
-    /// scratch for pieces along the features (min(M, 2048) x hidden), and the outputs of
-    /// cublas+ours, overlapped and fused (M x hidden each; fused's only up to 8 tokens).
+    /// the largest token count M, in bf16. Replicated: the MLP's partial product (M x hidden)
+    /// and its scratch for pieces along the features (min(M, 2048) x hidden), and the
+    /// outputs of cublas+ours, overlapped and fused (M x hidden each; fused's only up to 8
+    /// tokens). Sequence parallel, at most: the gathered input, the partial product and the
+    /// fused reduce-scatter's exchange buffer (M x hidden each), the input and the three
+    /// outputs (M / PEs x hidden each, at most M x hidden).
     pub fn tp_symmetric_bytes(&self) -> usize {
         if !self.tests.tp {
             return 0;
         }
         let m = self.tp_m.iter().copied().max().unwrap_or(0);
+        let rows = self
+            .tp_layouts
+            .iter()
+            .map(|l| match l {
+                TpLayout::Replicated => {
+                    let fused = if m <= nvshmem::tp::DECODE_MAX_TOKENS {
+                        m
+                    } else {
+                        0
+                    };
+                    3 * m + m.min(2048) + fused
+                }
+                TpLayout::Sequence => 7 * m,
+            })
+            .max()
+            .unwrap_or(0);
         self.tp_shapes
             .iter()
-            .map(|s| {
-                let fused = if m <= nvshmem::tp::DECODE_MAX_TOKENS {
-                    m
-                } else {
-                    0
-                };
-                (3 * m + m.min(2048) + fused) * s.hidden * std::mem::size_of::<half::bf16>()
-            })
+            .map(|s| rows * s.hidden * std::mem::size_of::<half::bf16>())
             .max()
             .unwrap_or(0)
     }
@@ -1138,6 +1218,17 @@ mod tests {
     }
 
     #[test]
+    fn tp_layouts_parse_by_name() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.tp_layouts, [TpLayout::Replicated, TpLayout::Sequence]);
+        let c = parse(&["--tp-layouts", "Sequence, sequence"]).unwrap();
+        assert_eq!(c.tp_layouts, [TpLayout::Sequence]);
+        assert!(parse(&["--tp-layouts", "sharded"]).is_err());
+        assert_eq!(TpLayout::Sequence.variant("8b"), "8b-sp");
+        assert_eq!(TpLayout::Replicated.variant("8b"), "8b");
+    }
+
+    #[test]
     fn tp_shapes_parse_by_name_and_by_size() {
         let c = parse(&[]).unwrap();
         let sizes = |c: &Config| -> Vec<(String, usize, usize)> {
@@ -1191,10 +1282,16 @@ mod tests {
     fn the_symmetric_heap_fits_the_tp_buffers() {
         // 70b at M = 8192: a partial product and two outputs of 8192 x 8192 bf16, and the
         // feature pieces' scratch of 2048 x 8192.
-        let c = parse(&["--tests", "tp"]).unwrap();
+        let replicated = ["--tests", "tp", "--tp-layouts", "replicated"];
+        let c = parse(&replicated).unwrap();
         assert_eq!(c.tp_symmetric_bytes(), (3 * 8192 + 2048) * 8192 * 2);
-        let c = parse(&["--tests", "tp", "--tp-shapes", "8b", "--tp-m", "16,512"]).unwrap();
+        let c =
+            parse(&[&replicated[..], &["--tp-shapes", "8b", "--tp-m", "16,512"]].concat()).unwrap();
         assert_eq!(c.tp_symmetric_bytes(), 4 * 512 * 4096 * 2);
+        // Sequence parallel (on by default): the gathered input, the partial product and the
+        // exchange buffer of 8192 x 8192, the input and three outputs of at most as much.
+        let c = parse(&["--tests", "tp"]).unwrap();
+        assert_eq!(c.tp_symmetric_bytes(), 7 * 8192 * 8192 * 2);
     }
 
     #[test]

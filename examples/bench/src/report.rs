@@ -614,7 +614,7 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
         }
         if both {
             footer.push(
-                "\"best ours vs nccl\" = time of cublas+nccl / the fastest of cublas+ours, overlapped and fused (> 1: ours is faster); fused runs up to 8 tokens",
+                "\"best ours vs nccl\" = time of cublas+nccl / the fastest of cublas+ours, overlapped and fused (> 1: ours is faster); fused runs up to 8 tokens (in sequence parallelism, -sp, at every M)",
             );
         }
         footer.push("! = check failed");

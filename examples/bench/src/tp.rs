@@ -1,9 +1,11 @@
 //! Tensor-parallel Llama MLP: `nvshmem::tp::TpMlp::forward` (cuBLASLt GEMMs, the SiLU kernel
 //! and our all-reduce) against the same local work followed by NCCL's all-reduce, and against
-//! the local work alone, each captured in CUDA graphs and timed in alternating blocks; every
-//! token count is checked against the unsharded MLP on fresh random data.
+//! the local work alone; and in sequence parallelism `SequenceParallelMlp` (all-gather + GEMM,
+//! GEMM + reduce-scatter) against NCCL's all-gather and reduce-scatter around the same local
+//! work. Each is captured in CUDA graphs and timed in alternating blocks; every token count
+//! is checked against the unsharded MLP on fresh random data.
 
-use crate::cli::{Config, Impl, Mode, TpShape};
+use crate::cli::{Config, Impl, Mode, TpLayout, TpShape};
 use crate::coord::Coord;
 use crate::data::{self, BenchElem};
 use crate::error::{BenchError, CudaExt, Guard, Result};
@@ -14,7 +16,10 @@ use crate::timing::{self, Timer};
 use crate::Progress;
 use cudarc::driver::{CudaGraph, CudaStream};
 use half::bf16;
-use nvshmem::tp::{LinearShape, Schedule, TensorParallel, TpMlp, DECODE_MAX_TOKENS};
+use nvshmem::tp::{
+    ColumnParallelLinear, LinearShape, RowParallelLinear, Schedule, SequenceParallelMlp,
+    TensorParallel, TpMlp, DECODE_MAX_TOKENS,
+};
 use nvshmem::{Collectives, DeviceBuffer, Nvshmem, SymmetricBuffer};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -42,16 +47,18 @@ const TOLERANCE: f64 = 1.0 / 64.0;
 pub enum TpImpl {
     /// The local GEMMs and the SiLU kernel alone, no communication.
     ComputeOnly,
-    /// The local work, then NCCL's all-reduce.
+    /// The local work, then NCCL's all-reduce (sequence parallel: NCCL's all-gather, the
+    /// local work, NCCL's reduce-scatter).
     CublasNccl,
-    /// `TpMlp::forward`: the local work, then our all-reduce.
+    /// `TpMlp::forward`: the local work, then our all-reduce (sequence parallel:
+    /// `SequenceParallelMlp::forward`, our all-gather and reduce-scatter).
     CublasOurs,
     /// `TpMlp::forward_with(Schedule::Overlapped)`: the down projection in pieces, each
     /// piece's all-reduce on a second stream while the next piece computes.
     Overlapped,
     /// `TpMlp::forward_with(Schedule::Fused)`: the down projection's GEMM and all-reduce in
     /// one kernel; run only where it has one (up to `DECODE_MAX_TOKENS` tokens: above, it
-    /// is cublas+ours again).
+    /// is cublas+ours again). Sequence parallel: both exchanges fused with their GEMMs.
     Fused,
 }
 
@@ -192,9 +199,58 @@ pub fn run(ctx: &Ctx, timer: &mut Timer, results: &mut Results) -> Result<()> {
             results.notes.push(note);
             continue;
         }
-        run_shape(ctx, timer, results, &tp, shape, &impls)?;
+        for &layout in &ctx.cfg.tp_layouts {
+            run_shape(ctx, timer, results, &tp, shape, layout, &impls)?;
+        }
     }
     Ok(())
+}
+
+/// The MLP of one layout.
+enum Mlp {
+    Replicated(TpMlp),
+    Sequence(SequenceParallelMlp),
+}
+
+impl Mlp {
+    fn gate_up(&self) -> &ColumnParallelLinear {
+        match self {
+            Mlp::Replicated(m) => m.gate_up(),
+            Mlp::Sequence(m) => m.gate_up(),
+        }
+    }
+
+    fn down(&self) -> &RowParallelLinear {
+        match self {
+            Mlp::Replicated(m) => m.down(),
+            Mlp::Sequence(m) => m.down(),
+        }
+    }
+
+    fn load_weights(&self, gate: &[bf16], up: &[bf16], down: &[bf16]) -> nvshmem::Result<()> {
+        match self {
+            Mlp::Replicated(m) => m.load_weights(gate, up, down),
+            Mlp::Sequence(m) => m.load_weights(gate, up, down),
+        }
+    }
+
+    /// One forward into `y`: from every token (`x`) or this PE's (`mine`), by layout.
+    fn forward(
+        &self,
+        y: &SymmetricBuffer<bf16>,
+        (x, mine): (&DeviceBuffer<bf16>, Option<&SymmetricBuffer<bf16>>),
+        schedule: Schedule,
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), String> {
+        match self {
+            Mlp::Replicated(m) => m.forward_with(y, x, schedule, stream),
+            Mlp::Sequence(m) => {
+                let mine = mine.ok_or("the sequence-parallel MLP has no input of its own")?;
+                m.forward_with(y, mine, schedule, stream)
+            }
+        }
+        .map_err(|e| e.to_string())
+    }
 }
 
 /// The full (unsharded) weights on this GPU, for the reference.
@@ -211,18 +267,42 @@ fn run_shape(
     results: &mut Results,
     tp: &TensorParallel,
     shape: &TpShape,
+    layout: TpLayout,
     impls: &[TpImpl],
 ) -> Result<()> {
-    let (hidden, ffn) = (shape.hidden, shape.ffn);
-    let ms = &ctx.cfg.tp_m;
-    let max_m = ms.last().copied().unwrap_or(1);
+    let (hidden, ffn, n) = (shape.hidden, shape.ffn, ctx.shmem.n_pes());
+    let variant = layout.variant(&shape.name);
+    // Sequence parallelism shares the tokens equally.
+    let ms: Vec<usize> = match layout {
+        TpLayout::Replicated => ctx.cfg.tp_m.clone(),
+        TpLayout::Sequence => ctx
+            .cfg
+            .tp_m
+            .iter()
+            .copied()
+            .filter(|m| m % n == 0)
+            .collect(),
+    };
+    if ms.len() < ctx.cfg.tp_m.len() {
+        let note = format!(
+            "tp {variant}: token counts that are not multiples of the {n} PEs skipped \
+             (sequence parallelism shares them equally)"
+        );
+        ctx.progress.say(&note);
+        results.notes.push(note);
+    }
+    let Some(&max_m) = ms.last() else {
+        return Ok(());
+    };
     ctx.progress.say(format!(
-        "tp {} (hidden {hidden}, ffn {ffn}), TP {}: M = {ms:?}",
-        shape.name,
-        ctx.shmem.n_pes()
+        "tp {variant} (hidden {hidden}, ffn {ffn}, {} tokens), TP {n}: M = {ms:?}",
+        layout.name()
     ));
-    timing::step(format!("tp {}: building the MLP", shape.name));
-    let mlp = Guard::new(TpMlp::new(tp, hidden, ffn, max_m)?);
+    timing::step(format!("tp {variant}: building the MLP"));
+    let mlp = Guard::new(match layout {
+        TpLayout::Replicated => Mlp::Replicated(TpMlp::new(tp, hidden, ffn, max_m)?),
+        TpLayout::Sequence => Mlp::Sequence(SequenceParallelMlp::new(tp, hidden, ffn, max_m)?),
+    });
     let full = Weights {
         gate_up: Guard::new(ctx.shmem.alloc_device::<bf16>(2 * ffn * hidden)?),
         down: Guard::new(ctx.shmem.alloc_device::<bf16>(hidden * ffn)?),
@@ -230,11 +310,21 @@ fn run_shape(
     let mut disabled = HashSet::new();
     for (index, &m) in ms.iter().enumerate() {
         let first = results.records.len();
-        for r in point(ctx, timer, tp, &mlp, &full, shape, m, impls, &mut disabled)? {
+        for r in point(
+            ctx,
+            timer,
+            tp,
+            &mlp,
+            &full,
+            (shape, &variant),
+            m,
+            impls,
+            &mut disabled,
+        )? {
             results.push(r);
         }
         ctx.progress.say(progress_line(
-            shape,
+            &variant,
             index + 1,
             ms.len(),
             m,
@@ -244,7 +334,7 @@ fn run_shape(
     Ok(())
 }
 
-fn progress_line(shape: &TpShape, i: usize, total: usize, m: usize, recs: &[Record]) -> String {
+fn progress_line(variant: &str, i: usize, total: usize, m: usize, recs: &[Record]) -> String {
     let parts: Vec<String> = recs
         .iter()
         .map(|r| {
@@ -257,11 +347,7 @@ fn progress_line(shape: &TpShape, i: usize, total: usize, m: usize, recs: &[Reco
             format!("{}: {cell}", r.implementation)
         })
         .collect();
-    let mut line = format!(
-        "tp {} [{i}/{total}] M={m}: {}",
-        shape.name,
-        parts.join(" | ")
-    );
+    let mut line = format!("tp {variant} [{i}/{total}] M={m}: {}", parts.join(" | "));
     let ours = recs
         .iter()
         .find(|r| r.implementation == TpImpl::CublasOurs.name())
@@ -315,11 +401,17 @@ struct Scratch {
 
 /// The input and each implementation's buffers, for one token count.
 struct Buffers {
+    /// Every token (`M × hidden`).
     x: Guard<DeviceBuffer<bf16>>,
+    /// Sequence parallel: this PE's tokens (`M / PEs × hidden`).
+    mine: Option<Guard<SymmetricBuffer<bf16>>>,
     /// compute-only's: its output is `out`, this PE's partial product.
     compute: Scratch,
-    /// cublas+nccl's local work, and the all-reduced output.
+    /// cublas+nccl's local work, and the all-reduced output (sequence parallel: this PE's
+    /// reduce-scattered rows).
     nccl: Option<(Scratch, Guard<DeviceBuffer<bf16>>)>,
+    /// Sequence parallel, cublas+nccl's all-gathered input (`M × hidden`).
+    nccl_gathered: Option<Guard<DeviceBuffer<bf16>>>,
     /// cublas+ours's output (TpMlp keeps its own scratch).
     ours: Option<Guard<SymmetricBuffer<bf16>>>,
     /// overlapped's output.
@@ -329,8 +421,22 @@ struct Buffers {
 }
 
 impl Buffers {
-    /// Allocates symmetric memory when cublas+ours is in `active`: collective.
-    fn new(shmem: &Nvshmem, active: &[TpImpl], m: usize, f: usize, hidden: usize) -> Result<Self> {
+    /// Allocates symmetric memory when cublas+ours is in `active`, or in sequence
+    /// parallelism: collective.
+    fn new(
+        shmem: &Nvshmem,
+        active: &[TpImpl],
+        layout: TpLayout,
+        m: usize,
+        f: usize,
+        hidden: usize,
+    ) -> Result<Self> {
+        let sequence = layout == TpLayout::Sequence;
+        // The output of each forward: every token, or this PE's.
+        let out_len = match sequence {
+            true => m / shmem.n_pes() * hidden,
+            false => m * hidden,
+        };
         let dev = |len: usize| -> Result<Guard<DeviceBuffer<bf16>>> {
             Ok(Guard::new(shmem.alloc_device::<bf16>(len)?))
         };
@@ -343,23 +449,30 @@ impl Buffers {
         };
         // The collective allocations first: a PE that then fails a local one leaves no other
         // PE waiting in a collective one.
-        let ours = match active.contains(&TpImpl::CublasOurs) {
-            true => Some(Guard::new(shmem.malloc::<bf16>(m * hidden)?)),
+        let mine = match sequence {
+            true => Some(Guard::new(shmem.malloc::<bf16>(out_len)?)),
             false => None,
         };
         let output = |imp| -> Result<_> {
             Ok(match active.contains(&imp) {
-                true => Some(Guard::new(shmem.malloc::<bf16>(m * hidden)?)),
+                true => Some(Guard::new(shmem.malloc::<bf16>(out_len)?)),
                 false => None,
             })
         };
+        let ours = output(TpImpl::CublasOurs)?;
         let overlapped = output(TpImpl::Overlapped)?;
         let fused = output(TpImpl::Fused)?;
+        let nccl = active.contains(&TpImpl::CublasNccl);
         Ok(Buffers {
             x: dev(m * hidden)?,
+            mine,
             compute: scratch()?,
-            nccl: match active.contains(&TpImpl::CublasNccl) {
-                true => Some((scratch()?, dev(m * hidden)?)),
+            nccl: match nccl {
+                true => Some((scratch()?, dev(out_len)?)),
+                false => None,
+            },
+            nccl_gathered: match nccl && sequence {
+                true => Some(dev(m * hidden)?),
                 false => None,
             },
             ours,
@@ -404,7 +517,7 @@ impl Buffers {
 #[derive(Clone, Copy)]
 struct Ops<'a> {
     tp: &'a TensorParallel,
-    mlp: &'a TpMlp,
+    mlp: &'a Mlp,
     nccl: Option<&'a Nccl>,
     bufs: &'a Buffers,
     m: usize,
@@ -414,14 +527,20 @@ struct Ops<'a> {
 }
 
 impl Ops<'_> {
-    /// This PE's share of the work into `s`: the merged gate/up GEMM on its weight shard,
-    /// SiLU(gate)·up, the down GEMM on its shard (the partial product in `s.out`).
-    fn local(&self, s: &Scratch, stream: &CudaStream) -> nvshmem::Result<()> {
+    /// This PE's share of the work on every token `x` into `s`: the merged gate/up GEMM on
+    /// its weight shard, SiLU(gate)·up, the down GEMM on its shard (the partial product in
+    /// `s.out`).
+    fn local(
+        &self,
+        x: &DeviceBuffer<bf16>,
+        s: &Scratch,
+        stream: &CudaStream,
+    ) -> nvshmem::Result<()> {
         let (m, f, hidden) = (self.m, self.f, self.hidden);
         let gemm = self.tp.gemm();
         gemm.linear(
             &*s.gu,
-            &*self.bufs.x,
+            x,
             self.mlp.gate_up().weight(),
             LinearShape {
                 m,
@@ -440,12 +559,17 @@ impl Ops<'_> {
         )
     }
 
+    /// The MLP's input: every token, and this PE's in sequence parallelism.
+    fn input(&self) -> (&DeviceBuffer<bf16>, Option<&SymmetricBuffer<bf16>>) {
+        (&self.bufs.x, self.bufs.mine.as_deref())
+    }
+
     /// Errors come back as text: a failure to enqueue is reported, and fatal only if the PEs
     /// disagree.
     fn enqueue(&self, imp: TpImpl, stream: &Arc<CudaStream>) -> Result<(), String> {
         match imp {
             TpImpl::ComputeOnly => self
-                .local(&self.bufs.compute, stream)
+                .local(&self.bufs.x, &self.bufs.compute, stream)
                 .map_err(|e| e.to_string()),
             TpImpl::CublasNccl => {
                 let nccl = self.nccl.ok_or("NCCL is not initialised")?;
@@ -454,14 +578,39 @@ impl Ops<'_> {
                     .nccl
                     .as_ref()
                     .ok_or("cublas+nccl has no buffers")?;
-                self.local(scratch, stream).map_err(|e| e.to_string())?;
-                // SAFETY: the partial product and the output both hold M × hidden bf16.
+                let bf = <bf16 as BenchElem>::NCCL;
+                let (Some(mine), Some(gathered)) = (&self.bufs.mine, &self.bufs.nccl_gathered)
+                else {
+                    self.local(&self.bufs.x, scratch, stream)
+                        .map_err(|e| e.to_string())?;
+                    // SAFETY: the partial product and the output both hold M × hidden bf16.
+                    return unsafe {
+                        nccl.all_reduce(
+                            scratch.out.device_ptr(),
+                            out.device_ptr(),
+                            self.m * self.hidden,
+                            bf,
+                            stream,
+                        )
+                    };
+                };
+                // SAFETY: this PE's tokens and its output hold M / PEs × hidden bf16, the
+                // gathered input and the partial product M × hidden.
                 unsafe {
-                    nccl.all_reduce(
+                    nccl.all_gather(
+                        mine.device_ptr(),
+                        gathered.device_ptr(),
+                        mine.len(),
+                        bf,
+                        stream,
+                    )?;
+                    self.local(gathered, scratch, stream)
+                        .map_err(|e| e.to_string())?;
+                    nccl.reduce_scatter(
                         scratch.out.device_ptr(),
                         out.device_ptr(),
-                        self.m * self.hidden,
-                        <bf16 as BenchElem>::NCCL,
+                        out.len(),
+                        bf,
                         stream,
                     )
                 }
@@ -473,8 +622,7 @@ impl Ops<'_> {
                     .as_deref()
                     .ok_or("cublas+ours has no output buffer")?;
                 self.mlp
-                    .forward(y, &*self.bufs.x, stream)
-                    .map_err(|e| e.to_string())
+                    .forward(y, self.input(), Schedule::Sequential, stream)
             }
             TpImpl::Overlapped => {
                 let y = self
@@ -485,9 +633,7 @@ impl Ops<'_> {
                 let schedule = Schedule::Overlapped {
                     chunks: OVERLAP_PIECES,
                 };
-                self.mlp
-                    .forward_with(y, &*self.bufs.x, schedule, stream)
-                    .map_err(|e| e.to_string())
+                self.mlp.forward(y, self.input(), schedule, stream)
             }
             TpImpl::Fused => {
                 let y = self
@@ -495,9 +641,7 @@ impl Ops<'_> {
                     .fused
                     .as_deref()
                     .ok_or("fused has no output buffer")?;
-                self.mlp
-                    .forward_with(y, &*self.bufs.x, Schedule::Fused, stream)
-                    .map_err(|e| e.to_string())
+                self.mlp.forward(y, self.input(), Schedule::Fused, stream)
             }
         }
     }
@@ -584,9 +728,9 @@ fn point(
     ctx: &Ctx,
     timer: &mut Timer,
     tp: &TensorParallel,
-    mlp: &TpMlp,
+    mlp: &Mlp,
     full: &Weights,
-    shape: &TpShape,
+    (shape, variant): (&TpShape, &str),
     m: usize,
     impls: &[TpImpl],
     disabled: &mut HashSet<TpImpl>,
@@ -596,11 +740,15 @@ fn point(
     let (hidden, ffn) = (shape.hidden, shape.ffn);
     let f = mlp.down().local_in_features().len();
     let bytes = m * hidden * std::mem::size_of::<bf16>();
-    let what = format!("tp {} M={m}", shape.name);
+    let what = format!("tp {variant} M={m}");
+    let layout = match mlp {
+        Mlp::Replicated(_) => TpLayout::Replicated,
+        Mlp::Sequence(_) => TpLayout::Sequence,
+    };
     let fatal = |e: String| BenchError::new(format!("{what}: {e}"));
     let record = |imp: TpImpl| Record {
         test: TP_TEST.into(),
-        variant: shape.name.clone(),
+        variant: variant.into(),
         implementation: imp.name().into(),
         mode: Mode::Graph.name().into(),
         dtype: <bf16 as BenchElem>::NAME.into(),
@@ -634,10 +782,19 @@ fn point(
         .iter()
         .copied()
         .filter(|i| !disabled.contains(i))
-        .filter(|&i| i != TpImpl::Fused || m <= DECODE_MAX_TOKENS)
+        .filter(|&i| i != TpImpl::Fused || m <= DECODE_MAX_TOKENS || layout == TpLayout::Sequence)
         .collect();
-    let bufs = Buffers::new(ctx.shmem, &active, m, f, hidden)?;
+    let bufs = Buffers::new(ctx.shmem, &active, layout, m, f, hidden)?;
     bufs.x.copy_from_host(&d.x)?;
+    // This PE's rows of every token, in sequence parallelism.
+    let rows = match &bufs.mine {
+        Some(mine) => {
+            let rows = ctx.shmem.my_pe() * mine.len()..(ctx.shmem.my_pe() + 1) * mine.len();
+            mine.copy_from_host(&d.x[rows.clone()])?;
+            rows
+        }
+        None => 0..m * hidden,
+    };
     drop(d);
     let ops = Ops {
         tp,
@@ -755,6 +912,7 @@ fn point(
 
     timing::step(format!("{what}: unsharded reference"));
     let want = reference(ctx, tp, full, &bufs.x, m, hidden, ffn)?;
+    let want = &want[rows];
     timing::step(format!("{what}: checking"));
     let flops = mlp_flops_per_gpu(m, hidden, ffn, n);
     for (imp, samples) in timed.iter().copied().zip(&pooled) {
@@ -768,7 +926,7 @@ fn point(
         let (mismatch, against) = match exact {
             Some(e) if e.count > 0 || n > 1 => (e, "an eager run of the same calls"),
             _ => (
-                data::compare_close(&got, &want, TOLERANCE),
+                data::compare_close(&got, want, TOLERANCE),
                 "the unsharded reference",
             ),
         };
@@ -777,7 +935,9 @@ fn point(
             .sums(&[mismatch.count, (mismatch.count > 0) as u64])?;
         // Our all-reduce leaves the same bits on every PE.
         let identical = match imp {
-            TpImpl::CublasOurs | TpImpl::Overlapped | TpImpl::Fused => {
+            TpImpl::CublasOurs | TpImpl::Overlapped | TpImpl::Fused
+                if layout == TpLayout::Replicated =>
+            {
                 ctx.coord.all_equal(bits_hash(&got))?
             }
             _ => true,
