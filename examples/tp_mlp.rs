@@ -539,9 +539,9 @@ fn column_sequence(
 /// One fused layer call as [`fused_exchange`] drives it, over three inputs in input slots
 /// 0..3 and nine output slots.
 struct FusedIo<'a> {
-    /// Enqueue layer `l`'s (0 or 1, built alike) fused call on input slot `i` into output
-    /// slot `o`, on the checks' stream.
-    call: &'a dyn Fn(usize, usize, usize) -> Result<(), Error>,
+    /// Enqueue layer `l`'s (0 or 1, built alike) call in a schedule on input slot `i` into
+    /// output slot `o`, on the checks' stream.
+    call: &'a dyn Fn(usize, usize, usize, Schedule) -> Result<(), Error>,
     /// Output slot `o`.
     read: &'a dyn Fn(usize) -> Result<Vec<bf16>, String>,
     /// Fill output slot `o` with NaN.
@@ -557,14 +557,15 @@ struct FusedIo<'a> {
 /// arriving late (their chunks reach PE 0 while its GEMM runs: with no wait, PE 0 would use
 /// the previous call's); calls back to back on one stream, alternating between two layers
 /// (each with its own flags) and each followed by an all-reduce, so that every chunk's
-/// credit comes round before the next call writes; and a captured call replayed on new
+/// credit comes round before the next call writes; sequential and fused calls mixed on one
+/// layer, back to back; and a captured call replayed on new
 /// inputs. Each gives what the same call made alone gives, bit for bit.
 fn fused_exchange(c: &Checks, io: &FusedIo) -> Outcome {
     let s = &c.stream;
     let mut want = Vec::new();
     for i in 0..3 {
         std::thread::sleep(std::time::Duration::from_millis(20 * c.me() as u64));
-        (io.call)(0, i, i).map_err(text)?;
+        (io.call)(0, i, i, Schedule::Fused).map_err(text)?;
         sync(s).map_err(text)?;
         let got = (io.read)(i)?;
         (io.check)(i, &got)?;
@@ -582,7 +583,7 @@ fn fused_exchange(c: &Checks, io: &FusedIo) -> Outcome {
         (io.poison)(o)?;
     }
     for (call, &i) in order.iter().enumerate() {
-        (io.call)(call % 2, i, 3 + call).map_err(text)?;
+        (io.call)(call % 2, i, 3 + call, Schedule::Fused).map_err(text)?;
         c.tp.collectives()
             .all_reduce(
                 &ar_dst,
@@ -607,8 +608,36 @@ fn fused_exchange(c: &Checks, io: &FusedIo) -> Outcome {
             "the all-reduces between fused calls did not all give {total}"
         ));
     }
+    // Schedules mixed on one layer, back to back: a fused call after a sequential one must
+    // not write into a peer's buffer while that peer's sequential GEMM still reads it.
+    let mixed = [
+        (Schedule::Sequential, 1),
+        (Schedule::Fused, 2),
+        (Schedule::Sequential, 0),
+        (Schedule::Fused, 1),
+    ];
+    for o in 3..3 + mixed.len() {
+        (io.poison)(o)?;
+    }
+    for (call, &(schedule, i)) in mixed.iter().enumerate() {
+        (io.call)(0, i, 3 + call, schedule).map_err(text)?;
+    }
+    sync(s).map_err(text)?;
+    for (call, &(schedule, i)) in mixed.iter().enumerate() {
+        let got = (io.read)(3 + call)?;
+        match schedule {
+            Schedule::Fused if bits(&got) != want[i] => {
+                return Err(format!(
+                    "fused call {call} (input {i}) after a sequential one differs from the \
+                     same call made alone"
+                ))
+            }
+            Schedule::Fused => {}
+            _ => (io.check)(i, &got)?,
+        }
+    }
     // A graph of one call, replayed with each input copied into its input slot.
-    let graph = capture(s, || (io.call)(1, 0, 0))?;
+    let graph = capture(s, || (io.call)(1, 0, 0, Schedule::Fused))?;
     for i in (0..3).rev() {
         (io.reload)(i)?;
         (io.poison)(0)?;
@@ -671,7 +700,7 @@ fn column_fused(
     fused_exchange(
         c,
         &FusedIo {
-            call: &|l, i, o| layers[l].forward_with(&y(o), &xs[i], Schedule::Fused, &c.stream),
+            call: &|l, i, o, schedule| layers[l].forward_with(&y(o), &xs[i], schedule, &c.stream),
             read: &|o| y(o).to_vec().map_err(text),
             poison: &|o| y(o).copy_from_host(&vec![bf16::NAN; m * out]).map_err(text),
             reload: &|i| xs[0].copy_from_host(&mine_of(&inputs[i])).map_err(text),
@@ -734,7 +763,7 @@ fn row_exchange(c: &Checks, case: &RowCase, k: usize, len: usize, check: RowChec
     fused_exchange(
         c,
         &FusedIo {
-            call: &|l, i, o| case.layers[l].forward_with(&ys[o], &xs[i], Schedule::Fused, s),
+            call: &|l, i, o, schedule| case.layers[l].forward_with(&ys[o], &xs[i], schedule, s),
             read: &|o| ys[o].to_vec().map_err(text),
             poison: &|o| ys[o].copy_from_host(&vec![bf16::NAN; len]).map_err(text),
             reload: &|i| {

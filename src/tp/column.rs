@@ -297,22 +297,28 @@ impl ColumnParallelLinear {
         let bf = std::mem::size_of::<bf16>();
         let (bytes, base) = (rows * k * bf, gathered[me]);
         let mine = (me * bytes) as u64;
+        flags.open(stream)?;
         // This PE's rows to every peer, each on its own copy stream after what `stream`
-        // holds (the input), and into its own gathered rows on `stream`.
+        // holds (the input and the credits), and into its own gathered rows on `stream`.
+        // Every peer's flag is raised even after a failure, so that no peer waits for ever
+        // (its output is then wrong, and this call returns the error).
+        let mut sent = Ok(());
         for (peer, side) in flags.peers().zip(pushers) {
-            join(side, stream)?;
-            flags.take_credit(side, peer)?;
-            result::memcpy_dtod_async(gathered[peer] + mine, x, bytes, side.cu_stream())
-                .during("cuMemcpyDtoDAsync")?;
-            flags.raise(side, peer)?;
+            sent = sent.and_then(|()| {
+                join(side, stream)?;
+                flags.take_credit(side, peer)?;
+                result::memcpy_dtod_async(gathered[peer] + mine, x, bytes, side.cu_stream())
+                    .during("cuMemcpyDtoDAsync")
+            });
+            sent = sent.and(flags.raise(side, peer));
         }
-        result::memcpy_dtod_async(base + mine, x, bytes, stream.cu_stream())
-            .during("cuMemcpyDtoDAsync")?;
         let w = self.weight.device_ptr();
         let at = |r: usize| (y + (r * out * bf) as u64, base + (r * k * bf) as u64);
         let shape = |m: usize| LinearShape { m, n: out, k };
         let gemm = self.tp.gemm();
         let run = || -> Result<()> {
+            result::memcpy_dtod_async(base + mine, x, bytes, stream.cu_stream())
+                .during("cuMemcpyDtoDAsync")?;
             // This PE's rows and those after them first (the first tiles are this PE's
             // rows, which are here), then those before them.
             let (y_mine, x_mine) = at(me * rows);
@@ -337,13 +343,13 @@ impl ColumnParallelLinear {
             }
             Ok(())
         };
-        // Finished even after a failure, and the copy streams joined: what follows on
+        // Closed even after a failure, and every copy stream joined: what follows on
         // `stream` may overwrite `x`, and a capture stays whole.
-        let ran = run().and(flags.finish(stream));
+        let ran = sent.and_then(|()| run()).and(flags.close(stream));
         pushers
             .iter()
-            .try_fold((), |(), side| join(stream, side))
-            .and(ran)
+            .take(n - 1)
+            .fold(ran, |done, side| done.and(join(stream, side)))
     }
 
     /// The GEMM alone, on input that is already complete.

@@ -11,8 +11,15 @@
 //! Per PE, two flags per PE `c` in symmetric memory:
 //! - `ready[c]`: PE `c`'s chunk has landed here (set by `c` after its transfer, cleared here
 //!   once this PE's work has read it);
-//! - `credit[c]`: PE `c` has read and cleared what this PE sent it last time, so this PE may
-//!   write its next chunk there (set by `c`, taken here before the transfer; 1 at the start).
+//! - `credit[c]`: PE `c` has started the same fused call, so everything it did before on its
+//!   stream (whatever read its buffer last: a fused call, or the same layer's sequential
+//!   schedule) is done, and this PE may write its chunk there (set by `c` when its call
+//!   opens, taken here before the transfer).
+//!
+//! Each call's credits are consumed by the same call's transfers: a PE opens its next call
+//! only after its last one saw every peer's chunk, which each peer sent after taking its
+//! credit; and it clears its `ready` flags before it opens the next call, whose credits any
+//! new chunk waits for.
 //!
 //! [`Schedule::Fused`]: super::Schedule::Fused
 
@@ -53,19 +60,18 @@ fn unreachable(pe: usize, me: usize) -> Error {
 }
 
 impl ChunkFlags {
-    /// The flags of one exchange (collective: allocates symmetric memory, then waits for
-    /// every PE to have set its credits).
+    /// The flags of one exchange, all clear (collective: allocates symmetric memory, then
+    /// waits for every PE).
     pub(super) fn new(shmem: &Nvshmem) -> Result<Self> {
         let (n, me) = (shmem.n_pes(), shmem.my_pe());
         let flags = shmem.calloc::<u64>(2 * n)?;
-        flags.view(n..).copy_from_host(&vec![1; n])?;
         let peer_flags = (0..n)
             .map(|pe| match flags.peer_ptr(pe)? {
                 Some(p) => Ok(p as u64),
                 None => Err(unreachable(pe, me)),
             })
             .collect::<Result<_>>()?;
-        // No peer may write a flag here before this PE has set its own.
+        // No peer may write a flag here before it is cleared.
         shmem.barrier_all()?;
         Ok(ChunkFlags {
             n,
@@ -88,7 +94,14 @@ impl ChunkFlags {
         self.peer_flags[pe] + (self.n + of) as u64 * FLAG
     }
 
-    /// On `stream`: wait until `peer` may receive this PE's next chunk, and take the credit.
+    /// On `stream`, first in a call: let every peer write its chunk here (after everything
+    /// before on `stream`, which may still read the buffer).
+    pub(super) fn open(&self, stream: &CudaStream) -> Result<()> {
+        self.peers()
+            .try_for_each(|c| write(stream, self.credit(c, self.me), 1))
+    }
+
+    /// On `stream`: wait until `peer` may receive this PE's chunk, and take the credit.
     pub(super) fn take_credit(&self, stream: &CudaStream, peer: usize) -> Result<()> {
         wait_set(stream, self.credit(self.me, peer))?;
         write(stream, self.credit(self.me, peer), 0)
@@ -124,14 +137,13 @@ impl ChunkFlags {
             .try_for_each(|c| wait_set(stream, self.ready(self.me, c)))
     }
 
-    /// On `stream`, after the work that read the peers' chunks: clear the `ready` flags and
-    /// give every peer its credit back.
-    pub(super) fn finish(&self, stream: &CudaStream) -> Result<()> {
-        for c in self.peers() {
-            write(stream, self.ready(self.me, c), 0)?;
-        }
+    /// On `stream`, last in a call: wait for every peer's chunk (already seen where the
+    /// work waited chunk by chunk; after a failure, so that no late chunk is cleared), then
+    /// clear the `ready` flags.
+    pub(super) fn close(&self, stream: &CudaStream) -> Result<()> {
+        self.wait_all(stream)?;
         self.peers()
-            .try_for_each(|c| write(stream, self.credit(c, self.me), 1))
+            .try_for_each(|c| write(stream, self.ready(self.me, c), 0))
     }
 }
 

@@ -113,10 +113,16 @@ pub enum Schedule {
     /// numbers the sequential reduce-scatter gives for the same partial products). No
     /// partial product makes a second trip through memory. Same GPU requirement.
     ///
-    /// Both exchanges need no SM for their signals (stream memory operations), write only
-    /// constants (graph replays are safe), and let a PE write into a peer's buffer again
-    /// only once that peer has consumed the previous call's (a credit per pair of PEs).
-    /// Unlike our collectives they have no bounded wait
+    /// Both exchanges need no SM for their signals (stream memory operations; the copies are
+    /// peer `cuMemcpyAsync`s, which the driver gives to the copy engines), write only
+    /// constants (graph replays are safe), and let a PE write into a peer's buffer only once
+    /// that peer has started the same call, so after whatever read the buffer before (a
+    /// credit per pair of PEs, given as each call opens). Whether a call fuses is decided
+    /// alike on every PE from the call's shape and the GPU, which must be the same model on
+    /// every PE. PEs that share a GPU (CUDA MPS) must each be held to their share of its
+    /// SMs (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, as `scripts/nvshmrun --share-gpus` sets it):
+    /// a waiting GEMM holds the SMs it has, and a peer's copy waits for the kernels before it
+    /// on that peer's stream. Unlike our collectives they have no bounded wait
     /// ([`CollectivesConfig::timeout`](crate::collectives::CollectivesConfig)) and no call
     /// agreement: a PE that never makes the matching call leaves its peers waiting.
     ///

@@ -396,19 +396,25 @@ impl RowParallelLinear {
                 .gemm()
                 .linear_raw(dst, cols, x_rows, w, shape, stream)
         };
-        let sent = flags.peers().try_for_each(|peer| {
-            flags.take_credit(stream, peer)?;
-            gemm_of(peer, bases[peer] + slab)?;
-            flags.raise(stream, peer)
-        });
+        flags.open(stream)?;
+        // Every peer's flag is raised even after a failure, so that no peer waits for ever
+        // (its output is then wrong, and this call returns the error).
+        let mut sent = Ok(());
+        for peer in flags.peers() {
+            sent = sent.and_then(|()| {
+                flags.take_credit(stream, peer)?;
+                gemm_of(peer, bases[peer] + slab)
+            });
+            sent = sent.and(flags.raise(stream, peer));
+        }
         let summed = sent.and_then(|()| {
             gemm_of(me, bases[me] + slab)?;
             flags.wait_all(stream)?;
             self.tp
                 .sum_slabs_raw(y, bases[me], (rows * cols, n), stream)
         });
-        // Finished even after a failure, so that no peer waits for this PE's credits.
-        summed.and(flags.finish(stream))
+        // Closed even after a failure, so that no late chunk is left raised.
+        summed.and(flags.close(stream))
     }
 
     /// Tokens whose pieces along the output features fit the reduced scratch.
