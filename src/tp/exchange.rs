@@ -24,11 +24,11 @@
 //! [`Schedule::Fused`]: super::Schedule::Fused
 
 use super::cutlass::ChunkWait;
+use crate::element::Element;
 use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::SymmetricBuffer;
 use crate::runtime::Nvshmem;
 use cudarc::driver::{sys, CudaStream};
-use half::bf16;
 
 /// The flags of one layer's exchange buffer.
 pub(super) struct ChunkFlags {
@@ -43,20 +43,20 @@ pub(super) struct ChunkFlags {
 const FLAG: u64 = std::mem::size_of::<u64>() as u64;
 
 /// Per PE: where `buf` starts on it, as mapped here.
-pub(super) fn peer_bases(shmem: &Nvshmem, buf: &SymmetricBuffer<bf16>) -> Result<Vec<u64>> {
+pub(super) fn peer_bases<T: Element>(
+    shmem: &Nvshmem,
+    buf: &SymmetricBuffer<T>,
+) -> Result<Vec<u64>> {
     (0..shmem.n_pes())
         .map(|pe| match buf.peer_ptr(pe)? {
             Some(p) => Ok(p as u64),
-            None => Err(unreachable(pe, shmem.my_pe())),
+            None => Err(Error::InvalidArgument(format!(
+                "PE {pe} is not load/store reachable from PE {}: a tensor-parallel group \
+                 needs every PE on one node with peer access",
+                shmem.my_pe()
+            ))),
         })
         .collect()
-}
-
-fn unreachable(pe: usize, me: usize) -> Error {
-    Error::InvalidArgument(format!(
-        "PE {pe} is not load/store reachable from PE {me}: a tensor-parallel group needs \
-         every PE on one node with peer access"
-    ))
 }
 
 impl ChunkFlags {
@@ -65,12 +65,7 @@ impl ChunkFlags {
     pub(super) fn new(shmem: &Nvshmem) -> Result<Self> {
         let (n, me) = (shmem.n_pes(), shmem.my_pe());
         let flags = shmem.calloc::<u64>(2 * n)?;
-        let peer_flags = (0..n)
-            .map(|pe| match flags.peer_ptr(pe)? {
-                Some(p) => Ok(p as u64),
-                None => Err(unreachable(pe, me)),
-            })
-            .collect::<Result<_>>()?;
+        let peer_flags = peer_bases(shmem, &flags)?;
         // No peer may write a flag here before it is cleared.
         shmem.barrier_all()?;
         Ok(ChunkFlags {

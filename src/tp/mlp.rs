@@ -16,73 +16,43 @@ use std::sync::Arc;
 ///
 /// See the [module documentation](super) for an example.
 pub struct TpMlp {
-    tp: TensorParallel,
-    hidden: usize,
-    ffn: usize,
-    max_tokens: usize,
-    gate_up: ColumnParallelLinear,
-    down: RowParallelLinear,
-    /// This PE's gate and up features per token.
-    gate_up_out: DeviceBuffer<bf16>,
-    /// `SiLU(gate) * up` per token: the down projection's input.
-    act: DeviceBuffer<bf16>,
+    layers: MlpLayers,
 }
 
 impl TpMlp {
     /// An MLP of `hidden → ffn → hidden` features with zero weights, for up to `max_tokens`
     /// tokens per call (collective: allocates symmetric memory).
     pub fn new(tp: &TensorParallel, hidden: usize, ffn: usize, max_tokens: usize) -> Result<Self> {
-        let gate_up = ColumnParallelLinear::merged(
-            tp,
-            hidden,
-            &[ffn, ffn],
-            ColumnInput::Replicated,
-            max_tokens,
-        )?;
-        let down = RowParallelLinear::new(tp, ffn, hidden, max_tokens)?;
-        let local_ffn = down.local_in_features().len();
-        let shmem = tp.runtime();
+        let layout = (ColumnInput::Replicated, RowOutput::Replicated);
         Ok(TpMlp {
-            tp: tp.clone(),
-            hidden,
-            ffn,
-            max_tokens,
-            gate_up_out: shmem.alloc_device::<bf16>(max_tokens * 2 * local_ffn)?,
-            act: shmem.alloc_device::<bf16>(max_tokens * local_ffn)?,
-            gate_up,
-            down,
+            layers: MlpLayers::new(tp, (hidden, ffn, max_tokens), layout)?,
         })
     }
 
     /// Hidden features (the input and output width).
     pub fn hidden(&self) -> usize {
-        self.hidden
+        self.layers.hidden
     }
 
     /// FFN features of the whole MLP.
     pub fn ffn(&self) -> usize {
-        self.ffn
+        self.layers.ffn
     }
 
     /// The merged gate and up projection.
     pub fn gate_up(&self) -> &ColumnParallelLinear {
-        &self.gate_up
+        &self.layers.gate_up
     }
 
     /// The down projection.
     pub fn down(&self) -> &RowParallelLinear {
-        &self.down
+        &self.layers.down
     }
 
     /// Keep this PE's shards of the full weights: `gate` and `up` are `ffn × hidden`, `down`
     /// is `hidden × ffn`, row-major (as PyTorch stores `nn.Linear` weights).
     pub fn load_weights(&self, gate: &[bf16], up: &[bf16], down: &[bf16]) -> Result<()> {
-        load_mlp_weights(
-            (self.hidden, self.ffn),
-            &self.gate_up,
-            &self.down,
-            [gate, up, down],
-        )
+        self.layers.load_weights(gate, up, down)
     }
 
     /// The MLP of `x` (`tokens × hidden`, the same on every PE) into `y` (`tokens × hidden`,
@@ -104,60 +74,82 @@ impl TpMlp {
         schedule: Schedule,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let y = y.into();
-        let tokens = rows_of("the MLP input", x.len(), self.hidden)?;
-        check_tokens("TpMlp::forward", tokens, self.max_tokens)?;
+        let (y, l) = (y.into(), &self.layers);
+        let tokens = rows_of("the MLP input", x.len(), l.hidden)?;
+        check_tokens("TpMlp::forward", tokens, l.max_tokens)?;
         // Before anything is launched, so that a bad call leaves nothing running.
-        if y.len() != tokens * self.hidden {
+        if y.len() != tokens * l.hidden {
             return Err(Error::Length {
                 what: "the MLP output (tokens × hidden)",
-                expected: tokens * self.hidden,
+                expected: tokens * l.hidden,
                 got: y.len(),
             });
         }
-        let f = self.down.local_in_features().len();
+        let f = l.down.local_in_features().len();
+        let (gu, act) = (l.gate_up_out.device_ptr(), l.act.device_ptr());
         // SAFETY: `x` holds `tokens × hidden` elements and the scratch buffers `max_tokens`
         // rows, at least `tokens`.
         unsafe {
-            self.gate_up.run(
-                self.gate_up_out.device_ptr(),
-                x.device_ptr(),
-                tokens,
-                stream,
-            )?;
-            self.tp.silu_mul_raw(
-                self.act.device_ptr(),
-                self.gate_up_out.device_ptr(),
-                tokens,
-                f,
-                stream,
-            )?;
-            self.down
-                .run(y, self.act.device_ptr(), tokens, schedule, stream)
+            l.gate_up.run(gu, x.device_ptr(), tokens, stream)?;
+            l.tp.silu_mul_raw(act, gu, tokens, f, stream)?;
+            l.down.run(y, act, tokens, schedule, stream)
         }
     }
 }
 
-/// Check the full weights of an MLP of `hidden → ffn → hidden` features and keep this PE's
-/// shards in its layers.
-fn load_mlp_weights(
-    (hidden, ffn): (usize, usize),
-    gate_up: &ColumnParallelLinear,
-    down: &RowParallelLinear,
-    [gate, up, down_w]: [&[bf16]; 3],
-) -> Result<()> {
-    check_weight(
-        "the MLP gate weight (ffn × hidden)",
-        gate.len(),
-        ffn,
-        hidden,
-    )?;
-    check_weight("the MLP up weight (ffn × hidden)", up.len(), ffn, hidden)?;
-    let mut merged = Vec::with_capacity(gate.len() + up.len());
-    merged.extend_from_slice(gate);
-    merged.extend_from_slice(up);
-    gate_up.load_weight(&merged)?;
-    down.load_weight(down_w)
+/// The layers and scratch of an MLP, in either layout.
+struct MlpLayers {
+    tp: TensorParallel,
+    hidden: usize,
+    ffn: usize,
+    max_tokens: usize,
+    gate_up: ColumnParallelLinear,
+    down: RowParallelLinear,
+    /// This PE's gate and up features of every token.
+    gate_up_out: DeviceBuffer<bf16>,
+    /// `SiLU(gate) * up` of every token: the down projection's input.
+    act: DeviceBuffer<bf16>,
+}
+
+impl MlpLayers {
+    /// Collective: the layers allocate symmetric memory.
+    fn new(
+        tp: &TensorParallel,
+        (hidden, ffn, max_tokens): (usize, usize, usize),
+        (input, output): (ColumnInput, RowOutput),
+    ) -> Result<Self> {
+        let gate_up = ColumnParallelLinear::merged(tp, hidden, &[ffn, ffn], input, max_tokens)?;
+        let down = RowParallelLinear::with_output(tp, ffn, hidden, output, max_tokens)?;
+        let local_ffn = down.local_in_features().len();
+        let shmem = tp.runtime();
+        Ok(MlpLayers {
+            tp: tp.clone(),
+            hidden,
+            ffn,
+            max_tokens,
+            gate_up_out: shmem.alloc_device::<bf16>(max_tokens * 2 * local_ffn)?,
+            act: shmem.alloc_device::<bf16>(max_tokens * local_ffn)?,
+            gate_up,
+            down,
+        })
+    }
+
+    /// Check the full weights and keep this PE's shards in the layers.
+    fn load_weights(&self, gate: &[bf16], up: &[bf16], down: &[bf16]) -> Result<()> {
+        let (hidden, ffn) = (self.hidden, self.ffn);
+        check_weight(
+            "the MLP gate weight (ffn × hidden)",
+            gate.len(),
+            ffn,
+            hidden,
+        )?;
+        check_weight("the MLP up weight (ffn × hidden)", up.len(), ffn, hidden)?;
+        let mut merged = Vec::with_capacity(gate.len() + up.len());
+        merged.extend_from_slice(gate);
+        merged.extend_from_slice(up);
+        self.gate_up.load_weight(&merged)?;
+        self.down.load_weight(down)
+    }
 }
 
 /// [`TpMlp`] in sequence parallelism (Megatron-LM's layout between the attention and the MLP):
@@ -185,78 +177,42 @@ fn load_mlp_weights(
 /// # Ok(()) }
 /// ```
 pub struct SequenceParallelMlp {
-    tp: TensorParallel,
-    hidden: usize,
-    ffn: usize,
-    max_tokens: usize,
-    gate_up: ColumnParallelLinear,
-    down: RowParallelLinear,
-    /// Every token's gate and up features of this PE's shard.
-    gate_up_out: DeviceBuffer<bf16>,
-    /// `SiLU(gate) * up` of every token: the down projection's input.
-    act: DeviceBuffer<bf16>,
+    layers: MlpLayers,
 }
 
 impl SequenceParallelMlp {
     /// An MLP of `hidden → ffn → hidden` features with zero weights, for up to `max_tokens`
     /// tokens per call, all PEs' together (collective: allocates symmetric memory).
     pub fn new(tp: &TensorParallel, hidden: usize, ffn: usize, max_tokens: usize) -> Result<Self> {
-        let gate_up = ColumnParallelLinear::merged(
-            tp,
-            hidden,
-            &[ffn, ffn],
-            ColumnInput::SequenceParallel,
-            max_tokens,
-        )?;
-        let down = RowParallelLinear::with_output(
-            tp,
-            ffn,
-            hidden,
-            RowOutput::SequenceParallel,
-            max_tokens,
-        )?;
-        let local_ffn = down.local_in_features().len();
-        let shmem = tp.runtime();
+        let layout = (ColumnInput::SequenceParallel, RowOutput::SequenceParallel);
         Ok(SequenceParallelMlp {
-            tp: tp.clone(),
-            hidden,
-            ffn,
-            max_tokens,
-            gate_up_out: shmem.alloc_device::<bf16>(max_tokens * 2 * local_ffn)?,
-            act: shmem.alloc_device::<bf16>(max_tokens * local_ffn)?,
-            gate_up,
-            down,
+            layers: MlpLayers::new(tp, (hidden, ffn, max_tokens), layout)?,
         })
     }
 
     /// Hidden features (the input and output width).
     pub fn hidden(&self) -> usize {
-        self.hidden
+        self.layers.hidden
     }
 
     /// FFN features of the whole MLP.
     pub fn ffn(&self) -> usize {
-        self.ffn
+        self.layers.ffn
     }
 
     /// The merged gate and up projection.
     pub fn gate_up(&self) -> &ColumnParallelLinear {
-        &self.gate_up
+        &self.layers.gate_up
     }
 
     /// The down projection.
     pub fn down(&self) -> &RowParallelLinear {
-        &self.down
+        &self.layers.down
     }
 
     /// Keep this PE's shards of the full weights, as [`TpMlp::load_weights`].
     pub fn load_weights(&self, gate: &[bf16], up: &[bf16], down: &[bf16]) -> Result<()> {
-        load_mlp_weights(
-            (self.hidden, self.ffn),
-            &self.gate_up,
-            &self.down,
-            [gate, up, down],
-        )
+        self.layers.load_weights(gate, up, down)
     }
 
     /// The MLP of this PE's tokens `x` (`tokens / n_pes × hidden`; every PE passes as many)
@@ -280,10 +236,10 @@ impl SequenceParallelMlp {
         schedule: Schedule,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let (y, x) = (y.into(), x.into());
-        let rows = rows_of("the MLP input (this PE's tokens)", x.len(), self.hidden)?;
-        let tokens = rows * self.tp.n_pes();
-        check_tokens("SequenceParallelMlp::forward", tokens, self.max_tokens)?;
+        let (y, x, l) = (y.into(), x.into(), &self.layers);
+        let rows = rows_of("the MLP input (this PE's tokens)", x.len(), l.hidden)?;
+        let tokens = rows * l.tp.n_pes();
+        check_tokens("SequenceParallelMlp::forward", tokens, l.max_tokens)?;
         // Before anything is launched, so that a bad call leaves nothing running.
         if y.len() != x.len() {
             return Err(Error::Length {
@@ -292,13 +248,12 @@ impl SequenceParallelMlp {
                 got: y.len(),
             });
         }
-        let f = self.down.local_in_features().len();
-        let gate_up_out = Prefix::of(&self.gate_up_out, tokens * 2 * f);
-        let act = Prefix::of(&self.act, tokens * f);
-        self.gate_up
-            .forward_with(&gate_up_out, x, schedule, stream)?;
-        self.tp.silu_mul(&act, &gate_up_out, tokens, stream)?;
-        self.down.forward_with(y, &act, schedule, stream)
+        let f = l.down.local_in_features().len();
+        let gate_up_out = Prefix::of(&l.gate_up_out, tokens * 2 * f);
+        let act = Prefix::of(&l.act, tokens * f);
+        l.gate_up.forward_with(&gate_up_out, x, schedule, stream)?;
+        l.tp.silu_mul(&act, &gate_up_out, tokens, stream)?;
+        l.down.forward_with(y, &act, schedule, stream)
     }
 }
 

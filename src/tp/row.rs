@@ -407,14 +407,12 @@ impl RowParallelLinear {
             });
             sent = sent.and(flags.raise(stream, peer));
         }
-        let summed = sent.and_then(|()| {
-            gemm_of(me, bases[me] + slab)?;
-            flags.wait_all(stream)?;
-            self.tp
-                .sum_slabs_raw(y, bases[me], (rows * cols, n), stream)
-        });
-        // Closed even after a failure, so that no late chunk is left raised.
-        summed.and(flags.close(stream))
+        let own = sent.and_then(|()| gemm_of(me, bases[me] + slab));
+        // Closed (every peer's slab awaited, the flags cleared) even after a failure, so that
+        // no late chunk is left raised; the slabs stay until this PE's next call opens.
+        own.and(flags.close(stream))?;
+        self.tp
+            .sum_slabs_raw(y, bases[me], (rows * cols, n), stream)
     }
 
     /// Tokens whose pieces along the output features fit the reduced scratch.
