@@ -279,7 +279,7 @@ fn reduce_scatter_case<T: Reducible>(
     shmem: &Nvshmem,
     coll: &Collectives,
     seed: u64,
-    op: ReduceOp,
+    (op, algo): (ReduceOp, ReduceScatterAlgo),
     n: usize,
 ) -> Result<()> {
     let (me, np) = (shmem.my_pe(), shmem.n_pes());
@@ -293,14 +293,20 @@ fn reduce_scatter_case<T: Reducible>(
         T::from_acc(T::random(&mut Rng::new(999, me)).to_acc());
         n
     ])?;
-    coll.reduce_scatter(&dst, &src, op, ReduceScatterAlgo::Auto, shmem.stream())?;
+    coll.reduce_scatter(&dst, &src, op, algo, shmem.stream())?;
     sync(shmem)?;
     compare("reduce_scatter", &dst.to_vec()?, &want)
 }
 
 /// Reduce-scatters back to back on one stream, then one captured in a graph and replayed:
 /// each must leave its own result.
-fn reduce_scatter_repeated(shmem: &Nvshmem, coll: &Collectives, seed: u64, n: usize) -> Result<()> {
+fn reduce_scatter_repeated(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    algo: ReduceScatterAlgo,
+    n: usize,
+) -> Result<()> {
     let (me, np) = (shmem.my_pe(), shmem.n_pes());
     let rounds: Vec<Vec<Vec<f32>>> = (0..3)
         .map(|r| inputs::<f32>(seed + r, np, n * np))
@@ -317,7 +323,7 @@ fn reduce_scatter_repeated(shmem: &Nvshmem, coll: &Collectives, seed: u64, n: us
         .map(|_| shmem.calloc::<f32>(n))
         .collect::<Result<Vec<_>>>()?;
     for (s, d) in srcs.iter().zip(&dsts) {
-        coll.reduce_scatter(d, s, ReduceOp::Sum, ReduceScatterAlgo::Auto, shmem.stream())?;
+        coll.reduce_scatter(d, s, ReduceOp::Sum, algo, shmem.stream())?;
     }
     sync(shmem)?;
     let want = |r: usize| reference(ReduceOp::Sum, &rounds[r])[me * n..(me + 1) * n].to_vec();
@@ -333,13 +339,7 @@ fn reduce_scatter_repeated(shmem: &Nvshmem, coll: &Collectives, seed: u64, n: us
     }
     let stream = shmem.new_stream()?;
     let graph = capture(&stream, || {
-        coll.reduce_scatter(
-            &dsts[0],
-            &srcs[0],
-            ReduceOp::Sum,
-            ReduceScatterAlgo::Auto,
-            &stream,
-        )
+        coll.reduce_scatter(&dsts[0], &srcs[0], ReduceOp::Sum, algo, &stream)
     })?;
     for r in [1, 2] {
         srcs[0].copy_from_host(&rounds[r][me])?;
@@ -499,6 +499,46 @@ fn movement_repeated(
             &dsts[0].to_vec()?,
             &all_to_all_want(&rounds[r], me, block),
         ));
+    }
+    found
+}
+
+/// `calls` broadcasts from `root` back to back, each into an output of its own, with no host
+/// synchronisation in between, the other PEs enqueueing theirs 20 ms late: the root must not
+/// run ahead into staging its peers have not read yet.
+fn broadcast_burst(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    (algo, root, calls): (BroadcastAlgo, usize, usize),
+    n: usize,
+) -> Result<()> {
+    let np = shmem.n_pes();
+    let rounds: Vec<Vec<f32>> = (0..calls as u64)
+        .map(|r| inputs::<f32>(seed + r, np, n).swap_remove(root))
+        .collect();
+    let srcs = rounds
+        .iter()
+        .map(|x| {
+            let b = shmem.malloc::<f32>(n)?;
+            b.copy_from_host(x)?;
+            Ok(b)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let dsts = (0..calls)
+        .map(|_| shmem.calloc::<f32>(n))
+        .collect::<Result<Vec<_>>>()?;
+    sync(shmem)?;
+    if shmem.my_pe() != root {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (src, dst) in srcs.iter().zip(&dsts) {
+        coll.broadcast(dst, src, root, algo, shmem.stream())?;
+    }
+    sync(shmem)?;
+    let mut found = Ok(());
+    for (r, d) in dsts.iter().enumerate() {
+        found = found.and(compare(&format!("broadcast {r}"), &d.to_vec()?, &rounds[r]));
     }
     found
 }
@@ -665,6 +705,59 @@ fn all_gather_case<T: Reducible>(
     compare("all_gather", &dst.to_vec()?, &want)
 }
 
+/// All-gathers chained back to back on one stream (each call gathers the blocks the call
+/// before it gathered, shifted by one PE, so a call that reads its input early, or writes a
+/// peer's output before that peer is done with it, shows), then one captured in a graph and
+/// replayed on new inputs.
+fn all_gather_repeated(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    algo: AllGatherAlgo,
+    n: usize,
+) -> Result<()> {
+    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let all = inputs::<f32>(seed, np, n);
+    let bufs = (0..4)
+        .map(|_| shmem.calloc::<f32>(n * np))
+        .collect::<Result<Vec<_>>>()?;
+    let src = shmem.malloc::<f32>(n)?;
+    src.copy_from_host(&all[me])?;
+    let s = shmem.stream();
+    coll.all_gather(&bufs[0], &src, algo, s)?;
+    // Round r gathers block (me + 1) % np of round r - 1's output: PE p's block of round r
+    // is PE p + r's input.
+    let next = (me + 1) % np;
+    for r in 1..bufs.len() {
+        let from = bufs[r - 1].view(next * n..(next + 1) * n);
+        coll.all_gather(&bufs[r], from, algo, s)?;
+    }
+    sync(shmem)?;
+    let mut found = Ok(());
+    for (r, b) in bufs.iter().enumerate() {
+        let want: Vec<f32> = (0..np).flat_map(|p| all[(p + r) % np].clone()).collect();
+        found = found.and(compare(
+            &format!("chained all_gather {r}"),
+            &b.to_vec()?,
+            &want,
+        ));
+    }
+    let stream = shmem.new_stream()?;
+    let graph = capture(&stream, || coll.all_gather(&bufs[0], &src, algo, &stream))?;
+    for round in [1u64, 2] {
+        let fresh = inputs::<f32>(seed + round, np, n);
+        src.copy_from_host(&fresh[me])?;
+        cuda("cuGraphLaunch", graph.launch())?;
+        cuda("cuStreamSynchronize", stream.synchronize())?;
+        found = found.and(compare(
+            &format!("graph replay of all_gather {round}"),
+            &bufs[0].to_vec()?,
+            &fresh.concat(),
+        ));
+    }
+    found
+}
+
 /// Repeated in-place sums with no host synchronisation between calls: after the first, every
 /// PE holds the same data, so each further call multiplies it by n_pes. A peer reading or
 /// writing a buffer too early would show as a wrong multiple.
@@ -808,7 +901,9 @@ fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool {
         }
         two_streams::<i32>(shmem, coll, 6, AllReduceAlgo::OneShot, 1000, 2)?;
         graph_replay::<f32>(shmem, coll, 7, AllReduceAlgo::OneShot, 1000)?;
-        reduce_scatter_case::<f32>(shmem, coll, 8, ReduceOp::Sum, 1000)?;
+        for algo in ReduceScatterAlgo::ALL {
+            reduce_scatter_case::<f32>(shmem, coll, 8, (ReduceOp::Sum, algo), 1000)?;
+        }
         reduce_case::<f32>(shmem, coll, 12, (ReduceOp::Sum, 0, false), 1000)?;
         for algo in BroadcastAlgo::ALL {
             broadcast_case::<f32>(shmem, coll, 9, (algo, 0, false), 1000)?;
@@ -916,17 +1011,24 @@ fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool {
             }
             20 => {
                 let n = n.min(1 << 18);
+                let mut a = ReduceScatterAlgo::ALL[pick(&mut rng, ReduceScatterAlgo::ALL.len())];
+                if a == ReduceScatterAlgo::LowLatency && 4 * n > ll_limit(coll) {
+                    a = ReduceScatterAlgo::Auto;
+                }
+                let case = (op, a);
                 let r = match pick(&mut rng, 4) {
-                    0 => reduce_scatter_case::<i32>(shmem, coll, seed, op, n),
-                    1 => reduce_scatter_case::<bf16>(shmem, coll, seed, op, n),
-                    2 => reduce_scatter_case::<f16>(shmem, coll, seed, op, n),
-                    _ => reduce_scatter_case::<f32>(shmem, coll, seed, op, n),
+                    0 => reduce_scatter_case::<i32>(shmem, coll, seed, case, n),
+                    1 => reduce_scatter_case::<bf16>(shmem, coll, seed, case, n),
+                    2 => reduce_scatter_case::<f16>(shmem, coll, seed, case, n),
+                    _ => reduce_scatter_case::<f32>(shmem, coll, seed, case, n),
                 };
-                (format!("reduce_scatter {op:?} n={n}"), r)
+                (format!("reduce_scatter {case:?} n={n}"), r)
             }
             21 => {
                 let mut b = BroadcastAlgo::ALL[pick(&mut rng, BroadcastAlgo::ALL.len())];
-                if b == BroadcastAlgo::OneShot && 4 * n > coll.workspace().staging_slot_bytes {
+                if b == BroadcastAlgo::OneShot && 4 * n > coll.workspace().staging_slot_bytes
+                    || b == BroadcastAlgo::LowLatency && 4 * n > ll_limit(coll)
+                {
                     b = BroadcastAlgo::Auto;
                 }
                 let case = (b, pick(&mut rng, shmem.n_pes()), in_place);
@@ -939,7 +1041,9 @@ fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool {
             22 => {
                 let block = n.min(1 << 16);
                 let mut a = AllToAllAlgo::ALL[pick(&mut rng, AllToAllAlgo::ALL.len())];
-                if a == AllToAllAlgo::OneShot && 4 * block > coll.workspace().staging_slot_bytes {
+                if a == AllToAllAlgo::OneShot && 4 * block > coll.workspace().staging_slot_bytes
+                    || a == AllToAllAlgo::LowLatency && 4 * block > ll_limit(coll)
+                {
                     a = AllToAllAlgo::Auto;
                 }
                 let r = match pick(&mut rng, 2) {
@@ -1071,6 +1175,11 @@ fn cuda<T>(
 }
 
 /// `r` must be the error `expected` accepts.
+/// The largest input per destination that the low-latency paths take in `coll`'s lines.
+fn ll_limit(coll: &Collectives) -> usize {
+    (coll.workspace().lines_slot_bytes - 16) / 2
+}
+
 fn expect_err(r: Result<()>, what: &str, expected: fn(&Error) -> bool) -> Result<()> {
     match r {
         Err(e) if expected(&e) => Ok(()),
@@ -1219,30 +1328,58 @@ fn main() {
             });
         }
     }
-    // Blocks of 16-byte multiples go by vectors; the others element by element.
-    for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
-        for n in [1usize, 3, 8, 1000, 4099, 65_536, 300_001] {
-            let tag = format!("reduce_scatter {op:?} n={n}");
-            c.check(&format!("{tag} f32"), |s, seed| {
-                reduce_scatter_case::<f32>(s, &coll, seed, op, n)
-            });
-            c.check(&format!("{tag} bf16"), |s, seed| {
-                reduce_scatter_case::<bf16>(s, &coll, seed, op, n)
-            });
-            c.check(&format!("{tag} f16"), |s, seed| {
-                reduce_scatter_case::<f16>(s, &coll, seed, op, n)
-            });
-            c.check(&format!("{tag} i32"), |s, seed| {
-                reduce_scatter_case::<i32>(s, &coll, seed, op, n)
-            });
+    // Every algorithm, type and operator. Pull: blocks of 16-byte multiples go by vectors,
+    // the others element by element; low-latency: blocks off an 8-byte boundary (n odd for
+    // 4-byte types, n % 4 != 0 for 2-byte ones) take the byte-wise loads. A low-latency call
+    // too large for its lines must be refused, not overrun them.
+    let ll = ll_limit(&coll);
+    for algo in ReduceScatterAlgo::ALL {
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+            for n in [1usize, 3, 8, 1000, 4099, 65_536, 300_001] {
+                let case = (op, algo);
+                let tag = format!("reduce_scatter {algo:?} {op:?} n={n}");
+                if algo == ReduceScatterAlgo::LowLatency && 2 * n > ll {
+                    c.check(&format!("{tag} bf16 refused"), |s, seed| {
+                        expect_err(
+                            reduce_scatter_case::<bf16>(s, &coll, seed, case, n),
+                            "a low-latency reduce-scatter larger than its lines",
+                            |e| matches!(e, Error::InvalidArgument(_)),
+                        )
+                    });
+                    continue;
+                }
+                c.check(&format!("{tag} bf16"), |s, seed| {
+                    reduce_scatter_case::<bf16>(s, &coll, seed, case, n)
+                });
+                c.check(&format!("{tag} f16"), |s, seed| {
+                    reduce_scatter_case::<f16>(s, &coll, seed, case, n)
+                });
+                if 4 * n <= ll || algo != ReduceScatterAlgo::LowLatency {
+                    c.check(&format!("{tag} f32"), |s, seed| {
+                        reduce_scatter_case::<f32>(s, &coll, seed, case, n)
+                    });
+                    c.check(&format!("{tag} i32"), |s, seed| {
+                        reduce_scatter_case::<i32>(s, &coll, seed, case, n)
+                    });
+                }
+            }
         }
     }
     c.check("reduce_scatter Auto Sum n=4M bf16", |s, seed| {
-        reduce_scatter_case::<bf16>(s, &coll, seed, ReduceOp::Sum, 4 << 20)
+        reduce_scatter_case::<bf16>(
+            s,
+            &coll,
+            seed,
+            (ReduceOp::Sum, ReduceScatterAlgo::Auto),
+            4 << 20,
+        )
     });
-    c.check("reduce_scatter back to back and in a graph", |s, seed| {
-        reduce_scatter_repeated(s, &coll, seed, 4096 + 8)
-    });
+    for algo in [ReduceScatterAlgo::LowLatency, ReduceScatterAlgo::Pull] {
+        c.check(
+            &format!("reduce_scatter {algo:?} back to back and in a graph"),
+            |s, seed| reduce_scatter_repeated(s, &coll, seed, algo, 4096 + 8),
+        );
+    }
     // The reduce to every root, in place and not, every type and operator.
     for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
         for n in [1usize, 3, 1000, 4099, 300_001] {
@@ -1270,7 +1407,8 @@ fn main() {
     let slot = coll.workspace().staging_slot_bytes;
     for algo in BroadcastAlgo::ALL {
         for n in [1usize, 3, 1000, 4097, 65_537, 300_001] {
-            let too_large = algo == BroadcastAlgo::OneShot && 4 * n > slot;
+            let too_large = algo == BroadcastAlgo::OneShot && 4 * n > slot
+                || algo == BroadcastAlgo::LowLatency && 4 * n > ll;
             for root in 0..shmem.n_pes() {
                 let case = (algo, root, root % 2 == 1);
                 let name = format!("broadcast {algo:?} root {root} in place {} n={n}", case.2);
@@ -1283,7 +1421,7 @@ fn main() {
                     false => broadcast_case::<f32>(s, &coll, seed, case, n),
                 });
             }
-            if !too_large {
+            if !too_large || 2 * n <= ll && algo == BroadcastAlgo::LowLatency {
                 c.check(
                     &format!("broadcast {algo:?} root 0 n={n} bf16"),
                     |s, seed| broadcast_case::<bf16>(s, &coll, seed, (algo, 0, false), n),
@@ -1294,6 +1432,19 @@ fn main() {
     for algo in AllToAllAlgo::ALL {
         for block in [1usize, 3, 1000, 4097, 65_537, 300_001] {
             if algo == AllToAllAlgo::OneShot && 4 * block > slot {
+                continue;
+            }
+            if algo == AllToAllAlgo::LowLatency && 4 * block > ll {
+                c.check(
+                    &format!("all_to_all {algo:?} block={block} f32 refused"),
+                    |s, seed| {
+                        expect_err(
+                            all_to_all_case::<f32>(s, &coll, seed, algo, block),
+                            "a low-latency all-to-all larger than its lines",
+                            |e| matches!(e, Error::InvalidArgument(_)),
+                        )
+                    },
+                );
                 continue;
             }
             c.check(
@@ -1307,13 +1458,27 @@ fn main() {
         }
     }
     for (algo, a2a) in [
+        (BroadcastAlgo::LowLatency, AllToAllAlgo::LowLatency),
         (BroadcastAlgo::OneShot, AllToAllAlgo::OneShot),
         (BroadcastAlgo::Push, AllToAllAlgo::Push),
+        (BroadcastAlgo::CopyEngine, AllToAllAlgo::CopyEngine),
     ] {
         c.check(
             &format!("broadcast {algo:?} and all_to_all {a2a:?} back to back and in a graph"),
             |s, seed| movement_repeated(s, &coll, seed, (algo, a2a), 1000 + 3),
         );
+    }
+    for algo in [
+        BroadcastAlgo::LowLatency,
+        BroadcastAlgo::OneShot,
+        BroadcastAlgo::CopyEngine,
+    ] {
+        for root in [0, shmem.n_pes() - 1] {
+            c.check(
+                &format!("broadcast {algo:?} from {root}, 64 back to back with late peers"),
+                |s, seed| broadcast_burst(s, &coll, seed, (algo, root, 64), 1000 + 1),
+            );
+        }
     }
     for max in [0usize, 1, 5, 1000, 70_001] {
         c.check(
@@ -1325,6 +1490,12 @@ fn main() {
         "all_to_all_v with counts that disagree",
         all_to_all_v_mismatch,
     );
+    for algo in AllGatherAlgo::ALL {
+        c.check(
+            &format!("all_gather {algo:?} chained back to back and in a graph"),
+            |s, seed| all_gather_repeated(s, &coll, seed, algo, 4096 + 4),
+        );
+    }
     c.check("all_gather Auto n=8M bf16", |s, seed| {
         all_gather_case::<bf16>(s, &coll, seed, AllGatherAlgo::Auto, 8 << 20)
     });

@@ -17,9 +17,9 @@
 #define COLL_MAX_BLOCKS 512
 // PEs our collectives take.
 #define COLL_MAX_PES 64
-// Flag sets (one-shot data, two-shot start and end, bandwidth rounds), each
-// COLL_MAX_BLOCKS x n_pes words.
-#define COLL_FLAG_SETS 4
+// Flag sets (one-shot data, two-shot start and end, bandwidth rounds, low-latency broadcast
+// acknowledgements), each COLL_MAX_BLOCKS x n_pes words.
+#define COLL_FLAG_SETS 5
 // PEs whose staging addresses fit the by-value table of the kernels that take one (Peers).
 #define LL_MAX_PES 16
 // Threads per block at most (the kernels' __launch_bounds__).

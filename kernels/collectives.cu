@@ -76,18 +76,24 @@ FLOAT_ALLREDUCE_TYPE(bf16, __nv_bfloat16)
 ALLREDUCE_TYPE(i32, int32_t)
 
 // One entry point `ALGO_reducescatter_NAME_OPNAME` per type and operator: the parameters
-// every collective takes (the staging pair unused by the pull algorithm), n per PE.
-#define REDUCESCATTER_ENTRY(ALGO, NAME, T, OPNAME, CALL)                                                    \
+// every collective takes (the staging pair unused by the pull algorithm; the lines region and
+// its peer table for the low-latency one), n per PE.
+#define REDUCESCATTER_ENTRY(ALGO, NAME, T, OPNAME, EXTRA, CALL)                                             \
     extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ALGO##_reducescatter_##NAME##_##OPNAME(                 \
-        const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {  \
+        const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes EXTRA) {  \
         enter_call();                                                                                       \
         CALL;                                                                                               \
     }
 
-#define REDUCESCATTER_TYPE(NAME, T)                                                                          \
-    REDUCESCATTER_ENTRY(pull, NAME, T, sum, (pull_reducescatter<T, OpSum>(src, dst, n, ctrl, flags)))  \
-    REDUCESCATTER_ENTRY(pull, NAME, T, max, (pull_reducescatter<T, OpMax>(src, dst, n, ctrl, flags)))  \
-    REDUCESCATTER_ENTRY(pull, NAME, T, min, (pull_reducescatter<T, OpMin>(src, dst, n, ctrl, flags)))
+#define REDUCESCATTER_OP(NAME, T, OPNAME, OP)                                                                 \
+    REDUCESCATTER_ENTRY(pull, NAME, T, OPNAME, NO_EXTRA, (pull_reducescatter<T, OP>(src, dst, n, ctrl, flags)))    \
+    REDUCESCATTER_ENTRY(ll, NAME, T, OPNAME, PEERS_PARAM,                                                             \
+                        WITH_NP(peers.npes, (ll_reducescatter<T, OP, NP>(src, dst, n, ctrl, staging, slot_bytes, peers))))
+
+#define REDUCESCATTER_TYPE(NAME, T)              \
+    REDUCESCATTER_OP(NAME, T, sum, OpSum)        \
+    REDUCESCATTER_OP(NAME, T, max, OpMax)        \
+    REDUCESCATTER_OP(NAME, T, min, OpMin)
 
 REDUCESCATTER_TYPE(f32, float)
 REDUCESCATTER_TYPE(f16, __half)
@@ -125,27 +131,30 @@ ALLGATHER_ENTRY(oneshot, NO_EXTRA, (oneshot_allgather(src, dst, bytes, ctrl, fla
 ALLGATHER_ENTRY(bandwidth, NO_EXTRA, (bandwidth_allgather(src, dst, bytes, ctrl, flags)))
 ALLGATHER_ENTRY(ll, PEERS_PARAM, WITH_NP(peers.npes, (ll_allgather<NP>(src, dst, bytes, ctrl, staging, slot_bytes, peers))))
 
-// The broadcasts move bytes from PE `root`, whatever the element type.
-#define BROADCAST_ENTRY(ALGO, CALL)                                                                         \
+// The broadcasts move bytes from PE `root`, whatever the element type (the low-latency one
+// takes the lines region's peer table before the root).
+#define BROADCAST_ENTRY(ALGO, EXTRA, CALL)                                                                  \
     extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ALGO##_broadcast_bytes(                             \
-        const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes, int root) { \
+        const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes EXTRA, int root) { \
         enter_call();                                                                                       \
         CALL;                                                                                               \
     }
 
-BROADCAST_ENTRY(oneshot, (oneshot_broadcast(src, dst, bytes, ctrl, flags, staging, slot_bytes, root)))
-BROADCAST_ENTRY(push, (push_broadcast(src, dst, bytes, ctrl, flags, root)))
+BROADCAST_ENTRY(oneshot, NO_EXTRA, (oneshot_broadcast(src, dst, bytes, ctrl, flags, staging, slot_bytes, root)))
+BROADCAST_ENTRY(push, NO_EXTRA, (push_broadcast(src, dst, bytes, ctrl, flags, root)))
+BROADCAST_ENTRY(ll, PEERS_PARAM, WITH_NP(peers.npes, (ll_broadcast<NP>(src, dst, bytes, ctrl, flags, staging, slot_bytes, peers, root))))
 
 // The all-to-alls move bytes too: `bytes` per block, n_pes blocks each way.
-#define ALLTOALL_ENTRY(ALGO, CALL)                                                                          \
+#define ALLTOALL_ENTRY(ALGO, EXTRA, CALL)                                                                   \
     extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ALGO##_alltoall_bytes(                              \
-        const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) { \
+        const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes EXTRA) { \
         enter_call();                                                                                       \
         CALL;                                                                                               \
     }
 
-ALLTOALL_ENTRY(oneshot, (oneshot_alltoall(src, dst, bytes, ctrl, flags, staging, slot_bytes)))
-ALLTOALL_ENTRY(push, (push_alltoall(src, dst, bytes, ctrl, flags)))
+ALLTOALL_ENTRY(oneshot, NO_EXTRA, (oneshot_alltoall(src, dst, bytes, ctrl, flags, staging, slot_bytes)))
+ALLTOALL_ENTRY(push, NO_EXTRA, (push_alltoall(src, dst, bytes, ctrl, flags)))
+ALLTOALL_ENTRY(ll, PEERS_PARAM, WITH_NP(peers.npes, (ll_alltoall<NP>(src, dst, bytes, ctrl, staging, slot_bytes, peers))))
 
 // The all-to-all with counts: `elem` bytes per element, the counts by value, the table of
 // counts where the others take the staging area.
@@ -153,4 +162,22 @@ extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) push_alltoallv_by
     const char *src, char *dst, size_t elem, Ctrl *ctrl, uint64_t *flags, char *table, size_t table_bytes, const Counts counts) {
     enter_call();
     push_alltoallv(src, dst, elem, ctrl, flags, (uint64_t *)table, counts);
+}
+
+// The copy-engine paths: the call's copies (cuMemcpyAsync on copy streams, from the host)
+// run between an opening barrier (every PE has entered the call, so its output is free) and
+// a closing one (every PE's copies into this PE have landed), each one block of a thread per
+// PE. Each barrier is a call of its own on the epoch.
+extern "C" __global__ void __launch_bounds__(COLL_MAX_PES) ce_open(Ctrl *ctrl, uint64_t *flags) {
+    enter_call();
+    const uint64_t e = call_epoch(ctrl);
+    signal_and_wait(ctrl, flags, FLAGS_START, nvshmem_my_pe(), nvshmem_n_pes(), e);
+    finish_call(ctrl, e);
+}
+
+extern "C" __global__ void __launch_bounds__(COLL_MAX_PES) ce_close(Ctrl *ctrl, uint64_t *flags) {
+    enter_call();
+    const uint64_t e = call_epoch(ctrl);
+    signal_and_wait(ctrl, flags, FLAGS_DONE, nvshmem_my_pe(), nvshmem_n_pes(), e);
+    finish_call(ctrl, e);
 }

@@ -30,6 +30,18 @@ __device__ __forceinline__ uint2 load8(const char *src, size_t bytes, size_t j) 
     return make_uint2(load_word_tail(src, bytes, j * 8), load_word_tail(src, bytes, j * 8 + 4));
 }
 
+// 8 bytes at line j of an input that may start anywhere (a block of an all-to-all or a
+// reduce-scatter whose size is not a multiple of 8): load8 where the line is 8-byte aligned,
+// bytes otherwise, zero-padded past the end.
+__device__ __forceinline__ uint2 load8_any(const char *src, size_t bytes, size_t j) {
+    if (((size_t)(src + j * 8) & 7) == 0) return load8(src, bytes, j);
+    uint32_t w[2] = {0, 0};
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        if (j * 8 + k < bytes) w[k / 4] |= (uint32_t)(unsigned char)ld_cg_t(src + j * 8 + k) << (8 * (k % 4));
+    return make_uint2(w[0], w[1]);
+}
+
 __device__ __forceinline__ void store8(char *dst, size_t bytes, size_t j, uint2 v) {
     if ((j + 1) * 8 <= bytes && ((size_t)(dst + j * 8) & 7) == 0) {
         *(uint2 *)(dst + j * 8) = v;

@@ -194,3 +194,41 @@ __device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctr
     }
     finish_call(ctrl, c.e);
 }
+
+// ---- low-latency reduce-scatter ----------------------------------------------------------
+// The first half of the low-latency two-shot, with the caller's blocks as the parts: line k
+// of block q of my input goes into my slot of PE q's lines, and as owner of block me I wait
+// for line k of it from every peer and reduce it with mine in PE order. Blocks of any size
+// (n elements, so a block may start off an 8-byte boundary). Every PE hears from every peer
+// in each call (no block is empty), which keeps a PE from running two calls ahead of
+// another, as the lines' parity needs.
+template <typename T, typename Op, int NP>
+__device__ void ll_reducescatter(const T *src, T *dst, size_t n, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    const TableCall<NP> c(ctrl, staging, slot_bytes, peers);
+    constexpr int MAXP = TableCall<NP>::MAXP;
+    const int me = c.me, npes = c.npes;
+    const size_t offset = c.offset;
+    char *base = c.base;
+    const uint32_t t = ll_tag(c.e);
+    const char *in = (const char *)src;
+    const size_t bytes = n * sizeof(T), lines = (bytes + 7) / 8;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    // Every block's line first, then the stores (as in the two-shot).
+    for (size_t k = first; k < lines; k += stride) {
+        uint2 v[MAXP];
+#pragma unroll
+        for (int q = 0; q < MAXP; q++)
+            if (q < npes && q != me) v[q] = load8_any(in + (size_t)q * bytes, bytes, k);
+#pragma unroll
+        for (int q = 0; q < MAXP; q++)
+            if (q < npes && q != me) st_line((uint4 *)(peers.slot[q] + offset) + k, v[q].x, v[q].y, t);
+    }
+    for (size_t k = first; k < lines; k += stride) {
+        const uint2 own = load8_any(in + (size_t)me * bytes, bytes, k);
+        uint2 got[MAXP];
+        ld_lines<NP>(ctrl, c.e, base, slot_bytes, k, me, npes, t, got);
+        store8((char *)dst, bytes, k, reduce_in_pe_order<T, Op, MAXP>(got, own, me, npes));
+    }
+    finish_call(ctrl, c.e);
+}

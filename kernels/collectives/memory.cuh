@@ -15,6 +15,12 @@ __device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p) {
     return v;
 }
 
+// Relaxed store at system scope: a flag that orders nothing before it within its kernel (what
+// it stands for happened in an earlier kernel), so it needs no fence.
+__device__ __forceinline__ void st_relaxed_sys(uint64_t *p, uint64_t v) {
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 // Every load of data that another PE, or an earlier call, may have written goes to L2 (.cg),
 // never through L1: with programmatic launches (see enter_call) a call begins while the one
 // before it still runs, so this SM's L1 may hold lines that the previous call loaded before

@@ -6,6 +6,8 @@
 #include <stdint.h>
 
 #include "collectives/call.cuh"
+#include "collectives/lines.cuh"
+#include "collectives/low_latency.cuh"
 #include "collectives/oneshot.cuh"
 
 // 16 bytes at any address: one vector where it is aligned, bytes otherwise (blocks of an
@@ -72,10 +74,26 @@ __device__ void push_broadcast(const char *src, char *dst, size_t bytes, Ctrl *c
         return;
     }
     if (me == root) {
-        for (int p = 0; p < npes; p++) {
-            char *to = p == me ? dst : (char *)nvshmem_ptr(dst, p);
-            if (to != src) copy_mapped(to, src, bytes);
+        // Each vector read once and stored to every PE in the same pass: the local copy (at
+        // HBM speed) then hides behind the NVLink stores instead of adding to them.
+        __shared__ char *to[MAX_PES];
+        for (int p = threadIdx.x; p < npes; p += blockDim.x) to[p] = p == me ? dst : (char *)nvshmem_ptr(dst, p);
+        __syncthreads();
+        const bool in_place = dst == src;
+        const size_t nvec = bytes / 16, tail = nvec * 16;
+        const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+        const size_t stride = (size_t)gridDim.x * blockDim.x;
+        for (size_t i = first; i < nvec; i += stride) {
+            const uint4 v = ld_cg((const uint4 *)src + i);
+            for (int k = 1; k <= npes; k++) {
+                const int p = (me + k) % npes;  // peers first, my own copy last
+                if (p != me || !in_place) *((uint4 *)to[p] + i) = v;
+            }
         }
+        if (blockIdx.x == 0)
+            for (size_t i = tail + threadIdx.x; i < bytes; i += blockDim.x)
+                for (int p = 0; p < npes; p++)
+                    if (p != me || !in_place) to[p][i] = src[i];
     }
     signal_and_wait(ctrl, flags, FLAGS_DONE, me, npes, e);
     finish_call(ctrl, e);
@@ -115,12 +133,23 @@ __device__ void push_alltoall(const char *src, char *dst, size_t bytes, Ctrl *ct
         finish_call(ctrl, e);
         return;
     }
-    // Start with the next PE, so that the PEs do not all store into PE 0 first.
-    for (int k = 0; k < npes; k++) {
-        const int p = (me + k) % npes;
-        char *to = (p == me ? dst : (char *)nvshmem_ptr(dst, p)) + (size_t)me * bytes;
-        copy_mapped(to, src + (size_t)p * bytes, bytes);
-    }
+    // Vector i of every block in one pass (the local block's copy hides behind the NVLink
+    // stores), starting with the next PE, so that the PEs do not all store into PE 0 first.
+    __shared__ char *to[MAX_PES];
+    for (int p = threadIdx.x; p < npes; p += blockDim.x)
+        to[p] = (p == me ? dst : (char *)nvshmem_ptr(dst, p)) + (size_t)me * bytes;
+    __syncthreads();
+    const size_t nvec = bytes / 16, tail = nvec * 16;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = first; i < nvec; i += stride)
+        for (int k = 1; k <= npes; k++) {
+            const int p = (me + k) % npes;
+            store16(to[p] + i * 16, load16(src + (size_t)p * bytes + i * 16));
+        }
+    if (blockIdx.x == 0)
+        for (size_t i = tail + threadIdx.x; i < bytes; i += blockDim.x)
+            for (int p = 0; p < npes; p++) to[p][i] = ld_cg_t(src + (size_t)p * bytes + i);
     signal_and_wait(ctrl, flags, FLAGS_DONE, me, npes, e);
     finish_call(ctrl, e);
 }
@@ -190,4 +219,107 @@ __device__ void push_alltoallv(const char *src, char *dst, size_t elem, Ctrl *ct
     }
     signal_and_wait(ctrl, flags, FLAGS_DONE, me, npes, e);
     finish_call(ctrl, e);
+}
+
+// ---- low-latency broadcast and all-to-all --------------------------------------------------
+// The lines of the low-latency all-gather (low_latency.cuh), from the root only or in blocks.
+
+// The root pushes line j of its input into its slot of every peer's lines and copies it into
+// its own dst (unless in place); every other PE takes line j from the root's slot into dst.
+//
+// Unlike the other paths that use the lines, a non-root PE sends nothing, so nothing here
+// keeps the root from running ahead into a call whose lines have the parity of one a peer
+// is still reading. Hence the acknowledgements (FLAGS_ACK): as it begins, every PE stores
+// this call's epoch into its word of every peer's row 0 (its begun call says that all of its
+// earlier calls are done). And every block leaves the epoch in its own words of every row
+// (indices i = block mod grid, as the epoch: so the next call of any grid finds it). A root
+// whose previous call on this PE was also a low-latency broadcast waits until every peer
+// has begun that call, so has finished the one before, the last to read this call's lines;
+// after any other call it need not: every other path waits on every PE.
+template <int NP>
+__device__ void ll_broadcast(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes, const Peers &peers, int root) {
+    const TableCall<NP> c(ctrl, staging, slot_bytes, peers);
+    const int me = c.me, npes = c.npes;
+    const uint64_t e = c.e;
+    const uint32_t t = ll_tag(e);
+    const size_t lines = (bytes + 7) / 8;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    uint64_t *mark = flag_at(flags, FLAGS_ACK, blockIdx.x, me, npes);
+    const bool after_broadcast = *(volatile uint64_t *)mark + 1 == e;
+    // Relaxed: what the acknowledgement stands for (the reads of earlier calls) ended with
+    // the kernels before this one, and a release fence here would hold up the stores and
+    // polls after it. From the last threads of block 0 (blocks have at least 128 threads,
+    // tables at most 16 PEs), which take lines last.
+    const int acked = (int)(blockDim.x - 1 - threadIdx.x);
+    if (blockIdx.x == 0 && acked < npes && acked != me)
+        st_relaxed_sys((uint64_t *)nvshmem_ptr(flag_at(flags, FLAGS_ACK, 0, me, npes), acked), e);
+    bool ok = true;
+    if (me == root && after_broadcast) {
+        for (int p = threadIdx.x; p < npes; p += blockDim.x) {
+            if (p == me) continue;
+            const uint64_t *begun = flag_at(flags, FLAGS_ACK, 0, p, npes);
+            Wait w(ctrl);
+            while (ok && ld_acquire_sys(begun) < e - 1) ok = w.again(p);
+            if (!ok) w.report(FAULT_FLAGS, e);
+        }
+        ok = __syncthreads_and(ok);
+    }
+    if (me == root && ok) {
+        const size_t offset = c.offset;
+        for (size_t j = first; j < lines; j += stride) {
+            const uint2 v = load8(src, bytes, j);
+#pragma unroll
+            for (int p = 0; p < TableCall<NP>::MAXP; p++)
+                if (p < npes && p != me) st_line((uint4 *)(peers.slot[p] + offset) + j, v.x, v.y, t);
+            if (dst != src) store8(dst, bytes, j, v);
+        }
+    } else if (me != root) {
+        char *from = c.base + (size_t)root * slot_bytes;
+        for (size_t j = first; j < lines; j += stride) {
+            uint4 *at = (uint4 *)from + j;
+            Wait w(ctrl);
+            uint2 v;
+            if (!take_line(w, at, ld_volatile(at), t, root, &v)) w.report(FAULT_LINE, e);
+            store8(dst, bytes, j, v);
+        }
+    }
+    __syncthreads();  // every thread has read this block's mark
+    for (unsigned int i = blockIdx.x + threadIdx.x * gridDim.x; i < MAX_BLOCKS; i += blockDim.x * gridDim.x)
+        *flag_at(flags, FLAGS_ACK, i, me, npes) = e;
+    finish_call(ctrl, e);
+}
+
+// Line k of block q of my input into my slot of PE q's lines (my own block straight into
+// dst), then line k of every peer's block from its slot into block p of dst. Every PE hears
+// from every peer in each call (no block is empty), as the lines' parity needs.
+template <int NP>
+__device__ void ll_alltoall(const char *src, char *dst, size_t bytes, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    const TableCall<NP> c(ctrl, staging, slot_bytes, peers);
+    constexpr int MAXP = TableCall<NP>::MAXP;
+    const int me = c.me, npes = c.npes;
+    const size_t offset = c.offset;
+    char *base = c.base;
+    const uint32_t t = ll_tag(c.e);
+    const size_t lines = (bytes + 7) / 8;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t k = first; k < lines; k += stride) {
+        uint2 v[MAXP];
+#pragma unroll
+        for (int q = 0; q < MAXP; q++)
+            if (q < npes && q != me) v[q] = load8_any(src + (size_t)q * bytes, bytes, k);
+#pragma unroll
+        for (int q = 0; q < MAXP; q++)
+            if (q < npes && q != me) st_line((uint4 *)(peers.slot[q] + offset) + k, v[q].x, v[q].y, t);
+        store8(dst + (size_t)me * bytes, bytes, k, load8_any(src + (size_t)me * bytes, bytes, k));
+    }
+    for (size_t k = first; k < lines; k += stride) {
+        uint2 in[MAXP];
+        ld_lines<NP>(ctrl, c.e, base, slot_bytes, k, me, npes, t, in);
+#pragma unroll
+        for (int p = 0; p < MAXP; p++)
+            if (p < npes && p != me) store8(dst + (size_t)p * bytes, bytes, k, in[p]);
+    }
+    finish_call(ctrl, c.e);
 }

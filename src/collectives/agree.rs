@@ -400,11 +400,11 @@ mod tests {
         let all: Vec<u64> = [0, 1].into_iter().flat_map(|r| bcast(r).encode()).collect();
         let msg = describe_disagreement(0, &all).unwrap();
         assert!(
-            msg.contains("PE 0 calls broadcast(root 0, BF16, oneshot"),
+            msg.contains("PE 0 calls broadcast(root 0, BF16, ll"),
             "{msg}"
         );
         assert!(
-            msg.contains("PE 1 calls broadcast(root 1, BF16, oneshot"),
+            msg.contains("PE 1 calls broadcast(root 1, BF16, ll"),
             "{msg}"
         );
     }

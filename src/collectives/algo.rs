@@ -56,13 +56,21 @@ pub enum AllGatherAlgo {
     OneShot,
     /// Push straight into every PE's output over all SMs (large messages).
     Bandwidth,
+    /// By the copy engines: an opening barrier, peer `cuMemcpyAsync`s on a copy stream per
+    /// destination, a closing barrier (the largest messages: the copy engines outrun SM
+    /// stores over NVLink, and leave the SMs free).
+    CopyEngine,
 }
 
 /// Reduce-scatter algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReduceScatterAlgo {
-    /// Chosen by size and PE count (today: [`Pull`](Self::Pull)).
+    /// Chosen by size and PE count ([`Thresholds`](super::Thresholds)).
     Auto,
+    /// Low-latency lines (as the low-latency all-reduce): each PE pushes every block of its
+    /// input to the block's owner, each line carrying the call's tag, and the owner reduces
+    /// as the lines arrive; no barrier (small blocks).
+    LowLatency,
     /// No staging: after a start barrier each PE reads its block of every PE's input
     /// (remote loads over NVLink), reduces it in PE order and stores it; an end barrier keeps
     /// the inputs alive until every PE has read them.
@@ -82,40 +90,60 @@ pub enum ReduceAlgo {
 /// Broadcast algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BroadcastAlgo {
-    /// Chosen by size: [`OneShot`](Self::OneShot) up to
+    /// Chosen by size: [`LowLatency`](Self::LowLatency) up to
+    /// [`Thresholds::broadcast_ll_max_bytes`](super::Thresholds::broadcast_ll_max_bytes),
+    /// then [`OneShot`](Self::OneShot) up to
     /// [`BROADCAST_ONESHOT_BYTES`](super::BROADCAST_ONESHOT_BYTES) (and the staging slot),
     /// [`Push`](Self::Push) above.
     Auto,
+    /// The root pushes its input to every peer in low-latency lines (8 bytes of data and
+    /// the call's tag in each 16-byte store), which the peers poll: no barrier (small
+    /// messages).
+    LowLatency,
     /// The root pushes its input into every peer's staging, one flag handshake, then every
     /// PE copies it out locally (small messages: one handshake).
     OneShot,
     /// A start barrier, the root stores its input straight into every PE's output over all
     /// SMs, an end barrier (large messages; no staging, any size).
     Push,
+    /// By the copy engines: an opening barrier, peer `cuMemcpyAsync`s on a copy stream per
+    /// destination, a closing barrier (the largest messages: the copy engines outrun SM
+    /// stores over NVLink, and leave the SMs free).
+    CopyEngine,
 }
 
 /// All-to-all algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AllToAllAlgo {
-    /// Chosen by size: [`OneShot`](Self::OneShot) up to
-    /// [`ALL_TO_ALL_ONESHOT_BYTES`](super::ALL_TO_ALL_ONESHOT_BYTES) per block (and the staging
-    /// slot), [`Push`](Self::Push) above.
+    /// Chosen by size: [`LowLatency`](Self::LowLatency) up to
+    /// [`Thresholds::alltoall_ll_max_bytes`](super::Thresholds::alltoall_ll_max_bytes) per
+    /// block, then [`OneShot`](Self::OneShot) up to
+    /// [`ALL_TO_ALL_ONESHOT_BYTES`](super::ALL_TO_ALL_ONESHOT_BYTES) (and the staging slot),
+    /// [`Push`](Self::Push) above.
     Auto,
+    /// Every PE pushes each block to its owner in low-latency lines, which the owner polls:
+    /// no barrier (small blocks).
+    LowLatency,
     /// Every PE pushes each block into its owner's staging, one flag handshake, then every PE
     /// copies its blocks out locally (small messages: one handshake).
     OneShot,
     /// A start barrier, every PE stores each block straight into its owner's output, an end
     /// barrier (large messages; no staging, any size).
     Push,
+    /// By the copy engines: an opening barrier, peer `cuMemcpyAsync`s on a copy stream per
+    /// destination, a closing barrier (the largest messages: the copy engines outrun SM
+    /// stores over NVLink, and leave the SMs free).
+    CopyEngine,
 }
 
 /// Where a kernel's region parameter points, and its by-value parameter after the common
 /// ones (`kernels/collectives.cu`: `src, dst, n, ctrl, flags, region, slot_bytes[, extra]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Params {
-    /// The staging area, nothing after.
+    /// The staging area, nothing after (but the root, for calls that have one).
     Staging,
-    /// The low-latency lines region and its table of peer addresses (`Peers`).
+    /// The low-latency lines region and its table of peer addresses (`Peers`), then the
+    /// root for calls that have one.
     LinesPeers,
     /// The staging area and the bandwidth all-reduce's chunking (`BandwidthPlan`).
     StagingPlan,
@@ -123,6 +151,9 @@ pub(crate) enum Params {
     SentinelPeers,
     /// The all-to-all-v's table of counts and the counts themselves (`Counts`).
     CountsTable,
+    /// No kernel of its own: copies by the copy engines between the `ce_open` and
+    /// `ce_close` barriers (`ctrl, flags`).
+    CopyEngine,
 }
 
 /// One algorithm: its name on command lines, the stem of its kernels' names, whether it takes
@@ -189,7 +220,7 @@ pub(crate) const ALL_REDUCE_ROWS: [Row<AllReduceAlgo>; 7] = [
 ];
 
 /// The all-gather algorithms (`Auto` has no row).
-pub(crate) const ALL_GATHER_ROWS: [Row<AllGatherAlgo>; 3] = [
+pub(crate) const ALL_GATHER_ROWS: [Row<AllGatherAlgo>; 4] = [
     Row {
         algo: AllGatherAlgo::LowLatency,
         name: "ll",
@@ -211,16 +242,32 @@ pub(crate) const ALL_GATHER_ROWS: [Row<AllGatherAlgo>; 3] = [
         floats_only: false,
         params: Params::Staging,
     },
+    Row {
+        algo: AllGatherAlgo::CopyEngine,
+        name: "ce",
+        kernel: "ce",
+        floats_only: false,
+        params: Params::CopyEngine,
+    },
 ];
 
 /// The reduce-scatter algorithms (`Auto` has no row).
-pub(crate) const REDUCE_SCATTER_ROWS: [Row<ReduceScatterAlgo>; 1] = [Row {
-    algo: ReduceScatterAlgo::Pull,
-    name: "pull",
-    kernel: "pull",
-    floats_only: false,
-    params: Params::Staging,
-}];
+pub(crate) const REDUCE_SCATTER_ROWS: [Row<ReduceScatterAlgo>; 2] = [
+    Row {
+        algo: ReduceScatterAlgo::LowLatency,
+        name: "ll",
+        kernel: "ll",
+        floats_only: false,
+        params: Params::LinesPeers,
+    },
+    Row {
+        algo: ReduceScatterAlgo::Pull,
+        name: "pull",
+        kernel: "pull",
+        floats_only: false,
+        params: Params::Staging,
+    },
+];
 
 /// The reduce algorithms (`Auto` has no row).
 pub(crate) const REDUCE_ROWS: [Row<ReduceAlgo>; 1] = [Row {
@@ -232,7 +279,14 @@ pub(crate) const REDUCE_ROWS: [Row<ReduceAlgo>; 1] = [Row {
 }];
 
 /// The broadcast algorithms (`Auto` has no row).
-pub(crate) const BROADCAST_ROWS: [Row<BroadcastAlgo>; 2] = [
+pub(crate) const BROADCAST_ROWS: [Row<BroadcastAlgo>; 4] = [
+    Row {
+        algo: BroadcastAlgo::LowLatency,
+        name: "ll",
+        kernel: "ll",
+        floats_only: false,
+        params: Params::LinesPeers,
+    },
     Row {
         algo: BroadcastAlgo::OneShot,
         name: "oneshot",
@@ -247,10 +301,24 @@ pub(crate) const BROADCAST_ROWS: [Row<BroadcastAlgo>; 2] = [
         floats_only: false,
         params: Params::Staging,
     },
+    Row {
+        algo: BroadcastAlgo::CopyEngine,
+        name: "ce",
+        kernel: "ce",
+        floats_only: false,
+        params: Params::CopyEngine,
+    },
 ];
 
 /// The all-to-all algorithms (`Auto` has no row).
-pub(crate) const ALL_TO_ALL_ROWS: [Row<AllToAllAlgo>; 2] = [
+pub(crate) const ALL_TO_ALL_ROWS: [Row<AllToAllAlgo>; 4] = [
+    Row {
+        algo: AllToAllAlgo::LowLatency,
+        name: "ll",
+        kernel: "ll",
+        floats_only: false,
+        params: Params::LinesPeers,
+    },
     Row {
         algo: AllToAllAlgo::OneShot,
         name: "oneshot",
@@ -264,6 +332,13 @@ pub(crate) const ALL_TO_ALL_ROWS: [Row<AllToAllAlgo>; 2] = [
         kernel: "push",
         floats_only: false,
         params: Params::Staging,
+    },
+    Row {
+        algo: AllToAllAlgo::CopyEngine,
+        name: "ce",
+        kernel: "ce",
+        floats_only: false,
+        params: Params::CopyEngine,
     },
 ];
 
@@ -384,10 +459,12 @@ impl Algo for AllToAllAlgo {
 
 impl BroadcastAlgo {
     /// Every algorithm, `Auto` first.
-    pub const ALL: [BroadcastAlgo; 3] = [
+    pub const ALL: [BroadcastAlgo; 5] = [
         BroadcastAlgo::Auto,
+        BroadcastAlgo::LowLatency,
         BroadcastAlgo::OneShot,
         BroadcastAlgo::Push,
+        BroadcastAlgo::CopyEngine,
     ];
 
     /// Its name on command lines (`push`), as `Display` prints and `FromStr` reads it.
@@ -398,10 +475,12 @@ impl BroadcastAlgo {
 
 impl AllToAllAlgo {
     /// Every algorithm, `Auto` first.
-    pub const ALL: [AllToAllAlgo; 3] = [
+    pub const ALL: [AllToAllAlgo; 5] = [
         AllToAllAlgo::Auto,
+        AllToAllAlgo::LowLatency,
         AllToAllAlgo::OneShot,
         AllToAllAlgo::Push,
+        AllToAllAlgo::CopyEngine,
     ];
 
     /// Its name on command lines (`push`), as `Display` prints and `FromStr` reads it.
@@ -471,11 +550,12 @@ impl AllReduceAlgo {
 
 impl AllGatherAlgo {
     /// Every algorithm, `Auto` first.
-    pub const ALL: [AllGatherAlgo; 4] = [
+    pub const ALL: [AllGatherAlgo; 5] = [
         AllGatherAlgo::Auto,
         AllGatherAlgo::LowLatency,
         AllGatherAlgo::OneShot,
         AllGatherAlgo::Bandwidth,
+        AllGatherAlgo::CopyEngine,
     ];
 
     /// Its name on command lines (`oneshot`), as `Display` prints and `FromStr` reads it.
@@ -486,7 +566,11 @@ impl AllGatherAlgo {
 
 impl ReduceScatterAlgo {
     /// Every algorithm, `Auto` first.
-    pub const ALL: [ReduceScatterAlgo; 2] = [ReduceScatterAlgo::Auto, ReduceScatterAlgo::Pull];
+    pub const ALL: [ReduceScatterAlgo; 3] = [
+        ReduceScatterAlgo::Auto,
+        ReduceScatterAlgo::LowLatency,
+        ReduceScatterAlgo::Pull,
+    ];
 
     /// Its name on command lines (`pull`), as `Display` prints and `FromStr` reads it.
     pub fn name(self) -> &'static str {
@@ -533,21 +617,43 @@ impl FromStr for AllGatherAlgo {
     }
 }
 
-/// The entry points of `kernels/collectives.cu`, in kernel-table order: every all-reduce
-/// algorithm for every type it takes and every operator, then the all-gathers, then every
-/// reduce-scatter algorithm for every type and operator, then the broadcasts, the all-to-alls,
-/// the all-to-all with counts, and every reduce algorithm for every type and operator.
+/// The entry points of `kernels/collectives.cu`: every all-reduce algorithm for every type it
+/// takes and every operator, then the all-gathers, then every reduce-scatter algorithm for
+/// every type and operator, then the broadcasts, the all-to-alls, the all-to-all with counts,
+/// every reduce algorithm for every type and operator, and the copy-engine paths' barriers
+/// (once: the copy-engine rows of the tables name the opening one).
 pub fn kernel_names() -> Vec<String> {
+    let kernels = |names: Vec<String>| names.into_iter().filter(|n| n != CE_OPEN_KERNEL);
     let mut names: Vec<String> = all_reduce_kernels()
         .filter_map(|(row, t, o)| Some(all_reduce_kernel(row, t?, o)))
         .collect();
-    names.extend(ALL_GATHER_ROWS.iter().map(all_gather_kernel));
+    names.extend(kernels(
+        ALL_GATHER_ROWS.iter().map(all_gather_kernel).collect(),
+    ));
     names.extend(reduce_scatter_kernels().map(|(row, t, o)| reduce_scatter_kernel(row, t, o)));
-    names.extend(BROADCAST_ROWS.iter().map(broadcast_kernel));
-    names.extend(ALL_TO_ALL_ROWS.iter().map(all_to_all_kernel));
+    names.extend(kernels(
+        BROADCAST_ROWS.iter().map(broadcast_kernel).collect(),
+    ));
+    names.extend(kernels(
+        ALL_TO_ALL_ROWS.iter().map(all_to_all_kernel).collect(),
+    ));
     names.push(ALL_TO_ALL_V_KERNEL.into());
     names.extend(reduce_kernels().map(|(row, t, o)| reduce_kernel(row, t, o)));
+    names.extend([CE_OPEN_KERNEL.into(), CE_CLOSE_KERNEL.into()]);
     names
+}
+
+/// The copy-engine paths' barriers: before their copies, and after them.
+pub(crate) const CE_OPEN_KERNEL: &str = "ce_open";
+pub(crate) const CE_CLOSE_KERNEL: &str = "ce_close";
+
+/// The kernel of a move (all-gather, broadcast, all-to-all) row: `STEM_WHAT_bytes`, or the
+/// opening barrier for the copy-engine rows.
+fn move_kernel(kernel: &str, params: Params, what: &str) -> String {
+    match params {
+        Params::CopyEngine => CE_OPEN_KERNEL.into(),
+        _ => format!("{kernel}_{what}_bytes"),
+    }
 }
 
 /// Every slot of the reduce kernel table: (row, type index, operator index), row-major.
@@ -567,12 +673,12 @@ pub(crate) const ALL_TO_ALL_V_KERNEL: &str = "push_alltoallv_bytes";
 
 /// `push_broadcast_bytes`.
 pub(crate) fn broadcast_kernel(row: &Row<BroadcastAlgo>) -> String {
-    format!("{}_broadcast_bytes", row.kernel)
+    move_kernel(row.kernel, row.params, "broadcast")
 }
 
 /// `oneshot_alltoall_bytes`.
 pub(crate) fn all_to_all_kernel(row: &Row<AllToAllAlgo>) -> String {
-    format!("{}_alltoall_bytes", row.kernel)
+    move_kernel(row.kernel, row.params, "alltoall")
 }
 
 /// Every slot of the reduce-scatter kernel table: (row, type index, operator index),
@@ -608,7 +714,7 @@ pub(crate) fn all_reduce_kernel(row: &Row<AllReduceAlgo>, t: usize, o: usize) ->
 
 /// `ll_allgather_bytes`.
 pub(crate) fn all_gather_kernel(row: &Row<AllGatherAlgo>) -> String {
-    format!("{}_allgather_bytes", row.kernel)
+    move_kernel(row.kernel, row.params, "allgather")
 }
 
 /// Where the kernel of algorithm `row`, type index `t` and operator index `o` sits in a
@@ -678,13 +784,22 @@ mod tests {
         let names = kernel_names();
         assert_eq!(
             names.len(),
-            5 * 4 * 3 + 2 * 3 * 3 + 3 + 4 * 3 + 2 + 2 + 1 + 4 * 3
+            5 * 4 * 3 + 2 * 3 * 3 + 3 + 2 * 4 * 3 + 3 + 3 + 1 + 4 * 3 + 2
         );
+        assert_eq!(names.last().unwrap(), "ce_close");
+        // Every name once.
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len());
         assert!(names.contains(&"push_alltoallv_bytes".to_string()));
-        assert_eq!(names.last().unwrap(), "pull_reduce_i32_min");
+        assert!(names.contains(&"pull_reduce_i32_min".to_string()));
         assert!(names.contains(&"oneshot_broadcast_bytes".to_string()));
         assert!(names.contains(&"push_alltoall_bytes".to_string()));
         assert!(names.contains(&"pull_reducescatter_i32_max".to_string()));
+        assert!(names.contains(&"ll_reducescatter_bf16_sum".to_string()));
+        assert!(names.contains(&"ll_broadcast_bytes".to_string()));
+        assert!(names.contains(&"ll_alltoall_bytes".to_string()));
         assert!(names.contains(&"sentinel_twoshot_allreduce_f16_min".to_string()));
         assert!(names.contains(&"sentinel_allreduce_bf16_sum".to_string()));
         assert!(!names
@@ -703,8 +818,8 @@ mod tests {
             let r = row.algo.index().unwrap();
             assert_eq!(reduction_slot(r, t.unwrap_or(3), o), i);
         }
-        for (i, (_, t, o)) in reduce_scatter_kernels().enumerate() {
-            assert_eq!(reduction_slot(0, t, o), i);
+        for (i, (row, t, o)) in reduce_scatter_kernels().enumerate() {
+            assert_eq!(reduction_slot(row.algo.index().unwrap(), t, o), i);
         }
         for (i, (_, t, o)) in reduce_kernels().enumerate() {
             assert_eq!(reduction_slot(0, t, o), i);

@@ -3,18 +3,26 @@
 //! `Auto` call and must fit the workspace (raising one is an error until the workspace
 //! grows too, never a silent allocation).
 
-use super::algo::{AllGatherAlgo, AllReduceAlgo};
+use super::algo::{AllGatherAlgo, AllReduceAlgo, ReduceScatterAlgo};
 use super::plan::{
-    all_gather_plan, all_reduce_plan, ll_twoshot_slot_bytes, sentinel_twoshot_slot_bytes, Dims,
-    BW_STAGING_BYTES,
+    all_gather_plan, all_reduce_plan, ll_max_input, ll_twoshot_slot_bytes,
+    sentinel_twoshot_slot_bytes, Dims, BW_STAGING_BYTES,
 };
 use crate::element::DataType;
 use crate::error::{Error, Result};
 use crate::runtime::parse_seconds;
 use std::time::Duration;
 
-/// Size thresholds of the automatic choice (`AllReduceAlgo::Auto`, `AllGatherAlgo::Auto`),
-/// in bytes per PE. Every PE must use the same.
+/// Bytes per destination from which the moves take the copy engines: never by default. On
+/// 2 H100s (NVLink 4, graph replays) the copy engines lost to SM stores at every size but one
+/// where both PEs send at once (all-gather of 256 MiB: 390 us against 376 for the bandwidth
+/// path; all-to-all 391 against 385), and won only the largest broadcast, by 1.6% (726
+/// against 738 us at 256 MiB; at 64 MiB 198 against 191). Worth it where the SMs have other
+/// work: explicitly, or by lowering this threshold.
+const COPY_ENGINE_MIN_BYTES: usize = usize::MAX;
+
+/// Size thresholds of the automatic choice (the `Auto` algorithm of every collective), in
+/// bytes per PE (per block for the all-to-all). Every PE must use the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Thresholds {
     /// Floating-point all-reduce inputs above this, up to `sentinel_max_bytes`, use the
@@ -41,6 +49,18 @@ pub struct Thresholds {
     /// All-gather inputs up to this (above low-latency) use one-shot; larger ones the
     /// bandwidth path.
     pub allgather_oneshot_max_bytes: usize,
+    /// Reduce-scatter outputs (a PE's block) up to this use the low-latency path; larger
+    /// ones the pull.
+    pub reducescatter_ll_max_bytes: usize,
+    /// Broadcasts up to this use the low-latency path; larger ones the one-shot (up to
+    /// [`BROADCAST_ONESHOT_BYTES`](super::BROADCAST_ONESHOT_BYTES)) or the push.
+    pub broadcast_ll_max_bytes: usize,
+    /// All-to-all blocks up to this use the low-latency path; larger ones the one-shot (up
+    /// to [`ALL_TO_ALL_ONESHOT_BYTES`](super::ALL_TO_ALL_ONESHOT_BYTES)) or the push.
+    pub alltoall_ll_max_bytes: usize,
+    /// All-gathers (bytes per PE), broadcasts and all-to-alls (bytes per block) of at least
+    /// this go by the copy engines (`CopyEngine`); `usize::MAX`: never.
+    pub copy_engine_min_bytes: usize,
 }
 
 impl Thresholds {
@@ -53,7 +73,10 @@ impl Thresholds {
             // 512 KiB and the flag one-shot to 1 MiB. A two-shot moves as much as a one-shot
             // on 2 PEs, so the low-latency two-shots are never chosen; the two-shot to
             // 32 MiB, the store-only bandwidth path above. All-gather: low-latency to
-            // 512 KiB per PE, bandwidth above.
+            // 512 KiB per PE, bandwidth above. On 2 H100s: the low-latency reduce-scatter
+            // 5.8 us for 512 KiB blocks (the pull 10.4), the low-latency all-to-all 5.9 us
+            // for 512 KiB blocks (the one-shot 7.3), the low-latency broadcast 5.6 us at
+            // 256 KiB and 10.5 at 1 MiB (the one-shot 6.3 and 8.1).
             Thresholds {
                 sentinel_min_bytes: 2 << 10,
                 sentinel_max_bytes: 2 << 20,
@@ -64,6 +87,10 @@ impl Thresholds {
                 twoshot_max_bytes: 32 << 20,
                 allgather_ll_max_bytes: 512 << 10,
                 allgather_oneshot_max_bytes: 512 << 10,
+                reducescatter_ll_max_bytes: 512 << 10,
+                broadcast_ll_max_bytes: 256 << 10,
+                alltoall_ll_max_bytes: 512 << 10,
+                copy_engine_min_bytes: COPY_ENGINE_MIN_BYTES,
             }
         } else {
             // 4 PEs (graph replays): floating point takes the low-latency one-shot to 2 KiB,
@@ -73,7 +100,8 @@ impl Thresholds {
             // against 16.6); i32 the low-latency one-shot to 128 KiB and the low-latency
             // two-shot to 512 KiB. The flag one-shot is never chosen; the two-shot to
             // 32 MiB, the store-only bandwidth path above. All-gather: low-latency to
-            // 256 KiB per PE, bandwidth above.
+            // 256 KiB per PE, bandwidth above. The other low-latency paths (reduce-scatter,
+            // broadcast, all-to-all) take the all-gather's threshold, not yet measured on 4.
             Thresholds {
                 sentinel_min_bytes: 2 << 10,
                 sentinel_max_bytes: 128 << 10,
@@ -84,6 +112,10 @@ impl Thresholds {
                 twoshot_max_bytes: 32 << 20,
                 allgather_ll_max_bytes: 256 << 10,
                 allgather_oneshot_max_bytes: 256 << 10,
+                reducescatter_ll_max_bytes: 256 << 10,
+                broadcast_ll_max_bytes: 256 << 10,
+                alltoall_ll_max_bytes: 256 << 10,
+                copy_engine_min_bytes: COPY_ENGINE_MIN_BYTES,
             }
         }
     }
@@ -112,13 +144,34 @@ impl Thresholds {
 
     /// The all-gather algorithm `Auto` picks for `bytes` per PE.
     pub fn choose_all_gather(&self, bytes: usize, tables: bool) -> AllGatherAlgo {
-        if bytes <= self.allgather_ll_max_bytes && tables {
+        if bytes >= self.copy_engine_min_bytes {
+            AllGatherAlgo::CopyEngine
+        } else if bytes <= self.allgather_ll_max_bytes && tables {
             AllGatherAlgo::LowLatency
         } else if bytes <= self.allgather_oneshot_max_bytes {
             AllGatherAlgo::OneShot
         } else {
             AllGatherAlgo::Bandwidth
         }
+    }
+
+    /// The reduce-scatter algorithm `Auto` picks for blocks of `bytes`.
+    pub fn choose_reduce_scatter(&self, bytes: usize, tables: bool) -> ReduceScatterAlgo {
+        if bytes <= self.reducescatter_ll_max_bytes && tables {
+            ReduceScatterAlgo::LowLatency
+        } else {
+            ReduceScatterAlgo::Pull
+        }
+    }
+
+    /// The largest input of the low-latency paths these thresholds pick (bytes per
+    /// destination).
+    fn ll_max(&self) -> usize {
+        self.ll_max_bytes
+            .max(self.allgather_ll_max_bytes)
+            .max(self.reducescatter_ll_max_bytes)
+            .max(self.broadcast_ll_max_bytes)
+            .max(self.alltoall_ll_max_bytes)
     }
 
     /// Check that every algorithm these thresholds can pick fits its part of the workspace
@@ -169,6 +222,25 @@ impl Thresholds {
                 ag(AllGatherAlgo::OneShot, self.allgather_oneshot_max_bytes),
             ),
         ];
+        // The other low-latency paths hold a destination's input in a lines slot.
+        let ll = |what: &str| (format!("ll {what}"), ll_max_input(d.lines_slot_bytes));
+        let checks = checks.into_iter().chain([
+            (
+                "reducescatter_ll_max_bytes",
+                self.reducescatter_ll_max_bytes,
+                ll("reduce-scatter"),
+            ),
+            (
+                "broadcast_ll_max_bytes",
+                self.broadcast_ll_max_bytes,
+                ll("broadcast"),
+            ),
+            (
+                "alltoall_ll_max_bytes",
+                self.alltoall_ll_max_bytes,
+                ll("all-to-all"),
+            ),
+        ]);
         for (field, bytes, (algo, limit)) in checks {
             if bytes > limit {
                 return Err(Error::InvalidArgument(format!(
@@ -192,8 +264,8 @@ pub struct Workspace {
     /// chunk ring. A multiple of 256.
     pub staging_slot_bytes: usize,
     /// Bytes of one low-latency slot (a region no other path writes): low-latency inputs
-    /// twice over (a line carries 8 bytes in 16), a low-latency two-shot's part twice over in
-    /// each half. A multiple of 256.
+    /// (per destination) twice over (a line carries 8 bytes in 16), a low-latency two-shot's
+    /// part twice over in each half. A multiple of 256.
     pub lines_slot_bytes: usize,
     /// Bytes of one sentinel receive slot: a sentinel one-shot's input, or a two-shot's part
     /// in each half. A multiple of 256.
@@ -207,8 +279,7 @@ impl Workspace {
     pub fn for_thresholds(thresholds: &Thresholds, n_pes: usize) -> Self {
         let t = thresholds;
         // Low-latency lines carry 8 bytes of data in 16.
-        let ll = (2 * t.ll_max_bytes.max(t.allgather_ll_max_bytes) + 16)
-            .max(ll_twoshot_slot_bytes(t.ll_twoshot_max_bytes, n_pes));
+        let ll = (2 * t.ll_max() + 16).max(ll_twoshot_slot_bytes(t.ll_twoshot_max_bytes, n_pes));
         let staging = t
             .oneshot_max_bytes
             .max(t.allgather_oneshot_max_bytes)
@@ -378,6 +449,7 @@ mod tests {
             assert!(t.ll_twoshot_max_bytes <= t.oneshot_max_bytes);
             assert!(t.oneshot_max_bytes <= t.twoshot_max_bytes);
             assert!(t.allgather_ll_max_bytes <= t.allgather_oneshot_max_bytes);
+            assert!(ll_max_input(w.lines_slot_bytes) >= t.ll_max());
             // A slot holds a one-shot input, a low-latency input twice over, the chunk ring.
             let slot = w.staging_slot_bytes;
             assert!(slot >= t.oneshot_max_bytes && slot >= 2 * t.ll_max_bytes);
@@ -499,5 +571,46 @@ mod tests {
         assert_eq!(t.choose_all_gather(4096, true), AllGatherAlgo::LowLatency);
         assert_eq!(t.choose_all_gather(4096, false), AllGatherAlgo::OneShot);
         assert_eq!(t.choose_all_gather(1 << 20, true), AllGatherAlgo::Bandwidth);
+        assert_eq!(
+            t.choose_reduce_scatter(8, true),
+            ReduceScatterAlgo::LowLatency
+        );
+        assert_eq!(t.choose_reduce_scatter(8, false), ReduceScatterAlgo::Pull);
+        // The copy engines only when asked for, by size.
+        assert_eq!(
+            t.choose_all_gather(256 << 20, true),
+            AllGatherAlgo::Bandwidth
+        );
+        let ce = Thresholds {
+            copy_engine_min_bytes: 64 << 20,
+            ..t.clone()
+        };
+        assert_eq!(
+            ce.choose_all_gather(64 << 20, true),
+            AllGatherAlgo::CopyEngine
+        );
+        assert_eq!(
+            ce.choose_all_gather((64 << 20) - 1, true),
+            AllGatherAlgo::Bandwidth
+        );
+        assert_eq!(
+            t.choose_reduce_scatter(1 << 20, true),
+            ReduceScatterAlgo::Pull
+        );
+    }
+
+    #[test]
+    fn a_low_latency_threshold_beyond_the_lines_slot_is_refused() {
+        let mut c = CollectivesConfig::for_pes(2);
+        c.thresholds.alltoall_ll_max_bytes = 4 << 20;
+        let e = c
+            .thresholds
+            .check_fits(&dims(2, &c.workspace))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("alltoall_ll_max_bytes"), "{e}");
+        c.workspace = Workspace::for_thresholds(&c.thresholds, 2);
+        assert!(c.thresholds.check_fits(&dims(2, &c.workspace)).is_ok());
+        assert!(ll_max_input(c.workspace.lines_slot_bytes) >= 4 << 20);
     }
 }

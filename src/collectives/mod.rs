@@ -30,6 +30,7 @@
 mod agree;
 pub mod algo;
 pub mod config;
+mod copies;
 mod fault;
 mod movement;
 mod plan;
@@ -114,6 +115,13 @@ pub struct Collectives {
     /// The all-to-all-v's counts as each PE publishes them: [parity][3 x n_pes] (see
     /// `push_alltoallv` in kernels/collectives/movement.cuh).
     counts_table: SymmetricBuffer<u64>,
+    /// The copy-engine paths' barriers (before and after their copies), and a copy stream
+    /// per destination.
+    ce_open: Function,
+    ce_close: Function,
+    copy_streams: Vec<Arc<CudaStream>>,
+    /// Every PE's control words as mapped here (where any symmetric address of a peer is).
+    ctrl_peers: Vec<u64>,
 }
 
 // SAFETY: the tables hold device addresses, only ever passed to kernels; the functions and
@@ -125,7 +133,16 @@ unsafe impl Sync for Collectives {}
 /// it launches (`None` for an empty call).
 struct Planned<'f> {
     record: Record,
-    launch: Option<Launch<'f>>,
+    launch: Option<Work<'f>>,
+}
+
+/// What a call launches (made and consumed once per call: its size does not matter).
+#[allow(clippy::large_enum_variant)]
+enum Work<'f> {
+    /// One kernel.
+    Kernel(Launch<'f>),
+    /// This PE's copies by the copy engines, between two barriers (`copies`).
+    Copies(Vec<copies::PeerCopy>),
 }
 
 struct Launch<'f> {
@@ -143,8 +160,24 @@ fn planned<'f>(
 ) -> Result<Planned<'f>> {
     Ok(Planned {
         record,
-        launch: if empty { None } else { Some(launch()?) },
+        launch: if empty {
+            None
+        } else {
+            Some(Work::Kernel(launch()?))
+        },
     })
+}
+
+/// `record`'s call by the copy engines, making `copies` unless the call is `empty`.
+fn planned_copies(
+    record: Record,
+    empty: bool,
+    copies: impl FnOnce() -> Vec<copies::PeerCopy>,
+) -> Planned<'static> {
+    Planned {
+        record,
+        launch: (!empty).then(|| Work::Copies(copies())),
+    }
 }
 
 /// Whether `stream` is being captured into a graph.
@@ -266,9 +299,13 @@ impl Collectives {
                 let reduce = reduce_kernels()
                     .map(|(row, t, o)| module.function(&reduce_kernel(row, t, o)))
                     .collect::<Result<Vec<_>>>()?;
+                let barriers = (
+                    module.function(algo::CE_OPEN_KERNEL)?,
+                    module.function(algo::CE_CLOSE_KERNEL)?,
+                );
                 Ok((
                     (all_reduce, all_gather, reduce_scatter, reduce),
-                    (broadcast, all_to_all, all_to_all_v),
+                    (broadcast, all_to_all, all_to_all_v, barriers),
                     FaultRecord::new(shmem)?,
                 ))
             });
@@ -284,7 +321,7 @@ impl Collectives {
         let agreed = agreement.agree(shmem, record, config.timeout);
         let (
             (all_reduce, all_gather, reduce_scatter, reduce),
-            (broadcast, all_to_all, all_to_all_v),
+            (broadcast, all_to_all, all_to_all_v, (ce_open, ce_close)),
             fault,
         ) = local?;
         agreed?;
@@ -311,16 +348,20 @@ impl Collectives {
         // workspace's lines would be).
         let lines = shmem.calloc::<u8>(2 * n * dims.lines_slot_bytes)?;
         // Every peer must be load/store reachable (one node, NVLink or PCIe peer access).
-        for pe in 0..n {
-            if ctrl.peer_ptr(pe)?.is_none() {
-                return Err(Error::InvalidArgument(format!(
+        let ctrl_peers = (0..n)
+            .map(|pe| match ctrl.peer_ptr(pe)? {
+                Some(p) => Ok(p as u64),
+                None => Err(Error::InvalidArgument(format!(
                     "PE {pe} is not load/store reachable from PE {} (different node or no peer \
                      access): our collectives need every PE on one node with peer access; use \
                      Team::all_reduce / Team::fcollect instead",
                     shmem.my_pe()
-                )));
-            }
-        }
+                ))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let copy_streams = (0..n)
+            .map(|_| shmem.new_stream())
+            .collect::<Result<Vec<_>>>()?;
         let counts_table = shmem.calloc::<u64>(2 * 3 * n)?;
         let sentinel = shmem.malloc::<u32>(2 * n * dims.sentinel_slot_bytes / 4)?;
         sentinel.copy_from_host(&vec![abi::COLL_SENTINEL; sentinel.len()])?;
@@ -355,6 +396,10 @@ impl Collectives {
             all_to_all_v,
             reduce,
             counts_table,
+            ce_open,
+            ce_close,
+            copy_streams,
+            ctrl_peers,
         })
     }
 
@@ -446,6 +491,12 @@ impl Collectives {
     pub fn choose_all_gather(&self, bytes: usize) -> AllGatherAlgo {
         self.thresholds
             .choose_all_gather(bytes, self.tables.is_some())
+    }
+
+    /// The reduce-scatter algorithm `Auto` picks for blocks of `bytes` (each PE's output).
+    pub fn choose_reduce_scatter(&self, bytes: usize) -> ReduceScatterAlgo {
+        self.thresholds
+            .choose_reduce_scatter(bytes, self.tables.is_some())
     }
 
     fn check_view<T: Element>(
@@ -574,6 +625,12 @@ impl Collectives {
         };
         let row = algo.index().expect("Auto was resolved");
         let record = self.call_record(Collective::AllGather, None, row, dst, src, src.len());
+        if algo == AllGatherAlgo::CopyEngine {
+            let (dst, src) = (dst.as_ptr() as u64, src.as_ptr() as u64);
+            return Ok(planned_copies(record, bytes == 0, || {
+                self.all_gather_copies(dst, src, bytes)
+            }));
+        }
         planned(record, bytes == 0, || {
             self.plan_launch(
                 &self.all_gather[row],
@@ -633,7 +690,7 @@ impl Collectives {
         )?;
         check_overlap("reduce_scatter", dst, src, false)?;
         let algo = match algo {
-            ReduceScatterAlgo::Auto => ReduceScatterAlgo::Pull,
+            ReduceScatterAlgo::Auto => self.choose_reduce_scatter(dst.num_bytes()),
             a => a,
         };
         let row = algo.index().expect("Auto was resolved");
@@ -816,6 +873,12 @@ impl Collectives {
                 self.counts_table.device_ptr(),
                 self.counts_table.num_bytes(),
             ),
+            Params::CopyEngine => {
+                return Err(Error::InvalidArgument(format!(
+                    "the {algo:?} {} launches copies, not a kernel of its own",
+                    A::WHAT
+                )))
+            }
         };
         let mut args = KernelArgs::new();
         args.device_ptr(src)
@@ -825,26 +888,28 @@ impl Collectives {
             .device_ptr(self.flags.device_ptr())
             .device_ptr(region)
             .value(slot_bytes);
+        // The by-value parameters, in the kernels' order: the peer table, then the plan or
+        // the root.
+        if matches!(params, Params::LinesPeers | Params::SentinelPeers) {
+            let (lines, sentinel) = self.tables.ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "the {algo:?} {} takes up to {} PEs",
+                    A::WHAT,
+                    abi::LL_MAX_PES
+                ))
+            })?;
+            args.value(if params == Params::SentinelPeers {
+                sentinel
+            } else {
+                lines
+            });
+        }
         match (params, plan.extra) {
             (Params::StagingPlan, Extra::Plan(chunks)) => {
                 args.value(chunks);
             }
             (_, Extra::Root(root)) => {
                 args.value(root);
-            }
-            (Params::LinesPeers | Params::SentinelPeers, _) => {
-                let (lines, sentinel) = self.tables.ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "the {algo:?} {} takes up to {} PEs",
-                        A::WHAT,
-                        abi::LL_MAX_PES
-                    ))
-                })?;
-                args.value(if params == Params::SentinelPeers {
-                    sentinel
-                } else {
-                    lines
-                });
             }
             _ => {}
         }
@@ -948,7 +1013,7 @@ impl Collectives {
     /// Launch a planned call on the one launch path ([`Function::launch_with`]), ordered
     /// after the last call.
     fn launch(&self, planned: Planned<'_>, stream: &Arc<CudaStream>) -> Result<()> {
-        let Some(mut launch) = planned.launch else {
+        let Some(work) = planned.launch else {
             return Ok(());
         };
         let options = LaunchOptions {
@@ -958,16 +1023,20 @@ impl Collectives {
         };
         let mut last = self.last_stream.lock().unwrap_or_else(|p| p.into_inner());
         self.order_after(last.as_ref(), stream)?;
-        // SAFETY: the arguments are the kernel's parameters (checked against its layout by
-        // the launch); the buffers were checked against the plan's limit and outlive the
-        // call, which is stream-ordered before anything that frees them.
-        unsafe {
-            launch
-                .function
-                .launch_with(launch.grid, options, stream, &mut launch.args)?
+        let launched = match work {
+            // SAFETY: the arguments are the kernel's parameters (checked against its layout
+            // by the launch); the buffers were checked against the plan's limit and outlive
+            // the call, which is stream-ordered before anything that frees them.
+            Work::Kernel(mut launch) => unsafe {
+                launch
+                    .function
+                    .launch_with(launch.grid, options, stream, &mut launch.args)
+            },
+            Work::Copies(copies) => self.launch_copies(&copies, options, stream),
         };
+        // Whatever was enqueued is this call's: the next one is ordered after it.
         *last = Some(Arc::clone(stream));
-        Ok(())
+        launched
     }
 
     /// Order a call on `stream` after the last call, made on `last`: nothing when it is the

@@ -89,7 +89,7 @@ pub(crate) fn all_reduce_plan(algo: AllReduceAlgo, bytes: usize, d: &Dims) -> Ca
         ),
         AllReduceAlgo::LowLatency => plain(
             ll_grid(bytes.div_ceil(8), max_blocks),
-            (d.lines_slot_bytes - 16) / 2,
+            ll_max_input(d.lines_slot_bytes),
         ),
         AllReduceAlgo::LowLatencyTwoShot => plain(
             ll_grid(bytes.div_ceil(8).div_ceil(d.n_pes), max_blocks),
@@ -131,7 +131,7 @@ pub(crate) fn all_gather_plan(algo: AllGatherAlgo, bytes: usize, d: &Dims) -> Ca
     let (grid, limit) = match algo {
         AllGatherAlgo::LowLatency => (
             ll_grid(bytes.div_ceil(8), d.sm_count),
-            (d.lines_slot_bytes - 16) / 2,
+            ll_max_input(d.lines_slot_bytes),
         ),
         AllGatherAlgo::OneShot => (
             (
@@ -140,7 +140,8 @@ pub(crate) fn all_gather_plan(algo: AllGatherAlgo, bytes: usize, d: &Dims) -> Ca
             ),
             d.staging_slot_bytes,
         ),
-        AllGatherAlgo::Bandwidth | AllGatherAlgo::Auto => (
+        // The copy-engine path launches no kernel of this shape (see `copies`).
+        AllGatherAlgo::Bandwidth | AllGatherAlgo::Auto | AllGatherAlgo::CopyEngine => (
             (
                 blocks_for(nvec, THREADS as usize * UNROLL, d.sm_count.min(MAX_BLOCKS)),
                 THREADS,
@@ -157,10 +158,12 @@ pub(crate) fn all_gather_plan(algo: AllGatherAlgo, bytes: usize, d: &Dims) -> Ca
 }
 
 /// The plan of a reduce-scatter of `bytes` per PE out (`algo` is not `Auto`): the pull
-/// algorithm's grid is the two-shot all-reduce's over its part.
+/// algorithm's grid is the two-shot all-reduce's over its part; the low-latency one takes a
+/// line of every block per thread.
 pub(crate) fn reduce_scatter_plan(algo: ReduceScatterAlgo, bytes: usize, d: &Dims) -> CallPlan {
     let nvec = bytes.div_ceil(16);
     match algo {
+        ReduceScatterAlgo::LowLatency => ll_plan(bytes, d, Extra::None),
         ReduceScatterAlgo::Pull | ReduceScatterAlgo::Auto => CallPlan {
             blocks: blocks_for(nvec, THREADS as usize * UNROLL, d.sm_count.min(MAX_BLOCKS)),
             threads: THREADS,
@@ -168,6 +171,24 @@ pub(crate) fn reduce_scatter_plan(algo: ReduceScatterAlgo, bytes: usize, d: &Dim
             extra: Extra::None,
         },
     }
+}
+
+/// The plan of a low-latency call that sends `bytes` per destination: a line of each per
+/// thread, and room for them in a lines slot.
+fn ll_plan(bytes: usize, d: &Dims, extra: Extra) -> CallPlan {
+    let (blocks, threads) = ll_grid(bytes.div_ceil(8), d.sm_count);
+    CallPlan {
+        blocks,
+        threads,
+        limit: ll_max_input(d.lines_slot_bytes),
+        extra,
+    }
+}
+
+/// The largest input of `bytes` per destination whose lines (16 bytes for 8 of data) fit a
+/// lines slot of `slot_bytes`.
+pub(crate) fn ll_max_input(slot_bytes: usize) -> usize {
+    (slot_bytes - 16) / 2
 }
 
 /// The grid and limit of a one-shot (through staging) or push (straight into the outputs)
@@ -191,8 +212,11 @@ fn move_plan(oneshot: bool, bytes: usize, d: &Dims, extra: Extra) -> CallPlan {
 
 /// The plan of a broadcast of `bytes` from `root` (`algo` is not `Auto`).
 pub(crate) fn broadcast_plan(algo: BroadcastAlgo, bytes: usize, root: usize, d: &Dims) -> CallPlan {
-    let oneshot = algo == BroadcastAlgo::OneShot;
-    move_plan(oneshot, bytes, d, Extra::Root(root as i32))
+    let root = Extra::Root(root as i32);
+    match algo {
+        BroadcastAlgo::LowLatency => ll_plan(bytes, d, root),
+        _ => move_plan(algo == BroadcastAlgo::OneShot, bytes, d, root),
+    }
 }
 
 /// The plan of an all-to-all with counts: one grid whatever the counts, which differ between
@@ -209,7 +233,10 @@ pub(crate) fn all_to_all_v_plan(d: &Dims) -> CallPlan {
 
 /// The plan of an all-to-all of `bytes` per block (`algo` is not `Auto`).
 pub(crate) fn all_to_all_plan(algo: AllToAllAlgo, bytes: usize, d: &Dims) -> CallPlan {
-    move_plan(algo == AllToAllAlgo::OneShot, bytes, d, Extra::None)
+    match algo {
+        AllToAllAlgo::LowLatency => ll_plan(bytes, d, Extra::None),
+        _ => move_plan(algo == AllToAllAlgo::OneShot, bytes, d, Extra::None),
+    }
 }
 
 /// The plan of a reduce of `bytes` to `root` (`algo` is not `Auto`): the pull of the
@@ -319,6 +346,33 @@ mod tests {
                 assert!(over.div_ceil(8).div_ceil(n) * 16 > slot / 2, "{bytes} {n}");
             }
         }
+    }
+
+    #[test]
+    fn low_latency_limit_fits_a_destination_in_its_lines_slot() {
+        for slot in [256, 4096, 2 << 20, 3 << 20] {
+            let most = ll_max_input(slot);
+            // One line of 16 bytes for every 8 bytes of input (the last one padded).
+            assert!(most.div_ceil(8) * 16 <= slot, "{slot}");
+            assert!((most + 8 + 1).div_ceil(8) * 16 > slot - 16, "{slot}");
+            let d = Dims {
+                n_pes: 4,
+                sm_count: 132,
+                bandwidth_max_blocks: 264,
+                staging_slot_bytes: 6 << 20,
+                lines_slot_bytes: slot,
+                sentinel_slot_bytes: 1 << 20,
+            };
+            assert_eq!(
+                reduce_scatter_plan(ReduceScatterAlgo::LowLatency, 8, &d).limit,
+                most
+            );
+            let b = broadcast_plan(BroadcastAlgo::LowLatency, 4096, 3, &d);
+            assert_eq!((b.limit, b.extra), (most, Extra::Root(3)));
+            assert_eq!(all_to_all_plan(AllToAllAlgo::LowLatency, 1, &d).limit, most);
+        }
+        // A thread per line: 1 MiB of lines over 132 SMs takes 512-thread blocks.
+        assert_eq!(ll_grid((1 << 20) / 8, 132), (132, 512));
     }
 
     #[test]

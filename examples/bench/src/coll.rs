@@ -453,7 +453,7 @@ fn progress_line(
     recs: &[Record],
 ) -> String {
     let mut parts = Vec::new();
-    for imp in ["ours", "nvshmem", "nccl"] {
+    for imp in ["ours", "nvshmem", "nccl", "nccl-symm"] {
         let times: Vec<String> = recs
             .iter()
             .filter(|r| r.implementation == imp)
