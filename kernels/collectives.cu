@@ -181,3 +181,10 @@ extern "C" __global__ void __launch_bounds__(COLL_MAX_PES) ce_close(Ctrl *ctrl, 
     signal_and_wait(ctrl, flags, FLAGS_DONE, nvshmem_my_pe(), nvshmem_n_pes(), e);
     finish_call(ctrl, e);
 }
+
+// The copy-engine paths' copy into this PE's own output, by the SMs beside the copy engines'
+// copies to the peers: HBM-bound work that would otherwise take a copy engine too.
+extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ce_local_copy(const char *src, char *dst, size_t bytes) {
+    enter_call();
+    copy_mapped(dst, src, bytes);
+}

@@ -639,13 +639,15 @@ pub fn kernel_names() -> Vec<String> {
     ));
     names.push(ALL_TO_ALL_V_KERNEL.into());
     names.extend(reduce_kernels().map(|(row, t, o)| reduce_kernel(row, t, o)));
-    names.extend([CE_OPEN_KERNEL.into(), CE_CLOSE_KERNEL.into()]);
+    names.extend([CE_OPEN_KERNEL, CE_CLOSE_KERNEL, CE_LOCAL_COPY_KERNEL].map(String::from));
     names
 }
 
-/// The copy-engine paths' barriers: before their copies, and after them.
+/// The copy-engine paths' barriers (before their copies, and after them), and their copy
+/// into this PE's own output (by the SMs).
 pub(crate) const CE_OPEN_KERNEL: &str = "ce_open";
 pub(crate) const CE_CLOSE_KERNEL: &str = "ce_close";
+pub(crate) const CE_LOCAL_COPY_KERNEL: &str = "ce_local_copy";
 
 /// The kernel of a move (all-gather, broadcast, all-to-all) row: `STEM_WHAT_bytes`, or the
 /// opening barrier for the copy-engine rows.
@@ -784,9 +786,9 @@ mod tests {
         let names = kernel_names();
         assert_eq!(
             names.len(),
-            5 * 4 * 3 + 2 * 3 * 3 + 3 + 2 * 4 * 3 + 3 + 3 + 1 + 4 * 3 + 2
+            5 * 4 * 3 + 2 * 3 * 3 + 3 + 2 * 4 * 3 + 3 + 3 + 1 + 4 * 3 + 3
         );
-        assert_eq!(names.last().unwrap(), "ce_close");
+        assert_eq!(names.last().unwrap(), "ce_local_copy");
         // Every name once.
         let mut sorted = names.clone();
         sorted.sort();

@@ -115,10 +115,11 @@ pub struct Collectives {
     /// The all-to-all-v's counts as each PE publishes them: [parity][3 x n_pes] (see
     /// `push_alltoallv` in kernels/collectives/movement.cuh).
     counts_table: SymmetricBuffer<u64>,
-    /// The copy-engine paths' barriers (before and after their copies), and a copy stream
-    /// per destination.
+    /// The copy-engine paths' barriers (before and after their copies), their copy into this
+    /// PE's own output (by the SMs), and a copy stream per peer.
     ce_open: Function,
     ce_close: Function,
+    ce_local_copy: Function,
     copy_streams: Vec<Arc<CudaStream>>,
     /// Every PE's control words as mapped here (where any symmetric address of a peer is).
     ctrl_peers: Vec<u64>,
@@ -302,6 +303,7 @@ impl Collectives {
                 let barriers = (
                     module.function(algo::CE_OPEN_KERNEL)?,
                     module.function(algo::CE_CLOSE_KERNEL)?,
+                    module.function(algo::CE_LOCAL_COPY_KERNEL)?,
                 );
                 Ok((
                     (all_reduce, all_gather, reduce_scatter, reduce),
@@ -321,7 +323,7 @@ impl Collectives {
         let agreed = agreement.agree(shmem, record, config.timeout);
         let (
             (all_reduce, all_gather, reduce_scatter, reduce),
-            (broadcast, all_to_all, all_to_all_v, (ce_open, ce_close)),
+            (broadcast, all_to_all, all_to_all_v, (ce_open, ce_close, ce_local_copy)),
             fault,
         ) = local?;
         agreed?;
@@ -359,7 +361,7 @@ impl Collectives {
                 ))),
             })
             .collect::<Result<Vec<_>>>()?;
-        let copy_streams = (0..n)
+        let copy_streams = (1..n)
             .map(|_| shmem.new_stream())
             .collect::<Result<Vec<_>>>()?;
         let counts_table = shmem.calloc::<u64>(2 * 3 * n)?;
@@ -398,6 +400,7 @@ impl Collectives {
             counts_table,
             ce_open,
             ce_close,
+            ce_local_copy,
             copy_streams,
             ctrl_peers,
         })

@@ -210,6 +210,12 @@ fn move_plan(oneshot: bool, bytes: usize, d: &Dims, extra: Extra) -> CallPlan {
     }
 }
 
+/// The grid of a copy of `bytes` by the SMs (the push's).
+pub(crate) fn copy_grid(bytes: usize, d: &Dims) -> (u32, u32) {
+    let p = move_plan(false, bytes, d, Extra::None);
+    (p.blocks, p.threads)
+}
+
 /// The plan of a broadcast of `bytes` from `root` (`algo` is not `Auto`).
 pub(crate) fn broadcast_plan(algo: BroadcastAlgo, bytes: usize, root: usize, d: &Dims) -> CallPlan {
     let root = Extra::Root(root as i32);
