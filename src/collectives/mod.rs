@@ -24,8 +24,9 @@
 //!
 //! The parts: [`algo`] (the algorithms as types, and the kernel names they give), `plan`
 //! (grids and workspace limits of a call), [`config`] (the workspace, sized once, and the
-//! thresholds of the automatic choice), `movement` (the broadcast and the all-to-all) and this
-//! module (the workspace and the dispatch).
+//! thresholds of the automatic choice), `movement` (the broadcast and the all-to-all),
+//! `copies` (the copy-engine paths of the moves: peer copies between two barrier kernels) and
+//! this module (the workspace and the dispatch).
 
 mod agree;
 pub mod algo;

@@ -34,7 +34,7 @@ enum NvshmemRsChannelWord {
 typedef struct nvshmem_rs_channel {
     // Symmetric: depth slots of slot_bytes bytes each; the consumer's copy holds the messages.
     char *slots;
-    // Symmetric, `depth` words: on the consumer, ready[i] = s + 1 once message s is in slot i.
+    // Symmetric, `depth` words: on the consumer, `ready[i] = s + 1` once message s is in slot i.
     uint64_t *ready;
     // Symmetric, `depth` words: on the consumer, the byte length of the message in slot i.
     uint64_t *lens;
