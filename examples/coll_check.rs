@@ -543,6 +543,51 @@ fn broadcast_burst(
     found
 }
 
+/// Broadcasts between all-reduces, back to back with no host synchronisation: a one-shot
+/// all-reduce (staging of one epoch parity), a broadcast from a rotating root, a low-latency
+/// all-reduce (lines of the other parity), `rounds` times. A broadcast that let a PE run ahead
+/// into the next call would let it overwrite staging or lines a peer still reads.
+fn broadcast_between_reductions(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    algo: BroadcastAlgo,
+    (rounds, n): (usize, usize),
+) -> Result<()> {
+    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let data: Vec<Vec<Vec<f32>>> = (0..3 * rounds as u64)
+        .map(|r| inputs::<f32>(seed + r, np, n))
+        .collect();
+    let bufs = data
+        .iter()
+        .map(|all| {
+            let b = shmem.malloc::<f32>(n)?;
+            b.copy_from_host(&all[me])?;
+            Ok(b)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let outs = (0..bufs.len())
+        .map(|_| shmem.calloc::<f32>(n))
+        .collect::<Result<Vec<_>>>()?;
+    let s = shmem.stream();
+    let sum = |i: usize, a: AllReduceAlgo| coll.all_reduce(&outs[i], &bufs[i], ReduceOp::Sum, a, s);
+    for r in 0..rounds {
+        sum(3 * r, AllReduceAlgo::OneShot)?;
+        coll.broadcast(&outs[3 * r + 1], &bufs[3 * r + 1], r % np, algo, s)?;
+        sum(3 * r + 2, AllReduceAlgo::LowLatency)?;
+    }
+    sync(shmem)?;
+    let mut found = Ok(());
+    for (i, out) in outs.iter().enumerate() {
+        let want = match i % 3 {
+            1 => data[i][(i / 3) % np].clone(),
+            _ => reference(ReduceOp::Sum, &data[i]),
+        };
+        found = found.and(compare(&format!("call {i}"), &out.to_vec()?, &want));
+    }
+    found
+}
+
 /// A random count matrix, the same on every PE: `c[p][q]` elements go from PE `p` to PE `q`,
 /// up to `max` (zeros included).
 fn count_matrix(seed: u64, np: usize, max: usize) -> Vec<Vec<usize>> {
@@ -1174,12 +1219,12 @@ fn cuda<T>(
     r.map_err(|source| Error::Cuda { call, source })
 }
 
-/// `r` must be the error `expected` accepts.
 /// The largest input per destination that the low-latency paths take in `coll`'s lines.
 fn ll_limit(coll: &Collectives) -> usize {
     (coll.workspace().lines_slot_bytes - 16) / 2
 }
 
+/// `r` must be the error `expected` accepts.
 fn expect_err(r: Result<()>, what: &str, expected: fn(&Error) -> bool) -> Result<()> {
     match r {
         Err(e) if expected(&e) => Ok(()),
@@ -1479,6 +1524,12 @@ fn main() {
                 |s, seed| broadcast_burst(s, &coll, seed, (algo, root, 64), 1000 + 1),
             );
         }
+    }
+    for algo in [BroadcastAlgo::LowLatency, BroadcastAlgo::CopyEngine] {
+        c.check(
+            &format!("broadcast {algo:?} between one-shot and low-latency all-reduces"),
+            |s, seed| broadcast_between_reductions(s, &coll, seed, algo, (32, 1000 + 1)),
+        );
     }
     for max in [0usize, 1, 5, 1000, 70_001] {
         c.check(

@@ -16,7 +16,7 @@
 #define FLAGS_DONE 1     // two-shot / all-gather bandwidth end barrier
 #define FLAGS_START 2    // two-shot / all-gather bandwidth start barrier
 #define FLAGS_BW 3       // bandwidth all-reduce: rounds of chunks (see there)
-#define FLAGS_ACK 4      // low-latency broadcast: calls begun, and where the last one ran (see there)
+#define FLAGS_ACK 4      // low-latency broadcast: the last call each PE began (row 0; see there)
 
 
 // Every entry point starts here. Launched with programmatic stream serialization, a kernel

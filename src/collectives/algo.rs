@@ -57,8 +57,10 @@ pub enum AllGatherAlgo {
     /// Push straight into every PE's output over all SMs (large messages).
     Bandwidth,
     /// By the copy engines: an opening barrier, peer `cuMemcpyAsync`s on a copy stream per
-    /// destination, a closing barrier (the largest messages: the copy engines outrun SM
-    /// stores over NVLink, and leave the SMs free).
+    /// peer (this PE's own copy by the SMs meanwhile), a closing barrier (the largest
+    /// messages: the copy engines outrun SM stores over NVLink, and leave the SMs free). A
+    /// copy engine cannot be stopped from the device: after an opening barrier that ran out
+    /// of time the copies still run, into a peer that may not have reached the call.
     CopyEngine,
 }
 
@@ -94,7 +96,8 @@ pub enum BroadcastAlgo {
     /// [`Thresholds::broadcast_ll_max_bytes`](super::Thresholds::broadcast_ll_max_bytes),
     /// then [`OneShot`](Self::OneShot) up to
     /// [`BROADCAST_ONESHOT_BYTES`](super::BROADCAST_ONESHOT_BYTES) (and the staging slot),
-    /// [`Push`](Self::Push) above.
+    /// [`Push`](Self::Push) above, [`CopyEngine`](Self::CopyEngine) from
+    /// [`Thresholds::copy_engine_min_bytes`](super::Thresholds::copy_engine_min_bytes).
     Auto,
     /// The root pushes its input to every peer in low-latency lines (8 bytes of data and
     /// the call's tag in each 16-byte store), which the peers poll: no barrier (small
@@ -107,8 +110,10 @@ pub enum BroadcastAlgo {
     /// SMs, an end barrier (large messages; no staging, any size).
     Push,
     /// By the copy engines: an opening barrier, peer `cuMemcpyAsync`s on a copy stream per
-    /// destination, a closing barrier (the largest messages: the copy engines outrun SM
-    /// stores over NVLink, and leave the SMs free).
+    /// peer (this PE's own copy by the SMs meanwhile), a closing barrier (the largest
+    /// messages: the copy engines outrun SM stores over NVLink, and leave the SMs free). A
+    /// copy engine cannot be stopped from the device: after an opening barrier that ran out
+    /// of time the copies still run, into a peer that may not have reached the call.
     CopyEngine,
 }
 
@@ -119,7 +124,8 @@ pub enum AllToAllAlgo {
     /// [`Thresholds::alltoall_ll_max_bytes`](super::Thresholds::alltoall_ll_max_bytes) per
     /// block, then [`OneShot`](Self::OneShot) up to
     /// [`ALL_TO_ALL_ONESHOT_BYTES`](super::ALL_TO_ALL_ONESHOT_BYTES) (and the staging slot),
-    /// [`Push`](Self::Push) above.
+    /// [`Push`](Self::Push) above, [`CopyEngine`](Self::CopyEngine) from
+    /// [`Thresholds::copy_engine_min_bytes`](super::Thresholds::copy_engine_min_bytes).
     Auto,
     /// Every PE pushes each block to its owner in low-latency lines, which the owner polls:
     /// no barrier (small blocks).
@@ -131,8 +137,10 @@ pub enum AllToAllAlgo {
     /// barrier (large messages; no staging, any size).
     Push,
     /// By the copy engines: an opening barrier, peer `cuMemcpyAsync`s on a copy stream per
-    /// destination, a closing barrier (the largest messages: the copy engines outrun SM
-    /// stores over NVLink, and leave the SMs free).
+    /// peer (this PE's own copy by the SMs meanwhile), a closing barrier (the largest
+    /// messages: the copy engines outrun SM stores over NVLink, and leave the SMs free). A
+    /// copy engine cannot be stopped from the device: after an opening barrier that ran out
+    /// of time the copies still run, into a peer that may not have reached the call.
     CopyEngine,
 }
 

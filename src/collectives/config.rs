@@ -51,8 +51,9 @@ pub struct Thresholds {
     /// Reduce-scatter outputs (a PE's block) up to this use the low-latency path; larger
     /// ones the pull.
     pub reducescatter_ll_max_bytes: usize,
-    /// Broadcasts up to this use the low-latency path; larger ones the one-shot (up to
-    /// [`BROADCAST_ONESHOT_BYTES`](super::BROADCAST_ONESHOT_BYTES)) or the push.
+    /// Broadcasts up to this use the low-latency path (0 by default: none); larger ones the
+    /// one-shot (up to [`BROADCAST_ONESHOT_BYTES`](super::BROADCAST_ONESHOT_BYTES)) or the
+    /// push.
     pub broadcast_ll_max_bytes: usize,
     /// All-to-all blocks up to this use the low-latency path; larger ones the one-shot (up
     /// to [`ALL_TO_ALL_ONESHOT_BYTES`](super::ALL_TO_ALL_ONESHOT_BYTES)) or the push.
@@ -74,8 +75,9 @@ impl Thresholds {
             // 32 MiB, the store-only bandwidth path above. All-gather: low-latency to
             // 512 KiB per PE, bandwidth above. On 2 H100s: the low-latency reduce-scatter
             // 5.8 us for 512 KiB blocks (the pull 10.4), the low-latency all-to-all 5.9 us
-            // for 512 KiB blocks (the one-shot 7.3), the low-latency broadcast 5.6 us at
-            // 256 KiB and 10.5 at 1 MiB (the one-shot 6.3 and 8.1).
+            // for 512 KiB blocks (the one-shot 7.3). The low-latency broadcast is not
+            // taken: it now waits, before it ends, until every peer has begun it (which
+            // keeps any PE from running a call ahead), and that form has not been timed.
             Thresholds {
                 sentinel_min_bytes: 2 << 10,
                 sentinel_max_bytes: 2 << 20,
@@ -87,7 +89,7 @@ impl Thresholds {
                 allgather_ll_max_bytes: 512 << 10,
                 allgather_oneshot_max_bytes: 512 << 10,
                 reducescatter_ll_max_bytes: 512 << 10,
-                broadcast_ll_max_bytes: 256 << 10,
+                broadcast_ll_max_bytes: 0,
                 alltoall_ll_max_bytes: 512 << 10,
                 copy_engine_min_bytes: COPY_ENGINE_MIN_BYTES,
             }
@@ -99,8 +101,9 @@ impl Thresholds {
             // against 16.6); i32 the low-latency one-shot to 128 KiB and the low-latency
             // two-shot to 512 KiB. The flag one-shot is never chosen; the two-shot to
             // 32 MiB, the store-only bandwidth path above. All-gather: low-latency to
-            // 256 KiB per PE, bandwidth above. The other low-latency paths (reduce-scatter,
-            // broadcast, all-to-all) take the all-gather's threshold, not yet measured on 4.
+            // 256 KiB per PE, bandwidth above. The low-latency reduce-scatter and all-to-all
+            // take the all-gather's threshold, not measured on 4 PEs; the low-latency
+            // broadcast is not taken (as on 2).
             Thresholds {
                 sentinel_min_bytes: 2 << 10,
                 sentinel_max_bytes: 128 << 10,
@@ -112,7 +115,7 @@ impl Thresholds {
                 allgather_ll_max_bytes: 256 << 10,
                 allgather_oneshot_max_bytes: 256 << 10,
                 reducescatter_ll_max_bytes: 256 << 10,
-                broadcast_ll_max_bytes: 256 << 10,
+                broadcast_ll_max_bytes: 0,
                 alltoall_ll_max_bytes: 256 << 10,
                 copy_engine_min_bytes: COPY_ENGINE_MIN_BYTES,
             }
