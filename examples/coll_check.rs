@@ -216,6 +216,25 @@ fn inputs<T: Reducible>(seed: u64, n_pes: usize, n: usize) -> Vec<Vec<T>> {
         .collect()
 }
 
+/// A new symmetric buffer holding each of `data`: the inputs of calls made back to back.
+fn uploaded<'a>(
+    shmem: &Nvshmem,
+    data: impl IntoIterator<Item = &'a [f32]>,
+) -> Result<Vec<SymmetricBuffer<f32>>> {
+    data.into_iter()
+        .map(|x| {
+            let b = shmem.malloc::<f32>(x.len())?;
+            b.copy_from_host(x)?;
+            Ok(b)
+        })
+        .collect()
+}
+
+/// `count` new zeroed symmetric buffers of `len` elements: the outputs of such calls.
+fn zeroed(shmem: &Nvshmem, count: usize, len: usize) -> Result<Vec<SymmetricBuffer<f32>>> {
+    (0..count).map(|_| shmem.calloc::<f32>(len)).collect()
+}
+
 fn reference<T: Reducible>(op: ReduceOp, all: &[Vec<T>]) -> Vec<T> {
     (0..all[0].len())
         .map(|i| {
@@ -311,17 +330,8 @@ fn reduce_scatter_repeated(
     let rounds: Vec<Vec<Vec<f32>>> = (0..3)
         .map(|r| inputs::<f32>(seed + r, np, n * np))
         .collect();
-    let srcs = rounds
-        .iter()
-        .map(|all| {
-            let b = shmem.malloc::<f32>(n * np)?;
-            b.copy_from_host(&all[me])?;
-            Ok(b)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let dsts = (0..3)
-        .map(|_| shmem.calloc::<f32>(n))
-        .collect::<Result<Vec<_>>>()?;
+    let srcs = uploaded(shmem, rounds.iter().map(|all| &all[me][..]))?;
+    let dsts = zeroed(shmem, 3, n)?;
     for (s, d) in srcs.iter().zip(&dsts) {
         coll.reduce_scatter(d, s, ReduceOp::Sum, algo, shmem.stream())?;
     }
@@ -450,19 +460,10 @@ fn movement_repeated(
     let rounds: Vec<Vec<Vec<f32>>> = (0..np as u64 + 2)
         .map(|r| inputs::<f32>(seed + r, np, n))
         .collect();
-    let srcs = rounds
-        .iter()
-        .map(|all| {
-            let b = shmem.malloc::<f32>(n)?;
-            b.copy_from_host(&all[me])?;
-            Ok(b)
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let srcs = uploaded(shmem, rounds.iter().map(|all| &all[me][..]))?;
     // One output per round, each written by a broadcast from root r and then, in the same
     // buffer's second half of the rounds, by an all-to-all.
-    let dsts = (0..rounds.len())
-        .map(|_| shmem.calloc::<f32>(n))
-        .collect::<Result<Vec<_>>>()?;
+    let dsts = zeroed(shmem, rounds.len(), n)?;
     let s = shmem.stream();
     for (r, (src, dst)) in srcs.iter().zip(&dsts).enumerate() {
         if r < np {
@@ -517,17 +518,8 @@ fn broadcast_burst(
     let rounds: Vec<Vec<f32>> = (0..calls as u64)
         .map(|r| inputs::<f32>(seed + r, np, n).swap_remove(root))
         .collect();
-    let srcs = rounds
-        .iter()
-        .map(|x| {
-            let b = shmem.malloc::<f32>(n)?;
-            b.copy_from_host(x)?;
-            Ok(b)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let dsts = (0..calls)
-        .map(|_| shmem.calloc::<f32>(n))
-        .collect::<Result<Vec<_>>>()?;
+    let srcs = uploaded(shmem, rounds.iter().map(|x| &x[..]))?;
+    let dsts = zeroed(shmem, calls, n)?;
     sync(shmem)?;
     if shmem.my_pe() != root {
         std::thread::sleep(Duration::from_millis(20));
@@ -558,17 +550,8 @@ fn broadcast_between_reductions(
     let data: Vec<Vec<Vec<f32>>> = (0..3 * rounds as u64)
         .map(|r| inputs::<f32>(seed + r, np, n))
         .collect();
-    let bufs = data
-        .iter()
-        .map(|all| {
-            let b = shmem.malloc::<f32>(n)?;
-            b.copy_from_host(&all[me])?;
-            Ok(b)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let outs = (0..bufs.len())
-        .map(|_| shmem.calloc::<f32>(n))
-        .collect::<Result<Vec<_>>>()?;
+    let bufs = uploaded(shmem, data.iter().map(|all| &all[me][..]))?;
+    let outs = zeroed(shmem, bufs.len(), n)?;
     let s = shmem.stream();
     let sum = |i: usize, a: AllReduceAlgo| coll.all_reduce(&outs[i], &bufs[i], ReduceOp::Sum, a, s);
     for r in 0..rounds {
@@ -763,9 +746,7 @@ fn all_gather_repeated(
 ) -> Result<()> {
     let (me, np) = (shmem.my_pe(), shmem.n_pes());
     let all = inputs::<f32>(seed, np, n);
-    let bufs = (0..4)
-        .map(|_| shmem.calloc::<f32>(n * np))
-        .collect::<Result<Vec<_>>>()?;
+    let bufs = zeroed(shmem, 4, n * np)?;
     let src = shmem.malloc::<f32>(n)?;
     src.copy_from_host(&all[me])?;
     let s = shmem.stream();

@@ -196,6 +196,21 @@ __device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctr
 }
 
 // ---- low-latency reduce-scatter ----------------------------------------------------------
+// Line k of block q (of `bytes`, anywhere) of `in` into my slot (`offset`) of PE q's lines,
+// for every peer q: every block's line loaded first, then the stores (a line store keeps the
+// loads after it waiting behind it). The reduce-scatter's and the all-to-all's first step.
+template <int NP>
+__device__ __forceinline__ void push_block_lines(const char *in, size_t bytes, size_t k, int me, int npes, const Peers &peers, size_t offset, uint32_t t) {
+    constexpr int MAXP = NP > 0 ? NP : LL_MAX_PES;
+    uint2 v[MAXP];
+#pragma unroll
+    for (int q = 0; q < MAXP; q++)
+        if (q < npes && q != me) v[q] = load8_any(in + (size_t)q * bytes, bytes, k);
+#pragma unroll
+    for (int q = 0; q < MAXP; q++)
+        if (q < npes && q != me) st_line((uint4 *)(peers.slot[q] + offset) + k, v[q].x, v[q].y, t);
+}
+
 // The first half of the low-latency two-shot, with the caller's blocks as the parts: line k
 // of block q of my input goes into my slot of PE q's lines, and as owner of block me I wait
 // for line k of it from every peer and reduce it with mine in PE order. Blocks of any size
@@ -214,16 +229,7 @@ __device__ void ll_reducescatter(const T *src, T *dst, size_t n, Ctrl *ctrl, cha
     const size_t bytes = n * sizeof(T), lines = (bytes + 7) / 8;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
-    // Every block's line first, then the stores (as in the two-shot).
-    for (size_t k = first; k < lines; k += stride) {
-        uint2 v[MAXP];
-#pragma unroll
-        for (int q = 0; q < MAXP; q++)
-            if (q < npes && q != me) v[q] = load8_any(in + (size_t)q * bytes, bytes, k);
-#pragma unroll
-        for (int q = 0; q < MAXP; q++)
-            if (q < npes && q != me) st_line((uint4 *)(peers.slot[q] + offset) + k, v[q].x, v[q].y, t);
-    }
+    for (size_t k = first; k < lines; k += stride) push_block_lines<NP>(in, bytes, k, me, npes, peers, offset, t);
     for (size_t k = first; k < lines; k += stride) {
         const uint2 own = load8_any(in + (size_t)me * bytes, bytes, k);
         uint2 got[MAXP];

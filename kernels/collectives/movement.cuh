@@ -297,13 +297,7 @@ __device__ void ll_alltoall(const char *src, char *dst, size_t bytes, Ctrl *ctrl
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t k = first; k < lines; k += stride) {
-        uint2 v[MAXP];
-#pragma unroll
-        for (int q = 0; q < MAXP; q++)
-            if (q < npes && q != me) v[q] = load8_any(src + (size_t)q * bytes, bytes, k);
-#pragma unroll
-        for (int q = 0; q < MAXP; q++)
-            if (q < npes && q != me) st_line((uint4 *)(peers.slot[q] + offset) + k, v[q].x, v[q].y, t);
+        push_block_lines<NP>(src, bytes, k, me, npes, peers, offset, t);
         store8(dst + (size_t)me * bytes, bytes, k, load8_any(src + (size_t)me * bytes, bytes, k));
     }
     for (size_t k = first; k < lines; k += stride) {
