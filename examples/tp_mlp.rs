@@ -43,8 +43,8 @@ use nvshmem::cudarc::driver::sys::CUevent_flags;
 use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
 use nvshmem::tp::{
     shard_range, take_cols, take_rows, ColumnInput, ColumnParallelLinear, GemmPath, LinearShape,
-    RowOutput, RowParallelLinear, Schedule, SequenceParallelMlp, TensorParallel, TpMlp,
-    DECODE_MAX_TOKENS, DECODE_TOKENS, FUSED_GATHER_TOKENS,
+    RowOutput, RowParallelLinear, Schedule, ScheduleThresholds, SequenceParallelMlp,
+    TensorParallel, TpMlp, DECODE_MAX_TOKENS, DECODE_TOKENS, FUSED_GATHER_TOKENS,
 };
 use nvshmem::{bf16, AllGatherAlgo, DeviceBuffer, Error, Nvshmem, ReduceOp, SymmetricBuffer};
 use std::sync::Arc;
@@ -384,11 +384,13 @@ fn bits(v: &[bf16]) -> Vec<u16> {
 /// Every schedule is checked. With these few tokens, 3 pieces cut a row-parallel GEMM along
 /// its output features (a narrower last piece, one token or several); the cut along the
 /// tokens is checked at 1027 tokens (row all-reduce, below). Fused runs the fused decode
-/// kernel up to 8 tokens and is sequential above.
-const SCHEDULES: [Schedule; 3] = [
+/// kernel up to 8 tokens and is sequential above; Auto, with the default thresholds, is
+/// sequential at these sizes (`sequence_parallel_auto` checks its choice).
+const SCHEDULES: [Schedule; 4] = [
     Schedule::Sequential,
     Schedule::Overlapped { chunks: 3 },
     Schedule::Fused,
+    Schedule::Auto,
 ];
 
 struct Checks {
@@ -954,6 +956,58 @@ fn mlp_sequence_parallel(
     )
 }
 
+/// `Schedule::Auto` in the sequence-parallel MLP, `per_pe` tokens per PE, with the group's
+/// fused threshold at `per_pe` (fused) and just above it (sequential): bit for bit the
+/// output of the schedule it stands for, which is checked against the reference.
+fn sequence_parallel_auto(
+    c: &Checks,
+    seed: u64,
+    (per_pe, hidden, ffn): (usize, usize, usize),
+) -> Outcome {
+    let m = per_pe * c.n();
+    let d = mlp_data(seed, m, hidden, ffn);
+    let rows = c.me() * per_pe..(c.me() + 1) * per_pe;
+    let x = c.symmetric(&take_rows(&d.x, hidden, rows.clone()))?;
+    let y = c.shmem.malloc::<bf16>(per_pe * hidden).map_err(text)?;
+    let run = |tp: &TensorParallel, schedule: Schedule| -> Result<Vec<bf16>, String> {
+        let mlp = SequenceParallelMlp::new(tp, hidden, ffn, m).map_err(text)?;
+        mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
+        mlp.forward_with(&y, &x, schedule, &c.stream)
+            .map_err(text)?;
+        sync(&c.stream).map_err(text)?;
+        y.to_vec().map_err(text)
+    };
+    let at = |min: usize| {
+        c.tp.clone().with_thresholds(ScheduleThresholds {
+            fused_sequence_min_tokens: min,
+            ..ScheduleThresholds::default()
+        })
+    };
+    let fused = run(&c.tp, Schedule::Fused)?;
+    let sequential = run(&c.tp, Schedule::Sequential)?;
+    let auto_fused = run(&at(per_pe), Schedule::Auto)?;
+    let auto_sequential = run(&at(per_pe + 1), Schedule::Auto)?;
+    let (want, term) = mlp_reference(&d.x, (&d.gate, &d.up, &d.down), m, hidden, ffn, c.n());
+    let mine = rows.start * hidden..rows.end * hidden;
+    compare_with(
+        "the fused sequence-parallel MLP",
+        &fused,
+        &want[mine.clone()],
+        &term[mine],
+        1.0 / 128.0,
+    )?;
+    if bits(&auto_fused) != bits(&fused) {
+        return Err("Auto at its threshold differs from Fused".into());
+    }
+    if bits(&auto_sequential) != bits(&sequential) {
+        return Err("Auto below its threshold differs from Sequential".into());
+    }
+    if c.verbose && bits(&fused) == bits(&sequential) {
+        println!("  (the fused and sequential outputs are the same bits here)");
+    }
+    Ok(())
+}
+
 /// The unsharded MLP on this GPU: full gate/up GEMM, SiLU·up, full down GEMM.
 fn mlp_unsharded(
     c: &Checks,
@@ -1498,7 +1552,8 @@ fn timing(c: &Checks, a: &Args) -> Outcome {
                 s,
             )
         };
-        mlp.forward(&y, &x, s).map_err(text)?;
+        mlp.forward_with(&y, &x, Schedule::Sequential, s)
+            .map_err(text)?;
         compute().map_err(text)?;
         sync(s).map_err(text)?;
         let (eager, eager_partial) = (
@@ -1519,7 +1574,10 @@ fn timing(c: &Checks, a: &Args) -> Outcome {
             let eager = bits(&y2.to_vec().map_err(text)?);
             outs.push((y2, eager));
         }
-        let mut graphs = vec![capture(s, compute)?, capture(s, || mlp.forward(&y, &x, s))?];
+        let mut graphs = vec![
+            capture(s, compute)?,
+            capture(s, || mlp.forward_with(&y, &x, Schedule::Sequential, s))?,
+        ];
         for (&schedule, (y2, _)) in others.iter().zip(&outs) {
             graphs.push(capture(s, || mlp.forward_with(y2, &x, schedule, s))?);
         }
@@ -1963,6 +2021,15 @@ fn main() {
                 );
             }
         }
+        // From FUSED_GATHER_TOKENS tokens and 512 per PE both exchanges fuse.
+        let s = (FUSED_GATHER_TOKENS.div_ceil(n).max(512) + 2, 136, 64 * n);
+        c.run(
+            format!(
+                "sequence-parallel mlp {} rows per PE hidden={} ffn={}: Auto at and below its threshold",
+                s.0, s.1, s.2
+            ),
+            |c, seed| sequence_parallel_auto(c, seed, s),
+        );
         c.run(
             "mlp graph replay and back-to-back calls".into(),
             |c, seed| mlp_graph_and_back_to_back(c, seed, (64, 256, 512 * n)),

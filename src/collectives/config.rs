@@ -51,7 +51,7 @@ pub struct Thresholds {
     /// Reduce-scatter outputs (a PE's block) up to this use the low-latency path; larger
     /// ones the pull.
     pub reducescatter_ll_max_bytes: usize,
-    /// Broadcasts up to this use the low-latency path (0 by default: none); larger ones the
+    /// Broadcasts up to this use the low-latency path; larger ones the
     /// one-shot (up to [`BROADCAST_ONESHOT_BYTES`](super::BROADCAST_ONESHOT_BYTES)) or the
     /// push.
     pub broadcast_ll_max_bytes: usize,
@@ -75,9 +75,8 @@ impl Thresholds {
             // 32 MiB, the store-only bandwidth path above. All-gather: low-latency to
             // 512 KiB per PE, bandwidth above. On 2 H100s: the low-latency reduce-scatter
             // 5.8 us for 512 KiB blocks (the pull 10.4), the low-latency all-to-all 5.9 us
-            // for 512 KiB blocks (the one-shot 7.3). The low-latency broadcast is not
-            // taken: it now waits, before it ends, until every peer has begun it (which
-            // keeps any PE from running a call ahead), and that form has not been timed.
+            // for 512 KiB blocks (the one-shot 7.3), the low-latency broadcast 2.8-3.5 us
+            // up to 256 KiB and 4.7 us at 512 KiB (the one-shot 5.2-6.5).
             Thresholds {
                 sentinel_min_bytes: 2 << 10,
                 sentinel_max_bytes: 2 << 20,
@@ -89,7 +88,7 @@ impl Thresholds {
                 allgather_ll_max_bytes: 512 << 10,
                 allgather_oneshot_max_bytes: 512 << 10,
                 reducescatter_ll_max_bytes: 512 << 10,
-                broadcast_ll_max_bytes: 0,
+                broadcast_ll_max_bytes: 512 << 10,
                 alltoall_ll_max_bytes: 512 << 10,
                 copy_engine_min_bytes: COPY_ENGINE_MIN_BYTES,
             }
@@ -101,9 +100,8 @@ impl Thresholds {
             // against 16.6); i32 the low-latency one-shot to 128 KiB and the low-latency
             // two-shot to 512 KiB. The flag one-shot is never chosen; the two-shot to
             // 32 MiB, the store-only bandwidth path above. All-gather: low-latency to
-            // 256 KiB per PE, bandwidth above. The low-latency reduce-scatter and all-to-all
-            // take the all-gather's threshold, not measured on 4 PEs; the low-latency
-            // broadcast is not taken (as on 2).
+            // 256 KiB per PE, bandwidth above. The low-latency reduce-scatter, broadcast and
+            // all-to-all take the all-gather's threshold, not measured on 4 PEs.
             Thresholds {
                 sentinel_min_bytes: 2 << 10,
                 sentinel_max_bytes: 128 << 10,
@@ -115,7 +113,7 @@ impl Thresholds {
                 allgather_ll_max_bytes: 256 << 10,
                 allgather_oneshot_max_bytes: 256 << 10,
                 reducescatter_ll_max_bytes: 256 << 10,
-                broadcast_ll_max_bytes: 0,
+                broadcast_ll_max_bytes: 256 << 10,
                 alltoall_ll_max_bytes: 256 << 10,
                 copy_engine_min_bytes: COPY_ENGINE_MIN_BYTES,
             }

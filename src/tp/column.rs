@@ -167,14 +167,14 @@ impl ColumnParallelLinear {
 
     /// `y = x · wᵀ` for this PE's output features, on `stream`. With replicated input `x` is
     /// `tokens × in_features`; sequence parallel, it is this PE's `tokens / n_pes` rows, and
-    /// every PE passes as many. `y` is `tokens × local_out_features`.
+    /// every PE passes as many. `y` is `tokens × local_out_features`. In [`Schedule::Auto`].
     pub fn forward<'a>(
         &self,
         y: &impl DeviceSlice<bf16>,
         x: impl Into<SymmetricView<'a, bf16>>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        self.forward_with(y, x, Schedule::Sequential, stream)
+        self.forward_with(y, x, Schedule::Auto, stream)
     }
 
     /// [`forward`](Self::forward) with a [`Schedule`]. Sequence parallel, with several PEs:
@@ -213,6 +213,7 @@ impl ColumnParallelLinear {
             return unsafe { self.run(y.device_ptr(), x.as_ptr() as u64, tokens, stream) };
         };
         check_tokens("ColumnParallelLinear::forward", tokens, self.max_tokens)?;
+        let schedule = self.tp.thresholds().sequence(schedule, rows);
         if let (Schedule::Fused, Some(exchange), Some(pushers), true) = (
             schedule,
             &self.exchange,

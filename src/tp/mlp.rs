@@ -56,14 +56,14 @@ impl TpMlp {
     }
 
     /// The MLP of `x` (`tokens × hidden`, the same on every PE) into `y` (`tokens × hidden`,
-    /// the same on every PE afterwards), on `stream`.
+    /// the same on every PE afterwards), on `stream`, in [`Schedule::Auto`].
     pub fn forward<'a>(
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,
         x: &impl DeviceSlice<bf16>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        self.forward_with(y, x, Schedule::Sequential, stream)
+        self.forward_with(y, x, Schedule::Auto, stream)
     }
 
     /// [`forward`](Self::forward) with the down projection in `schedule`.
@@ -216,14 +216,16 @@ impl SequenceParallelMlp {
     }
 
     /// The MLP of this PE's tokens `x` (`tokens / n_pes × hidden`; every PE passes as many)
-    /// into `y` (the same shape: their outputs), on `stream`.
+    /// into `y` (the same shape: their outputs), on `stream`, in [`Schedule::Auto`] (fused
+    /// from [`ScheduleThresholds::fused_sequence_min_tokens`](super::ScheduleThresholds)
+    /// tokens per PE).
     pub fn forward<'a>(
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,
         x: impl Into<SymmetricView<'a, bf16>>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        self.forward_with(y, x, Schedule::Sequential, stream)
+        self.forward_with(y, x, Schedule::Auto, stream)
     }
 
     /// [`forward`](Self::forward) with both projections in `schedule`

@@ -66,8 +66,14 @@ use std::sync::Arc;
 /// How a layer orders its GEMM and its communication.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Schedule {
-    /// The GEMM, then the collective, on the caller's stream: what a user writes first.
+    /// Chosen for each call by the group's [`ScheduleThresholds`]: [`Fused`](Self::Fused)
+    /// where it measured faster, [`Sequential`](Self::Sequential) elsewhere. What the
+    /// layers' `forward` takes. The choice depends only on the call's shape and the
+    /// thresholds, so every PE makes the same one when every PE builds its group with the
+    /// same thresholds (as it must build the same layers).
     #[default]
+    Auto,
+    /// The GEMM, then the collective, on the caller's stream: what a user writes first.
     Sequential,
     /// Communication on a second stream, overlapped with computation. A row-parallel layer
     /// cuts its GEMM into about `chunks` pieces and all-reduces each piece while the next
@@ -139,16 +145,64 @@ pub enum Schedule {
     /// of each staging slot ([`CollectivesConfig::workspace`]; the default holds 1 Mi
     /// elements), and falls back to `Sequential` where they do not fit.
     ///
-    /// Measured on one H100 only (`tp_mlp --test mlp`, `bench --tests tp`): the row form, with one PE, it
-    /// takes the all-reduce's cost away (the 8B MLP at one token: 123.8 µs, against 125.1
-    /// sequential and 121.8 compute-only); with two PEs sharing that GPU through MPS it was
-    /// slower than `Sequential` (155.8 µs against 143.7), which says little about NVLink.
-    /// The sequence-parallel forms were checked at 1, 2 and 4 PEs but timed only with PEs
-    /// sharing one GPU (docs/gemm.md), which says nothing about NVLink either. So no layer
-    /// picks `Fused` by itself yet: measure it on your GPUs.
+    /// Measured on 2 H100s (`bench --tests tp`, one PE per GPU): the fused decode kernel was
+    /// slower than the decode GEMM followed by our all-reduce (the 8B MLP at one token: 71.4
+    /// against 68.3 µs); the fused sequence-parallel MLP was 0.7-4% faster than the
+    /// sequential one at 4096 and 8192 tokens per PE and 0.4-16% slower at 512 to 2048.
+    /// [`Auto`](Self::Auto) takes it where it was faster ([`ScheduleThresholds`]).
     ///
     /// [`CollectivesConfig::workspace`]: crate::collectives::CollectivesConfig::workspace
     Fused,
+}
+
+/// Where [`Schedule::Auto`] fuses a layer's GEMM with its communication. The defaults come
+/// from `bench --tests tp` on 2 H100s (NVLink, one PE per GPU; docs/gemm.md); measure on
+/// your GPUs and set your own with [`TensorParallel::with_thresholds`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduleThresholds {
+    /// Tokens per PE from which the sequence-parallel layers fuse their exchanges (the
+    /// all-gather + GEMM of a [`ColumnParallelLinear`] with a sequence-parallel input and
+    /// the GEMM + reduce-scatter of a [`RowParallelLinear`] with a sequence-parallel
+    /// output). Measured: the Llama 8B and 70B sequence-parallel MLPs were 0.7-4% faster
+    /// fused than sequential at 4096 and 8192 tokens per PE, and 0.4-16% slower at 512 to
+    /// 2048.
+    pub fused_sequence_min_tokens: usize,
+    /// Tokens up to which a row-parallel layer with a replicated output fuses its decode
+    /// GEMM with the all-reduce; 0: never. Measured: the fused kernel was slower than the
+    /// decode GEMM followed by our all-reduce on 2 H100s (the 8B MLP at one token: 71.4
+    /// against 68.3 µs), so by default it is not taken.
+    pub fused_decode_max_tokens: usize,
+}
+
+impl Default for ScheduleThresholds {
+    fn default() -> Self {
+        ScheduleThresholds {
+            fused_sequence_min_tokens: 4096,
+            fused_decode_max_tokens: 0,
+        }
+    }
+}
+
+impl ScheduleThresholds {
+    /// What `schedule` means for a sequence-parallel exchange of `tokens_per_pe` tokens
+    /// per PE: [`Schedule::Auto`] resolved, any other schedule as it is.
+    pub fn sequence(&self, schedule: Schedule, tokens_per_pe: usize) -> Schedule {
+        match schedule {
+            Schedule::Auto if tokens_per_pe >= self.fused_sequence_min_tokens => Schedule::Fused,
+            Schedule::Auto => Schedule::Sequential,
+            other => other,
+        }
+    }
+
+    /// What `schedule` means for a row-parallel layer with a replicated output, at
+    /// `tokens` tokens.
+    pub fn replicated(&self, schedule: Schedule, tokens: usize) -> Schedule {
+        match schedule {
+            Schedule::Auto if tokens <= self.fused_decode_max_tokens => Schedule::Fused,
+            Schedule::Auto => Schedule::Sequential,
+            other => other,
+        }
+    }
 }
 
 /// What every layer of one tensor-parallel group shares: the runtime, the collectives, the
@@ -160,6 +214,7 @@ pub enum Schedule {
 #[derive(Clone)]
 pub struct TensorParallel {
     inner: Arc<Inner>,
+    thresholds: ScheduleThresholds,
 }
 
 struct Inner {
@@ -225,7 +280,31 @@ impl TensorParallel {
                 fused_blocks,
                 sms,
             }),
+            thresholds: ScheduleThresholds::default(),
         })
+    }
+
+    /// This group with `thresholds` for [`Schedule::Auto`]. Layers take the thresholds of
+    /// the group they are built from; every PE must set the same.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::tp::{ScheduleThresholds, TensorParallel};
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let tp = TensorParallel::new(&shmem)?.with_thresholds(ScheduleThresholds {
+    ///     fused_sequence_min_tokens: 2048,
+    ///     ..Default::default()
+    /// });
+    /// # Ok(()) }
+    /// ```
+    pub fn with_thresholds(mut self, thresholds: ScheduleThresholds) -> Self {
+        self.thresholds = thresholds;
+        self
+    }
+
+    /// The thresholds of [`Schedule::Auto`].
+    pub fn thresholds(&self) -> &ScheduleThresholds {
+        &self.thresholds
     }
 
     /// The runtime.
@@ -469,4 +548,47 @@ fn check_weight(what: &'static str, got: usize, rows: usize, cols: usize) -> Res
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Schedule, ScheduleThresholds};
+
+    #[test]
+    fn auto_fuses_the_sequence_parallel_exchanges_from_the_threshold_on() {
+        let t = ScheduleThresholds::default();
+        let min = t.fused_sequence_min_tokens;
+        assert_eq!(t.sequence(Schedule::Auto, min), Schedule::Fused);
+        assert_eq!(t.sequence(Schedule::Auto, 4 * min), Schedule::Fused);
+        assert_eq!(t.sequence(Schedule::Auto, min - 1), Schedule::Sequential);
+        assert_eq!(t.sequence(Schedule::Auto, 1), Schedule::Sequential);
+        // A schedule the caller names stays as it is.
+        for s in [
+            Schedule::Sequential,
+            Schedule::Fused,
+            Schedule::Overlapped { chunks: 4 },
+        ] {
+            assert_eq!(t.sequence(s, 1), s);
+            assert_eq!(t.sequence(s, 4 * min), s);
+            assert_eq!(t.replicated(s, 1), s);
+        }
+    }
+
+    #[test]
+    fn auto_fuses_decode_only_up_to_its_threshold() {
+        // Measured slower on NVLink: never by default.
+        let t = ScheduleThresholds::default();
+        assert_eq!(t.fused_decode_max_tokens, 0);
+        for tokens in [1, 8, 4096] {
+            assert_eq!(t.replicated(Schedule::Auto, tokens), Schedule::Sequential);
+        }
+        let t = ScheduleThresholds {
+            fused_decode_max_tokens: 4,
+            ..t
+        };
+        assert_eq!(t.replicated(Schedule::Auto, 1), Schedule::Fused);
+        assert_eq!(t.replicated(Schedule::Auto, 4), Schedule::Fused);
+        assert_eq!(t.replicated(Schedule::Auto, 5), Schedule::Sequential);
+        assert_eq!(Schedule::default(), Schedule::Auto);
+    }
 }

@@ -242,14 +242,14 @@ impl RowParallelLinear {
 
     /// `y = Σ over PEs of x_p · w_pᵀ`, on `stream`: `x` is this PE's `tokens ×
     /// local_in_features`; `y` is `tokens × out_features`, the same on every PE afterwards,
-    /// or this PE's `tokens / n_pes` rows of it ([`RowOutput`]).
+    /// or this PE's `tokens / n_pes` rows of it ([`RowOutput`]). In [`Schedule::Auto`].
     pub fn forward<'a>(
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,
         x: &impl DeviceSlice<bf16>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        self.forward_with(y, x, Schedule::Sequential, stream)
+        self.forward_with(y, x, Schedule::Auto, stream)
     }
 
     /// [`forward`](Self::forward) with a [`Schedule`]: [`Schedule::Overlapped`] cuts the
@@ -292,7 +292,7 @@ impl RowParallelLinear {
                 got: y.len(),
             });
         }
-        let chunks = match schedule {
+        let chunks = match self.tp.thresholds().replicated(schedule, tokens) {
             Schedule::Overlapped { chunks } if chunks >= 2 => chunks,
             Schedule::Fused if self.tp.fuses_decode(tokens, self.out_features) => {
                 let lin = abi::DecodeLinear {
@@ -343,7 +343,7 @@ impl RowParallelLinear {
         // Each peer's tokens make a GEMM of their own, which reads the whole weight: only
         // where that GEMM is compute-bound.
         if let (Schedule::Fused, Some(exchange), true, true) = (
-            schedule,
+            self.tp.thresholds().sequence(schedule, tokens / n),
             &self.exchange,
             self.tp.has_stream_memops(),
             tokens / n >= TOKENS_PER_PIECE,

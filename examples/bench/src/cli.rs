@@ -139,12 +139,15 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
   A Llama MLP forward, y = down(SiLU(x gate^T) * (x up^T)) in bf16, with the FFN features
   sharded over every PE (tensor-parallel degree = PEs), for each --tp-shapes shape (8b: hidden
   4096, ffn 14336; 70b: hidden 8192, ffn 28672) and each --tp-m token count M:
-    compute-only  this PE's merged gate/up GEMM (cuBLASLt), the SiLU(gate)*up kernel and the
-                  down GEMM into a local buffer, no communication: the lower bound
+    compute-only  this PE's merged gate/up GEMM, the SiLU(gate)*up kernel and the down GEMM
+                  into a local buffer, no communication: the lower bound; the GEMMs as
+                  GemmPath::Auto takes them (our decode kernel up to 8 tokens, cuBLASLt above),
+                  as in every other implementation
+    cublas-only   the same with cuBLASLt's GEMMs, up to 8 tokens (above, it is compute-only)
     cublas+nccl   the same calls, then ncclAllReduce (sum, bf16) of the down projection's
                   partial product into the output (with nccl in --impls)
-    cublas+ours   nvshmem::tp::TpMlp::forward: GEMM, kernel, GEMM, our all-reduce (with ours
-                  in --impls)
+    cublas+ours   nvshmem::tp::TpMlp::forward_with(Schedule::Sequential): GEMM, kernel, GEMM,
+                  our all-reduce (with ours in --impls)
     overlapped    TpMlp::forward_with(Schedule::Overlapped { chunks: 4 }): the down GEMM in 4
                   pieces, each piece's all-reduce on a second stream while the next computes
                   (with ours in --impls)
@@ -156,8 +159,8 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
   token counts that are multiples of the PEs (variant SHAPE-sp):
     compute-only  as above, on every token
     cublas+nccl   ncclAllGather of the tokens, the same local work, ncclReduceScatter (sum)
-    cublas+ours   SequenceParallelMlp::forward: our all-gather, GEMM, kernel, GEMM, our
-                  reduce-scatter
+    cublas+ours   SequenceParallelMlp::forward_with(Schedule::Sequential): our all-gather,
+                  GEMM, kernel, GEMM, our reduce-scatter
     overlapped    the gate/up GEMM of this PE's tokens while the all-gather brings the others
     fused         Schedule::Fused: the all-gather by the copy engines with per-chunk flags
                   that our CUTLASS GEMM's tiles wait for (from 2048 tokens), and the down
@@ -174,14 +177,16 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
   TFLOP/s  = per GPU: 6 M hidden ffn / PEs / time
   vs nccl  = time of cublas+nccl / time (> 1: faster)
   overhead = (time - time of compute-only) / time of compute-only
+  best ours over cublas-only = (time of the fastest of cublas+ours, overlapped and fused
+             - time of cublas-only) / time of cublas-only
   Check: every M gets new random data, the same on every PE (x uniform in [-1, 1), weights
   uniform in ±sqrt(3 / input features)). Outputs are poisoned after the first eager calls,
   so the timed graph replays must rewrite them; afterwards they are compared with the
   unsharded MLP on this GPU (gate/up GEMM of 2 ffn features, SiLU(gate)*up, down GEMM):
   |got - ref| <= (|ref| + rms(ref)) / 64 for every element. cublas+ours, overlapped and fused must
-  also be bitwise identical on every PE; compute-only (a partial product when there are 2 PEs
-  or more) must equal an eager run of the same calls bit for bit, and the reference too with
-  one PE.
+  also be bitwise identical on every PE; compute-only and cublas-only (partial products when
+  there are 2 PEs or more) must equal an eager run of the same calls bit for bit, and the
+  reference too with one PE.
   Needs cuBLASLt (libcublasLt.so.13, installed by `make setup`), and room for a shape's full
   weights on every GPU (for the reference) and in every PE's host memory.
 
@@ -328,7 +333,7 @@ pub struct Args {
     pub dtypes: Vec<DType>,
 
     /// Collective implementations, comma separated (NCCL point-to-point runs only with nccl;
-    /// tp runs cublas+nccl with nccl, cublas+ours, overlapped and fused with ours, and compute-only always)
+    /// tp runs cublas+nccl with nccl, cublas+ours, overlapped and fused with ours, and compute-only and cublas-only always)
     #[arg(
         long,
         value_enum,

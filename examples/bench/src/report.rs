@@ -567,9 +567,15 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
                 headers.push("overhead".into());
             }
         }
-        let both = impls.contains(&nccl) && ours_impls.iter().any(|o| impls.contains(o));
+        let cublas = TpImpl::CublasOnly.name();
+        let any_ours = ours_impls.iter().any(|o| impls.contains(o));
+        let both = impls.contains(&nccl) && any_ours;
+        let over_cublas = impls.contains(&cublas) && any_ours;
         if both {
             headers.push("best ours vs nccl".into());
+        }
+        if over_cublas {
+            headers.push("best ours over cublas-only".into());
         }
         let mut tokens: Vec<usize> = sel.iter().filter_map(|r| r.tp.map(|t| t.tokens)).collect();
         tokens.sort_unstable();
@@ -594,14 +600,24 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
                     row.push(percent_cell(fig.and_then(|f| f.overhead_percent)));
                 }
             }
+            // The faster of our schedules.
+            let best = ours_impls
+                .iter()
+                .filter_map(|&o| get(o))
+                .filter(|r| r.status == Status::Ok && r.median_us().is_some())
+                .min_by(|a, b| a.median_us().unwrap().total_cmp(&b.median_us().unwrap()));
             if both {
-                // The faster of our schedules.
-                let best = ours_impls
-                    .iter()
-                    .filter_map(|&o| get(o))
-                    .filter(|r| r.status == Status::Ok && r.median_us().is_some())
-                    .min_by(|a, b| a.median_us().unwrap().total_cmp(&b.median_us().unwrap()));
                 row.push(speedup(best, get(nccl)));
+            }
+            if over_cublas {
+                let base = get(cublas)
+                    .filter(|r| r.status == Status::Ok)
+                    .and_then(|r| r.median_us());
+                let t = best.and_then(|r| r.median_us());
+                row.push(percent_cell(
+                    t.zip(base)
+                        .and_then(|(t, c)| crate::tp::overhead_percent(t, c)),
+                ));
             }
             rows.push(row);
         }
@@ -616,6 +632,12 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
             footer.push(
                 "\"best ours vs nccl\" = time of cublas+nccl / the fastest of cublas+ours, overlapped and fused (> 1: ours is faster); fused runs up to 8 tokens (in sequence parallelism, -sp, at every M)",
             );
+        }
+        if impls.contains(&cublas) {
+            footer.push("compute-only's GEMMs are our decode kernel up to 8 tokens and cuBLASLt above; cublas-only's are cuBLASLt's (run up to 8 tokens)");
+        }
+        if over_cublas {
+            footer.push("\"best ours over cublas-only\" = (the fastest of our schedules - cublas-only) / cublas-only: the TP overhead over cuBLAS's compute alone");
         }
         footer.push("! = check failed");
         out.push(Table {
@@ -1234,6 +1256,36 @@ pub mod tests {
         let text = render_tables(&res, &c);
         assert!(text.contains("FAILED (1)"), "{text}");
         assert!(text.contains("put warp"), "{text}");
+    }
+
+    #[test]
+    fn tp_tables_give_the_best_of_ours_over_cublas_only() {
+        let mut rows = vec![
+            tp_record("8b", TpImpl::ComputeOnly, 1, 60.0),
+            tp_record("8b", TpImpl::CublasOnly, 1, 80.0),
+            tp_record("8b", TpImpl::CublasNccl, 1, 90.0),
+            tp_record("8b", TpImpl::CublasOurs, 1, 70.0),
+            tp_record("8b", TpImpl::Fused, 1, 72.0),
+            tp_record("8b", TpImpl::ComputeOnly, 16, 100.0),
+            tp_record("8b", TpImpl::CublasOurs, 16, 110.0),
+        ];
+        crate::tp::fill_relative(&mut rows[..5]);
+        crate::tp::fill_relative(&mut rows[5..]);
+        let text = tp_tables(&rows)[0].render();
+        assert!(text.contains("best ours over cublas-only"), "{text}");
+        let line = |m: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(m))
+                .unwrap_or_else(|| panic!("no row {m}: {text}"))
+                .to_string()
+        };
+        // M = 1: the best of ours (70) against cublas-only (80): -12.5%; cublas-only is
+        // 33.3% over compute-only (60).
+        let one = line("1 ");
+        assert!(one.ends_with("-12.5%"), "{one}");
+        assert!(one.contains("33.3%"), "{one}");
+        // M = 16 has no cublas-only run: no figure.
+        assert!(line("16 ").ends_with('-'), "{text}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! Tensor-parallel Llama MLP: `nvshmem::tp::TpMlp::forward` (cuBLASLt GEMMs, the SiLU kernel
-//! and our all-reduce) against the same local work followed by NCCL's all-reduce, and against
-//! the local work alone; and in sequence parallelism `SequenceParallelMlp` (all-gather + GEMM,
+//! Tensor-parallel Llama MLP: `nvshmem::tp::TpMlp` in each schedule (the local GEMMs, the
+//! SiLU kernel and our all-reduce) against the same local work followed by NCCL's all-reduce,
+//! and against the local work alone (with our GEMMs, and with cuBLASLt's); and in sequence parallelism `SequenceParallelMlp` (all-gather + GEMM,
 //! GEMM + reduce-scatter) against NCCL's all-gather and reduce-scatter around the same local
 //! work. Each is captured in CUDA graphs and timed in alternating blocks; every token count
 //! is checked against the unsharded MLP on fresh random data.
@@ -17,8 +17,8 @@ use crate::Progress;
 use cudarc::driver::{CudaGraph, CudaStream};
 use half::bf16;
 use nvshmem::tp::{
-    ColumnParallelLinear, LinearShape, RowParallelLinear, Schedule, SequenceParallelMlp,
-    TensorParallel, TpMlp, DECODE_MAX_TOKENS,
+    ColumnParallelLinear, GemmPath, LinearShape, RowParallelLinear, Schedule, SequenceParallelMlp,
+    TensorParallel, TpMlp, DECODE_MAX_TOKENS, DECODE_TOKENS,
 };
 use nvshmem::{Collectives, DeviceBuffer, Nvshmem, SymmetricBuffer};
 use std::collections::HashSet;
@@ -45,13 +45,17 @@ const TOLERANCE: f64 = 1.0 / 64.0;
 /// The implementations of the tensor-parallel MLP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TpImpl {
-    /// The local GEMMs and the SiLU kernel alone, no communication.
+    /// The local GEMMs (as `GemmPath::Auto` chooses: our decode kernel up to
+    /// `DECODE_TOKENS` tokens, cuBLASLt above) and the SiLU kernel alone, no communication.
     ComputeOnly,
+    /// The same with every GEMM by cuBLASLt: run only up to `DECODE_TOKENS` tokens, where
+    /// `GemmPath::Auto` takes our decode kernel (above, it is compute-only again).
+    CublasOnly,
     /// The local work, then NCCL's all-reduce (sequence parallel: NCCL's all-gather, the
     /// local work, NCCL's reduce-scatter).
     CublasNccl,
-    /// `TpMlp::forward`: the local work, then our all-reduce (sequence parallel:
-    /// `SequenceParallelMlp::forward`, our all-gather and reduce-scatter).
+    /// `TpMlp::forward_with(Schedule::Sequential)`: the local work, then our all-reduce
+    /// (sequence parallel: `SequenceParallelMlp`, our all-gather and reduce-scatter).
     CublasOurs,
     /// `TpMlp::forward_with(Schedule::Overlapped)`: the down projection in pieces, each
     /// piece's all-reduce on a second stream while the next piece computes.
@@ -66,8 +70,9 @@ pub enum TpImpl {
 pub const OVERLAP_PIECES: usize = 4;
 
 impl TpImpl {
-    pub const ALL: [TpImpl; 5] = [
+    pub const ALL: [TpImpl; 6] = [
         TpImpl::ComputeOnly,
+        TpImpl::CublasOnly,
         TpImpl::CublasNccl,
         TpImpl::CublasOurs,
         TpImpl::Overlapped,
@@ -77,6 +82,7 @@ impl TpImpl {
     pub fn name(self) -> &'static str {
         match self {
             TpImpl::ComputeOnly => "compute-only",
+            TpImpl::CublasOnly => "cublas-only",
             TpImpl::CublasNccl => "cublas+nccl",
             TpImpl::CublasOurs => "cublas+ours",
             TpImpl::Overlapped => "overlapped",
@@ -84,13 +90,13 @@ impl TpImpl {
         }
     }
 
-    /// What `--impls` selects: compute-only always (the baseline of the overhead),
-    /// cublas+nccl with `nccl`, cublas+ours, overlapped and fused with `ours`.
+    /// What `--impls` selects: compute-only and cublas-only always (the baselines of the
+    /// overhead), cublas+nccl with `nccl`, cublas+ours, overlapped and fused with `ours`.
     pub fn selected(cfg: &Config) -> Vec<TpImpl> {
         TpImpl::ALL
             .into_iter()
             .filter(|i| match i {
-                TpImpl::ComputeOnly => true,
+                TpImpl::ComputeOnly | TpImpl::CublasOnly => true,
                 TpImpl::CublasNccl => cfg.has_impl(Impl::Nccl),
                 TpImpl::CublasOurs | TpImpl::Overlapped | TpImpl::Fused => cfg.has_impl(Impl::Ours),
             })
@@ -407,6 +413,8 @@ struct Buffers {
     mine: Option<Guard<SymmetricBuffer<bf16>>>,
     /// compute-only's: its output is `out`, this PE's partial product.
     compute: Scratch,
+    /// cublas-only's, the same.
+    cublas: Option<Scratch>,
     /// cublas+nccl's local work, and the all-reduced output (sequence parallel: this PE's
     /// reduce-scattered rows).
     nccl: Option<(Scratch, Guard<DeviceBuffer<bf16>>)>,
@@ -467,6 +475,10 @@ impl Buffers {
             x: dev(m * hidden)?,
             mine,
             compute: scratch()?,
+            cublas: match active.contains(&TpImpl::CublasOnly) {
+                true => Some(scratch()?),
+                false => None,
+            },
             nccl: match nccl {
                 true => Some((scratch()?, dev(out_len)?)),
                 false => None,
@@ -487,6 +499,10 @@ impl Buffers {
             TpImpl::ComputeOnly => {
                 Some((self.compute.out.device_ptr(), self.compute.out.num_bytes()))
             }
+            TpImpl::CublasOnly => self
+                .cublas
+                .as_ref()
+                .map(|s| (s.out.device_ptr(), s.out.num_bytes())),
             TpImpl::CublasNccl => self
                 .nccl
                 .as_ref()
@@ -504,6 +520,7 @@ impl Buffers {
     fn read(&self, imp: TpImpl) -> Result<Vec<bf16>> {
         let out = match imp {
             TpImpl::ComputeOnly => Some(self.compute.out.to_vec()?),
+            TpImpl::CublasOnly => self.cublas.as_ref().map(|s| s.out.to_vec()).transpose()?,
             TpImpl::CublasNccl => self.nccl.as_ref().map(|(_, o)| o.to_vec()).transpose()?,
             TpImpl::CublasOurs => self.ours.as_ref().map(|y| y.to_vec()).transpose()?,
             TpImpl::Overlapped => self.overlapped.as_ref().map(|y| y.to_vec()).transpose()?,
@@ -529,16 +546,17 @@ struct Ops<'a> {
 impl Ops<'_> {
     /// This PE's share of the work on every token `x` into `s`: the merged gate/up GEMM on
     /// its weight shard, SiLU(gate)·up, the down GEMM on its shard (the partial product in
-    /// `s.out`).
+    /// `s.out`), its GEMMs by `path`.
     fn local(
         &self,
         x: &DeviceBuffer<bf16>,
         s: &Scratch,
+        path: GemmPath,
         stream: &CudaStream,
     ) -> nvshmem::Result<()> {
         let (m, f, hidden) = (self.m, self.f, self.hidden);
         let gemm = self.tp.gemm();
-        gemm.linear(
+        gemm.linear_with(
             &*s.gu,
             x,
             self.mlp.gate_up().weight(),
@@ -547,14 +565,16 @@ impl Ops<'_> {
                 n: 2 * f,
                 k: hidden,
             },
+            path,
             stream,
         )?;
         self.tp.silu_mul(&*s.act, &*s.gu, m, stream)?;
-        gemm.linear(
+        gemm.linear_with(
             &*s.out,
             &*s.act,
             self.mlp.down().weight(),
             LinearShape { m, n: hidden, k: f },
+            path,
             stream,
         )
     }
@@ -569,8 +589,17 @@ impl Ops<'_> {
     fn enqueue(&self, imp: TpImpl, stream: &Arc<CudaStream>) -> Result<(), String> {
         match imp {
             TpImpl::ComputeOnly => self
-                .local(&self.bufs.x, &self.bufs.compute, stream)
+                .local(&self.bufs.x, &self.bufs.compute, GemmPath::Auto, stream)
                 .map_err(|e| e.to_string()),
+            TpImpl::CublasOnly => {
+                let s = self
+                    .bufs
+                    .cublas
+                    .as_ref()
+                    .ok_or("cublas-only has no buffers")?;
+                self.local(&self.bufs.x, s, GemmPath::CublasLt, stream)
+                    .map_err(|e| e.to_string())
+            }
             TpImpl::CublasNccl => {
                 let nccl = self.nccl.ok_or("NCCL is not initialised")?;
                 let (scratch, out) = self
@@ -581,7 +610,7 @@ impl Ops<'_> {
                 let bf = <bf16 as BenchElem>::NCCL;
                 let (Some(mine), Some(gathered)) = (&self.bufs.mine, &self.bufs.nccl_gathered)
                 else {
-                    self.local(&self.bufs.x, scratch, stream)
+                    self.local(&self.bufs.x, scratch, GemmPath::Auto, stream)
                         .map_err(|e| e.to_string())?;
                     // SAFETY: the partial product and the output both hold M × hidden bf16.
                     return unsafe {
@@ -604,7 +633,7 @@ impl Ops<'_> {
                         bf,
                         stream,
                     )?;
-                    self.local(gathered, scratch, stream)
+                    self.local(gathered, scratch, GemmPath::Auto, stream)
                         .map_err(|e| e.to_string())?;
                     nccl.reduce_scatter(
                         scratch.out.device_ptr(),
@@ -783,6 +812,7 @@ fn point(
         .copied()
         .filter(|i| !disabled.contains(i))
         .filter(|&i| i != TpImpl::Fused || m <= DECODE_MAX_TOKENS || layout == TpLayout::Sequence)
+        .filter(|&i| i != TpImpl::CublasOnly || m <= DECODE_TOKENS)
         .collect();
     let bufs = Buffers::new(ctx.shmem, &active, layout, m, f, hidden)?;
     bufs.x.copy_from_host(&d.x)?;
@@ -845,11 +875,15 @@ fn point(
         probe_us = probe_us.max(ctx.coord.sum(ns)? as f64 / n as f64 / 1e3);
         running.push(imp);
     }
-    // compute-only's eager output: its graph replays must give the same bits.
-    let eager = match running.contains(&TpImpl::ComputeOnly) {
-        true => bufs.read(TpImpl::ComputeOnly)?,
-        false => Vec::new(),
+    // compute-only's and cublas-only's eager outputs: their graph replays must give the
+    // same bits.
+    let eager = |imp: TpImpl| -> Result<Vec<bf16>> {
+        match running.contains(&imp) {
+            true => bufs.read(imp),
+            false => Ok(Vec::new()),
+        }
     };
+    let (eager_compute, eager_cublas) = (eager(TpImpl::ComputeOnly)?, eager(TpImpl::CublasOnly)?);
 
     // The same counts for every implementation, sized by the slowest.
     let (warm, iters, graph_ops) = ctx.cfg.budgeted(bytes, probe_us, true);
@@ -917,10 +951,11 @@ fn point(
     let flops = mlp_flops_per_gpu(m, hidden, ffn, n);
     for (imp, samples) in timed.iter().copied().zip(&pooled) {
         let got = bufs.read(imp)?;
-        // compute-only leaves a partial product when there are several PEs: that one must
-        // equal the eager calls' bits, and the reference too on one PE.
+        // compute-only and cublas-only leave a partial product when there are several PEs:
+        // that one must equal the eager calls' bits, and the reference too on one PE.
         let exact = match imp {
-            TpImpl::ComputeOnly => Some(data::compare_elems(&got, &eager)),
+            TpImpl::ComputeOnly => Some(data::compare_elems(&got, &eager_compute)),
+            TpImpl::CublasOnly => Some(data::compare_elems(&got, &eager_cublas)),
             _ => None,
         };
         let (mismatch, against) = match exact {
@@ -1055,6 +1090,7 @@ mod tests {
             names(&cfg(&["--tests", "tp"])),
             [
                 "compute-only",
+                "cublas-only",
                 "cublas+nccl",
                 "cublas+ours",
                 "overlapped",
@@ -1063,11 +1099,17 @@ mod tests {
         );
         assert_eq!(
             names(&cfg(&["--tests", "tp", "--impls", "ours"])),
-            ["compute-only", "cublas+ours", "overlapped", "fused"]
+            [
+                "compute-only",
+                "cublas-only",
+                "cublas+ours",
+                "overlapped",
+                "fused"
+            ]
         );
         assert_eq!(
             names(&cfg(&["--tests", "tp", "--impls", "nvshmem"])),
-            ["compute-only"]
+            ["compute-only", "cublas-only"]
         );
     }
 
