@@ -9,7 +9,7 @@
 //! `--m LIST` (its token counts), `--iters N` (timed graph replays per row), `--no-timing`.
 //! `gemm` checks the local GEMM paths (`GemmPath::CublasLt`, `Decode` and `Cutlass`) against
 //! f64 sums and times them on this PE's shard of the shape for each `--m`: ours (the decode
-//! kernel up to 8 tokens, the CUTLASS kernel above) against cuBLASLt.
+//! kernels up to 16 tokens, the CUTLASS kernel above) against cuBLASLt.
 //!
 //! Every layer is checked on random bf16 data: small and odd shapes against an f64 CPU
 //! reference, the large shape against the unsharded GEMMs on this GPU (themselves checked
@@ -384,7 +384,7 @@ fn bits(v: &[bf16]) -> Vec<u16> {
 /// Every schedule is checked. With these few tokens, 3 pieces cut a row-parallel GEMM along
 /// its output features (a narrower last piece, one token or several); the cut along the
 /// tokens is checked at 1027 tokens (row all-reduce, below). Fused runs the fused decode
-/// kernel up to 8 tokens and is sequential above; Auto, with the default thresholds, is
+/// kernels up to 16 tokens and is sequential above; Auto, with the default thresholds, is
 /// sequential at these sizes (`sequence_parallel_auto` checks its choice).
 const SCHEDULES: [Schedule; 4] = [
     Schedule::Sequential,
@@ -1962,9 +1962,17 @@ fn main() {
             ),
             |c, seed| row_all_reduce(c, seed, s, Schedule::Overlapped { chunks: 2 }),
         );
-        // The fused decode kernel: one token (16-byte rows, the vector path), the most tokens
-        // it takes with rows of an odd length (the element path), and an odd output width.
-        for s in [(1, 512 * n, 1030), (8, 520 * n + 3, 96), (5, 136 * n, 33)] {
+        // The fused decode kernel: one token (16-byte rows, the vector path), 8 and the most
+        // tokens it takes with rows of an odd length (the element path), an odd output width,
+        // and 9 to 16 tokens (two groups of 8, the second partly masked).
+        for s in [
+            (1, 512 * n, 1030),
+            (8, 520 * n + 3, 96),
+            (5, 136 * n, 33),
+            (DECODE_MAX_TOKENS, 264 * n + 5, 40),
+            (11, 512 * n, 72),
+            (DECODE_MAX_TOKENS, 256 * n, 1030),
+        ] {
             c.run(
                 format!(
                     "row fused m={} k={} n={}: graph replay, back to back",
@@ -2045,6 +2053,10 @@ fn main() {
             (8, 1000, 4096),
             (5, 33, 4100),
             (2, 7, 9),
+            (9, 1000, 4096),
+            (13, 33, 4100),
+            (DECODE_MAX_TOKENS, 129, 1000),
+            (DECODE_MAX_TOKENS, 64, 35),
         ] {
             for path in [GemmPath::Decode, GemmPath::CublasLt] {
                 c.run(format!("gemm {path:?} m={m} n={n} k={k}"), |c, seed| {

@@ -108,9 +108,18 @@ struct StoreY {
 extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear_bf16(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                                                                      __nv_bfloat16 *y, uint64_t m, uint64_t n,
                                                                      uint64_t k, uint64_t ldy) {
-    __shared__ DecodeRed red;
+    __shared__ DecodeRed<8> red;
     StoreY store{y, ldy};
-    WITH_DECODE_M(m, (decode_rows<M>(x, w, n, k, red, store)));
+    WITH_DECODE_M(m, (decode_rows<M>(x, w, (int)m, n, k, red, store)));
+}
+
+// The same for 9 to 16 tokens.
+extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear16_bf16(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
+                                                                       __nv_bfloat16 *y, uint64_t m, uint64_t n,
+                                                                       uint64_t k, uint64_t ldy) {
+    __shared__ DecodeRed<16> red;
+    StoreY store{y, ldy};
+    if (m > 8 && m <= 16) decode_rows<16>(x, w, (int)m, n, k, red, store);
 }
 
 // ---- decode GEMM + all-reduce ---------------------------------------------------------------
@@ -120,8 +129,19 @@ extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear_bf
 extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear_allreduce_bf16(
     const __nv_bfloat16 *x, __nv_bfloat16 *y, size_t len, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,
     const DecodeLinear lin) {
-    __shared__ DecodeAllReduceShared sh;
+    __shared__ DecodeAllReduceShared<8> sh;
     enter_call();
     const __nv_bfloat16 *w = (const __nv_bfloat16 *)(uintptr_t)lin.w;
-    WITH_DECODE_M(lin.m, (decode_linear_allreduce<M>(x, w, y, lin.n, lin.k, ctrl, flags, staging, slot_bytes, sh)));
+    WITH_DECODE_M(lin.m, (decode_linear_allreduce<M>(x, w, y, (int)lin.m, lin.n, lin.k, ctrl, flags, staging, slot_bytes, sh)));
+}
+
+// The same for 9 to 16 tokens.
+extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear16_allreduce_bf16(
+    const __nv_bfloat16 *x, __nv_bfloat16 *y, size_t len, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,
+    const DecodeLinear lin) {
+    __shared__ DecodeAllReduceShared<16> sh;
+    enter_call();
+    const __nv_bfloat16 *w = (const __nv_bfloat16 *)(uintptr_t)lin.w;
+    if (lin.m > 8 && lin.m <= 16)
+        decode_linear_allreduce<16>(x, w, y, (int)lin.m, lin.n, lin.k, ctrl, flags, staging, slot_bytes, sh);
 }

@@ -6,9 +6,9 @@
 //
 // A block takes 16 output features at a time (a task; tasks go round the grid). Where rows
 // are 16-byte vectors, the tensor cores do the multiply-adds (mma m16n8k16: the 16 features
-// by up to 8 tokens), so that the instruction count stays far below the memory time at any m:
-// with f32 FMAs and their bf16 conversions the kernel ran out of issue slots from 4 tokens
-// on. The block's 8 warps split k, and their sums are added in warp order through shared
+// by 8 tokens, twice from 9 tokens on), so that the instruction count stays far below the
+// memory time at any m: with f32 FMAs and their bf16 conversions the kernel ran out of issue
+// slots from 4 tokens on. The block's 8 warps split k, and their sums are added in warp order through shared
 // memory. Elsewhere a warp takes two features, its lanes stride over k, and a shuffle sums
 // the lanes. Every order is fixed, so the result is the same on every run and every GPU.
 // Where each sum goes is the caller's: a Store, called as store(j, i, sum) for feature j of
@@ -18,7 +18,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-#define DECODE_MAX_M 8
+#define DECODE_MAX_M 16
 
 __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
     uint4 v;
@@ -67,22 +67,34 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
 // The task's 16 features (f0 ..) of every token by the tensor cores, k split over the warps.
 // mma m16n8k16 adds over 16 k positions; any assignment of actual k to them is right as long
 // as w and x use the same one. Lane (g, t) = (lane / 4, lane % 4) holds positions 2t, 2t + 1,
-// 2t + 8, 2t + 9 of rows g and g + 8 of w and of column (token) g of x: it loads 16
-// consecutive k of each (two 16-byte vectors: k0 + 16t ..), four mma steps' worth, so a
-// quad of lanes reads 128 contiguous bytes of a row. Rows past n and tokens past M are zero.
+// 2t + 8, 2t + 9 of rows g and g + 8 of w and of column (token) g of x (and g + 8 from 9
+// tokens on: a second mma on the same w): it loads 16 consecutive k of each (two 16-byte
+// vectors: k0 + 16t ..), four mma steps' worth, so a quad of lanes reads 128 contiguous bytes
+// of a row. Rows past n and tokens past m are zero. M (at least m) sizes the registers.
+// Tokens of the warps' sums of a task for up to M tokens: whole groups of 8.
+#define DECODE_RED_TOKENS(M) (((M) + 7) / 8 * 8)
+
 template <int M, typename Store>
-__device__ __forceinline__ void decode_task_mma(const __nv_bfloat16 *x, const __nv_bfloat16 *w, uint64_t f0, uint64_t n,
-                                                uint64_t k, float (*red)[DECODE_TASK][8], Store &store) {
+__device__ __forceinline__ void decode_task_mma(const __nv_bfloat16 *x, const __nv_bfloat16 *w, int m, uint64_t f0,
+                                                uint64_t n, uint64_t k,
+                                                float (*red)[DECODE_TASK][DECODE_RED_TOKENS(M)], Store &store) {
+    constexpr int NT = (M + 7) / 8;  // groups of 8 tokens
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const bool row_lo = f0 + g < n, row_hi = f0 + g + 8 < n;
     const uint4 *wlo = (const uint4 *)(w + (f0 + g) * k) + 2 * t;
     const uint4 *whi = (const uint4 *)(w + (f0 + g + 8) * k) + 2 * t;
-    const uint4 *xg = (const uint4 *)(x + (uint64_t)(g < M ? g : 0) * k) + 2 * t;
+    const uint4 *xg[NT];
+    bool tok[NT];
+#pragma unroll
+    for (int q = 0; q < NT; q++) {
+        tok[q] = 8 * q + g < m;
+        xg[q] = (const uint4 *)(x + (uint64_t)(tok[q] ? 8 * q + g : 0) * k) + 2 * t;
+    }
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float d[NT][4] = {};
     const uint64_t kv = k / 8;  // 16-byte vectors per row; a step is 8 of them (64 k)
     for (uint64_t s0 = (uint64_t)warp * 8; s0 < kv; s0 += (uint64_t)DECODE_WARPS * 8 * DECODE_UNROLL) {
-        uint4 lo[DECODE_UNROLL][2], hi[DECODE_UNROLL][2], xv[DECODE_UNROLL][2];
+        uint4 lo[DECODE_UNROLL][2], hi[DECODE_UNROLL][2], xv[DECODE_UNROLL][2][NT];
 #pragma unroll
         for (int u = 0; u < DECODE_UNROLL; u++)
 #pragma unroll
@@ -93,23 +105,30 @@ __device__ __forceinline__ void decode_task_mma(const __nv_bfloat16 *x, const __
                 const bool in = v < kv;
                 lo[u][h] = in && row_lo ? ld_stream(wlo + s0 + off) : zero;
                 hi[u][h] = in && row_hi ? ld_stream(whi + s0 + off) : zero;
-                xv[u][h] = in && g < M ? __ldg(xg + s0 + off) : zero;
+#pragma unroll
+                for (int q = 0; q < NT; q++) xv[u][h][q] = in && tok[q] ? __ldg(xg[q] + s0 + off) : zero;
             }
 #pragma unroll
         for (int u = 0; u < DECODE_UNROLL; u++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                mma_bf16_16816(d, lo[u][h].x, hi[u][h].x, lo[u][h].y, hi[u][h].y, xv[u][h].x, xv[u][h].y);
-                mma_bf16_16816(d, lo[u][h].z, hi[u][h].z, lo[u][h].w, hi[u][h].w, xv[u][h].z, xv[u][h].w);
-            }
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int q = 0; q < NT; q++) {
+                    const uint4 a = lo[u][h], b = hi[u][h], c = xv[u][h][q];
+                    mma_bf16_16816(d[q], a.x, b.x, a.y, b.y, c.x, c.y);
+                    mma_bf16_16816(d[q], a.z, b.z, a.w, b.w, c.z, c.w);
+                }
     }
-    // d: (row g, tokens 2t, 2t + 1), then (row g + 8, the same tokens).
-    red[warp][g][2 * t] = d[0];
-    red[warp][g][2 * t + 1] = d[1];
-    red[warp][g + 8][2 * t] = d[2];
-    red[warp][g + 8][2 * t + 1] = d[3];
+    // d[q]: (row g, tokens 8q + 2t, 8q + 2t + 1), then (row g + 8, the same tokens).
+#pragma unroll
+    for (int q = 0; q < NT; q++) {
+        red[warp][g][8 * q + 2 * t] = d[q][0];
+        red[warp][g][8 * q + 2 * t + 1] = d[q][1];
+        red[warp][g + 8][8 * q + 2 * t] = d[q][2];
+        red[warp][g + 8][8 * q + 2 * t + 1] = d[q][3];
+    }
     __syncthreads();
-    if (threadIdx.x < DECODE_TASK * M) {
+    if (threadIdx.x < DECODE_TASK * m) {
         const int r = threadIdx.x % DECODE_TASK, i = threadIdx.x / DECODE_TASK;
         if (f0 + r < n) {
             float sum = red[0][r][i];
@@ -123,21 +142,23 @@ __device__ __forceinline__ void decode_task_mma(const __nv_bfloat16 *x, const __
 
 // Feature j of every token, element by element (rows that are not 16-byte vectors).
 template <int M, typename Store>
-__device__ __forceinline__ void decode_feature(const __nv_bfloat16 *x, const __nv_bfloat16 *w, uint64_t j, uint64_t k,
-                                               int lane, Store &store) {
+__device__ __forceinline__ void decode_feature(const __nv_bfloat16 *x, const __nv_bfloat16 *w, int m, uint64_t j,
+                                               uint64_t k, int lane, Store &store) {
     float acc[M];
 #pragma unroll
     for (int i = 0; i < M; i++) acc[i] = 0.0f;
     for (uint64_t c = lane; c < k; c += 32) {
         const float wf = __bfloat162float(w[j * k + c]);
 #pragma unroll
-        for (int i = 0; i < M; i++) acc[i] = fmaf(wf, __bfloat162float(x[i * k + c]), acc[i]);
+        for (int i = 0; i < M; i++)
+            if (i < m) acc[i] = fmaf(wf, __bfloat162float(x[i * k + c]), acc[i]);
     }
 #pragma unroll
     for (int i = 0; i < M; i++) acc[i] = warp_sum(acc[i]);
     if (lane == 0)
 #pragma unroll
-        for (int i = 0; i < M; i++) store(j, i, acc[i]);
+        for (int i = 0; i < M; i++)
+            if (i < m) store(j, i, acc[i]);
 }
 
 // The tasks of this block: features DECODE_TASK * task .. for task = blockIdx.x,
@@ -146,27 +167,33 @@ __device__ __forceinline__ void decode_feature(const __nv_bfloat16 *x, const __n
 #define FOR_EACH_DECODE_TASK(n, f0) \
     for (uint64_t f0 = (uint64_t)blockIdx.x * DECODE_TASK; f0 < (n); f0 += (uint64_t)gridDim.x * DECODE_TASK)
 
-// The warps' sums of a task, in shared memory: declared once by the kernel (one per
-// instantiation of a template would each take its own).
-typedef float DecodeRed[DECODE_WARPS][DECODE_TASK][8];
+// The warps' sums of a task, in shared memory, for up to 8 tokens or up to 16: declared once
+// by the kernel (one per instantiation of a template would each take its own). The two
+// token ranges are separate kernels, so that the one for 9 to 16 tokens, with more
+// registers and shared memory, costs the one for up to 8 nothing.
+template <int R>
+using DecodeRed = float[DECODE_WARPS][DECODE_TASK][R];
 
-// Every feature of the block's tasks; blocks of DECODE_THREADS threads.
+// Every feature of the block's tasks for m tokens (M >= m sizes the registers); blocks of
+// DECODE_THREADS threads.
 template <int M, typename Store>
-__device__ __forceinline__ void decode_rows(const __nv_bfloat16 *x, const __nv_bfloat16 *w, uint64_t n, uint64_t k,
-                                            DecodeRed &red, Store &store) {
+__device__ __forceinline__ void decode_rows(const __nv_bfloat16 *x, const __nv_bfloat16 *w, int m, uint64_t n,
+                                            uint64_t k, DecodeRed<DECODE_RED_TOKENS(M)> &red, Store &store) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const bool vectors = k % 8 == 0 && (((uintptr_t)x | (uintptr_t)w) & 15) == 0;
     FOR_EACH_DECODE_TASK(n, f0) {
         if (vectors) {
-            decode_task_mma<M>(x, w, f0, n, k, red, store);
+            decode_task_mma<M>(x, w, m, f0, n, k, red, store);
         } else {
             // Warp q: features f0 + 2q and f0 + 2q + 1.
-            for (uint64_t j = f0 + 2 * warp; j < f0 + 2 * warp + 2 && j < n; j++) decode_feature<M>(x, w, j, k, lane, store);
+            for (uint64_t j = f0 + 2 * warp; j < f0 + 2 * warp + 2 && j < n; j++) decode_feature<M>(x, w, m, j, k, lane, store);
         }
     }
 }
 
-// decode_rows for m known at run time, CALL(M) with M a compile-time constant.
+// decode_rows for m known at run time, CALL(M) with M a compile-time constant: m itself up
+// to 8 (a kernel's shared sums DecodeRed<8>). From 9 to 16 tokens a kernel of its own calls
+// M = 16 (one instantiation, DecodeRed<16>: the tokens past m are masked).
 #define WITH_DECODE_M(m, CALL)                     \
     switch (m) {                                   \
     case 1: { constexpr int M = 1; CALL; break; }  \

@@ -20,16 +20,17 @@
 #include "collectives/call.cuh"
 #include "tp/decode.cuh"
 
-// Shared memory, declared once by the kernel.
+// Shared memory, declared once by the kernel: the warps' sums of a task for up to R tokens.
+template <int R>
 struct DecodeAllReduceShared {
-    DecodeRed red;
+    DecodeRed<R> red;
     __nv_bfloat16 *slot[MAX_PES];  // my slot of this epoch, on every PE
 };
 
 template <int M>
-__device__ void decode_linear_allreduce(const __nv_bfloat16 *x, const __nv_bfloat16 *w, __nv_bfloat16 *y, uint64_t n,
+__device__ void decode_linear_allreduce(const __nv_bfloat16 *x, const __nv_bfloat16 *w, __nv_bfloat16 *y, int m, uint64_t n,
                                         uint64_t k, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,
-                                        DecodeAllReduceShared &sh) {
+                                        DecodeAllReduceShared<DECODE_RED_TOKENS(M)> &sh) {
     const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
     const uint64_t e = call_epoch(ctrl);
     char *base = staging + slot_offset(e, 0, npes, slot_bytes);
@@ -41,12 +42,12 @@ __device__ void decode_linear_allreduce(const __nv_bfloat16 *x, const __nv_bfloa
         const __nv_bfloat16 v = __float2bfloat16_rn(sum);
         for (int p = 0; p < npes; p++) slot[p][i * n + j] = v;
     };
-    decode_rows<M>(x, w, n, k, sh.red, push);
+    decode_rows<M>(x, w, m, n, k, sh.red, push);
     // After a wait that gave up, y is left alone (the host reports the fault).
     const bool ok = signal_and_wait(ctrl, flags, FLAGS_DATA, me, npes, e);
     // The block's tasks again: thread 16i + r sums feature f0 + r of token i.
     const int r = threadIdx.x % DECODE_TASK, i = threadIdx.x / DECODE_TASK;
-    if (ok && i < M)
+    if (ok && i < m)
         FOR_EACH_DECODE_TASK(n, f0) {
             const uint64_t j = f0 + r;
             if (j >= n) continue;

@@ -19,14 +19,20 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
-/// Tokens up to which [`GemmPath::Auto`] takes our decode kernel (`decode_linear_bf16` in
-/// kernels/tp.cu, kernels/tp/decode.cuh) rather than cuBLASLt: all it takes. Measured on one
-/// H100 (`tp_mlp --test gemm`, docs/gemm.md) on the Llama-3 8B and 70B MLP shards of TP 2:
-/// 1.00 to 1.14x cuBLASLt's speed from 1 to 8 tokens, 2.5 to 3.0 TB/s of weight read (its
-/// multiply-adds run on the tensor cores, so more tokens cost it nothing).
+/// Tokens up to which [`GemmPath::Auto`] takes our decode kernels (`decode_linear_bf16` and
+/// `decode_linear16_bf16` in kernels/tp.cu, kernels/tp/decode.cuh) rather than cuBLASLt: all
+/// they take. Measured on H100s (`tp_mlp --test gemm`, docs/gemm.md) on the Llama-3 8B and
+/// 70B MLP shards of TP 2: 1.00 to 1.14x cuBLASLt's speed from 1 to 8 tokens, 2.5 to 3.0 TB/s
+/// of weight read (its multiply-adds run on the tensor cores, so more tokens cost it
+/// little); from 9 to 16 tokens 0.95 to 1.12x by shape, and each MLP as a whole as fast as
+/// with cuBLASLt or faster (`bench --tests tp`).
 pub const DECODE_TOKENS: usize = DECODE_MAX_TOKENS;
 /// The most tokens our decode kernel takes.
-pub const DECODE_MAX_TOKENS: usize = 8;
+pub const DECODE_MAX_TOKENS: usize = 16;
+/// Tokens up to which the first of our two decode kernels runs (`decode_linear_bf16`); the
+/// second (`decode_linear16_bf16`, more registers and shared memory) takes the rest, so that
+/// it costs the first nothing.
+pub(crate) const DECODE_SMALL_TOKENS: usize = 8;
 
 /// Which kernel computes a [`Gemm`] call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -145,7 +151,8 @@ pub struct Gemm {
     handle: ltsys::cublasLtHandle_t,
     workspace: DeviceBuffer<u8>,
     plans: Mutex<HashMap<Key, Arc<Plan>>>,
-    decode: Function,
+    /// Our decode kernels: up to 8 tokens, and 9 to 16.
+    decode: [Function; 2],
     /// Blocks of the decode kernel resident at once on this GPU.
     decode_blocks: u32,
     /// Our CUTLASS kernel, or why it cannot run here.
@@ -191,7 +198,10 @@ impl Gemm {
             });
         }
         shmem.bind_context()?;
-        let decode = tp.function("decode_linear_bf16")?;
+        let decode = [
+            tp.function("decode_linear_bf16")?,
+            tp.function("decode_linear16_bf16")?,
+        ];
         let sms = shmem.sm_count()?;
         let handle = lt::create_handle().map_err(|e| cublas("cublasLtCreate", e))?;
         let workspace = match shmem.alloc_device::<u8>(WORKSPACE_BYTES) {
@@ -405,7 +415,8 @@ impl Gemm {
                 .value(ldy as u64);
             // 16 output features per block and task (DECODE_TASK), tasks round the grid.
             let blocks = n.div_ceil(16).min(self.decode_blocks as usize) as u32;
-            return self.decode.launch(grid(blocks, 256), stream, &mut args);
+            let kernel = &self.decode[usize::from(m > DECODE_SMALL_TOKENS)];
+            return kernel.launch(grid(blocks, 256), stream, &mut args);
         }
         let key = Key {
             shape,

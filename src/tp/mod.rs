@@ -226,7 +226,7 @@ struct Inner {
     sum_slabs: Function,
     /// The row-parallel decode GEMM fused with its all-reduce, and its grid: the same on
     /// every PE (0 blocks where it does not fit).
-    decode_allreduce: Function,
+    decode_allreduce: [Function; 2],
     fused_blocks: u32,
     sms: u32,
     /// Where overlapped schedules communicate.
@@ -251,11 +251,22 @@ impl TensorParallel {
         let silu_mul = module.function("silu_mul_bf16")?;
         let unchunk = module.function("unchunk_bf16")?;
         let sum_slabs = module.function("sum_slabs_bf16")?;
-        let decode_allreduce = module.function("decode_linear_allreduce_bf16")?;
+        // Up to 8 tokens, and 9 to 16.
+        let decode_allreduce = [
+            module.function("decode_linear_allreduce_bf16")?,
+            module.function("decode_linear16_allreduce_bf16")?,
+        ];
         let sms = shmem.sm_count()?;
         // Blocks pair up with the same block of every peer: the grid comes from the SM
         // count every PE agreed on, and the kernel's occupancy (the same binary everywhere).
-        let per_sm = decode_allreduce.max_resident_blocks(FUSED_THREADS, 0)? / sms.max(1);
+        let per_sm = decode_allreduce
+            .iter()
+            .map(|f| f.max_resident_blocks(FUSED_THREADS, 0))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .min()
+            .unwrap_or(0)
+            / sms.max(1);
         let fused_blocks = (collectives.sm_count() as u32 * per_sm.min(FUSED_BLOCKS_PER_SM))
             .min(crate::abi::COLL_MAX_BLOCKS);
         let pushers = match exchange::stream_memops(shmem)? {
@@ -434,7 +445,7 @@ impl TensorParallel {
     ) -> Result<()> {
         let staged = y.len() * std::mem::size_of::<bf16>();
         self.inner.collectives.fused_call(
-            &self.inner.decode_allreduce,
+            &self.inner.decode_allreduce[usize::from(lin.m as usize > gemm::DECODE_SMALL_TOKENS)],
             y,
             x,
             staged,

@@ -141,9 +141,9 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
   4096, ffn 14336; 70b: hidden 8192, ffn 28672) and each --tp-m token count M:
     compute-only  this PE's merged gate/up GEMM, the SiLU(gate)*up kernel and the down GEMM
                   into a local buffer, no communication: the lower bound; the GEMMs as
-                  GemmPath::Auto takes them (our decode kernel up to 8 tokens, cuBLASLt above),
-                  as in every other implementation
-    cublas-only   the same with cuBLASLt's GEMMs, up to 8 tokens (above, it is compute-only)
+                  GemmPath::Auto takes them (our decode kernels up to 16 tokens, cuBLASLt
+                  above), as in every other implementation
+    cublas-only   the same with cuBLASLt's GEMMs, up to 16 tokens (above, it is compute-only)
     cublas+nccl   the same calls, then ncclAllReduce (sum, bf16) of the down projection's
                   partial product into the output (with nccl in --impls)
     cublas+ours   nvshmem::tp::TpMlp::forward_with(Schedule::Sequential): GEMM, kernel, GEMM,
@@ -152,7 +152,7 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
                   pieces, each piece's all-reduce on a second stream while the next computes
                   (with ours in --impls)
     fused         TpMlp::forward_with(Schedule::Fused): the down projection's decode GEMM and
-                  its all-reduce in one kernel; only for M <= 8, where that kernel exists
+                  its all-reduce in one kernel; only for M <= 16, where that kernel exists
                   (with ours in --impls)
   --tp-layouts sequence (on by default) runs the same MLP in sequence parallelism: each PE
   holds M / PEs tokens on the way in and out (nvshmem::tp::SequenceParallelMlp), for the
@@ -884,7 +884,7 @@ impl Config {
     /// Symmetric memory the tp test holds at once (0 without it), for the largest shape at
     /// the largest token count M, in bf16. Replicated: the MLP's partial product (M x hidden)
     /// and its scratch for pieces along the features (min(M, 2048) x hidden), and the
-    /// outputs of cublas+ours, overlapped and fused (M x hidden each; fused's only up to 8
+    /// outputs of cublas+ours, overlapped and fused (M x hidden each; fused's only up to 16
     /// tokens). Sequence parallel, at most: the gathered input, the partial product and the
     /// fused reduce-scatter's exchange buffer (M x hidden each), the input and the three
     /// outputs (M / PEs x hidden each, at most M x hidden).
