@@ -78,7 +78,7 @@ const CASES: &[Case] = &[
     Case {
         name: "skip-call-checked",
         about: "PE 1 skips the 4th of 8 calls, with CollectivesConfig::check_calls",
-        expect: &[(0, "not every PE published what it is doing")],
+        expect: &[(0, "did not publish what it is doing")],
         alone: false,
     },
     Case {

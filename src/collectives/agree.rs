@@ -16,12 +16,12 @@ use super::CollectivesConfig;
 use crate::element::{DataType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
-use crate::runtime::Nvshmem;
+use crate::runtime::{Exchanged, Nvshmem, WordExchange, RECORD_WORDS};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// Words of a record.
-pub(crate) const WORDS: usize = 8;
+/// Words of a record: the runtime exchange's.
+pub(crate) const WORDS: usize = RECORD_WORDS;
 
 /// Which collective a call is, with the word that tags its record (4 is `Record::Failed`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,64 +237,47 @@ pub(crate) fn describe_disagreement(my_pe: usize, all: &[u64]) -> Option<String>
     ))
 }
 
-/// Symmetric scratch for the exchange, in two rounds: one record of ours, one per PE.
-/// Consecutive exchanges alternate rounds: a PE that finishes an exchange first may start the
-/// next one, whose records land in the slower PEs' scratch while they are still reading the
-/// last; the round after that cannot start until they have joined the next.
-/// One exchange at a time: a `Collectives` may be shared between threads.
+/// The records' exchange (the runtime's bounded exchange, src/runtime/exchange.rs, through
+/// scratch of its own) and that scratch. One exchange at a time: a `Collectives` may be
+/// shared between threads.
 pub(crate) struct Agreement {
-    scratch: Mutex<Scratch>,
-}
-
-struct Scratch {
-    mine: SymmetricBuffer<u64>,
-    all: SymmetricBuffer<u64>,
-    round: usize,
+    exchange: Mutex<(WordExchange, SymmetricBuffer<u64>)>,
 }
 
 impl Agreement {
     /// Allocate the scratch (collective).
     pub(crate) fn new(shmem: &Nvshmem) -> Result<Self> {
+        let n = shmem.n_pes();
+        let scratch = shmem.calloc::<u64>(WordExchange::scratch_words(n))?;
+        // SAFETY: symmetric, zeroed, alike on every PE, and kept beside the exchange.
+        let exchange =
+            unsafe { WordExchange::new(scratch.as_ptr(), shmem.new_stream()?, shmem.my_pe(), n) };
         Ok(Agreement {
-            scratch: Mutex::new(Scratch {
-                mine: shmem.malloc::<u64>(2 * WORDS)?,
-                all: shmem.malloc::<u64>(2 * WORDS * shmem.n_pes())?,
-                round: 0,
-            }),
+            exchange: Mutex::new((exchange, scratch)),
         })
     }
 
     /// Publish `record`, collect every PE's, and fail if any differs. Waits for every PE to
-    /// publish (collective, on the runtime's stream) for at most `limit`.
+    /// publish for at most `limit`.
     pub(crate) fn agree(
         &self,
         shmem: &Nvshmem,
         record: Record,
         limit: Option<Duration>,
     ) -> Result<()> {
-        crate::runtime::check_not_stranded()?;
-        let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
-        let (round, per_round) = (scratch.round % 2, WORDS * shmem.n_pes());
-        scratch.round += 1;
-        let mine = scratch.mine.view(round * WORDS..(round + 1) * WORDS);
-        let all = scratch.all.view(round * per_round..(round + 1) * per_round);
-        mine.copy_from_host(&record.encode())?;
-        shmem.team_world().fcollect(all, mine, shmem.stream())?;
-        // Bounded, and the results read only after (reading would wait without a bound).
-        if !shmem.wait_for_stream(shmem.stream(), limit, || {
-            format!("the call agreement (this PE {record})")
-        })? {
-            return Err(Error::CollectiveMismatch(format!(
-                "PE {} {record}, and not every PE published what it is doing within {:?}: a PE \
-                 skipped the call or stopped; this process cannot go on",
+        let mut guard = self.exchange.lock().unwrap_or_else(|p| p.into_inner());
+        let what = || format!("the call agreement (this PE {record})");
+        match shmem.exchange_through(&mut guard.0, &record.encode(), limit, what)? {
+            Exchanged::All(all) => match describe_disagreement(shmem.my_pe(), &all) {
+                Some(msg) => Err(Error::CollectiveMismatch(msg)),
+                None => Ok(()),
+            },
+            Exchanged::GaveUp(missing) => Err(Error::CollectiveMismatch(format!(
+                "PE {} {record}, and PE {missing} did not publish what it is doing within \
+                 {:?}: a PE skipped the call or stopped; this process cannot go on",
                 shmem.my_pe(),
                 limit.unwrap_or_default()
-            )));
-        }
-        let all = all.to_vec()?;
-        match describe_disagreement(shmem.my_pe(), &all) {
-            Some(msg) => Err(Error::CollectiveMismatch(msg)),
-            None => Ok(()),
+            ))),
         }
     }
 }

@@ -1,21 +1,23 @@
 //! The agreement of collective allocation, in every build: before each symmetric allocation
 //! and free, every PE publishes what it is about to do (`[kind, sequence, bytes, alignment]`)
-//! and whether its heap can take it, with one fcollect. A PE that differs is named in an
-//! error, and a refusal by any PE is an error on every PE, instead of a hang, a corrupted heap
-//! or a job that NVSHMEM takes down. It costs one small fcollect per allocation and free.
+//! and whether its heap can take it, through the runtime's bounded exchange
+//! (src/runtime/exchange.rs). A PE that differs is named in an error, and a refusal by any PE
+//! is an error on every PE, instead of a hang, a corrupted heap or a job that NVSHMEM takes
+//! down. It costs a few host puts and reads per allocation and free.
 //!
 //! A runtime service ([`Nvshmem::with_service`]): made on the first allocation, which every
 //! PE makes at the same point, and freed before NVSHMEM is finalised.
 
-use crate::error::{check, CudaResultExt, Error, HeapLimit, Result};
-use crate::runtime::Nvshmem;
-use nvshmem_sys as sys;
+use crate::error::{Error, HeapLimit, Result};
+use crate::runtime::{Exchanged, Nvshmem, FINALIZE_KIND};
 
 /// What a PE is about to do.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum CheckKind {
     Alloc = 1,
     Free = 2,
+    /// Not an allocation: the runtime's last exchange, before it finalises.
+    Finalize = FINALIZE_KIND as isize,
 }
 
 /// What a PE publishes: what it is about to do (the words that must agree), then whether its
@@ -33,8 +35,9 @@ pub(crate) struct Proposal {
 }
 
 /// Words each PE publishes: kind, sequence, bytes, alignment (these must agree), then the
-/// refusal's code and value, and the bytes in use.
-const WORDS: usize = 7;
+/// refusal's code and value, the bytes in use, and a zero (the runtime's records are
+/// `RECORD_WORDS` wide).
+const WORDS: usize = crate::runtime::RECORD_WORDS;
 /// The words every PE must publish alike.
 const AGREED: usize = 4;
 
@@ -57,43 +60,15 @@ fn decode(code: u64, value: u64) -> Option<HeapLimit> {
     }
 }
 
-/// Symmetric scratch for the exchange: two rounds of our words then every PE's. Consecutive
-/// exchanges alternate rounds: a PE that finishes an exchange first may start the next, whose
-/// words land in a slower PE's scratch while it still reads the last; the round after that
-/// cannot start before every PE has joined the next.
+/// The sequence of this PE's allocations.
 pub(crate) struct AllocCheck {
-    scratch: *mut u64,
-    n_pes: usize,
     next_seq: u64,
-    exchanges: usize,
 }
 
-// SAFETY: the scratch pointer is device memory this value owns; the runtime keeps the
-// service behind a lock and makes the context current before each use.
-unsafe impl Send for AllocCheck {}
-
 impl AllocCheck {
-    /// Allocate the scratch (collective). Called with the runtime's services locked, so it
-    /// allocates with NVSHMEM directly.
-    pub(crate) fn new(shmem: &Nvshmem) -> Result<Self> {
-        let _host = shmem.host_call()?;
-        let n_pes = shmem.n_pes();
-        let bytes = 2 * (n_pes + 1) * WORDS * 8;
-        let scratch = unsafe { sys::nvshmem_malloc(bytes) } as *mut u64;
-        if scratch.is_null() {
-            return Err(Error::HeapExhausted {
-                requested: bytes,
-                in_use: 0,
-                pe: shmem.my_pe(),
-                limit: HeapLimit::SymmetricSize(shmem.rt.heap.symmetric_size),
-            });
-        }
-        Ok(AllocCheck {
-            scratch,
-            n_pes,
-            next_seq: 0,
-            exchanges: 0,
-        })
+    /// A check from the first allocation on (every PE makes it at the same point).
+    pub(crate) fn new(_shmem: &Nvshmem) -> Result<Self> {
+        Ok(AllocCheck { next_seq: 0 })
     }
 
     /// Exchange what every PE is about to do; fail if they differ or if any PE's heap refuses.
@@ -110,53 +85,28 @@ impl AllocCheck {
             code,
             value,
             p.in_use as u64,
+            0,
         ];
         crate::runtime::check_not_stranded()?;
         let _host = shmem.host_call()?;
-        let stream = shmem.stream();
-        let mut all = vec![0u64; self.n_pes * WORDS];
-        let round = self
-            .scratch
-            .wrapping_add(self.exchanges % 2 * (self.n_pes + 1) * WORDS);
-        self.exchanges += 1;
-        unsafe {
-            cudarc::driver::result::memcpy_htod_async(round as u64, &mine, stream.cu_stream())
-                .during("cuMemcpyHtoDAsync")?;
-            check(
-                "nvshmemx_uint64_fcollect_on_stream",
-                sys::nvshmemx_uint64_fcollect_on_stream(
-                    sys::NVSHMEM_TEAM_WORLD,
-                    round.add(WORDS),
-                    round,
-                    WORDS,
-                    stream.cu_stream() as sys::cudaStream_t,
-                ),
-            )?;
-        }
-        // Bounded: a PE that never comes is an error, not a hang. The results are read only
-        // after (a copy into pageable memory would wait for the stream without a bound).
         let noun = match p.kind {
             CheckKind::Alloc => "allocation",
             CheckKind::Free => "free of allocation",
+            CheckKind::Finalize => "finalize",
         };
         let what = || format!("the agreement on {noun} #{seq}");
-        if !shmem.wait_for_stream(stream, shmem.wait_limit(), what)? {
-            return Err(Error::CollectiveMismatch(format!(
-                "{noun} #{seq} of {} bytes: not every PE reached it within {:?} (NVSHMEM_RS_TIMEOUT): \
-                 a PE skipped an allocation or a free, or stopped; this process cannot go on",
-                p.bytes,
-                shmem.wait_limit().unwrap_or_default()
-            )));
-        }
-        unsafe {
-            cudarc::driver::result::memcpy_dtoh_async(
-                &mut all,
-                round.add(WORDS) as u64,
-                stream.cu_stream(),
-            )
-            .during("cuMemcpyDtoHAsync")?;
-        }
-        stream.synchronize().during("cuStreamSynchronize")?;
+        let all = match shmem.exchange(&mine, shmem.wait_limit(), what)? {
+            Exchanged::All(all) => all,
+            Exchanged::GaveUp(missing) => {
+                return Err(Error::CollectiveMismatch(format!(
+                    "{noun} #{seq} of {} bytes: PE {missing} did not reach it within {:?} \
+                     (NVSHMEM_RS_TIMEOUT): a PE skipped an allocation or a free, or stopped; \
+                     this process cannot go on",
+                    p.bytes,
+                    shmem.wait_limit().unwrap_or_default()
+                )));
+            }
+        };
         if let Some(msg) = describe_mismatch(shmem.my_pe(), &all) {
             return Err(Error::CollectiveMismatch(msg));
         }
@@ -182,24 +132,16 @@ fn first_refusal(all: &[u64]) -> Option<Error> {
     })
 }
 
-impl Drop for AllocCheck {
-    fn drop(&mut self) {
-        // The runtime drops its services with its context current, before finalising.
-        let _host = crate::runtime::host_call();
-        unsafe { sys::nvshmem_free(self.scratch as *mut std::ffi::c_void) };
-    }
-}
-
 /// Compare what each PE published; `None` when all agree.
 fn describe_mismatch(my_pe: usize, all: &[u64]) -> Option<String> {
     let records: Vec<&[u64]> = all.chunks(WORDS).map(|r| &r[..AGREED]).collect();
     let first = records.first()?;
     let pe = records.iter().position(|r| r != first)?;
     let show = |r: &[u64]| {
-        let what = if r[0] == CheckKind::Alloc as u64 {
-            "allocation"
-        } else {
-            "free of allocation"
+        let what = match r[0] {
+            k if k == CheckKind::Alloc as u64 => "allocation",
+            k if k == CheckKind::Finalize as u64 => return "its finalize".to_string(),
+            _ => "free of allocation",
         };
         let align = if r[3] != 0 {
             format!(", aligned to {}", r[3])
@@ -222,9 +164,9 @@ mod tests {
 
     #[test]
     fn a_refusal_by_any_pe_is_the_lowest_refusing_pe_s_error_everywhere() {
-        let mut all = vec![1, 0, 4096, 0, 0, 0, 64];
-        all.extend([1, 0, 4096, 0, 3, 1 << 20, 128]);
-        all.extend([1, 0, 4096, 0, 1, 1 << 30, 256]);
+        let mut all = vec![1, 0, 4096, 0, 0, 0, 64, 0];
+        all.extend([1, 0, 4096, 0, 3, 1 << 20, 128, 0]);
+        all.extend([1, 0, 4096, 0, 1, 1 << 30, 256, 0]);
         assert_eq!(describe_mismatch(0, &all), None);
         match first_refusal(&all) {
             Some(Error::HeapExhausted {
@@ -249,7 +191,7 @@ mod tests {
     #[test]
     fn agreeing_pes_pass_the_allocation_check() {
         let all = [
-            1, 3, 4096, 0, 0, 0, 0, 1, 3, 4096, 0, 0, 0, 0, 1, 3, 4096, 0, 0, 0, 0,
+            1, 3, 4096, 0, 0, 0, 0, 0, 1, 3, 4096, 0, 0, 0, 0, 0, 1, 3, 4096, 0, 0, 0, 0, 0,
         ];
         assert_eq!(describe_mismatch(0, &all), None);
     }
@@ -257,7 +199,7 @@ mod tests {
     #[test]
     fn a_pe_allocating_another_size_is_named() {
         let all = [
-            1, 3, 4096, 0, 0, 0, 0, 1, 3, 4096, 0, 0, 0, 0, 1, 3, 8192, 0, 0, 0, 0,
+            1, 3, 4096, 0, 0, 0, 0, 0, 1, 3, 4096, 0, 0, 0, 0, 0, 1, 3, 8192, 0, 0, 0, 0, 0,
         ];
         let msg = describe_mismatch(1, &all).unwrap();
         assert!(
@@ -272,16 +214,30 @@ mod tests {
 
     #[test]
     fn a_pe_freeing_out_of_order_is_named() {
-        let all = [2, 0, 64, 0, 0, 0, 0, 2, 1, 128, 0, 0, 0, 0];
+        let all = [2, 0, 64, 0, 0, 0, 0, 0, 2, 1, 128, 0, 0, 0, 0, 0];
         let msg = describe_mismatch(0, &all).unwrap();
         assert!(msg.contains("free of allocation #1 of 128 bytes"), "{msg}");
     }
 
     #[test]
     fn a_pe_allocating_while_another_frees_is_named() {
-        let all = [1, 5, 64, 0, 0, 0, 0, 2, 4, 64, 0, 0, 0, 0];
+        let all = [1, 5, 64, 0, 0, 0, 0, 0, 2, 4, 64, 0, 0, 0, 0, 0];
         assert!(describe_mismatch(0, &all)
             .unwrap()
             .contains("PE 1 is doing free of allocation #4"));
+    }
+
+    #[test]
+    fn a_pe_finalizing_while_another_frees_is_named() {
+        let all = [2, 4, 64, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0];
+        let msg = describe_mismatch(0, &all).unwrap();
+        assert!(
+            msg.contains(
+                "PE 0 is doing free of allocation #4 of 64 bytes while PE 1 is doing its finalize"
+            ),
+            "{msg}"
+        );
+        let done = [3, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0];
+        assert!(describe_mismatch(1, &done).is_none());
     }
 }

@@ -4,6 +4,10 @@
 //! per runtime (the host atomics' kernel, the debug allocation check) lives in the runtime's
 //! services, which it drops before finalising NVSHMEM without knowing what they are.
 
+mod exchange;
+
+pub(crate) use exchange::{Exchanged, WordExchange, FINALIZE_KIND, RECORD_WORDS};
+
 use crate::error::{check, CudaResultExt, Error, Result};
 use cudarc::driver::{CudaContext, CudaStream};
 use nvshmem_sys as sys;
@@ -66,6 +70,12 @@ pub(crate) fn host_call() -> HostCall {
 static GAVE_UP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// [`Error::Stranded`] once a wait for the other PEs gave up.
+/// Strand the runtime: a wait for the other PEs gave up (`why` says which), so this process
+/// cannot go on with them. The first reason stays.
+pub(crate) fn strand(why: String) {
+    let _ = GAVE_UP.set(why);
+}
+
 pub(crate) fn check_not_stranded() -> Result<()> {
     match GAVE_UP.get() {
         Some(why) => Err(Error::Stranded(why.clone())),
@@ -308,6 +318,10 @@ pub(crate) struct Runtime {
     pub(crate) heap_mapped: AtomicUsize,
     /// How long a host-side wait for the other PEs may last (`NVSHMEM_RS_TIMEOUT`).
     pub(crate) wait_limit: Option<Duration>,
+    /// The runtime's own bounded exchange (the allocation check, the barrier before
+    /// finalize) and its symmetric scratch.
+    exchange: Mutex<WordExchange>,
+    exchange_scratch: u64,
     /// Made on first use, dropped in reverse order before NVSHMEM is finalised (they may free
     /// symmetric memory or unregister kernels). A service must not hold an [`Nvshmem`]: that
     /// would keep the runtime alive for ever.
@@ -356,7 +370,11 @@ impl Drop for Runtime {
         }
         {
             let _host = host_call();
-            unsafe { sys::nvshmemx_hostlib_finalize() };
+            // SAFETY: allocated at init, alike on every PE, every PE past its last exchange.
+            unsafe {
+                sys::nvshmem_free(self.exchange_scratch as *mut std::ffi::c_void);
+                sys::nvshmemx_hostlib_finalize();
+            }
         }
         if let Ok(mut s) = STATE.lock() {
             *s = State::Finalized;
@@ -365,52 +383,45 @@ impl Drop for Runtime {
 }
 
 impl Runtime {
-    /// Whether every PE reaches a barrier within the wait limit (always, without one).
+    /// Whether every PE reaches the end within the wait limit (always, without one), and
+    /// none is doing something else (an allocation, a free): the runtime's exchange, which
+    /// leaves nothing on the GPU when a PE has gone (NVSHMEM's barrier would, and hold up
+    /// this process's exit). What went wrong is said on stderr.
     fn every_pe_arrives(&self) -> bool {
         if self.wait_limit.is_none() {
             return true;
         }
+        let mut record = [0u64; RECORD_WORDS];
+        record[0] = FINALIZE_KIND;
         let _host = host_call();
-        // SAFETY: this runtime's stream, its context current.
-        unsafe {
-            sys::nvshmemx_barrier_all_on_stream(self.stream.cu_stream() as sys::cudaStream_t)
-        };
-        poll_stream(&self.stream, self.wait_limit).unwrap_or(false)
-    }
-}
-
-/// Wait for `stream` for at most `limit` (`None`: for ever), its context current. `Ok(false)`
-/// when the time ran out (the work stays queued).
-fn poll_stream(stream: &CudaStream, limit: Option<Duration>) -> Result<bool> {
-    use cudarc::driver::sys::{cuStreamQuery, CUresult};
-    let Some(limit) = limit else {
-        stream.synchronize().during("cuStreamSynchronize")?;
-        return Ok(true);
-    };
-    let began = std::time::Instant::now();
-    for polls in 0u64.. {
-        // SAFETY: a live stream of the current context.
-        match unsafe { cuStreamQuery(stream.cu_stream()) } {
-            CUresult::CUDA_SUCCESS => return Ok(true),
-            CUresult::CUDA_ERROR_NOT_READY => {}
-            e => {
-                return Err(Error::Cuda {
-                    call: "cuStreamQuery",
-                    source: cudarc::driver::DriverError(e),
-                })
+        let mut exchange = lock(&self.exchange);
+        match exchange.exchange(&record, self.wait_limit) {
+            Ok(Exchanged::All(all)) => {
+                match all.chunks(RECORD_WORDS).position(|r| r[0] != FINALIZE_KIND) {
+                    None => true,
+                    Some(pe) => {
+                        eprintln!(
+                            "nvshmem: PE {}: at finalize, PE {pe} was still allocating or freeing \
+                         symmetric memory",
+                            self.my_pe
+                        );
+                        false
+                    }
+                }
+            }
+            Ok(Exchanged::GaveUp(pe)) => {
+                eprintln!(
+                    "nvshmem: PE {}: at finalize, PE {pe} did not arrive",
+                    self.my_pe
+                );
+                false
+            }
+            Err(e) => {
+                eprintln!("nvshmem: PE {}: at finalize: {e}", self.my_pe);
+                false
             }
         }
-        if began.elapsed() > limit {
-            return Ok(false);
-        }
-        // Spin briefly (an exchange takes tens of microseconds), then sleep.
-        if polls < 2000 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
-        }
     }
-    unreachable!("the loop returns")
 }
 
 /// A handle on the running NVSHMEM runtime. Cheap to clone; NVSHMEM is finalised when the
@@ -666,6 +677,23 @@ impl Nvshmem {
             }
             let heap = HeapConfig::from_env(|name| std::env::var(name).ok());
             let wait_limit = seconds_variable(WAIT_TIMEOUT_VARIABLE, DEFAULT_WAIT_TIMEOUT)?;
+            let exchange_scratch =
+                exchange::alloc_scratch(n_pes as usize).ok_or(Error::HeapExhausted {
+                    requested: 8 * WordExchange::scratch_words(n_pes as usize),
+                    in_use: 0,
+                    pe: my_pe as usize,
+                    limit: crate::error::HeapLimit::SymmetricSize(heap.symmetric_size),
+                })?;
+            // SAFETY: just allocated alike on every PE, zeroed; freed at finalize, after the
+            // last exchange.
+            let exchange = unsafe {
+                WordExchange::new(
+                    exchange_scratch,
+                    ctx.new_stream().during("cuStreamCreate")?,
+                    my_pe as usize,
+                    n_pes as usize,
+                )
+            };
             Ok(Runtime {
                 ctx,
                 stream,
@@ -677,6 +705,8 @@ impl Nvshmem {
                 heap_in_use: AtomicUsize::new(0),
                 heap_mapped: AtomicUsize::new(heap.symmetric_size),
                 wait_limit,
+                exchange: Mutex::new(exchange),
+                exchange_scratch: exchange_scratch as u64,
                 services: Mutex::new(Vec::new()),
             })
         })();
@@ -771,27 +801,42 @@ impl Nvshmem {
         Ok(host)
     }
 
-    /// Wait for `stream` for at most `limit` (`None`: for ever). `Ok(false)` when the time ran
-    /// out (the work stays queued): for host-side waits on the other PEs.
-    /// Past the limit, the runtime is stranded ([`Error::Stranded`], naming `what`).
-    pub(crate) fn wait_for_stream(
+    /// Publish `record` and collect every PE's through the runtime's own exchange (the
+    /// allocation check's), waiting at most `limit`; past it the runtime is stranded, `what`
+    /// naming the wait.
+    pub(crate) fn exchange(
         &self,
-        stream: &CudaStream,
+        record: &[u64; RECORD_WORDS],
         limit: Option<Duration>,
         what: impl FnOnce() -> String,
-    ) -> Result<bool> {
+    ) -> Result<Exchanged> {
+        // The host library before the exchange, the order every path takes.
+        let _host = self.host_call()?;
+        let mut exchange = lock(&self.rt.exchange);
+        self.exchange_through(&mut exchange, record, limit, what)
+    }
+
+    /// [`exchange`](Self::exchange) through `exchange`, another layer's own (with scratch of
+    /// its own, so that its records never meet the runtime's).
+    pub(crate) fn exchange_through(
+        &self,
+        exchange: &mut WordExchange,
+        record: &[u64; RECORD_WORDS],
+        limit: Option<Duration>,
+        what: impl FnOnce() -> String,
+    ) -> Result<Exchanged> {
         check_not_stranded()?;
-        self.bind_context()?;
-        let arrived = poll_stream(stream, limit)?;
-        if !arrived {
-            let _ = GAVE_UP.set(format!(
-                "PE {}: {} waited {:?} (NVSHMEM_RS_TIMEOUT) for the other PEs and gave up",
+        let _host = self.host_call()?;
+        let out = exchange.exchange(record, limit)?;
+        if let Exchanged::GaveUp(pe) = &out {
+            strand(format!(
+                "PE {}: {} waited {:?} (NVSHMEM_RS_TIMEOUT) for PE {pe} and gave up",
                 self.my_pe(),
                 what(),
                 limit.unwrap_or_default()
             ));
         }
-        Ok(arrived)
+        Ok(out)
     }
 
     /// How long a host-side wait for the other PEs may last (`NVSHMEM_RS_TIMEOUT`).
