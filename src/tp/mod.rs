@@ -147,7 +147,7 @@ pub enum Schedule {
     ///
     /// Measured on 2 H100s (`bench --tests tp`, one PE per GPU): the fused decode kernel was
     /// slower than the decode GEMM followed by our all-reduce (the 8B MLP at one token: 71.4
-    /// against 68.3 µs); the fused sequence-parallel MLP was 0.7-4% faster than the
+    /// against 68.7 µs); the fused sequence-parallel MLP was 0.7-4% faster than the
     /// sequential one at 4096 and 8192 tokens per PE and 0.4-16% slower at 512 to 2048.
     /// [`Auto`](Self::Auto) takes it where it was faster ([`ScheduleThresholds`]).
     ///
@@ -170,7 +170,7 @@ pub struct ScheduleThresholds {
     /// Tokens up to which a row-parallel layer with a replicated output fuses its decode
     /// GEMM with the all-reduce; 0: never. Measured: the fused kernel was slower than the
     /// decode GEMM followed by our all-reduce on 2 H100s (the 8B MLP at one token: 71.4
-    /// against 68.3 µs), so by default it is not taken.
+    /// against 68.7 µs), so by default it is not taken.
     pub fused_decode_max_tokens: usize,
 }
 
