@@ -1,9 +1,16 @@
 //! Every PE's few words to every PE, from the host, with a bound: the exchange under the
 //! runtime's agreements (allocations and frees, the barrier before finalize, the collectives'
-//! call check). Host puts and host reads of symmetric memory: nothing of it runs on the GPU,
-//! so a PE that never comes leaves nothing behind. A kernel that waits for it (an fcollect,
-//! a barrier on a stream) would stay on the GPU after the host gave up, and hold up the
-//! process's exit, where the CUDA runtime's teardown waits for it.
+//! call check). Puts on a stream of its own (copies between GPUs that NVSHMEM maps to each
+//! other, the transport's puts elsewhere) and host reads of symmetric memory: nothing of it
+//! waits on the GPU, so a PE that never comes leaves nothing behind. A kernel that waits for
+//! it (an fcollect, a barrier on a stream) would stay on the GPU after the host gave up, and
+//! hold up the process's exit, where the CUDA runtime's teardown waits for it.
+//!
+//! One round is not a consensus: a PE that gives up at its deadline may do so just after
+//! another saw every record, which then goes on (into NVSHMEM's own unbounded collective
+//! allocation, say) while the first is stranded. The bound turns a PE that stops into an
+//! error on the PEs that wait for it; it cannot make PEs that time out at different moments
+//! agree.
 
 use crate::error::{CudaResultExt, Result};
 use cudarc::driver::result::{memcpy_dtoh_async, memcpy_htod_async};
@@ -29,15 +36,16 @@ pub(crate) enum Exchanged {
 /// `[round][this PE's record][a tag per PE][two halves of every PE's record]`.
 ///
 /// Each exchange is a round, counted from 1 alike on every PE: a PE puts its record into its
-/// slot of the round's half on every PE, waits until those puts have landed, puts the round
-/// into its tag there, and then reads its own tags until every PE's has reached the round.
-/// The halves alternate: a PE that has finished round r knows every PE has begun it, so none
-/// can be two rounds ahead and overwrite a half that is still being read.
+/// slot of the round's half on every PE and, once those puts have landed, the round into its
+/// tag there, and reads its own tags until every PE's has reached the round. The halves
+/// alternate: a PE that has finished round r knows every PE has begun it, so none can be two
+/// rounds ahead and overwrite a half that is still being read.
 pub(crate) struct WordExchange {
     scratch: *mut u64,
-    /// A stream of its own for the copies between the host and the scratch, so that they
-    /// wait for nothing else on the GPU.
-    stream: Arc<CudaStream>,
+    /// Streams of its own, so that they wait for nothing else on the GPU: the puts (and the
+    /// copy of the record before them), and the host's reads of the scratch.
+    puts: Arc<CudaStream>,
+    reads: Arc<CudaStream>,
     n_pes: usize,
     my_pe: usize,
     round: u64,
@@ -53,20 +61,22 @@ impl WordExchange {
         1 + RECORD_WORDS + n_pes + 2 * n_pes * RECORD_WORDS
     }
 
-    /// An exchange through `scratch`, copying on `stream` (one that nothing else uses).
+    /// An exchange through `scratch`, putting on `puts` and reading on `reads` (streams that
+    /// nothing else uses).
     ///
     /// # Safety
     /// `scratch` is symmetric, holds [`scratch_words`](Self::scratch_words) zeroed words on
     /// every PE, and outlives this value.
     pub(crate) unsafe fn new(
         scratch: *mut u64,
-        stream: Arc<CudaStream>,
+        [puts, reads]: [Arc<CudaStream>; 2],
         my_pe: usize,
         n_pes: usize,
     ) -> Self {
         WordExchange {
             scratch,
-            stream,
+            puts,
+            reads,
             n_pes,
             my_pe,
             round: 0,
@@ -74,7 +84,8 @@ impl WordExchange {
     }
 
     /// Publish `record` (`RECORD_WORDS` words) and collect every PE's, waiting for the
-    /// others at most `limit` (`None`: for ever), with the context current.
+    /// others at most `limit` (`None`: for ever), with the context current. After an error
+    /// the exchange cannot go on with the other PEs (its round is spent).
     pub(crate) fn exchange(
         &mut self,
         record: &[u64],
@@ -86,37 +97,54 @@ impl WordExchange {
         self.round += 1;
         let round = self.round;
         // SAFETY: every offset lies inside the scratch (`new`'s contract).
-        let (round_at, mine, tags, all) = unsafe {
+        let (round_at, mine, tags, half) = unsafe {
             let s = self.scratch;
-            (s, s.add(1), s.add(1 + w), s.add(1 + w + n))
+            let all = s.add(1 + w + n);
+            (
+                s,
+                s.add(1),
+                s.add(1 + w),
+                all.add((round % 2) as usize * n * w),
+            )
         };
-        let half = unsafe { all.add((round % 2) as usize * n * w) };
         let mut staged = vec![round];
         staged.extend_from_slice(record);
-        // SAFETY: this PE's own words of the scratch; then puts of them into the same
-        // symmetric words of every PE.
-        let cu = self.stream.cu_stream();
+        let (put, read) = (self.puts.cu_stream(), self.reads.cu_stream());
+        // SAFETY: this PE's own words of the scratch, then puts of them into the same
+        // symmetric words of every PE, in stream order: the record, its delivery, the tag.
         unsafe {
-            memcpy_htod_async(round_at as u64, &staged, cu).during("cuMemcpyHtoDAsync")?;
-            self.stream.synchronize().during("cuStreamSynchronize")?;
+            memcpy_htod_async(round_at as u64, &staged, put).during("cuMemcpyHtoDAsync")?;
+            let stream = put as sys::cudaStream_t;
+            let slot = half.add(me * w) as *mut c_void;
             for pe in 0..n {
-                let slot = half.add(me * w) as *mut c_void;
-                sys::nvshmem_putmem(slot, mine as *const c_void, w * 8, pe as i32);
+                sys::nvshmemx_putmem_on_stream(
+                    slot,
+                    mine as *const c_void,
+                    w * 8,
+                    pe as i32,
+                    stream,
+                );
             }
-            sys::nvshmem_quiet();
+            sys::nvshmemx_quiet_on_stream(stream);
+            let tag = tags.add(me) as *mut c_void;
             for pe in 0..n {
-                let tag = tags.add(me) as *mut c_void;
-                sys::nvshmem_putmem(tag, round_at as *const c_void, 8, pe as i32);
+                sys::nvshmemx_putmem_on_stream(
+                    tag,
+                    round_at as *const c_void,
+                    8,
+                    pe as i32,
+                    stream,
+                );
             }
-            sys::nvshmem_quiet();
         }
         let began = Instant::now();
         let mut seen = vec![0u64; n];
         let mut pause = Duration::from_micros(5);
         loop {
             // SAFETY: this PE's tags.
-            unsafe { memcpy_dtoh_async(&mut seen, tags as u64, cu) }.during("cuMemcpyDtoHAsync")?;
-            self.stream.synchronize().during("cuStreamSynchronize")?;
+            unsafe { memcpy_dtoh_async(&mut seen, tags as u64, read) }
+                .during("cuMemcpyDtoHAsync")?;
+            self.reads.synchronize().during("cuStreamSynchronize")?;
             let Some(missing) = seen.iter().position(|&t| t < round) else {
                 break;
             };
@@ -128,8 +156,8 @@ impl WordExchange {
         }
         let mut out = vec![0u64; n * w];
         // SAFETY: this round's half of this PE's scratch, complete (every tag has reached it).
-        unsafe { memcpy_dtoh_async(&mut out, half as u64, cu) }.during("cuMemcpyDtoHAsync")?;
-        self.stream.synchronize().during("cuStreamSynchronize")?;
+        unsafe { memcpy_dtoh_async(&mut out, half as u64, read) }.during("cuMemcpyDtoHAsync")?;
+        self.reads.synchronize().during("cuStreamSynchronize")?;
         Ok(Exchanged::All(out))
     }
 }

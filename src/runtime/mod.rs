@@ -675,24 +675,25 @@ impl Nvshmem {
             if status < sys::NVSHMEM_STATUS_IS_INITIALIZED as i32 {
                 return Err(Error::NotInitialized { status });
             }
+            // The runtime's exchange first: a collective allocation, before anything that
+            // can fail on one PE alone (which would leave the others waiting in it).
+            let exchange_scratch = exchange::alloc_scratch(n_pes as usize);
             let heap = HeapConfig::from_env(|name| std::env::var(name).ok());
+            let exchange_scratch = exchange_scratch.ok_or(Error::HeapExhausted {
+                requested: 8 * WordExchange::scratch_words(n_pes as usize),
+                in_use: 0,
+                pe: my_pe as usize,
+                limit: crate::error::HeapLimit::SymmetricSize(heap.symmetric_size),
+            })?;
             let wait_limit = seconds_variable(WAIT_TIMEOUT_VARIABLE, DEFAULT_WAIT_TIMEOUT)?;
-            let exchange_scratch =
-                exchange::alloc_scratch(n_pes as usize).ok_or(Error::HeapExhausted {
-                    requested: 8 * WordExchange::scratch_words(n_pes as usize),
-                    in_use: 0,
-                    pe: my_pe as usize,
-                    limit: crate::error::HeapLimit::SymmetricSize(heap.symmetric_size),
-                })?;
+            let streams = [
+                ctx.new_stream().during("cuStreamCreate")?,
+                ctx.new_stream().during("cuStreamCreate")?,
+            ];
             // SAFETY: just allocated alike on every PE, zeroed; freed at finalize, after the
             // last exchange.
             let exchange = unsafe {
-                WordExchange::new(
-                    exchange_scratch,
-                    ctx.new_stream().during("cuStreamCreate")?,
-                    my_pe as usize,
-                    n_pes as usize,
-                )
+                WordExchange::new(exchange_scratch, streams, my_pe as usize, n_pes as usize)
             };
             Ok(Runtime {
                 ctx,
@@ -827,7 +828,14 @@ impl Nvshmem {
     ) -> Result<Exchanged> {
         check_not_stranded()?;
         let _host = self.host_call()?;
-        let out = exchange.exchange(record, limit)?;
+        let out = match exchange.exchange(record, limit) {
+            Ok(out) => out,
+            Err(e) => {
+                // The other PEs may be waiting for this one's record: it cannot go on with them.
+                strand(format!("PE {}: {} failed: {e}", self.my_pe(), what()));
+                return Err(e);
+            }
+        };
         if let Exchanged::GaveUp(pe) = &out {
             strand(format!(
                 "PE {}: {} waited {:?} (NVSHMEM_RS_TIMEOUT) for PE {pe} and gave up",

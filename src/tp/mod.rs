@@ -68,9 +68,13 @@ use std::sync::Arc;
 pub enum Schedule {
     /// Chosen for each call by the group's [`ScheduleThresholds`]: [`Fused`](Self::Fused)
     /// where it measured faster, [`Sequential`](Self::Sequential) elsewhere. What the
-    /// layers' `forward` takes. The choice depends only on the call's shape and the
-    /// thresholds, so every PE makes the same one when every PE builds its group with the
-    /// same thresholds (as it must build the same layers).
+    /// layers' `forward` takes. The choice depends only on the call's shape, the thresholds
+    /// and the GPU, and is not exchanged: every PE must build its group with the same
+    /// thresholds (as it builds the same layers) on the same model of GPU. Where it fuses,
+    /// the call has `Fused`'s limits: its waits for the peers have no bound and no call
+    /// agreement, so a PE that stops leaves the others waiting (by default that is the
+    /// sequence-parallel layers from 4096 tokens per PE; use `Sequential` where a bounded
+    /// failure matters more than the few percent).
     #[default]
     Auto,
     /// The GEMM, then the collective, on the caller's stream: what a user writes first.
