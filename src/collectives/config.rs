@@ -359,9 +359,9 @@ pub struct CollectivesConfig {
     /// Before every call, the PEs exchange what they are about to do (operation, type,
     /// algorithm, length, where the buffers are) and refuse a call they disagree on with
     /// [`Error::CollectiveMismatch`], instead of leaving stale data on one PE and storing past
-    /// a view on another. It costs a host round trip per call (host puts of a record to every
-    /// PE and host reads until every PE's has arrived, bounded by [`timeout`](Self::timeout);
-    /// nothing of it runs on the GPU) and is skipped while the stream is captured into a
+    /// a view on another. It costs a host round trip per call (puts of a record to every PE
+    /// and host reads until every PE's has arrived, bounded by [`timeout`](Self::timeout);
+    /// nothing of it waits on the GPU) and is skipped while the stream is captured into a
     /// graph. Every call becomes a host-side barrier: a program whose PEs wait for each other
     /// through work queued on a stream before a call must turn it off. On by default in debug
     /// builds.

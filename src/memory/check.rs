@@ -3,7 +3,7 @@
 //! and whether its heap can take it, through the runtime's bounded exchange
 //! (src/runtime/exchange.rs). A PE that differs is named in an error, and a refusal by any PE
 //! is an error on every PE, instead of a hang, a corrupted heap or a job that NVSHMEM takes
-//! down. It costs a few host puts and reads per allocation and free.
+//! down. It costs a few puts and host reads per allocation and free.
 //!
 //! A runtime service ([`Nvshmem::with_service`]): made on the first allocation, which every
 //! PE makes at the same point, and freed before NVSHMEM is finalised.
