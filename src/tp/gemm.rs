@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex};
 /// they take. Measured on H100s (`tp_mlp --test gemm`, docs/gemm.md) on the Llama-3 8B and
 /// 70B MLP shards of TP 2: 1.00 to 1.14x cuBLASLt's speed from 1 to 8 tokens, 2.5 to 3.0 TB/s
 /// of weight read (its multiply-adds run on the tensor cores, so more tokens cost it
-/// little); from 9 to 16 tokens 0.95 to 1.12x by shape, and each MLP as a whole as fast as
-/// with cuBLASLt or faster (`bench --tests tp`).
+/// little); from 9 to 16 tokens 0.95 to 1.12x by shape: the 8B MLP as a whole 2.5 to 4.6%
+/// faster than with cuBLASLt, the 70B MLP within about 1% either way (`bench --tests tp`).
 pub const DECODE_TOKENS: usize = DECODE_MAX_TOKENS;
 /// The most tokens our decode kernel takes.
 pub const DECODE_MAX_TOKENS: usize = 16;
