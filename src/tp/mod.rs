@@ -149,11 +149,8 @@ pub enum Schedule {
     /// of each staging slot ([`CollectivesConfig::workspace`]; the default holds 1 Mi
     /// elements), and falls back to `Sequential` where they do not fit.
     ///
-    /// Measured on 2 H100s (`bench --tests tp`, one PE per GPU): the fused decode kernel was
-    /// slower than the decode GEMM followed by our all-reduce (the 8B MLP at one token: 71.4
-    /// against 68.7 µs); the fused sequence-parallel MLP was 0.7-4% faster than the
-    /// sequential one at 4096 and 8192 tokens per PE and 0.4-16% slower at 512 to 2048.
-    /// [`Auto`](Self::Auto) takes it where it was faster ([`ScheduleThresholds`]).
+    /// [`Auto`](Self::Auto) takes it where it measured faster on 2 H100s: the figures are
+    /// on [`ScheduleThresholds`]' fields.
     ///
     /// [`CollectivesConfig::workspace`]: crate::collectives::CollectivesConfig::workspace
     Fused,
