@@ -45,6 +45,7 @@ use nvshmem::tp::{
     shard_range, take_cols, take_rows, ColumnInput, ColumnParallelLinear, GemmPath, LinearShape,
     RowOutput, RowParallelLinear, Schedule, ScheduleThresholds, SequenceParallelMlp,
     TensorParallel, TpMlp, DECODE_MAX_TOKENS, DECODE_TOKENS, FUSED_GATHER_TOKENS,
+    FUSED_SCATTER_TOKENS,
 };
 use nvshmem::{bf16, AllGatherAlgo, DeviceBuffer, Error, Nvshmem, ReduceOp, SymmetricBuffer};
 use std::sync::Arc;
@@ -1344,11 +1345,23 @@ fn gemm_case(c: &Checks, seed: u64, shape: LinearShape, path: GemmPath) -> Outco
         .linear_with(&y, &xd, &wd, shape, path, &c.stream)
         .map_err(text)?;
     sync(&c.stream).map_err(text)?;
-    compare(
-        "GEMM output",
-        &y.to_vec().map_err(text)?,
-        &matmul(&x, &w, m, n, k),
-    )
+    let got = y.to_vec().map_err(text)?;
+    compare("GEMM output", &got, &matmul(&x, &w, m, n, k))?;
+    // Twice more, back to back on the stream: the same bits (every order of the sums is
+    // fixed).
+    let again = c.device(&rng.bf16s(m * n, 1.0))?;
+    for out in [&y, &again] {
+        c.tp.gemm()
+            .linear_with(out, &xd, &wd, shape, path, &c.stream)
+            .map_err(text)?;
+    }
+    sync(&c.stream).map_err(text)?;
+    for out in [&y, &again] {
+        if bits(&out.to_vec().map_err(text)?) != bits(&got) {
+            return Err("a GEMM called again gave other bits".into());
+        }
+    }
+    Ok(())
 }
 
 /// This PE's GEMMs of the MLP shape (gate/up, then down) for each token count, by cuBLASLt
@@ -1972,6 +1985,11 @@ fn main() {
             (DECODE_MAX_TOKENS, 264 * n + 5, 40),
             (11, 512 * n, 72),
             (DECODE_MAX_TOKENS, 256 * n, 1030),
+            // From 512 tokens per PE, the fused GEMM + reduce-scatter and an all-gather
+            // (odd widths); tokens that the PEs do not share equally go sequentially.
+            (FUSED_SCATTER_TOKENS * n, 64 * n, 520),
+            (515 * n, 136 * n, 33),
+            (FUSED_SCATTER_TOKENS * n + 1, 64 * n, 72),
         ] {
             c.run(
                 format!(
@@ -2057,6 +2075,10 @@ fn main() {
             (13, 33, 4100),
             (DECODE_MAX_TOKENS, 129, 1000),
             (DECODE_MAX_TOKENS, 64, 35),
+            // k that ends mid-step (not a multiple of 64, nor of a block's 512 per pass),
+            // with rows past n and tokens past 8 in the last tile.
+            (12, 30, 4104),
+            (3, 17, 520),
         ] {
             for path in [GemmPath::Decode, GemmPath::CublasLt] {
                 c.run(format!("gemm {path:?} m={m} n={n} k={k}"), |c, seed| {

@@ -6,7 +6,7 @@ use super::Schedule;
 use super::TensorParallel;
 use super::{check_tokens, check_weight, join, rows_of, shard_range, take_cols, LinearShape};
 use crate::abi;
-use crate::collectives::{AllReduceAlgo, ReduceScatterAlgo};
+use crate::collectives::{AllGatherAlgo, AllReduceAlgo, ReduceScatterAlgo};
 use crate::element::ReduceOp;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricBuffer, SymmetricView};
@@ -47,10 +47,22 @@ pub struct RowParallelLinear {
     /// The all-reduced pieces of an overlapped call cut along the output features, before
     /// their columns go in place (up to `PIECES_BY_FEATURES_TOKENS` tokens).
     reduced: SymmetricBuffer<bf16>,
-    /// The fused GEMM + reduce-scatter (sequence-parallel output, several PEs): its flags,
-    /// the buffer where every PE's GEMM stores the partial products of this PE's tokens (one
-    /// slab per PE, in PE order), and where that buffer lies on every PE.
-    exchange: Option<(ChunkFlags, SymmetricBuffer<bf16>, Vec<u64>)>,
+    /// The fused GEMM + reduce-scatter (several PEs; with a replicated output, where the
+    /// layer takes `FUSED_SCATTER_TOKENS` tokens per PE).
+    exchange: Option<Exchange>,
+}
+
+/// What the fused GEMM + reduce-scatter of a row-parallel layer keeps.
+struct Exchange {
+    flags: ChunkFlags,
+    /// Where every PE's GEMM stores the partial products of this PE's tokens (one slab per
+    /// PE, in PE order)...
+    _received: SymmetricBuffer<bf16>,
+    /// ...and where that buffer lies on every PE.
+    bases: Vec<u64>,
+    /// With a replicated output: this PE's rows of the sum, which an all-gather then
+    /// brings to every PE (`max_tokens / n_pes × out_features`).
+    mine: Option<SymmetricBuffer<bf16>>,
 }
 
 /// Tokens per piece from which a GEMM piece is compute-bound, so that cutting along the
@@ -58,6 +70,11 @@ pub struct RowParallelLinear {
 /// about 200-300 bf16 flops per byte of memory traffic, and a GEMM of `m` tokens about `m`
 /// per byte of weight.
 const TOKENS_PER_PIECE: usize = 512;
+
+/// Tokens per PE from which a row-parallel layer has a fused GEMM + reduce-scatter
+/// ([`Schedule::Fused`]): each peer's tokens make a GEMM of their own, which reads the whole
+/// weight, so only where that GEMM is compute-bound.
+pub const FUSED_SCATTER_TOKENS: usize = TOKENS_PER_PIECE;
 
 /// Tokens up to which an overlapped call may cut along the output features (the reduced
 /// scratch holds that many).
@@ -139,7 +156,9 @@ pub enum RowOutput {
 impl RowParallelLinear {
     /// A layer of `in_features → out_features` with a zero weight and a replicated output,
     /// for up to `max_tokens` tokens per call. Allocates symmetric memory for the partial
-    /// products: collective.
+    /// products: collective. With several PEs and `max_tokens` of at least `n_pes ×`
+    /// [`FUSED_SCATTER_TOKENS`], also for [`Schedule::Fused`]'s GEMM + reduce-scatter: the
+    /// partial products' size again, and a PE's share of it.
     pub fn new(
         tp: &TensorParallel,
         in_features: usize,
@@ -180,13 +199,28 @@ impl RowParallelLinear {
             RowOutput::SequenceParallel => 0,
         };
         let reduced = shmem.malloc::<bf16>(reduced_tokens * out_features)?;
-        let exchange = match output {
-            RowOutput::SequenceParallel if n > 1 => {
-                let received = shmem.malloc::<bf16>(max_tokens * out_features)?;
-                let bases = peer_bases(shmem, &received)?;
-                Some((ChunkFlags::new(shmem)?, received, bases))
-            }
-            _ => None,
+        // The fused GEMM + reduce-scatter's buffers; a replicated output also keeps this PE's
+        // rows of the sum there, for the all-gather that follows.
+        let fuses = n > 1
+            && match output {
+                RowOutput::SequenceParallel => true,
+                RowOutput::Replicated => max_tokens / n >= FUSED_SCATTER_TOKENS,
+            };
+        let exchange = if fuses {
+            let received = shmem.malloc::<bf16>(max_tokens * out_features)?;
+            let mine = match output {
+                RowOutput::Replicated => Some(shmem.malloc::<bf16>(max_tokens / n * out_features)?),
+                RowOutput::SequenceParallel => None,
+            };
+            let bases = peer_bases(shmem, &received)?;
+            Some(Exchange {
+                flags: ChunkFlags::new(shmem)?,
+                _received: received,
+                bases,
+                mine,
+            })
+        } else {
+            None
         };
         let weight = shmem.alloc_device::<bf16>(out_features * local_in.len())?;
         Ok(RowParallelLinear {
@@ -292,7 +326,8 @@ impl RowParallelLinear {
                 got: y.len(),
             });
         }
-        let chunks = match self.tp.thresholds().replicated(schedule, tokens) {
+        let n = self.tp.n_pes();
+        let chunks = match self.tp.thresholds().replicated(schedule, tokens, n) {
             Schedule::Overlapped { chunks } if chunks >= 2 => chunks,
             Schedule::Fused if self.tp.fuses_decode(tokens, self.out_features) => {
                 let lin = abi::DecodeLinear {
@@ -302,6 +337,18 @@ impl RowParallelLinear {
                     k: self.local_in.len() as u64,
                 };
                 return self.tp.decode_all_reduce_raw(y, x, lin, stream);
+            }
+            Schedule::Fused => {
+                let fused = self.scatters(tokens);
+                if let Some((exchange, Some(mine))) = fused.map(|e| (e, e.mine.as_ref())) {
+                    let rows = mine.view(..tokens / n * self.out_features);
+                    self.gemm_reduce_scatter(exchange, rows.as_ptr() as u64, x, tokens, stream)?;
+                    return self
+                        .tp
+                        .collectives()
+                        .all_gather(y, rows, AllGatherAlgo::Auto, stream);
+                }
+                return self.piece(y, x, 0..tokens, stream);
             }
             _ => return self.piece(y, x, 0..tokens, stream),
         };
@@ -340,15 +387,10 @@ impl RowParallelLinear {
                 got: y.len(),
             });
         }
-        // Each peer's tokens make a GEMM of their own, which reads the whole weight: only
-        // where that GEMM is compute-bound.
-        if let (Schedule::Fused, Some(exchange), true, true) = (
-            self.tp.thresholds().sequence(schedule, tokens / n),
-            &self.exchange,
-            self.tp.has_stream_memops(),
-            tokens / n >= TOKENS_PER_PIECE,
-        ) {
-            return self.gemm_reduce_scatter(exchange, y.as_ptr() as u64, x, tokens, stream);
+        if self.tp.thresholds().sequence(schedule, tokens / n) == Schedule::Fused {
+            if let Some(exchange) = self.scatters(tokens) {
+                return self.gemm_reduce_scatter(exchange, y.as_ptr() as u64, x, tokens, stream);
+            }
         }
         self.gemm_rows(x, 0..tokens, stream)?;
         self.tp.collectives().reduce_scatter(
@@ -358,6 +400,16 @@ impl RowParallelLinear {
             ReduceScatterAlgo::Auto,
             stream,
         )
+    }
+
+    /// The fused GEMM + reduce-scatter's state where it takes a call of `tokens`: several
+    /// PEs sharing the tokens equally, [`FUSED_SCATTER_TOKENS`] each at least, and stream
+    /// memory operations for its flags.
+    fn scatters(&self, tokens: usize) -> Option<&Exchange> {
+        let n = self.tp.n_pes();
+        let exchange = self.exchange.as_ref()?;
+        let fits = tokens % n == 0 && tokens / n >= FUSED_SCATTER_TOKENS;
+        (fits && self.tp.has_stream_memops()).then_some(exchange)
     }
 
     /// The fused GEMM + reduce-scatter: for each peer in turn (the next PE first), the GEMM
@@ -373,7 +425,7 @@ impl RowParallelLinear {
     /// `tokens / n_pes × out_features` elements.
     unsafe fn gemm_reduce_scatter(
         &self,
-        (flags, _, bases): &(ChunkFlags, SymmetricBuffer<bf16>, Vec<u64>),
+        Exchange { flags, bases, .. }: &Exchange,
         y: u64,
         x: u64,
         tokens: usize,

@@ -883,9 +883,10 @@ impl Config {
 
     /// Symmetric memory the tp test holds at once (0 without it), for the largest shape at
     /// the largest token count M, in bf16. Replicated: the MLP's partial product (M x hidden)
-    /// and its scratch for pieces along the features (min(M, 2048) x hidden), and the
-    /// outputs of cublas+ours, overlapped and fused (M x hidden each; fused's only up to 16
-    /// tokens). Sequence parallel, at most: the gathered input, the partial product and the
+    /// and its scratch for pieces along the features (min(M, 2048) x hidden), the outputs of
+    /// cublas+ours, overlapped and fused (M x hidden each), and from 1024 tokens the fused
+    /// GEMM + reduce-scatter's exchange buffer and this PE's rows of the sum (M x hidden and
+    /// at most as much). Sequence parallel, at most: the gathered input, the partial product and the
     /// fused reduce-scatter's exchange buffer (M x hidden each), the input and the three
     /// outputs (M / PEs x hidden each, at most M x hidden).
     pub fn tp_symmetric_bytes(&self) -> usize {
@@ -898,12 +899,14 @@ impl Config {
             .iter()
             .map(|l| match l {
                 TpLayout::Replicated => {
-                    let fused = if m <= nvshmem::tp::DECODE_MAX_TOKENS {
-                        m
+                    // The fused GEMM + reduce-scatter's buffers (at most M + M / PEs; with
+                    // 2 PEs or more, from FUSED_SCATTER_TOKENS tokens per PE).
+                    let exchange = if m >= 2 * nvshmem::tp::FUSED_SCATTER_TOKENS {
+                        2 * m
                     } else {
                         0
                     };
-                    3 * m + m.min(2048) + fused
+                    4 * m + m.min(2048) + exchange
                 }
                 TpLayout::Sequence => 7 * m,
             })
@@ -1285,14 +1288,16 @@ mod tests {
 
     #[test]
     fn the_symmetric_heap_fits_the_tp_buffers() {
-        // 70b at M = 8192: a partial product and two outputs of 8192 x 8192 bf16, and the
-        // feature pieces' scratch of 2048 x 8192.
+        // 70b at M = 8192: a partial product and three outputs of 8192 x 8192 bf16, the
+        // feature pieces' scratch of 2048 x 8192, and the fused GEMM + reduce-scatter's two
+        // buffers of at most 8192 x 8192.
         let replicated = ["--tests", "tp", "--tp-layouts", "replicated"];
         let c = parse(&replicated).unwrap();
-        assert_eq!(c.tp_symmetric_bytes(), (3 * 8192 + 2048) * 8192 * 2);
+        assert_eq!(c.tp_symmetric_bytes(), (6 * 8192 + 2048) * 8192 * 2);
+        // Below 1024 tokens no PE of several has 512 tokens: no exchange buffers.
         let c =
             parse(&[&replicated[..], &["--tp-shapes", "8b", "--tp-m", "16,512"]].concat()).unwrap();
-        assert_eq!(c.tp_symmetric_bytes(), 4 * 512 * 4096 * 2);
+        assert_eq!(c.tp_symmetric_bytes(), 5 * 512 * 4096 * 2);
         // Sequence parallel (on by default): the gathered input, the partial product and the
         // exchange buffer of 8192 x 8192, the input and three outputs of at most as much.
         let c = parse(&["--tests", "tp"]).unwrap();

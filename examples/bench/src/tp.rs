@@ -18,7 +18,7 @@ use cudarc::driver::{CudaGraph, CudaStream};
 use half::bf16;
 use nvshmem::tp::{
     ColumnParallelLinear, GemmPath, LinearShape, RowParallelLinear, Schedule, SequenceParallelMlp,
-    TensorParallel, TpMlp, DECODE_MAX_TOKENS, DECODE_TOKENS,
+    TensorParallel, TpMlp, DECODE_MAX_TOKENS, DECODE_TOKENS, FUSED_SCATTER_TOKENS,
 };
 use nvshmem::{Collectives, DeviceBuffer, Nvshmem, SymmetricBuffer};
 use std::collections::HashSet;
@@ -61,9 +61,20 @@ pub enum TpImpl {
     /// piece's all-reduce on a second stream while the next piece computes.
     Overlapped,
     /// `TpMlp::forward_with(Schedule::Fused)`: the down projection's GEMM and all-reduce in
-    /// one kernel; run only where it has one (up to `DECODE_MAX_TOKENS` tokens: above, it
-    /// is cublas+ours again). Sequence parallel: both exchanges fused with their GEMMs.
+    /// one kernel up to `DECODE_MAX_TOKENS` tokens; from `FUSED_SCATTER_TOKENS` tokens per
+    /// PE, its GEMM fused with the reduce-scatter, then an all-gather; run only there
+    /// ([`has_fused`]: elsewhere it is cublas+ours again). Sequence parallel: both
+    /// exchanges fused with their GEMMs.
     Fused,
+}
+
+/// Whether `TpMlp::forward_with(Schedule::Fused)` has a form of its own for `m` tokens
+/// over `n_pes` PEs in `layout`.
+pub fn has_fused(layout: TpLayout, m: usize, n_pes: usize) -> bool {
+    let n = n_pes.max(1);
+    layout == TpLayout::Sequence
+        || m <= DECODE_MAX_TOKENS
+        || (n > 1 && m % n == 0 && m / n >= FUSED_SCATTER_TOKENS)
 }
 
 /// Pieces of the overlapped schedule.
@@ -806,12 +817,12 @@ fn point(
     mlp.load_weights(gate, up, &d.down)?;
     full.gate_up.copy_from_host(&d.gate_up)?;
     full.down.copy_from_host(&d.down)?;
-    // fused only where it has a kernel of its own.
+    // fused only where it has a form of its own.
     let active: Vec<TpImpl> = impls
         .iter()
         .copied()
         .filter(|i| !disabled.contains(i))
-        .filter(|&i| i != TpImpl::Fused || m <= DECODE_MAX_TOKENS || layout == TpLayout::Sequence)
+        .filter(|&i| i != TpImpl::Fused || has_fused(layout, m, ctx.shmem.n_pes()))
         .filter(|&i| i != TpImpl::CublasOnly || m <= DECODE_TOKENS)
         .collect();
     let bufs = Buffers::new(ctx.shmem, &active, layout, m, f, hidden)?;
