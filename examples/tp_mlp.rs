@@ -1347,8 +1347,7 @@ fn gemm_case(c: &Checks, seed: u64, shape: LinearShape, path: GemmPath) -> Outco
     sync(&c.stream).map_err(text)?;
     let got = y.to_vec().map_err(text)?;
     compare("GEMM output", &got, &matmul(&x, &w, m, n, k))?;
-    // Twice more, back to back on the stream: the same bits (every order of the sums is
-    // fixed).
+    // Twice more, back to back on the stream: the same bits (both paths are deterministic).
     let again = c.device(&rng.bf16s(m * n, 1.0))?;
     for out in [&y, &again] {
         c.tp.gemm()

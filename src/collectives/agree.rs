@@ -250,8 +250,8 @@ impl Agreement {
         let n = shmem.n_pes();
         let scratch = shmem.calloc::<u64>(WordExchange::scratch_words(n))?;
         // SAFETY: symmetric, zeroed, alike on every PE, and kept beside the exchange.
-        let streams = [shmem.new_stream()?, shmem.new_stream()?];
-        let exchange = unsafe { WordExchange::new(scratch.as_ptr(), streams, shmem.my_pe(), n) };
+        let exchange =
+            unsafe { WordExchange::new(scratch.as_ptr(), shmem.context(), shmem.my_pe(), n)? };
         Ok(Agreement {
             exchange: Mutex::new((exchange, scratch)),
         })

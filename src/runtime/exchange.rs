@@ -14,7 +14,7 @@
 
 use crate::error::{CudaResultExt, Result};
 use cudarc::driver::result::{memcpy_dtoh_async, memcpy_htod_async};
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaContext, CudaStream};
 use nvshmem_sys as sys;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -61,26 +61,26 @@ impl WordExchange {
         1 + RECORD_WORDS + n_pes + 2 * n_pes * RECORD_WORDS
     }
 
-    /// An exchange through `scratch`, putting on `puts` and reading on `reads` (streams that
-    /// nothing else uses).
+    /// An exchange through `scratch`, putting and reading on two streams of its own in
+    /// `ctx`.
     ///
     /// # Safety
     /// `scratch` is symmetric, holds [`scratch_words`](Self::scratch_words) zeroed words on
     /// every PE, and outlives this value.
     pub(crate) unsafe fn new(
         scratch: *mut u64,
-        [puts, reads]: [Arc<CudaStream>; 2],
+        ctx: &Arc<CudaContext>,
         my_pe: usize,
         n_pes: usize,
-    ) -> Self {
-        WordExchange {
+    ) -> Result<Self> {
+        Ok(WordExchange {
             scratch,
-            puts,
-            reads,
+            puts: ctx.new_stream().during("cuStreamCreate")?,
+            reads: ctx.new_stream().during("cuStreamCreate")?,
             n_pes,
             my_pe,
             round: 0,
-        }
+        })
     }
 
     /// Publish `record` (`RECORD_WORDS` words) and collect every PE's, waiting for the

@@ -686,14 +686,10 @@ impl Nvshmem {
                 limit: crate::error::HeapLimit::SymmetricSize(heap.symmetric_size),
             })?;
             let wait_limit = seconds_variable(WAIT_TIMEOUT_VARIABLE, DEFAULT_WAIT_TIMEOUT)?;
-            let streams = [
-                ctx.new_stream().during("cuStreamCreate")?,
-                ctx.new_stream().during("cuStreamCreate")?,
-            ];
             // SAFETY: just allocated alike on every PE, zeroed; freed at finalize, after the
             // last exchange.
             let exchange = unsafe {
-                WordExchange::new(exchange_scratch, streams, my_pe as usize, n_pes as usize)
+                WordExchange::new(exchange_scratch, &ctx, my_pe as usize, n_pes as usize)?
             };
             Ok(Runtime {
                 ctx,
