@@ -1,7 +1,7 @@
 # One-command setup, build, test and benchmark. `make test` and `make bench` do all set-up.
 #
-#   make setup     pinned CUDA compiler, NVSHMEM, NCCL, cuBLAS, CUTLASS (headers), MPICH and
-#                  libclang wheels into .venv,
+#   make setup     pinned CUDA compiler, NVSHMEM, NCCL, cuBLAS, cuBLASMp, CUTLASS (headers),
+#                  MPICH and libclang wheels into .venv,
 #                  and .venv/bin/nvshmemrun
 #   make test      CPU tests (no GPU needed)
 #   make run EXAMPLE=hello NP=2
@@ -35,6 +35,9 @@ OTHER_WHEELS := nvidia-nccl-cu13==2.28.9 nvidia-cublas==13.1.0.3 mpich==5.0.2 li
 # CUTLASS's C++ headers for our sm_90a GEMMs (nvshmem-build's CUTLASS_WHEEL agrees). Only the
 # headers are used, so its Python dependencies (numpy, scipy, cuda-python...) are not installed.
 CUTLASS_WHEELS := $(if $(CUTLASS_HOME),,nvidia-cutlass==4.2.0.0)
+# cuBLASMp, the bench's cublasmp baseline: 0.7 is the last release on NVSHMEM and NCCL 2.28
+# (0.8 and later need NCCL 2.29). Its dependencies are the pins above, so none is pulled in.
+NODEPS_WHEELS := $(CUTLASS_WHEELS) nvidia-cublasmp-cu13==0.7.0.125
 WHEELS := $(if $(CUDA_HOME),,$(CUDA_WHEELS)) $(if $(NVSHMEM_HOME),,$(NVSHMEM_WHEELS)) $(OTHER_WHEELS)
 STAMP := $(VENV)/.setup-done
 
@@ -45,15 +48,15 @@ require-gpus = $(eval GPUS := $(shell scripts/gpus $(if $(SHARE_FLAG),--share) $
 .PHONY: setup build test run check soak bench fmt clippy ci clean-venv
 
 setup:
-	@if [ "$$(cat $(STAMP) 2>/dev/null)" = "$(strip $(WHEELS) $(CUTLASS_WHEELS))" ]; then \
+	@if [ "$$(cat $(STAMP) 2>/dev/null)" = "$(strip $(WHEELS) $(NODEPS_WHEELS))" ]; then \
 	  echo "setup: .venv is up to date"; \
 	else \
 	  set -e; \
 	  [ -x $(VENV)/bin/pip ] || $(PYTHON) -m venv $(VENV); \
 	  $(VENV)/bin/pip install --quiet --disable-pip-version-check $(WHEELS); \
-	  $(if $(CUTLASS_WHEELS),$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps $(CUTLASS_WHEELS);) \
-	  echo "$(strip $(WHEELS) $(CUTLASS_WHEELS))" > $(STAMP); \
-	  echo "setup: installed $(strip $(WHEELS) $(CUTLASS_WHEELS))"; \
+	  $(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps $(NODEPS_WHEELS); \
+	  echo "$(strip $(WHEELS) $(NODEPS_WHEELS))" > $(STAMP); \
+	  echo "setup: installed $(strip $(WHEELS) $(NODEPS_WHEELS))"; \
 	fi
 	@printf '#!/usr/bin/env bash\nNVSHMRUN_NAME=nvshmemrun exec "%s/scripts/nvshmrun" "$$@"\n' "$(CURDIR)" > $(VENV)/bin/nvshmemrun
 	@chmod +x $(VENV)/bin/nvshmemrun

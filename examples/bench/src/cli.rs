@@ -152,8 +152,14 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
                   pieces, each piece's all-reduce on a second stream while the next computes
                   (with ours in --impls)
     fused         TpMlp::forward_with(Schedule::Fused): the down projection's decode GEMM and
-                  its all-reduce in one kernel; only for M <= 16, where that kernel exists
-                  (with ours in --impls)
+                  its all-reduce in one kernel up to 16 tokens; from 512 tokens per PE (when
+                  the PEs share M equally) its GEMM fused with the reduce-scatter, then our
+                  all-gather; not run between (with ours in --impls)
+    cublasmp      cuBLASMp 0.7 (libcublasmp.so.0, the nvidia-cublasmp-cu13 wheel): the gate/up
+                  GEMM by cuBLASLt, the SiLU(gate)*up kernel, then cublasMpMatmul's GEMM +
+                  all-reduce of the down projection (with cublasmp in --impls). cuBLASMp's
+                  overlapped GEMM + all-reduce uses NVLink multicast, which these runs keep
+                  off, so this one runs without overlap (CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP)
   --tp-layouts sequence (on by default) runs the same MLP in sequence parallelism: each PE
   holds M / PEs tokens on the way in and out (nvshmem::tp::SequenceParallelMlp), for the
   token counts that are multiples of the PEs (variant SHAPE-sp):
@@ -166,6 +172,10 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
                   that our CUTLASS GEMM's tiles wait for (from 2048 tokens), and the down
                   GEMMs storing each peer's partial products straight into its memory (from
                   512 tokens per PE); below, the sequential schedule
+    cublasmp      cublasMpMatmul's all-gather + GEMM (gate/up) and GEMM + reduce-scatter
+                  (down), both its overlapped SPLIT_P2P algorithm, with the SiLU kernel
+                  between; its workspaces come from the symmetric heap (on ordinary memory
+                  cuBLASMp quietly runs without overlap)
   and each PE's output rows are checked against its rows of the unsharded MLP.
   Each implementation's forward is captured into a CUDA graph of --graph-ops forwards, cut to
   --case-budget as for the collectives (the size is the output, M x hidden bf16). After the
@@ -289,6 +299,8 @@ pub enum Impl {
     #[value(name = "nccl-symm")]
     #[serde(rename = "nccl-symm")]
     NcclSymm,
+    /// cuBLASMp 0.7's GEMMs with the communication overlapped (the tp test only)
+    Cublasmp,
 }
 
 impl Impl {
@@ -298,7 +310,13 @@ impl Impl {
             Impl::Nvshmem => "nvshmem",
             Impl::Nccl => "nccl",
             Impl::NcclSymm => "nccl-symm",
+            Impl::Cublasmp => "cublasmp",
         }
+    }
+
+    /// Whether it implements the collectives (cublasmp runs in the tp test only).
+    pub fn is_collective(self) -> bool {
+        self != Impl::Cublasmp
     }
 }
 
@@ -338,7 +356,7 @@ pub struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ours,nvshmem,nccl,nccl-symm"
+        default_value = "ours,nvshmem,nccl,nccl-symm,cublasmp"
     )]
     pub impls: Vec<Impl>,
 
@@ -741,7 +759,8 @@ impl Config {
         let dtypes = dedup_sorted(a.dtypes);
         let impls = dedup_sorted(a.impls);
         let modes = dedup_sorted(a.modes);
-        if tests.any_collective() && (dtypes.is_empty() || impls.is_empty() || modes.is_empty()) {
+        let collective_impls = impls.iter().any(|i| i.is_collective());
+        if tests.any_collective() && (dtypes.is_empty() || !collective_impls || modes.is_empty()) {
             return Err("--dtypes, --impls and --modes must each name at least one value".into());
         }
         let tp_shapes = parse_tp_shapes(&a.tp_shapes)?;
@@ -793,15 +812,30 @@ impl Config {
         })
     }
 
-    /// Whether NCCL is used at all.
+    /// Whether NCCL is used at all (cuBLASMp runs on an NCCL communicator).
     pub fn needs_nccl(&self) -> bool {
-        (self.impls.contains(&Impl::Nccl) || self.impls.contains(&Impl::NcclSymm))
+        ((self.impls.contains(&Impl::Nccl) || self.impls.contains(&Impl::NcclSymm))
             && (self.tests.any_collective()
                 || self.tests.p2p_signal
                 || self.tests.p2p_bw
                 || self.tests.sendrecv
                 || self.tests.channel
-                || self.tests.tp)
+                || self.tests.tp))
+            || self.needs_cublasmp()
+    }
+
+    /// Whether cuBLASMp is used (the tp test's cublasmp column).
+    pub fn needs_cublasmp(&self) -> bool {
+        self.impls.contains(&Impl::Cublasmp) && self.tests.tp
+    }
+
+    /// The implementations of the collectives, in `--impls` order.
+    pub fn collective_impls(&self) -> Vec<Impl> {
+        self.impls
+            .iter()
+            .copied()
+            .filter(|i| i.is_collective())
+            .collect()
     }
 
     pub fn has_impl(&self, i: Impl) -> bool {
@@ -888,11 +922,14 @@ impl Config {
     /// GEMM + reduce-scatter's exchange buffer and this PE's rows of the sum (M x hidden and
     /// at most as much). Sequence parallel, at most: the gathered input, the partial product and the
     /// fused reduce-scatter's exchange buffer (M x hidden each), the input and the three
-    /// outputs (M / PEs x hidden each, at most M x hidden).
+    /// outputs (M / PEs x hidden each, at most M x hidden). With cublasmp, its workspaces
+    /// too: [`CUBLASMP_FIXED_BYTES`] each, plus 4 M x hidden for the GEMM + all-reduce, and
+    /// 1 and 2 M x hidden for the all-gather + GEMM and GEMM + reduce-scatter.
     pub fn tp_symmetric_bytes(&self) -> usize {
         if !self.tests.tp {
             return 0;
         }
+        let mp = self.needs_cublasmp();
         let m = self.tp_m.iter().copied().max().unwrap_or(0);
         let rows = self
             .tp_layouts
@@ -906,15 +943,16 @@ impl Config {
                     } else {
                         0
                     };
-                    4 * m + m.min(2048) + exchange
+                    4 * m + m.min(2048) + exchange + if mp { 4 * m } else { 0 }
                 }
-                TpLayout::Sequence => 7 * m,
+                TpLayout::Sequence => 7 * m + if mp { 3 * m } else { 0 },
             })
             .max()
             .unwrap_or(0);
+        let fixed = if mp { 2 * CUBLASMP_FIXED_BYTES } else { 0 };
         self.tp_shapes
             .iter()
-            .map(|s| rows * s.hidden * std::mem::size_of::<half::bf16>())
+            .map(|s| rows * s.hidden * std::mem::size_of::<half::bf16>() + fixed)
             .max()
             .unwrap_or(0)
     }
@@ -925,6 +963,10 @@ impl Config {
         crate::data::hash_bytes(text.as_bytes())
     }
 }
+
+/// The part of each of cuBLASMp's workspaces that does not grow with the matrices: 96 MiB
+/// and a few hundred bytes in 0.7.0 (as `cublasMpMatmul_bufferSize` reports it), rounded up.
+pub const CUBLASMP_FIXED_BYTES: usize = 97 * MIB;
 
 /// Parse a size: a number with an optional K/M/G/T suffix (powers of 1024), optionally
 /// followed by `B` or `iB` (`64`, `4K`, `1MiB`, `256M`, `2G`).
@@ -1054,8 +1096,23 @@ mod tests {
         assert_eq!(c.dtypes, vec![DType::Bf16, DType::F32]);
         assert_eq!(
             c.impls,
+            vec![
+                Impl::Ours,
+                Impl::Nvshmem,
+                Impl::Nccl,
+                Impl::NcclSymm,
+                Impl::Cublasmp
+            ]
+        );
+        assert_eq!(
+            c.collective_impls(),
             vec![Impl::Ours, Impl::Nvshmem, Impl::Nccl, Impl::NcclSymm]
         );
+        // cuBLASMp only with the tp test, and NCCL with it (its communicator).
+        assert!(!c.needs_cublasmp());
+        let tp = parse(&["--tests", "tp", "--impls", "ours,cublasmp"]).unwrap();
+        assert!(tp.needs_cublasmp() && tp.needs_nccl());
+        assert!(parse(&["--tests", "allreduce", "--impls", "cublasmp"]).is_err());
         assert_eq!(c.modes, vec![Mode::Plain, Mode::Graph]);
         assert_eq!(c.sizes.first(), Some(&8));
         assert_eq!(c.sizes.last(), Some(&(256 << 20)));
@@ -1291,17 +1348,43 @@ mod tests {
         // 70b at M = 8192: a partial product and three outputs of 8192 x 8192 bf16, the
         // feature pieces' scratch of 2048 x 8192, and the fused GEMM + reduce-scatter's two
         // buffers of at most 8192 x 8192.
-        let replicated = ["--tests", "tp", "--tp-layouts", "replicated"];
+        let replicated = [
+            "--tests",
+            "tp",
+            "--tp-layouts",
+            "replicated",
+            "--impls",
+            "ours,nccl",
+        ];
         let c = parse(&replicated).unwrap();
         assert_eq!(c.tp_symmetric_bytes(), (6 * 8192 + 2048) * 8192 * 2);
+        // cublasmp's workspaces besides: the GEMM + all-reduce's of 4 M x hidden and the
+        // fixed part of two (sequence parallel has two workspaces).
+        let c = parse(&[&replicated[..4], &["--impls", "cublasmp"]].concat()).unwrap();
+        assert_eq!(
+            c.tp_symmetric_bytes(),
+            (10 * 8192 + 2048) * 8192 * 2 + 2 * CUBLASMP_FIXED_BYTES
+        );
         // Below 1024 tokens no PE of several has 512 tokens: no exchange buffers.
         let c =
             parse(&[&replicated[..], &["--tp-shapes", "8b", "--tp-m", "16,512"]].concat()).unwrap();
         assert_eq!(c.tp_symmetric_bytes(), 5 * 512 * 4096 * 2);
         // Sequence parallel (on by default): the gathered input, the partial product and the
         // exchange buffer of 8192 x 8192, the input and three outputs of at most as much.
-        let c = parse(&["--tests", "tp"]).unwrap();
+        let c = parse(&["--tests", "tp", "--impls", "ours"]).unwrap();
         assert_eq!(c.tp_symmetric_bytes(), 7 * 8192 * 8192 * 2);
+        // And cublasmp's all-gather and reduce-scatter workspaces (1 and 2 M x hidden): 10 M
+        // x hidden, less than the replicated layout's with cublasmp, which is on by default.
+        let c = parse(&["--tests", "tp", "--tp-layouts", "sequence"]).unwrap();
+        assert_eq!(
+            c.tp_symmetric_bytes(),
+            10 * 8192 * 8192 * 2 + 2 * CUBLASMP_FIXED_BYTES
+        );
+        let c = parse(&["--tests", "tp"]).unwrap();
+        assert_eq!(
+            c.tp_symmetric_bytes(),
+            (10 * 8192 + 2048) * 8192 * 2 + 2 * CUBLASMP_FIXED_BYTES
+        );
     }
 
     #[test]

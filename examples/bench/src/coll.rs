@@ -176,6 +176,7 @@ impl Ops<'_> {
                     }
                 }
             }
+            Impl::Cublasmp => Err("cuBLASMp has no collectives of its own here".into()),
         }
     }
 }
@@ -356,7 +357,7 @@ fn run_type<T: BenchElem>(
             _ => Err("nccl-symm is not selected, or NCCL refused its windows".into()),
         };
         let first = results.records.len();
-        for &imp in &ctx.cfg.impls {
+        for imp in ctx.cfg.collective_impls() {
             if imp == Impl::Nvshmem && bytes > nvshmem_max {
                 nvshmem_skipped.push(bytes);
                 continue;

@@ -11,6 +11,7 @@ mod channel;
 mod cli;
 mod coll;
 mod coord;
+mod cublasmp;
 mod data;
 mod env;
 mod error;
@@ -79,6 +80,16 @@ fn main() {
     set_environment(&cfg);
     if cfg.needs_nccl() {
         if let Err(e) = nccl::check_library() {
+            let also = match cfg.needs_cublasmp() {
+                true => " (cublasmp needs NCCL too: cuBLASMp runs on an NCCL communicator)",
+                false => "",
+            };
+            eprintln!("bench: {e}{also}");
+            std::process::exit(1);
+        }
+    }
+    if cfg.needs_cublasmp() {
+        if let Err(e) = cublasmp::check_library() {
             eprintln!("bench: {e}");
             std::process::exit(1);
         }
@@ -243,6 +254,18 @@ fn run(shmem: &Nvshmem, cfg: &Config) -> Result<bool> {
         coll::run(&ctx, &mut timer, &mut results)?;
     }
     if let (true, Some(collectives)) = (cfg.tests.tp, ours.as_deref()) {
+        // cuBLASMp joins this process's NVSHMEM and runs on the NCCL communicator.
+        let mp = match (cfg.needs_cublasmp(), nccl.as_deref()) {
+            (true, Some(nccl)) => {
+                progress.say("initialising cuBLASMp");
+                timing::step("initialising cuBLASMp");
+                // SAFETY: the communicator spans every PE, rank = PE, and outlives `mp`.
+                let mp = unsafe { cublasmp::CublasMp::new(nccl.comm() as _, n, &stream) }?;
+                progress.say(format!("cuBLASMp {}", mp.version()));
+                Some(Guard::new(mp))
+            }
+            _ => None,
+        };
         let ctx = tp::Ctx {
             shmem,
             coord: &coord,
@@ -250,6 +273,7 @@ fn run(shmem: &Nvshmem, cfg: &Config) -> Result<bool> {
             stream: &stream,
             collectives,
             nccl: nccl.as_deref(),
+            cublasmp: mp.as_deref(),
             progress: &progress,
             threads,
         };

@@ -88,6 +88,12 @@ impl Nccl {
         })
     }
 
+    /// The raw communicator, for libraries that run on it (cuBLASMp); valid while `self`
+    /// lives.
+    pub fn comm(&self) -> ns::ncclComm_t {
+        self.comm
+    }
+
     fn stream(stream: &CudaStream) -> ns::cudaStream_t {
         stream.cu_stream() as ns::cudaStream_t
     }

@@ -249,7 +249,8 @@ pub fn write_plots(dir: &Path, records: &[Record], cfg: &Config) -> Result<Vec<P
                     .find(|r| r.test == test)
                     .map(|r| r.n_pes)
                     .unwrap_or(0);
-                let impls: Vec<&'static str> = cfg.impls.iter().map(|i| i.name()).collect();
+                let impls: Vec<&'static str> =
+                    cfg.collective_impls().iter().map(|i| i.name()).collect();
                 let base = format!("{test}_{}_{}", dtype.name(), mode.name());
                 let heading = format!("{title}, {}, {}, {n_pes} PEs", dtype.name(), mode.name());
                 plot(

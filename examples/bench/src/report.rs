@@ -256,7 +256,7 @@ pub fn collective_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
                 }
                 let n_pes = sel[0].n_pes;
                 let mut headers = vec!["size".to_string(), "count/PE".to_string()];
-                let impls: Vec<&str> = cfg.impls.iter().map(|i| i.name()).collect();
+                let impls: Vec<&str> = cfg.collective_impls().iter().map(|i| i.name()).collect();
                 for i in &impls {
                     headers.push(format!("{i} us"));
                     headers.push(format!("{i} busbw"));
@@ -571,8 +571,13 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
         let any_ours = ours_impls.iter().any(|o| impls.contains(o));
         let both = impls.contains(&nccl) && any_ours;
         let over_cublas = impls.contains(&cublas) && any_ours;
+        let mp = TpImpl::Cublasmp.name();
+        let vs_mp = impls.contains(&mp) && any_ours;
         if both {
             headers.push("best ours vs nccl".into());
+        }
+        if vs_mp {
+            headers.push("best ours vs cublasmp".into());
         }
         if over_cublas {
             headers.push("best ours over cublas-only".into());
@@ -609,6 +614,9 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
             if both {
                 row.push(speedup(best, get(nccl)));
             }
+            if vs_mp {
+                row.push(speedup(best, get(mp)));
+            }
             if over_cublas {
                 let base = get(cublas)
                     .filter(|r| r.status == Status::Ok)
@@ -630,8 +638,11 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
         }
         if both {
             footer.push(
-                "\"best ours vs nccl\" = time of cublas+nccl / the fastest of cublas+ours, overlapped and fused (> 1: ours is faster); fused runs up to 16 tokens (in sequence parallelism, -sp, at every M)",
+                "\"best ours vs nccl\" = time of cublas+nccl / the fastest of cublas+ours, overlapped and fused (> 1: ours is faster); fused runs up to 16 tokens and from 512 tokens per PE (in sequence parallelism, -sp, at every M)",
             );
+        }
+        if vs_mp {
+            footer.push("\"best ours vs cublasmp\" = time of cublasmp / the fastest of ours (> 1: ours is faster); cublasmp = cuBLASMp's GEMM + all-reduce without overlap (its overlapped one needs NVLink multicast, kept off), and in sequence parallelism its overlapped all-gather + GEMM and GEMM + reduce-scatter");
         }
         if impls.contains(&cublas) {
             footer.push("compute-only's GEMMs are our decode kernels up to 16 tokens and cuBLASLt above; cublas-only's are cuBLASLt's (run up to 16 tokens)");
@@ -1256,6 +1267,28 @@ pub mod tests {
         let text = render_tables(&res, &c);
         assert!(text.contains("FAILED (1)"), "{text}");
         assert!(text.contains("put warp"), "{text}");
+    }
+
+    #[test]
+    fn tp_tables_compare_the_best_of_ours_with_cublasmp() {
+        let mut rows = vec![
+            tp_record("8b", TpImpl::ComputeOnly, 4096, 1000.0),
+            tp_record("8b", TpImpl::CublasOurs, 4096, 1100.0),
+            tp_record("8b", TpImpl::Fused, 4096, 1050.0),
+            tp_record("8b", TpImpl::Cublasmp, 4096, 1260.0),
+        ];
+        crate::tp::fill_relative(&mut rows);
+        let text = tp_tables(&rows)[0].render();
+        assert!(text.contains("cublasmp us"), "{text}");
+        assert!(text.contains("best ours vs cublasmp"), "{text}");
+        // The best of ours (fused, 1050) against cublasmp's 1260: 1.20x; cublasmp is 26%
+        // over compute-only.
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("4096 "))
+            .unwrap_or_else(|| panic!("no row: {text}"));
+        assert!(row.trim_end().ends_with("1.20x"), "{row}");
+        assert!(row.contains("26.0%"), "{row}");
     }
 
     #[test]

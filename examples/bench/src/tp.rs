@@ -2,11 +2,13 @@
 //! SiLU kernel and our all-reduce) against the same local work followed by NCCL's all-reduce,
 //! and against the local work alone (with our GEMMs, and with cuBLASLt's); and in sequence parallelism `SequenceParallelMlp` (all-gather + GEMM,
 //! GEMM + reduce-scatter) against NCCL's all-gather and reduce-scatter around the same local
-//! work. Each is captured in CUDA graphs and timed in alternating blocks; every token count
-//! is checked against the unsharded MLP on fresh random data.
+//! work; and against cuBLASMp's GEMMs with the communication overlapped (`cublasmp`). Each is
+//! captured in CUDA graphs and timed in alternating blocks; every token count is checked
+//! against the unsharded MLP on fresh random data.
 
 use crate::cli::{Config, Impl, Mode, TpLayout, TpShape};
 use crate::coord::Coord;
+use crate::cublasmp::{self, CublasMp, Dims, Plan};
 use crate::data::{self, BenchElem};
 use crate::error::{BenchError, CudaExt, Guard, Result};
 use crate::nccl::Nccl;
@@ -66,6 +68,10 @@ pub enum TpImpl {
     /// ([`has_fused`]: elsewhere it is cublas+ours again). Sequence parallel: both
     /// exchanges fused with their GEMMs.
     Fused,
+    /// cuBLASMp: the gate/up GEMM by cuBLASLt, the SiLU kernel, then `cublasMpMatmul`'s
+    /// GEMM and all-reduce (without overlap: its overlapped form needs NVLink multicast).
+    /// Sequence parallel: its overlapped all-gather + GEMM and GEMM + reduce-scatter.
+    Cublasmp,
 }
 
 /// Whether `TpMlp::forward_with(Schedule::Fused)` has a form of its own for `m` tokens
@@ -81,13 +87,14 @@ pub fn has_fused(layout: TpLayout, m: usize, n_pes: usize) -> bool {
 pub const OVERLAP_PIECES: usize = 4;
 
 impl TpImpl {
-    pub const ALL: [TpImpl; 6] = [
+    pub const ALL: [TpImpl; 7] = [
         TpImpl::ComputeOnly,
         TpImpl::CublasOnly,
         TpImpl::CublasNccl,
         TpImpl::CublasOurs,
         TpImpl::Overlapped,
         TpImpl::Fused,
+        TpImpl::Cublasmp,
     ];
 
     pub fn name(self) -> &'static str {
@@ -98,11 +105,13 @@ impl TpImpl {
             TpImpl::CublasOurs => "cublas+ours",
             TpImpl::Overlapped => "overlapped",
             TpImpl::Fused => "fused",
+            TpImpl::Cublasmp => "cublasmp",
         }
     }
 
     /// What `--impls` selects: compute-only and cublas-only always (the baselines of the
-    /// overhead), cublas+nccl with `nccl`, cublas+ours, overlapped and fused with `ours`.
+    /// overhead), cublas+nccl with `nccl`, cublas+ours, overlapped and fused with `ours`,
+    /// cublasmp with `cublasmp`.
     pub fn selected(cfg: &Config) -> Vec<TpImpl> {
         TpImpl::ALL
             .into_iter()
@@ -110,6 +119,7 @@ impl TpImpl {
                 TpImpl::ComputeOnly | TpImpl::CublasOnly => true,
                 TpImpl::CublasNccl => cfg.has_impl(Impl::Nccl),
                 TpImpl::CublasOurs | TpImpl::Overlapped | TpImpl::Fused => cfg.has_impl(Impl::Ours),
+                TpImpl::Cublasmp => cfg.has_impl(Impl::Cublasmp),
             })
             .collect()
     }
@@ -179,6 +189,8 @@ pub struct Ctx<'a> {
     /// The collectives of `TpMlp`'s all-reduce (shared with the collectives tests).
     pub collectives: &'a Arc<Collectives>,
     pub nccl: Option<&'a Nccl>,
+    /// cuBLASMp, when the cublasmp column runs.
+    pub cublasmp: Option<&'a CublasMp>,
     pub progress: &'a Progress,
     /// CPU threads for the random data.
     pub threads: usize,
@@ -437,6 +449,9 @@ struct Buffers {
     overlapped: Option<Guard<SymmetricBuffer<bf16>>>,
     /// fused's output.
     fused: Option<Guard<SymmetricBuffer<bf16>>>,
+    /// cublasmp's gate and up, SiLU(gate)·up, and output (this PE's rows in sequence
+    /// parallelism).
+    cublasmp: Option<Scratch>,
 }
 
 impl Buffers {
@@ -482,6 +497,14 @@ impl Buffers {
         let overlapped = output(TpImpl::Overlapped)?;
         let fused = output(TpImpl::Fused)?;
         let nccl = active.contains(&TpImpl::CublasNccl);
+        let cublasmp = match active.contains(&TpImpl::Cublasmp) {
+            true => Some(Scratch {
+                gu: dev(m * 2 * f)?,
+                act: dev(m * f)?,
+                out: dev(out_len)?,
+            }),
+            false => None,
+        };
         Ok(Buffers {
             x: dev(m * hidden)?,
             mine,
@@ -501,6 +524,7 @@ impl Buffers {
             ours,
             overlapped,
             fused,
+            cublasmp,
         })
     }
 
@@ -524,6 +548,10 @@ impl Buffers {
                 .as_ref()
                 .map(|y| (y.device_ptr(), y.num_bytes())),
             TpImpl::Fused => self.fused.as_ref().map(|y| (y.device_ptr(), y.num_bytes())),
+            TpImpl::Cublasmp => self
+                .cublasmp
+                .as_ref()
+                .map(|s| (s.out.device_ptr(), s.out.num_bytes())),
         }
     }
 
@@ -536,6 +564,7 @@ impl Buffers {
             TpImpl::CublasOurs => self.ours.as_ref().map(|y| y.to_vec()).transpose()?,
             TpImpl::Overlapped => self.overlapped.as_ref().map(|y| y.to_vec()).transpose()?,
             TpImpl::Fused => self.fused.as_ref().map(|y| y.to_vec()).transpose()?,
+            TpImpl::Cublasmp => self.cublasmp.as_ref().map(|s| s.out.to_vec()).transpose()?,
         };
         Ok(out.unwrap_or_default())
     }
@@ -547,6 +576,8 @@ struct Ops<'a> {
     tp: &'a TensorParallel,
     mlp: &'a Mlp,
     nccl: Option<&'a Nccl>,
+    /// cublasmp's GEMMs at this token count.
+    mp: Option<&'a MpPlans<'a>>,
     bufs: &'a Buffers,
     m: usize,
     hidden: usize,
@@ -683,8 +714,150 @@ impl Ops<'_> {
                     .ok_or("fused has no output buffer")?;
                 self.mlp.forward(y, self.input(), Schedule::Fused, stream)
             }
+            TpImpl::Cublasmp => self.cublasmp(stream),
         }
     }
+
+    /// cublasmp's forward: the gate/up GEMM (cuBLASMp's all-gather + GEMM in sequence
+    /// parallelism, else cuBLASLt's), the SiLU kernel, cuBLASMp's GEMM + reduce-scatter or
+    /// all-reduce.
+    fn cublasmp(&self, stream: &Arc<CudaStream>) -> Result<(), String> {
+        let plans = self.mp.ok_or("cuBLASMp is not set up")?;
+        let s = self
+            .bufs
+            .cublasmp
+            .as_ref()
+            .ok_or("cublasmp has no buffers")?;
+        let (m, f, hidden) = (self.m, self.f, self.hidden);
+        let gate_up = self.mlp.gate_up().weight();
+        match (&plans.gate_up, self.input()) {
+            // SAFETY: this PE's M / PEs tokens, its 2f gate/up rows and M × 2f outputs, as
+            // the plan was made for.
+            (Some(gather), (_, Some(mine))) => unsafe {
+                gather.enqueue(
+                    s.gu.device_ptr(),
+                    mine.device_ptr(),
+                    gate_up.device_ptr(),
+                    stream,
+                )?
+            },
+            (_, (x, _)) => self
+                .tp
+                .gemm()
+                .linear_with(
+                    &*s.gu,
+                    x,
+                    gate_up,
+                    LinearShape {
+                        m,
+                        n: 2 * f,
+                        k: hidden,
+                    },
+                    GemmPath::CublasLt,
+                    stream,
+                )
+                .map_err(|e| e.to_string())?,
+        }
+        self.tp
+            .silu_mul(&*s.act, &*s.gu, m, stream)
+            .map_err(|e| e.to_string())?;
+        // SAFETY: M × f activations, this PE's hidden × f down columns, and the output of
+        // M / PEs or M rows, as the plan was made for.
+        unsafe {
+            plans.down.enqueue(
+                s.out.device_ptr(),
+                s.act.device_ptr(),
+                self.mlp.down().weight().device_ptr(),
+                stream,
+            )
+        }
+    }
+}
+
+/// cublasmp's GEMMs at one token count: in sequence parallelism the gate/up all-gather +
+/// GEMM, and the down projection's GEMM + reduce-scatter (sequence parallel) or all-reduce.
+struct MpPlans<'a> {
+    gate_up: Option<Plan<'a>>,
+    down: Plan<'a>,
+}
+
+/// Makes cublasmp's plans for `m` tokens and takes their workspaces from the symmetric heap.
+/// `Ok(Err(why))` when cuBLASMp refuses on any PE or the PEs' workspaces differ: every PE
+/// gets it alike, before anything collective.
+fn mp_plans<'a>(
+    ctx: &Ctx,
+    mp: &'a CublasMp,
+    mlp: &Mlp,
+    bufs: &Buffers,
+    (m, f, hidden): (usize, usize, usize),
+) -> Result<Result<MpPlans<'a>, String>> {
+    let n = ctx.shmem.n_pes();
+    let made = (|| -> Result<(MpPlans<'a>, Vec<(usize, usize)>), String> {
+        let s = bufs.cublasmp.as_ref().ok_or("cublasmp has no buffers")?;
+        let down = Dims {
+            m,
+            n: hidden,
+            k: f * n,
+        };
+        let (gate_up, kind) = match &bufs.mine {
+            Some(mine) => {
+                let dims = Dims {
+                    m,
+                    n: 2 * f * n,
+                    k: hidden,
+                };
+                let plan = Plan::new(mp, cublasmp::Kind::AllGather, dims)?;
+                let ptrs = (
+                    s.gu.device_ptr(),
+                    mine.device_ptr(),
+                    mlp.gate_up().weight().device_ptr(),
+                );
+                (Some((plan, ptrs)), cublasmp::Kind::ReduceScatter)
+            }
+            None => (None, cublasmp::Kind::AllReduce),
+        };
+        let down_plan = Plan::new(mp, kind, down)?;
+        let down_ptrs = (
+            s.out.device_ptr(),
+            s.act.device_ptr(),
+            mlp.down().weight().device_ptr(),
+        );
+        let mut sizes = Vec::new();
+        if let Some((plan, (y, x, w))) = &gate_up {
+            sizes.push(plan.workspace_bytes(*w, *x, *y)?);
+        }
+        let (y, x, w) = down_ptrs;
+        sizes.push(down_plan.workspace_bytes(w, x, y)?);
+        let plans = MpPlans {
+            gate_up: gate_up.map(|(p, _)| p),
+            down: down_plan,
+        };
+        Ok((plans, sizes))
+    })();
+    // Every PE the same outcome and the same workspace sizes, or none allocates.
+    let fingerprint = match &made {
+        Ok((_, sizes)) => data::hash_bytes(format!("{sizes:?}").as_bytes()),
+        Err(_) => 0,
+    };
+    let refused = ctx.coord.sum(made.is_err() as u64)?;
+    if refused > 0 {
+        return Ok(Err(match made {
+            Err(e) => e,
+            Ok(_) => format!("cuBLASMp refused on {refused} of {n} PEs"),
+        }));
+    }
+    if !ctx.coord.all_equal(fingerprint)? {
+        return Ok(Err(
+            "cuBLASMp asked for workspaces of different sizes on different PEs".into(),
+        ));
+    }
+    let (mut plans, sizes) = made.map_err(BenchError::new)?;
+    let mut sizes = sizes.into_iter();
+    for plan in plans.gate_up.iter_mut().chain([&mut plans.down]) {
+        let (device, host) = sizes.next().unwrap_or_default();
+        plan.set_workspace(ctx.shmem, device, host)?;
+    }
+    Ok(Ok(plans))
 }
 
 /// Fill the outputs of `imps` with 0xFF bytes (bf16 NaN), so that only what runs after
@@ -818,7 +991,7 @@ fn point(
     full.gate_up.copy_from_host(&d.gate_up)?;
     full.down.copy_from_host(&d.down)?;
     // fused only where it has a form of its own.
-    let active: Vec<TpImpl> = impls
+    let mut active: Vec<TpImpl> = impls
         .iter()
         .copied()
         .filter(|i| !disabled.contains(i))
@@ -837,16 +1010,46 @@ fn point(
         None => 0..m * hidden,
     };
     drop(d);
+    let mut records = Vec::new();
+    // cublasmp's GEMMs for this M, with their workspaces (collective).
+    let mp = match (active.contains(&TpImpl::Cublasmp), ctx.cublasmp) {
+        (true, Some(mp)) => match mp_plans(ctx, mp, mlp, &bufs, (m, f, hidden))? {
+            Ok(plans) => {
+                let sizes: Vec<usize> = plans
+                    .gate_up
+                    .iter()
+                    .chain([&plans.down])
+                    .map(Plan::workspace_len)
+                    .collect();
+                ctx.progress.say(format!(
+                    "{what} cublasmp: workspaces of {sizes:?} bytes in the symmetric heap"
+                ));
+                Some(plans)
+            }
+            Err(why) => {
+                let note = format!("{what} cublasmp: not run: {why}");
+                ctx.progress.say(&note);
+                disabled.insert(TpImpl::Cublasmp);
+                active.retain(|&i| i != TpImpl::Cublasmp);
+                let mut r = record(TpImpl::Cublasmp);
+                r.status = Status::Unsupported;
+                r.check = format!("not run: {why}");
+                records.push(r);
+                None
+            }
+        },
+        _ => None,
+    };
     let ops = Ops {
         tp,
         mlp,
         nccl: ctx.nccl,
+        mp: mp.as_ref(),
         bufs: &bufs,
         m,
         hidden,
         f,
     };
-    let mut records = Vec::new();
     poison(ctx, &bufs, &active)?;
 
     // The first call of each implementation makes cuBLASLt's plans and shows whether it runs
@@ -1105,8 +1308,13 @@ mod tests {
                 "cublas+nccl",
                 "cublas+ours",
                 "overlapped",
-                "fused"
+                "fused",
+                "cublasmp"
             ]
+        );
+        assert_eq!(
+            names(&cfg(&["--tests", "tp", "--impls", "cublasmp"])),
+            ["compute-only", "cublas-only", "cublasmp"]
         );
         assert_eq!(
             names(&cfg(&["--tests", "tp", "--impls", "ours"])),
