@@ -350,8 +350,9 @@ pub struct Args {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "bf16,f32")]
     pub dtypes: Vec<DType>,
 
-    /// Collective implementations, comma separated (NCCL point-to-point runs only with nccl;
-    /// tp runs cublas+nccl with nccl, cublas+ours, overlapped and fused with ours, and compute-only and cublas-only always)
+    /// Implementations, comma separated (NCCL point-to-point runs only with nccl; tp runs
+    /// cublas+nccl with nccl, cublas+ours, overlapped and fused with ours, cublasmp with
+    /// cublasmp, and compute-only and cublas-only always; cublasmp runs in tp only)
     #[arg(
         long,
         value_enum,

@@ -12,7 +12,7 @@
 //! named rather than left to the library's default: its default GEMM + all-reduce uses
 //! NVLink multicast, which this project keeps off, so that one runs as `NO_OVERLAP`.
 
-use crate::error::{BenchError, Result};
+use crate::error::{BenchError, Guard, Result};
 use cudarc::driver::CudaStream;
 use libloading::Library;
 use nvshmem::{Nvshmem, SymmetricBuffer};
@@ -164,9 +164,10 @@ fn check(call: &str, s: Status) -> std::result::Result<(), String> {
     }
 }
 
-/// Fail early, with a fix, when the library cannot be loaded or is another release.
-pub fn check_library() -> Result<()> {
-    load().map(|_| ())
+/// Fail early, with a fix, when the library cannot be loaded or is another release; its
+/// release as `major.minor.patch` when it can.
+pub fn check_library() -> Result<String> {
+    load().map(|(_, _, version)| version_text(version))
 }
 
 /// A symbol of the library as the field's function type.
@@ -255,7 +256,6 @@ pub struct CublasMp {
     /// `1 × PEs`: a matrix split by columns.
     by_columns: Grid,
     n_pes: usize,
-    version: c_int,
     _lib: Library,
 }
 
@@ -265,7 +265,7 @@ impl CublasMp {
     /// # Safety
     /// `nccl_comm` is a live NCCL communicator of every PE, rank = PE, that outlives this.
     pub unsafe fn new(comm: *mut c_void, n_pes: usize, stream: &CudaStream) -> Result<Self> {
-        let (lib, api, version) = load()?;
+        let (lib, api, _) = load()?;
         let mut handle = std::ptr::null_mut();
         check(
             "cublasMpCreate",
@@ -291,16 +291,10 @@ impl CublasMp {
             by_rows,
             by_columns,
             n_pes,
-            version,
             _lib: lib,
         };
         made.map_err(BenchError::new)?;
         Ok(mp)
-    }
-
-    /// The loaded release, `major.minor.patch`.
-    pub fn version(&self) -> String {
-        version_text(self.version)
     }
 }
 
@@ -360,7 +354,8 @@ pub struct Plan<'a> {
     b: MatrixDesc,
     d: MatrixDesc,
     desc: MatmulDesc,
-    workspace: Option<SymmetricBuffer<u8>>,
+    /// Freed collectively, so kept by a [`Guard`]: leaked when a PE fails.
+    workspace: Option<Guard<SymmetricBuffer<u8>>>,
     host: Mutex<Vec<u8>>,
 }
 
@@ -537,7 +532,7 @@ impl<'a> Plan<'a> {
     /// Takes the workspace: `device` bytes from the symmetric heap (collective), `host`
     /// bytes of host memory.
     pub fn set_workspace(&mut self, shmem: &Nvshmem, device: usize, host: usize) -> Result<()> {
-        self.workspace = Some(shmem.malloc::<u8>(device.max(1))?);
+        self.workspace = Some(Guard::new(shmem.malloc::<u8>(device.max(1))?));
         *self.host.lock().unwrap_or_else(|e| e.into_inner()) = vec![0u8; host];
         Ok(())
     }

@@ -52,6 +52,8 @@ pub struct Environment {
     pub nvshmem_version: String,
     pub nvshmem_built_against: String,
     pub nccl_version: Option<String>,
+    /// cuBLASMp's release, when the tp test's cublasmp column runs.
+    pub cublasmp_version: Option<String>,
     pub cuda_driver_api: String,
     pub nvidia_driver: String,
     pub cudarc_cuda_api: String,
@@ -156,6 +158,7 @@ pub fn collect(
     coord: &Coord,
     probe: &nvshmem::SymmetricBuffer<u64>,
     nccl_version: Option<String>,
+    cublasmp_version: Option<String>,
 ) -> Result<Environment> {
     let n = shmem.n_pes();
     let ctx = shmem.context();
@@ -278,6 +281,7 @@ pub fn collect(
         nvshmem_version: shmem.version(),
         nvshmem_built_against: nvshmem::sys::BUILD_VERSION.to_string(),
         nccl_version,
+        cublasmp_version,
         cuda_driver_api: driver_cuda_version(),
         nvidia_driver: nvidia_driver(),
         cudarc_cuda_api: "13.0".into(),
@@ -313,6 +317,9 @@ impl Environment {
             "NCCL         : {}",
             self.nccl_version.as_deref().unwrap_or("not used")
         );
+        if let Some(v) = &self.cublasmp_version {
+            let _ = writeln!(s, "cuBLASMp     : {v}");
+        }
         let _ = writeln!(
             s,
             "CUDA         : driver API {} (NVIDIA driver {}), bindings for CUDA {}",
@@ -443,6 +450,7 @@ mod tests {
             nvshmem_version: "3.4.5".into(),
             nvshmem_built_against: "3.4.5".into(),
             nccl_version: Some("2.28.9".into()),
+            cublasmp_version: Some("0.7.0".into()),
             cuda_driver_api: "13.0".into(),
             nvidia_driver: "580.65.06".into(),
             cudarc_cuda_api: "13.0".into(),
@@ -483,6 +491,7 @@ mod tests {
         for needle in [
             "3.4.5",
             "2.28.9",
+            "cuBLASMp     : 0.7.0",
             "580.65.06",
             "GPU B",
             "Y/0/A",

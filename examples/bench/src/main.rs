@@ -88,12 +88,16 @@ fn main() {
             std::process::exit(1);
         }
     }
-    if cfg.needs_cublasmp() {
-        if let Err(e) = cublasmp::check_library() {
-            eprintln!("bench: {e}");
-            std::process::exit(1);
-        }
-    }
+    let cublasmp_version = match cfg.needs_cublasmp() {
+        true => match cublasmp::check_library() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                eprintln!("bench: {e}");
+                std::process::exit(1);
+            }
+        },
+        false => None,
+    };
     timing::step("starting NVSHMEM");
     let shmem = match Nvshmem::init() {
         Ok(s) => s,
@@ -108,7 +112,7 @@ fn main() {
             shmem.my_pe(),
         );
     }
-    match run(&shmem, &cfg) {
+    match run(&shmem, &cfg, cublasmp_version) {
         Ok(all_passed) => {
             // Every PE gets here: finalise together.
             drop(shmem);
@@ -148,7 +152,7 @@ fn symmetric_size_mib(cfg: &Config) -> usize {
 }
 
 /// The whole benchmark on this PE; `Ok(true)` when every check passed.
-fn run(shmem: &Nvshmem, cfg: &Config) -> Result<bool> {
+fn run(shmem: &Nvshmem, cfg: &Config, cublasmp_version: Option<String>) -> Result<bool> {
     let me = shmem.my_pe();
     let n = shmem.n_pes();
     let lead = me == 0;
@@ -174,7 +178,7 @@ fn run(shmem: &Nvshmem, cfg: &Config) -> Result<bool> {
     };
     timing::step("collecting the environment");
     let probe = Guard::new(shmem.calloc::<u64>(1)?);
-    let environment = env::collect(shmem, &coord, &probe, nccl_version)?;
+    let environment = env::collect(shmem, &coord, &probe, nccl_version, cublasmp_version)?;
     drop(probe);
     let header = environment.render();
     if lead {
@@ -261,7 +265,6 @@ fn run(shmem: &Nvshmem, cfg: &Config) -> Result<bool> {
                 timing::step("initialising cuBLASMp");
                 // SAFETY: the communicator spans every PE, rank = PE, and outlives `mp`.
                 let mp = unsafe { cublasmp::CublasMp::new(nccl.comm() as _, n, &stream) }?;
-                progress.say(format!("cuBLASMp {}", mp.version()));
                 Some(Guard::new(mp))
             }
             _ => None,
