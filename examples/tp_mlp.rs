@@ -779,7 +779,8 @@ fn row_exchange(c: &Checks, case: &RowCase, k: usize, len: usize, check: RowChec
     )
 }
 
-/// `spare` holds what layer 0 of `case` gives input `i` in the sequential schedule, and it
+/// `spare` holds what layer 0 of `case` gives input `i` in the sequential schedule with the
+/// decode GEMM (the fused kernels' own; `Auto` may have measured cuBLASLt faster), and it
 /// must be `got`, bit for bit.
 fn same_as_sequential(
     c: &Checks,
@@ -788,6 +789,15 @@ fn same_as_sequential(
     got: &[bf16],
     spare: &SymmetricBuffer<bf16>,
 ) -> Outcome {
+    let layer = &case.layers[0];
+    let shape = LinearShape {
+        m: case.inputs[i].len() / layer.in_features(),
+        n: layer.out_features(),
+        k: layer.local_in_features().len(),
+    };
+    c.tp.gemm()
+        .set_auto_path(shape, GemmPath::Decode)
+        .map_err(text)?;
     case.layers[0]
         .forward_with(spare, &case.xs[i], Schedule::Sequential, &c.stream)
         .map_err(text)?;
@@ -1363,6 +1373,83 @@ fn gemm_case(c: &Checks, seed: u64, shape: LinearShape, path: GemmPath) -> Outco
     Ok(())
 }
 
+/// After [`Gemm::calibrate`], `GemmPath::Auto` takes the decode kernel or cuBLASLt by the
+/// measurement (the same bits as that path), our decode kernel for sizes not measured and
+/// cuBLASLt past 16 tokens; a weight of the wrong length is refused.
+fn gemm_calibrated(c: &Checks, seed: u64) -> Outcome {
+    let mut rng = Rng::new(seed);
+    let gemm = c.tp.gemm();
+    for (n, k) in [(1000, 4096), (129, 1000)] {
+        let w = c.device(&weight(&mut rng, n, k))?;
+        gemm.calibrate(&w, n, k, DECODE_MAX_TOKENS).map_err(text)?;
+        for m in [1, 9, DECODE_MAX_TOKENS] {
+            let shape = LinearShape { m, n, k };
+            let path = gemm.auto_path(shape);
+            if !matches!(path, GemmPath::Decode | GemmPath::CublasLt) {
+                return Err(format!("m={m} n={n} k={k}: Auto takes {path:?}"));
+            }
+            let x = c.device(&rng.bf16s(m * k, 1.0))?;
+            let mut outs = Vec::new();
+            for p in [GemmPath::Auto, path] {
+                let y = c.device(&rng.bf16s(m * n, 1.0))?;
+                gemm.linear_with(&y, &x, &w, shape, p, &c.stream)
+                    .map_err(text)?;
+                sync(&c.stream).map_err(text)?;
+                outs.push(bits(&y.to_vec().map_err(text)?));
+            }
+            if outs[0] != outs[1] {
+                return Err(format!(
+                    "m={m} n={n} k={k}: Auto's output differs from {path:?}'s"
+                ));
+            }
+        }
+        let past = LinearShape {
+            m: DECODE_MAX_TOKENS + 1,
+            n,
+            k,
+        };
+        if gemm.auto_path(past) != GemmPath::CublasLt {
+            return Err("past 16 tokens Auto must take cuBLASLt".into());
+        }
+    }
+    let unmeasured = LinearShape { m: 4, n: 77, k: 91 };
+    if gemm.auto_path(unmeasured) != GemmPath::Decode {
+        return Err("sizes never measured must take the decode kernel".into());
+    }
+    // A choice set by hand stands, and calibrating again leaves it.
+    let pinned = LinearShape {
+        m: 3,
+        n: 129,
+        k: 1000,
+    };
+    for path in [GemmPath::CublasLt, GemmPath::Decode] {
+        gemm.set_auto_path(pinned, path).map_err(text)?;
+        let w = c.device(&weight(&mut rng, 129, 1000))?;
+        gemm.calibrate(&w, 129, 1000, DECODE_MAX_TOKENS)
+            .map_err(text)?;
+        if gemm.auto_path(pinned) != path {
+            return Err(format!("set_auto_path({path:?}) did not stand"));
+        }
+    }
+    for (m, path) in [
+        (DECODE_MAX_TOKENS + 1, GemmPath::CublasLt),
+        (0, GemmPath::Decode),
+        (4, GemmPath::Cutlass),
+    ] {
+        let shape = LinearShape { m, n: 8, k: 8 };
+        match gemm.set_auto_path(shape, path) {
+            Err(Error::InvalidArgument(_)) => {}
+            other => return Err(format!("set_auto_path(m={m}, {path:?}): {other:?}")),
+        }
+    }
+    let short = c.device(&[bf16::ONE; 10])?;
+    match gemm.calibrate(&short, 4, 4, 8) {
+        Err(Error::Length { .. }) => Ok(()),
+        Err(e) => Err(format!("a short weight: the wrong error: {e}")),
+        Ok(()) => Err("a short weight was accepted".into()),
+    }
+}
+
 /// This PE's GEMMs of the MLP shape (gate/up, then down) for each token count, by cuBLASLt
 /// and by our kernel for it (the decode kernel up to [`DECODE_MAX_TOKENS`] tokens, the CUTLASS
 /// kernel above), in CUDA graphs: time, TFLOP/s and the weight's bytes per second. Each timed
@@ -1383,7 +1470,7 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
             println!("(our CUTLASS kernel is not timed: {why})");
         }
         println!(
-            "{:>8} {:>5} {:>6} {:>6} {:>24} {:>7} {:>6} {:>8} {:>24} {:>7} {:>6} {:>8}",
+            "{:>8} {:>5} {:>6} {:>6} {:>24} {:>7} {:>6} {:>8} {:>24} {:>7} {:>6} {:>8} {:>8}",
             "GEMM",
             "M",
             "N",
@@ -1395,12 +1482,16 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
             "",
             "TFLOP/s",
             "GB/s",
-            "speed-up"
+            "speed-up",
+            "Auto"
         );
     }
     let mut rng = Rng::new(0x6e33);
     for (name, n, k) in shapes {
         let w = c.device(&rng.bf16s(n * k, 0.05))?;
+        // What GemmPath::Auto takes on this GPU, as the layers measure it.
+        let most = a.ms.iter().copied().max().unwrap_or(0);
+        c.tp.gemm().calibrate(&w, n, k, most).map_err(text)?;
         for &m in &a.ms {
             let ours = if m <= DECODE_MAX_TOKENS {
                 GemmPath::Decode
@@ -1446,7 +1537,7 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
             }
             if c.me() == 0 {
                 println!(
-                    "{name:>8} {m:>5} {n:>6} {k:>6} {:>24} {:>7.0} {:>6.0} {:>8} {:>24} {:>7.0} {:>6.0} {:>7.2}x",
+                    "{name:>8} {m:>5} {n:>6} {k:>6} {:>24} {:>7.0} {:>6.0} {:>8} {:>24} {:>7.0} {:>6.0} {:>7.2}x {:>8}",
                     cells[0].1,
                     cells[0].2,
                     cells[0].3,
@@ -1454,7 +1545,8 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
                     cells[1].1,
                     cells[1].2,
                     cells[1].3,
-                    cells[0].0 / cells[1].0
+                    cells[0].0 / cells[1].0,
+                    format!("{:?}", c.tp.gemm().auto_path(shape))
                 );
             }
         }
@@ -2085,6 +2177,10 @@ fn main() {
                 });
             }
         }
+        c.run(
+            "gemm Auto takes the path calibrate measured faster".into(),
+            gemm_calibrated,
+        );
         // Our CUTLASS kernel where it runs: partial tiles in m and n (a tile is 128 × 256,
         // a cluster two tiles along m), k of one and of many 64-deep steps and not a multiple
         // of 64, more tiles than SMs (the persistent schedule comes round again), and

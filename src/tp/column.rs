@@ -147,7 +147,9 @@ impl ColumnParallelLinear {
     }
 
     /// Keep this PE's rows of the full weight (`out_features × in_features`, row-major, the
-    /// parts stacked): [`merged_rows`] of it.
+    /// parts stacked): [`merged_rows`] of it. Then measures which GEMM path
+    /// [`GemmPath::Auto`](super::GemmPath::Auto) takes for this shard on this GPU up to 16
+    /// tokens ([`Gemm::calibrate`](super::Gemm::calibrate)).
     pub fn load_weight(&self, full: &[bf16]) -> Result<()> {
         check_weight(
             "the column-parallel weight (out_features × in_features)",
@@ -162,7 +164,12 @@ impl ColumnParallelLinear {
             self.tp.my_pe(),
             self.tp.n_pes(),
         );
-        self.weight.copy_from_host(&part)
+        self.weight.copy_from_host(&part)?;
+        // Which of our decode kernel and cuBLASLt GemmPath::Auto takes on this GPU.
+        let n = part.len() / self.in_features;
+        self.tp
+            .gemm()
+            .calibrate(&self.weight, n, self.in_features, self.max_tokens)
     }
 
     /// `y = x · wᵀ` for this PE's output features, on `stream`. With replicated input `x` is

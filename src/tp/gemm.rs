@@ -7,25 +7,27 @@
 
 use super::cutlass::{ChunkWait, CutlassGemm};
 use crate::cubins::TP;
-use crate::error::{Error, Result};
+use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::{DeviceBuffer, DeviceSlice};
 use crate::module::{grid, Function, KernelArgs, Module};
 use crate::runtime::Nvshmem;
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys as ltsys;
+use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaStream;
 use half::bf16;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
-/// Tokens up to which [`GemmPath::Auto`] takes our decode kernels (`decode_linear_bf16` and
-/// `decode_linear16_bf16` in kernels/tp.cu, kernels/tp/decode.cuh) rather than cuBLASLt: all
-/// they take. Measured on H100s (`tp_mlp --test gemm`, docs/gemm.md) on the Llama-3 8B and
-/// 70B MLP shards of TP 2: 1.00 to 1.14x cuBLASLt's speed from 1 to 8 tokens, 2.5 to 3.0 TB/s
-/// of weight read (its multiply-adds run on the tensor cores, so more tokens cost it
-/// little); from 9 to 16 tokens 0.95 to 1.12x by shape: the 8B MLP as a whole 2.5 to 4.6%
-/// faster than with cuBLASLt, the 70B MLP within about 1% either way (`bench --tests tp`).
+/// Tokens up to which [`GemmPath::Auto`] may take our decode kernels (`decode_linear_bf16`
+/// and `decode_linear16_bf16` in kernels/tp.cu, kernels/tp/decode.cuh) rather than cuBLASLt:
+/// all they take. Which of the two runs depends on the GPU and the shape, so `Auto` takes the
+/// one [`Gemm::calibrate`] measured faster (the layers calibrate when their weights are
+/// loaded), and our decode kernel where nothing was measured. On H100s (`tp_mlp --test
+/// gemm`, docs/gemm.md) the decode kernel was 1.00 to 1.14x cuBLASLt's speed from 1 to 8
+/// tokens on the Llama-3 8B and 70B MLP shards of TP 2, and 0.95 to 1.12x from 9 to 16; on
+/// an H200, where cuBLASLt streams large weights faster, 0.80 to 1.16x by shape.
 pub const DECODE_TOKENS: usize = DECODE_MAX_TOKENS;
 /// The most tokens our decode kernel takes.
 pub const DECODE_MAX_TOKENS: usize = 16;
@@ -37,8 +39,9 @@ pub(crate) const DECODE_SMALL_TOKENS: usize = 8;
 /// Which kernel computes a [`Gemm`] call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GemmPath {
-    /// Our decode kernel up to [`DECODE_TOKENS`] tokens (where it measured faster), cuBLASLt
-    /// above. Our CUTLASS kernel measured 0.98 to 0.99x cuBLASLt's speed from 2048 tokens on
+    /// Up to [`DECODE_TOKENS`] tokens, our decode kernel or cuBLASLt, whichever
+    /// [`Gemm::calibrate`] measured faster for these sizes on this GPU (our decode kernel
+    /// where nothing was measured); cuBLASLt above. Our CUTLASS kernel measured 0.98 to 0.99x cuBLASLt's speed from 2048 tokens on
     /// one H100 (docs/gemm.md), and down to 0.38x with few tokens and 4096 output features
     /// (16 tiles of 128 tokens for 132 SMs, where cuBLASLt splits K), so `Auto` does not take
     /// it for a plain GEMM; it is the base of the fused kernels.
@@ -122,6 +125,12 @@ fn cublas(call: &'static str, e: lt::CublasError) -> Error {
 /// Blocks of the decode kernel per SM (256 threads at 94 registers, its launch bounds).
 const DECODE_BLOCKS_PER_SM: u32 = 2;
 
+/// [`Gemm::calibrate`]'s rounds per token count, and calls of each path per round: enough
+/// for a few hundred microseconds a block, where CUDA events' half-microsecond resolution
+/// and the launch gaps are small.
+const CALIBRATION_ROUNDS: usize = 3;
+const CALIBRATION_CALLS: usize = 5;
+
 /// The largest power of two (at most 256) that divides every address.
 fn common_alignment(addresses: &[u64]) -> u32 {
     let bits = addresses.iter().fold(0u64, |acc, a| acc | a) | 256;
@@ -157,6 +166,9 @@ pub struct Gemm {
     decode_blocks: u32,
     /// Our CUTLASS kernel, or why it cannot run here.
     cutlass: std::result::Result<CutlassGemm, String>,
+    /// What [`GemmPath::Auto`] takes up to [`DECODE_TOKENS`] tokens, by `(m, n, k)`, where
+    /// [`Gemm::calibrate`] measured it.
+    decode_choice: Mutex<HashMap<(usize, usize, usize), GemmPath>>,
 }
 
 // SAFETY: a cuBLASLt handle may be used from any thread (it holds no per-call state; calls
@@ -222,7 +234,168 @@ impl Gemm {
             decode,
             decode_blocks: sms * DECODE_BLOCKS_PER_SM,
             cutlass: CutlassGemm::load(shmem).map_err(|e| e.to_string()),
+            decode_choice: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Measures which of our decode kernel and cuBLASLt computes `x · wᵀ` faster on this GPU
+    /// for this `w` (`n × k`) and each token count from 1 to `max_tokens` (at most
+    /// [`DECODE_TOKENS`]), and has [`GemmPath::Auto`] take the faster for those sizes from
+    /// then on. Which is faster depends on the GPU: on H100s our decode kernel mostly is, on
+    /// an H200 cuBLASLt mostly is (docs/gemm.md). Sizes measured before are skipped.
+    ///
+    /// The layers call it when their weights are loaded. It runs on the runtime's stream and
+    /// waits for it: about 30 calls of each path per token count, 0.1 s for the Llama-3 70B
+    /// MLP shard of TP 2. Work on the GPU at the same time skews the measurement, and a call
+    /// of this `Gemm` on another stream at the same time would share cuBLASLt's workspace:
+    /// calibrate while no other call of it runs.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::{bf16, tp::{Gemm, GemmPath, LinearShape}};
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let gemm = Gemm::new(&shmem)?;
+    /// let (n, k) = (14336, 4096);
+    /// let w = shmem.alloc_device::<bf16>(n * k)?;
+    /// gemm.calibrate(&w, n, k, 16)?;
+    /// let path = gemm.auto_path(LinearShape { m: 8, n, k }); // Decode or CublasLt
+    /// # Ok(()) }
+    /// ```
+    pub fn calibrate(
+        &self,
+        w: &impl DeviceSlice<bf16>,
+        n: usize,
+        k: usize,
+        max_tokens: usize,
+    ) -> Result<()> {
+        if w.len() != n * k {
+            return Err(Error::Length {
+                what: "the GEMM weight w (n × k)",
+                expected: n * k,
+                got: w.len(),
+            });
+        }
+        let todo: Vec<usize> = {
+            let known = self.decode_choice.lock().unwrap_or_else(|e| e.into_inner());
+            (1..=max_tokens.min(DECODE_TOKENS))
+                .filter(|&m| !known.contains_key(&(m, n, k)))
+                .collect()
+        };
+        let Some(&most) = todo.last() else {
+            return Ok(());
+        };
+        if n == 0 || k == 0 {
+            return Ok(());
+        }
+        // Inputs of a fixed pseudo-random pattern in [-1, 1): no zeros, which draw less power.
+        let pattern: Vec<bf16> = (0..most * k)
+            .map(|i| {
+                let h = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+                bf16::from_f32(h as f32 / (1u64 << 23) as f32 - 1.0)
+            })
+            .collect();
+        let x = self.shmem.alloc_device::<bf16>(most * k)?;
+        x.copy_from_host(&pattern)?;
+        let y = self.shmem.alloc_device::<bf16>(most * n)?;
+        let stream = self.shmem.stream();
+        let paths = [GemmPath::Decode, GemmPath::CublasLt];
+        let event = || {
+            self.shmem
+                .context()
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)) // with timing
+                .during("cuEventCreate")
+        };
+        // Per token count, rounds of a block of calls of each path in turn (the order
+        // alternating), an event before and after each block; one wait at the end.
+        let mut blocks = Vec::new();
+        for &m in &todo {
+            let shape = LinearShape { m, n, k };
+            let call = |path| {
+                // SAFETY: x holds m × k, w n × k and y m × n elements of this GPU (m <= most).
+                unsafe {
+                    self.linear_path(
+                        y.device_ptr(),
+                        n,
+                        x.device_ptr(),
+                        w.device_ptr(),
+                        shape,
+                        path,
+                        stream,
+                    )
+                }
+            };
+            for path in paths {
+                call(path)?; // warm-up, and cuBLASLt's plan
+            }
+            for round in 0..CALIBRATION_ROUNDS {
+                for i in 0..paths.len() {
+                    let which = (i + round) % paths.len();
+                    let (start, end) = (event()?, event()?);
+                    start.record(stream).during("cuEventRecord")?;
+                    for _ in 0..CALIBRATION_CALLS {
+                        call(paths[which])?;
+                    }
+                    end.record(stream).during("cuEventRecord")?;
+                    blocks.push((m, which, start, end));
+                }
+            }
+        }
+        stream.synchronize().during("cuStreamSynchronize")?;
+        let mut ms = HashMap::<(usize, usize), f32>::new();
+        for (m, which, start, end) in &blocks {
+            let t = start.elapsed_ms(end).during("cuEventElapsedTime")?;
+            *ms.entry((*m, *which)).or_default() += t;
+        }
+        let mut known = self.decode_choice.lock().unwrap_or_else(|e| e.into_inner());
+        for &m in &todo {
+            let (decode, cublas) = (ms[&(m, 0)], ms[&(m, 1)]);
+            let faster = if cublas < decode { paths[1] } else { paths[0] };
+            known.insert((m, n, k), faster);
+        }
+        Ok(())
+    }
+
+    /// Has [`GemmPath::Auto`] take `path` for `shape` (up to [`DECODE_TOKENS`] tokens, our
+    /// decode kernel or cuBLASLt) whatever [`calibrate`](Self::calibrate) measured or will
+    /// measure: for the same path on every GPU, or the same bits as another program.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::tp::{Gemm, GemmPath, LinearShape};
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let gemm = Gemm::new(&shmem)?;
+    /// for m in 1..=16 {
+    ///     gemm.set_auto_path(LinearShape { m, n: 14336, k: 4096 }, GemmPath::Decode)?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn set_auto_path(&self, shape: LinearShape, path: GemmPath) -> Result<()> {
+        let LinearShape { m, n, k } = shape;
+        if m == 0 || m > DECODE_TOKENS {
+            return Err(Error::InvalidArgument(format!(
+                "GemmPath::Auto chooses between paths from 1 to {DECODE_TOKENS} tokens, not {m}; \
+                 above it takes cuBLASLt (pass a GemmPath to linear_with for another)"
+            )));
+        }
+        if !matches!(path, GemmPath::Decode | GemmPath::CublasLt) {
+            return Err(Error::InvalidArgument(format!(
+                "GemmPath::Auto takes our decode kernel or cuBLASLt up to {DECODE_TOKENS} \
+                 tokens, not {path:?}"
+            )));
+        }
+        let mut known = self.decode_choice.lock().unwrap_or_else(|e| e.into_inner());
+        known.insert((m, n, k), path);
+        Ok(())
+    }
+
+    /// The path [`GemmPath::Auto`] takes for `shape` (see [`calibrate`](Self::calibrate)).
+    pub fn auto_path(&self, shape: LinearShape) -> GemmPath {
+        let LinearShape { m, n, k } = shape;
+        if m > DECODE_TOKENS {
+            return GemmPath::CublasLt;
+        }
+        let known = self.decode_choice.lock().unwrap_or_else(|e| e.into_inner());
+        known.get(&(m, n, k)).copied().unwrap_or(GemmPath::Decode)
     }
 
     /// `y = x · wᵀ` on `stream`: `x` is `m × k`, `w` is `n × k` and `y` is `m × n`, row-major,
@@ -384,8 +557,7 @@ impl Gemm {
             return Ok(());
         }
         let path = match path {
-            GemmPath::Auto if m <= DECODE_TOKENS => GemmPath::Decode,
-            GemmPath::Auto => GemmPath::CublasLt,
+            GemmPath::Auto => self.auto_path(shape),
             GemmPath::Decode if m > DECODE_MAX_TOKENS => {
                 return Err(Error::InvalidArgument(format!(
                     "the decode GEMM takes up to {DECODE_MAX_TOKENS} tokens, not {m}: use \

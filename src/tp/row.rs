@@ -263,6 +263,8 @@ impl RowParallelLinear {
     }
 
     /// Keep this PE's columns of the full weight (`out_features × in_features`, row-major).
+    /// Then measures which GEMM path [`GemmPath::Auto`](super::GemmPath::Auto) takes for
+    /// this shard on this GPU up to 16 tokens ([`Gemm::calibrate`](super::Gemm::calibrate)).
     pub fn load_weight(&self, full: &[bf16]) -> Result<()> {
         check_weight(
             "the row-parallel weight (out_features × in_features)",
@@ -271,7 +273,12 @@ impl RowParallelLinear {
             self.in_features,
         )?;
         self.weight
-            .copy_from_host(&take_cols(full, self.in_features, self.local_in.clone()))
+            .copy_from_host(&take_cols(full, self.in_features, self.local_in.clone()))?;
+        // Which of our decode kernel and cuBLASLt GemmPath::Auto takes on this GPU.
+        let k = self.local_in.len();
+        self.tp
+            .gemm()
+            .calibrate(&self.weight, self.out_features, k, self.max_tokens)
     }
 
     /// `y = Σ over PEs of x_p · w_pᵀ`, on `stream`: `x` is this PE's `tokens ×

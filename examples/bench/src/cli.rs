@@ -141,8 +141,9 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
   4096, ffn 14336; 70b: hidden 8192, ffn 28672) and each --tp-m token count M:
     compute-only  this PE's merged gate/up GEMM, the SiLU(gate)*up kernel and the down GEMM
                   into a local buffer, no communication: the lower bound; the GEMMs as
-                  GemmPath::Auto takes them (our decode kernels up to 16 tokens, cuBLASLt
-                  above), as in every other implementation
+                  GemmPath::Auto takes them (up to 16 tokens, per GEMM, the faster of our
+                  decode kernel and cuBLASLt as measured when the weights were loaded;
+                  cuBLASLt above), as in every other implementation
     cublas-only   the same with cuBLASLt's GEMMs, up to 16 tokens (above, it is compute-only)
     cublas+nccl   the same calls, then ncclAllReduce (sum, bf16) of the down projection's
                   partial product into the output (with nccl in --impls)

@@ -47,11 +47,12 @@ const TOLERANCE: f64 = 1.0 / 64.0;
 /// The implementations of the tensor-parallel MLP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TpImpl {
-    /// The local GEMMs (as `GemmPath::Auto` chooses: our decode kernel up to
-    /// `DECODE_TOKENS` tokens, cuBLASLt above) and the SiLU kernel alone, no communication.
+    /// The local GEMMs (as `GemmPath::Auto` chooses: up to `DECODE_TOKENS` tokens the faster
+    /// of our decode kernel and cuBLASLt as measured when the weights were loaded, cuBLASLt
+    /// above) and the SiLU kernel alone, no communication.
     ComputeOnly,
     /// The same with every GEMM by cuBLASLt: run only up to `DECODE_TOKENS` tokens, where
-    /// `GemmPath::Auto` takes our decode kernel (above, it is compute-only again).
+    /// `GemmPath::Auto` may take our decode kernel (above, it is compute-only again).
     CublasOnly,
     /// The local work, then NCCL's all-reduce (sequence parallel: NCCL's all-gather, the
     /// local work, NCCL's reduce-scatter).
