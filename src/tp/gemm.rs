@@ -41,8 +41,8 @@ pub(crate) const DECODE_SMALL_TOKENS: usize = 8;
 pub enum GemmPath {
     /// Up to [`DECODE_TOKENS`] tokens, our decode kernel or cuBLASLt, whichever
     /// [`Gemm::calibrate`] measured faster for these sizes on this GPU (our decode kernel
-    /// where nothing was measured); cuBLASLt above. Our CUTLASS kernel measured 0.98 to 0.99x cuBLASLt's speed from 2048 tokens on
-    /// one H100 (docs/gemm.md), and down to 0.38x with few tokens and 4096 output features
+    /// where nothing was measured); cuBLASLt above. Our CUTLASS kernel measured 0.98 to
+    /// 0.99x cuBLASLt's speed from 2048 tokens on one H100 (docs/gemm.md), and down to 0.38x with few tokens and 4096 output features
     /// (16 tiles of 128 tokens for 132 SMs, where cuBLASLt splits K), so `Auto` does not take
     /// it for a plain GEMM; it is the base of the fused kernels.
     #[default]
@@ -306,9 +306,10 @@ impl Gemm {
                 .during("cuEventCreate")
         };
         // Per token count, rounds of a block of calls of each path in turn (the order
-        // alternating), an event before and after each block; one wait at the end.
+        // alternating), an event before and after each block; one wait at the end, also
+        // after a failure (x and y must outlive what was enqueued).
         let mut blocks = Vec::new();
-        for &m in &todo {
+        let enqueued = todo.iter().try_for_each(|&m| -> Result<()> {
             let shape = LinearShape { m, n, k };
             let call = |path| {
                 // SAFETY: x holds m × k, w n × k and y m × n elements of this GPU (m <= most).
@@ -339,8 +340,10 @@ impl Gemm {
                     blocks.push((m, which, start, end));
                 }
             }
-        }
+            Ok(())
+        });
         stream.synchronize().during("cuStreamSynchronize")?;
+        enqueued?;
         let mut ms = HashMap::<(usize, usize), f32>::new();
         for (m, which, start, end) in &blocks {
             let t = start.elapsed_ms(end).during("cuEventElapsedTime")?;
