@@ -16,8 +16,8 @@ use std::sync::Arc;
 /// copy engines' share. Measured on 2 H200s (NVLink 4, graph replays, 128 MiB calls), µs
 /// with the copy engines alone, an eighth by the SMs, a quarter and three eighths:
 /// all-to-all 193.5, 188.2, 189.6, 230.5; all-gather 192.2, 188.2, 189.8, 230.6; broadcast
-/// 356.3, 355.4, 358.1, 427.3. From a quarter on, the SMs' part, which follows their copy
-/// into this PE's own output, takes longer than the copy engines' part.
+/// 356.3, 355.4, 358.1, 427.3. From a quarter on, the SMs' part and their copy into this
+/// PE's own output, one after the other, take longer than the copy engines' part.
 const SM_SHARE: usize = 8;
 
 /// One copy of a call: `bytes` from `src` (this PE's memory) to `dst` (this PE's or a peer's,
