@@ -2178,7 +2178,7 @@ fn main() {
             }
         }
         c.run(
-            "gemm Auto takes the path calibrate measured faster".into(),
+            "gemm Auto takes the path calibrate recorded".into(),
             gemm_calibrated,
         );
         // Our CUTLASS kernel where it runs: partial tiles in m and n (a tile is 128 × 256,
