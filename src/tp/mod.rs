@@ -153,8 +153,8 @@ pub enum Schedule {
     /// memory of its own, no kernel boundary separates the GEMM from the exchange, and the
     /// exchange of the blocks that finish first overlaps the GEMM of the others. The result
     /// is the same on every PE, bit for bit, and the same as `Sequential`'s wherever that
-    /// one's GEMM is the same decode kernel (up to [`DECODE_TOKENS`] tokens with
-    /// [`GemmPath::Auto`]). It needs `tokens × out_features` bf16
+    /// one's GEMM is the same decode kernel (up to [`DECODE_TOKENS`] tokens, where
+    /// [`GemmPath::Auto`] takes it: see [`Gemm::set_auto_path`] to fix that). It needs `tokens × out_features` bf16
     /// of each staging slot ([`CollectivesConfig::workspace`]; the default holds 1 Mi
     /// elements), and falls back to `Sequential` where they do not fit.
     ///
