@@ -407,16 +407,53 @@ fn layouts(kind: Kind, dims: Dims, p: usize) -> [Layout; 3] {
     }
 }
 
+/// Calls `$f` (`cublasMpMatmul` or its `_bufferSize`, which share their leading
+/// parameters) with a plan's handle, descriptor, sizes, `alpha` 1 and `beta` 0, operands
+/// `(w, x, y)` at (1, 1) with no C, then `$tail`.
+macro_rules! with_operands {
+    ($plan:expr, $f:ident, ($w:expr, $x:expr, $y:expr), $($tail:expr),+) => {{
+        let plan = $plan;
+        let (m, n, k) = plan.cm;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        (plan.mp.api.$f)(
+            plan.mp.handle,
+            plan.desc,
+            m,
+            n,
+            k,
+            &alpha as *const f32 as *const c_void,
+            $w as *const c_void,
+            1,
+            1,
+            plan.a,
+            $x as *const c_void,
+            1,
+            1,
+            plan.b,
+            &beta as *const f32 as *const c_void,
+            std::ptr::null(),
+            1,
+            1,
+            std::ptr::null_mut(),
+            $y as *mut c_void,
+            1,
+            1,
+            plan.d,
+            $($tail),+
+        )
+    }};
+}
+
 impl<'a> Plan<'a> {
     /// The descriptors, and the workspace from the symmetric heap: collective, sizes equal
     /// on every PE (checked by the caller with [`Plan::workspace_bytes`] before it is
     /// allocated). `dims` are global; each must divide by the PEs where `kind` splits it.
     pub fn new(mp: &'a CublasMp, kind: Kind, dims: Dims) -> std::result::Result<Self, String> {
         let p = mp.n_pes;
-        let splits = match kind {
-            Kind::AllGather => [("M", dims.m), ("N", dims.n)],
-            Kind::ReduceScatter => [("M", dims.m), ("K", dims.k)],
-            Kind::AllReduce => [("K", dims.k), ("K", dims.k)],
+        let splits: &[(&str, usize)] = match kind {
+            Kind::AllGather => &[("M", dims.m), ("N", dims.n)],
+            Kind::ReduceScatter => &[("M", dims.m), ("K", dims.k)],
+            Kind::AllReduce => &[("K", dims.k)],
         };
         if let Some((name, v)) = splits.iter().find(|(_, v)| v % p != 0 || *v == 0) {
             return Err(format!(
@@ -493,38 +530,10 @@ impl<'a> Plan<'a> {
         x: u64,
         y: u64,
     ) -> std::result::Result<(usize, usize), String> {
-        let (m, n, k) = self.cm;
-        let (alpha, beta) = (1.0f32, 0.0f32);
         let (mut device, mut host) = (0usize, 0usize);
         // SAFETY: the descriptors are live; the pointers are only recorded.
         check("cublasMpMatmul_bufferSize", unsafe {
-            (self.mp.api.buffer_size)(
-                self.mp.handle,
-                self.desc,
-                m,
-                n,
-                k,
-                &alpha as *const f32 as *const c_void,
-                w as *const c_void,
-                1,
-                1,
-                self.a,
-                x as *const c_void,
-                1,
-                1,
-                self.b,
-                &beta as *const f32 as *const c_void,
-                std::ptr::null(),
-                1,
-                1,
-                std::ptr::null_mut(),
-                y as *mut c_void,
-                1,
-                1,
-                self.d,
-                &mut device,
-                &mut host,
-            )
+            with_operands!(self, buffer_size, (w, x, y), &mut device, &mut host)
         })?;
         Ok((device, host))
     }
@@ -564,39 +573,17 @@ impl<'a> Plan<'a> {
             "cublasMpStreamSet",
             (api.stream_set)(self.mp.handle, stream.cu_stream() as Stream),
         )?;
-        let (m, n, k) = self.cm;
-        let (alpha, beta) = (1.0f32, 0.0f32);
         let mut host = self.host.lock().unwrap_or_else(|e| e.into_inner());
         check(
             "cublasMpMatmul",
-            (api.matmul)(
-                self.mp.handle,
-                self.desc,
-                m,
-                n,
-                k,
-                &alpha as *const f32 as *const c_void,
-                w as *const c_void,
-                1,
-                1,
-                self.a,
-                x as *const c_void,
-                1,
-                1,
-                self.b,
-                &beta as *const f32 as *const c_void,
-                std::ptr::null(),
-                1,
-                1,
-                std::ptr::null_mut(),
-                y as *mut c_void,
-                1,
-                1,
-                self.d,
+            with_operands!(
+                self,
+                matmul,
+                (w, x, y),
                 work.device_ptr() as *mut c_void,
                 work.num_bytes(),
                 host.as_mut_ptr() as *mut c_void,
-                host.len(),
+                host.len()
             ),
         )
     }
