@@ -15,9 +15,14 @@ __device__ __forceinline__ float silu_times(float gate, float up) {
 // out[r][j] = silu(gu[r][j]) * gu[r][f + j] for r < m, j < f: each row of gu holds this PE's
 // gate features, then its up features (the merged column-parallel output). In f32, rounded
 // once to bf16. Eight elements per thread when f is a multiple of 8 and both buffers start
-// on 16-byte boundaries (every row then does too).
+// on 16-byte boundaries (every row then does too). Launched with programmatic stream
+// serialization (TensorParallel::silu_mul): it waits for the GEMM before it, then lets the
+// next kernel begin its launch, so that a decode GEMM or fused decode kernel launched so
+// after it (the down projection) is resident and waiting when it ends.
 extern "C" __global__ void silu_mul_bf16(const __nv_bfloat16 *gu, __nv_bfloat16 *out, uint64_t m,
                                          uint64_t f) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (f % 8 == 0 && (((uintptr_t)gu | (uintptr_t)out) & 15) == 0) {
@@ -109,6 +114,7 @@ extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear_bf
                                                                      __nv_bfloat16 *y, uint64_t m, uint64_t n,
                                                                      uint64_t k, uint64_t ldy) {
     __shared__ DecodeRed<8> red;
+    decode_enter();
     StoreY store{y, ldy};
     WITH_DECODE_M(m, (decode_rows<M>(x, w, (int)m, n, k, red, store)));
 }
@@ -118,6 +124,7 @@ extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear16_
                                                                        __nv_bfloat16 *y, uint64_t m, uint64_t n,
                                                                        uint64_t k, uint64_t ldy) {
     __shared__ DecodeRed<16> red;
+    decode_enter();
     StoreY store{y, ldy};
     if (m > 8 && m <= 16) decode_rows<16>(x, w, (int)m, n, k, red, store);
 }

@@ -140,6 +140,16 @@ __device__ __forceinline__ void decode_task_mma(const __nv_bfloat16 *x, const __
     __syncthreads();  // red is free for the next task
 }
 
+// The start of a decode GEMM, which is launched with programmatic stream serialization
+// (Gemm::linear): its blocks may start while the kernel before it on the stream finishes (the
+// layer's SiLU kernel lets them, as it starts), so they are resident when it ends; here they
+// wait until that kernel's output (x) is complete and visible (without the launch attribute
+// this returns at once). A decode GEMM does not let the kernel after it start early, and does
+// not prefetch its weights before the wait: on 2 H200s both made the tensor-parallel MLP
+// slower (an all-reduce started early beside the 70B down product: +5 us; 4 KiB of each of a
+// block's first rows asked of L2 before the wait: the 8B MLP's local work +3 us).
+__device__ __forceinline__ void decode_enter() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 // Feature j of every token, element by element (rows that are not 16-byte vectors).
 template <int M, typename Store>
 __device__ __forceinline__ void decode_feature(const __nv_bfloat16 *x, const __nv_bfloat16 *w, int m, uint64_t j,

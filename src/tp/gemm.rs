@@ -9,7 +9,7 @@ use super::cutlass::{ChunkWait, CutlassGemm};
 use crate::cubins::TP;
 use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::{DeviceBuffer, DeviceSlice};
-use crate::module::{grid, Function, KernelArgs, Module};
+use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
 use crate::runtime::Nvshmem;
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys as ltsys;
@@ -124,6 +124,16 @@ fn cublas(call: &'static str, e: lt::CublasError) -> Error {
 
 /// Blocks of the decode kernel per SM (256 threads at 94 registers, its launch bounds).
 const DECODE_BLOCKS_PER_SM: u32 = 2;
+
+/// Blocks of a decode GEMM of `n` output features (tasks of 16 features go round the grid):
+/// as many tasks per block as `max` blocks would give the busiest one, and just enough blocks
+/// for that, so that the tasks divide (nearly) evenly instead of a few blocks running a last
+/// round alone (896 tasks: 224 blocks of 4, not 264 of which 104 take a fourth).
+fn decode_grid(n: usize, max: u32) -> u32 {
+    let tasks = n.div_ceil(16);
+    let per_block = tasks.div_ceil(max.max(1) as usize);
+    tasks.div_ceil(per_block.max(1)) as u32
+}
 
 /// [`Gemm::calibrate`]'s rounds per token count, and calls of each path per round: enough
 /// for a few hundred microseconds a block, where CUDA events' half-microsecond resolution
@@ -311,18 +321,15 @@ impl Gemm {
         let mut blocks = Vec::new();
         let enqueued = todo.iter().try_for_each(|&m| -> Result<()> {
             let shape = LinearShape { m, n, k };
+            let (x, y, w) = (x.device_ptr(), y.device_ptr(), w.device_ptr());
             let call = |path| {
-                // SAFETY: x holds m × k, w n × k and y m × n elements of this GPU (m <= most).
+                // SAFETY: x holds m × k, w n × k and y m × n elements of this GPU (m <= most,
+                // and m <= DECODE_TOKENS for the decode kernel).
                 unsafe {
-                    self.linear_path(
-                        y.device_ptr(),
-                        n,
-                        x.device_ptr(),
-                        w.device_ptr(),
-                        shape,
-                        path,
-                        stream,
-                    )
+                    match path {
+                        GemmPath::Decode => self.decode(y, n, x, w, shape, false, stream),
+                        _ => self.linear_path(y, n, x, w, shape, path, stream),
+                    }
                 }
             };
             for path in paths {
@@ -579,19 +586,7 @@ impl Gemm {
             return cutlass.linear(y, ldy, x, w, (m, n, k), None, stream);
         }
         if path == GemmPath::Decode {
-            self.shmem.bind_context()?;
-            let mut args = KernelArgs::new();
-            args.device_ptr(x)
-                .device_ptr(w)
-                .device_ptr(y)
-                .value(m as u64)
-                .value(n as u64)
-                .value(k as u64)
-                .value(ldy as u64);
-            // 16 output features per block and task (DECODE_TASK), tasks round the grid.
-            let blocks = n.div_ceil(16).min(self.decode_blocks as usize) as u32;
-            let kernel = &self.decode[usize::from(m > DECODE_SMALL_TOKENS)];
-            return kernel.launch(grid(blocks, 256), stream, &mut args);
+            return self.decode(y, ldy, x, w, shape, true, stream);
         }
         let key = Key {
             shape,
@@ -627,6 +622,44 @@ impl Gemm {
             stream.cu_stream() as ltsys::cudaStream_t,
         )
         .map_err(|e| cublas("cublasLtMatmul", e))
+    }
+
+    /// Our decode kernel on `shape` (at most [`DECODE_MAX_TOKENS`] tokens, checked by the
+    /// caller). `programmatic`: launched so that its blocks may start while the kernel before
+    /// it on the stream finishes, and wait for it (decode_enter in kernels/tp/decode.cuh);
+    /// [`calibrate`](Self::calibrate) launches without, so that its back-to-back calls of one
+    /// kernel are timed as cuBLASLt's are, each after the one before has ended.
+    ///
+    /// # Safety
+    /// As for [`linear_raw`](Self::linear_raw).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn decode(
+        &self,
+        y: u64,
+        ldy: usize,
+        x: u64,
+        w: u64,
+        shape: LinearShape,
+        programmatic: bool,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let LinearShape { m, n, k } = shape;
+        self.shmem.bind_context()?;
+        let mut args = KernelArgs::new();
+        args.device_ptr(x)
+            .device_ptr(w)
+            .device_ptr(y)
+            .value(m as u64)
+            .value(n as u64)
+            .value(k as u64)
+            .value(ldy as u64);
+        let kernel = &self.decode[usize::from(m > DECODE_SMALL_TOKENS)];
+        let options = LaunchOptions {
+            programmatic,
+            ..LaunchOptions::default()
+        };
+        let cfg = grid(decode_grid(n, self.decode_blocks), 256);
+        kernel.launch_with(cfg, options, stream, &mut args)
     }
 
     /// The plan of `key`, made on first use.
@@ -751,6 +784,32 @@ impl Gemm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_grid_gives_every_block_the_same_tasks() {
+        // The Llama-3 shards at TP 2 on 132 SMs (264 blocks at most).
+        assert_eq!(decode_grid(14336, 264), 224); // 896 tasks, 4 a block
+        assert_eq!(decode_grid(4096, 264), 256); // one a block
+        assert_eq!(decode_grid(28672, 264), 256); // 1792 tasks, 7 a block
+        assert_eq!(decode_grid(8192, 264), 256); // 2 a block
+        assert_eq!(decode_grid(1, 264), 1);
+        for n in 1usize..3000 {
+            for max in [1, 7, 132, 264] {
+                let (tasks, blocks) = (n.div_ceil(16), decode_grid(n, max) as usize);
+                assert!(
+                    (1..=max as usize).contains(&blocks) && blocks <= tasks,
+                    "{n} {max}"
+                );
+                // No block takes more tasks than with `max` blocks, and every block works.
+                assert_eq!(
+                    tasks.div_ceil(blocks),
+                    tasks.div_ceil(max as usize),
+                    "{n} {max}"
+                );
+                assert!((blocks - 1) * tasks.div_ceil(blocks) < tasks, "{n} {max}");
+            }
+        }
+    }
 
     #[test]
     fn alignment_is_the_largest_common_power_of_two() {

@@ -57,7 +57,7 @@ use crate::collectives::Collectives;
 use crate::cubins::TP;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceSlice, SymmetricView};
-use crate::module::{grid, Function, KernelArgs, Module};
+use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
 use crate::runtime::Nvshmem;
 use cudarc::driver::CudaStream;
 use half::bf16;
@@ -384,7 +384,9 @@ impl TensorParallel {
     /// `out[r][j] = silu(gu[r][j]) * gu[r][f + j]`, in f32 rounded once to bf16: `gu` holds
     /// `tokens` rows of gate features then as many up features (`tokens × 2f`), `out` is
     /// `tokens × f`, both row-major. The kernel between [`TpMlp`]'s GEMMs, for MLPs built
-    /// from the parts.
+    /// from the parts. It is launched with programmatic stream serialization: it waits for
+    /// the kernel before it on `stream` and lets the next one start its launch, so that a
+    /// decode GEMM after it ([`GemmPath::Decode`]) starts at once.
     pub fn silu_mul(
         &self,
         out: &impl DeviceSlice<bf16>,
@@ -428,9 +430,15 @@ impl TensorParallel {
             .device_ptr(out)
             .value(m as u64)
             .value(f as u64);
+        // Programmatic: it waits for the kernel before it, then lets the next one (the down
+        // projection's decode GEMM or fused decode kernel) start its launch (kernels/tp.cu).
+        let options = LaunchOptions {
+            programmatic: true,
+            ..LaunchOptions::default()
+        };
         self.inner
             .silu_mul
-            .launch(self.spread(work), stream, &mut args)
+            .launch_with(self.spread(work), options, stream, &mut args)
     }
 }
 
