@@ -152,3 +152,27 @@ extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear16_
     if (lin.m > 8 && lin.m <= 16)
         decode_linear_allreduce<16>(x, w, y, (int)lin.m, lin.n, lin.k, ctrl, flags, staging, slot_bytes, sh);
 }
+
+// ---- decode GEMM + all-reduce on low-latency lines -------------------------------------------
+// The same product and sum through the low-latency lines region (tp/decode_allreduce.cuh):
+// the parameters every collective takes (region: the lines), the peer table, then the weight
+// and the shape.
+extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear_allreduce_lines_bf16(
+    const __nv_bfloat16 *x, __nv_bfloat16 *y, size_t len, Ctrl *ctrl, uint64_t *flags, char *lines, size_t slot_bytes,
+    const Peers peers, const DecodeLinear lin) {
+    __shared__ DecodeLinesShared<8> sh;
+    enter_call();
+    const __nv_bfloat16 *w = (const __nv_bfloat16 *)(uintptr_t)lin.w;
+    WITH_DECODE_M(lin.m, (decode_linear_allreduce_lines<M>(x, w, y, (int)lin.m, lin.n, lin.k, ctrl, lines, slot_bytes, peers, sh)));
+}
+
+// The same for 9 to 16 tokens.
+extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear16_allreduce_lines_bf16(
+    const __nv_bfloat16 *x, __nv_bfloat16 *y, size_t len, Ctrl *ctrl, uint64_t *flags, char *lines, size_t slot_bytes,
+    const Peers peers, const DecodeLinear lin) {
+    __shared__ DecodeLinesShared<16> sh;
+    enter_call();
+    const __nv_bfloat16 *w = (const __nv_bfloat16 *)(uintptr_t)lin.w;
+    if (lin.m > 8 && lin.m <= 16)
+        decode_linear_allreduce_lines<16>(x, w, y, (int)lin.m, lin.n, lin.k, ctrl, lines, slot_bytes, peers, sh);
+}

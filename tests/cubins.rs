@@ -54,6 +54,8 @@ fn tp_cubin_has_the_kernels_of_the_layers() {
             "decode_linear_allreduce_bf16".to_string(),
             "decode_linear16_bf16".to_string(),
             "decode_linear16_allreduce_bf16".to_string(),
+            "decode_linear_allreduce_lines_bf16".to_string(),
+            "decode_linear16_allreduce_lines_bf16".to_string(),
         ],
     );
 }

@@ -218,6 +218,15 @@ impl Drop for Collectives {
     }
 }
 
+/// Where a fused call ([`Collectives::fused_call`]) exchanges its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FusedRegion {
+    /// The staging slots, with a flag handshake per block.
+    Staging,
+    /// The low-latency lines, data and tag together (up to `LL_MAX_PES` PEs).
+    Lines,
+}
+
 /// Where `buf` lives on every PE, as mapped here; `None` above `LL_MAX_PES` PEs. Every PE
 /// must be reachable (checked before).
 fn peer_table<T: Element>(shmem: &Nvshmem, buf: &SymmetricBuffer<T>) -> Result<Option<abi::Peers>> {
@@ -757,13 +766,20 @@ impl Collectives {
         self.dims.staging_slot_bytes
     }
 
+    /// Whether a fused call can exchange `bytes` per PE through the low-latency lines
+    /// ([`FusedRegion::Lines`]): up to `LL_MAX_PES` PEs, and room in a lines slot.
+    pub(crate) fn fused_lines_fit(&self, bytes: usize) -> bool {
+        self.tables.is_some() && bytes <= plan::ll_max_input(self.dims.lines_slot_bytes)
+    }
+
     /// A call of `function`, a kernel of another module that follows our collectives'
     /// protocol (kernels/collectives/call.cuh) and takes the parameters every collective
-    /// takes (`src, dst, len, ctrl, flags, staging, slot_bytes`), then `extra`: a GEMM fused
-    /// with its all-reduce, whose result `dst` is the same on every PE. Like every call, it
-    /// is checked against this `Collectives`' state, agreed on with `check_calls`, ordered
-    /// after the last call and launched on the one launch path. `staged` is the staging it
-    /// needs in each slot, `blocks` × `threads` its grid (the same on every PE).
+    /// takes (`src, dst, len, ctrl, flags, region, slot_bytes`), then, for
+    /// [`FusedRegion::Lines`], the peer table, then `extra`: a GEMM fused with its
+    /// all-reduce, whose result `dst` is the same on every PE. Like every call, it is checked
+    /// against this `Collectives`' state, agreed on with `check_calls`, ordered after the last
+    /// call and launched on the one launch path. `staged` is what it exchanges per PE (data
+    /// bytes), `blocks` × `threads` its grid (the same on every PE).
     ///
     /// # Safety
     /// `extra` must be the kernel's last parameter and `src` and everything `extra` points
@@ -772,6 +788,7 @@ impl Collectives {
     pub(crate) unsafe fn fused_call<X: Copy + 'static>(
         &self,
         function: &Function,
+        region: FusedRegion,
         dst: SymmetricView<'_, half::bf16>,
         src: u64,
         staged: usize,
@@ -781,11 +798,29 @@ impl Collectives {
     ) -> Result<()> {
         let plan = || {
             self.check_view(&dst, "the fused call's output")?;
-            if staged > self.dims.staging_slot_bytes {
+            let (base, slot_bytes, room) = match region {
+                FusedRegion::Staging => (
+                    self.staging.device_ptr(),
+                    self.dims.staging_slot_bytes,
+                    self.dims.staging_slot_bytes,
+                ),
+                FusedRegion::Lines => (
+                    self.lines.device_ptr(),
+                    self.dims.lines_slot_bytes,
+                    if self.tables.is_some() {
+                        plan::ll_max_input(self.dims.lines_slot_bytes)
+                    } else {
+                        0
+                    },
+                ),
+            };
+            if staged > room {
                 return Err(Error::InvalidArgument(format!(
-                    "{} stages {staged} bytes per PE, more than a staging slot holds ({} bytes):                      a larger CollectivesConfig::workspace, or fewer tokens per call",
+                    "{} exchanges {staged} bytes per PE, more than its region holds ({room} \
+                     bytes; lines: up to {} PEs): a larger CollectivesConfig::workspace, or \
+                     fewer tokens per call",
                     function.name(),
-                    self.dims.staging_slot_bytes
+                    abi::LL_MAX_PES
                 )));
             }
             if blocks == 0 || blocks as usize > plan::MAX_BLOCKS {
@@ -812,9 +847,12 @@ impl Collectives {
                 .value(dst.len())
                 .device_ptr(self.ctrl.device_ptr())
                 .device_ptr(self.flags.device_ptr())
-                .device_ptr(self.staging.device_ptr())
-                .value(self.dims.staging_slot_bytes)
-                .value(extra);
+                .device_ptr(base)
+                .value(slot_bytes);
+            if let (FusedRegion::Lines, Some((lines, _))) = (region, self.tables) {
+                args.value(lines);
+            }
+            args.value(extra);
             planned(record, dst.is_empty(), || {
                 Ok(Launch {
                     function,

@@ -53,7 +53,7 @@ pub use mlp::{SequenceParallelMlp, TpMlp};
 pub use row::{RowOutput, RowParallelLinear, FUSED_SCATTER_TOKENS};
 pub use shard::{merged_rows, shard_range, take_cols, take_rows};
 
-use crate::collectives::Collectives;
+use crate::collectives::{Collectives, FusedRegion};
 use crate::cubins::TP;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceSlice, SymmetricView};
@@ -146,20 +146,23 @@ pub enum Schedule {
     /// agreement: a PE that never makes the matching call leaves its peers waiting.
     ///
     /// The row-parallel layer with a replicated output at up to [`DECODE_MAX_TOKENS`] tokens
-    /// (decode, GEMM + all-reduce): our decode
-    /// GEMM, whose warps store each finished sum straight into every PE's staging slot,
-    /// with the all-reduce of our collectives' one-shot algorithm done block by block in the
-    /// same kernel (kernels/tp/decode_allreduce.cuh). No partial product goes through
-    /// memory of its own, no kernel boundary separates the GEMM from the exchange, and the
-    /// exchange of the blocks that finish first overlaps the GEMM of the others. The result
-    /// is the same on every PE, bit for bit, and the same as `Sequential`'s wherever that
-    /// one's GEMM is the same decode kernel (up to [`DECODE_TOKENS`] tokens, where
-    /// [`GemmPath::Auto`] takes it: see [`Gemm::set_auto_path`] to fix that). It needs `tokens × out_features` bf16
-    /// of each staging slot ([`CollectivesConfig::workspace`]; the default holds 1 Mi
-    /// elements), and falls back to `Sequential` where they do not fit.
+    /// (decode, GEMM + all-reduce): our decode GEMM, whose blocks send each finished task's
+    /// sums, rounded to bf16, straight to every peer, and at the end add their tasks'
+    /// features over the PEs in PE order, in the same kernel (kernels/tp/decode_allreduce.cuh).
+    /// Up to 16 PEs, where the output's rows are whole lines of 4 features
+    /// (`out_features` a multiple of 4), the sums travel as our collectives' low-latency
+    /// lines, data and the call's tag together: no fence and no flag. Otherwise they go
+    /// through the staging slots, with a flag handshake per block. No partial product goes
+    /// through memory of its own and no kernel boundary separates the GEMM from the
+    /// exchange. The result is the same on every PE, bit for bit, and the same as
+    /// `Sequential`'s wherever that one's GEMM is the same decode kernel (up to
+    /// [`DECODE_TOKENS`] tokens, where [`GemmPath::Auto`] takes it: see
+    /// [`Gemm::set_auto_path`] to fix that). It needs `tokens × out_features` bf16 of each
+    /// staging slot ([`CollectivesConfig::workspace`]; the default holds 1 Mi elements), and
+    /// falls back to `Sequential` where they do not fit.
     ///
-    /// [`Auto`](Self::Auto) takes it where it measured faster on 2 H100s: the figures are
-    /// on [`ScheduleThresholds`]' fields.
+    /// [`Auto`](Self::Auto) takes it where it measured faster (on 2 H100s and 2 H200s): the
+    /// figures are on [`ScheduleThresholds`]' fields.
     ///
     /// [`CollectivesConfig::workspace`]: crate::collectives::CollectivesConfig::workspace
     Fused,
@@ -178,9 +181,14 @@ pub struct ScheduleThresholds {
     /// 2048.
     pub fused_sequence_min_tokens: usize,
     /// Tokens up to which a row-parallel layer with a replicated output fuses its decode
-    /// GEMM with the all-reduce; 0: never. Measured: the fused kernel was slower than the
-    /// decode GEMM followed by our all-reduce on 2 H100s (the 8B MLP at one token: 71.4
-    /// against 68.7 µs), so by default it is not taken.
+    /// GEMM with the all-reduce; 0: never. Only where every PE's [`Gemm::calibrate`] took our
+    /// decode kernel for the layer's GEMM at that token count when its weight was loaded
+    /// ([`RowParallelLinear::load_weight`]): the fused kernel multiplies with it, and where
+    /// cuBLASLt is faster the GEMM loses more than the all-reduce saves (the 70B MLP's down
+    /// projection from 4 tokens on an H200: 2-3 µs). Measured on 2 H200s with the fused
+    /// kernel on low-latency lines (docs/gemm.md): the 8B MLP fused took 51.7, 53.0 and
+    /// 54.0 µs at 1, 4 and 8 tokens against 53.6, 54.4 and 55.6 sequential, and 57.2
+    /// against 57.0 at 16.
     pub fused_decode_max_tokens: usize,
     /// Tokens per PE from which a row-parallel layer with a replicated output fuses its
     /// GEMM with the reduce-scatter half of the all-reduce (an all-gather follows);
@@ -194,7 +202,7 @@ impl Default for ScheduleThresholds {
     fn default() -> Self {
         ScheduleThresholds {
             fused_sequence_min_tokens: 4096,
-            fused_decode_max_tokens: 0,
+            fused_decode_max_tokens: 8,
             fused_replicated_min_tokens: 4096,
         }
     }
@@ -244,9 +252,11 @@ struct Inner {
     silu_mul: Function,
     unchunk: Function,
     sum_slabs: Function,
-    /// The row-parallel decode GEMM fused with its all-reduce, and its grid: the same on
-    /// every PE (0 blocks where it does not fit).
+    /// The row-parallel decode GEMM fused with its all-reduce, through the staging slots
+    /// and through the low-latency lines, and their grid: the same on every PE (0 blocks
+    /// where they do not fit).
     decode_allreduce: [Function; 2],
+    decode_allreduce_lines: [Function; 2],
     fused_blocks: u32,
     sms: u32,
     /// Where overlapped schedules communicate.
@@ -276,11 +286,16 @@ impl TensorParallel {
             module.function("decode_linear_allreduce_bf16")?,
             module.function("decode_linear16_allreduce_bf16")?,
         ];
+        let decode_allreduce_lines = [
+            module.function("decode_linear_allreduce_lines_bf16")?,
+            module.function("decode_linear16_allreduce_lines_bf16")?,
+        ];
         let sms = shmem.sm_count()?;
         // Blocks pair up with the same block of every peer: the grid comes from the SM
-        // count every PE agreed on, and the kernel's occupancy (the same binary everywhere).
+        // count every PE agreed on, and the kernels' occupancy (the same binary everywhere).
         let per_sm = decode_allreduce
             .iter()
+            .chain(&decode_allreduce_lines)
             .map(|f| f.max_resident_blocks(FUSED_THREADS, 0))
             .collect::<Result<Vec<_>>>()?
             .into_iter()
@@ -308,6 +323,7 @@ impl TensorParallel {
                 unchunk,
                 sum_slabs,
                 decode_allreduce,
+                decode_allreduce_lines,
                 fused_blocks,
                 sms,
             }),
@@ -472,8 +488,18 @@ impl TensorParallel {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let staged = y.len() * std::mem::size_of::<bf16>();
+        // The lines where every PE can take them: the choice depends only on what every PE
+        // shares (the shape, the output's symmetric address, the configuration).
+        let lines = lin.n % 4 == 0
+            && (y.as_ptr() as u64) % 8 == 0
+            && self.inner.collectives.fused_lines_fit(staged);
+        let (kernels, region) = match lines {
+            true => (&self.inner.decode_allreduce_lines, FusedRegion::Lines),
+            false => (&self.inner.decode_allreduce, FusedRegion::Staging),
+        };
         self.inner.collectives.fused_call(
-            &self.inner.decode_allreduce[usize::from(lin.m as usize > gemm::DECODE_SMALL_TOKENS)],
+            &kernels[usize::from(lin.m as usize > gemm::DECODE_SMALL_TOKENS)],
+            region,
             y,
             x,
             staged,
@@ -616,15 +642,24 @@ mod tests {
 
     #[test]
     fn auto_fuses_decode_only_up_to_its_threshold() {
-        // Measured slower on NVLink: never by default.
+        // Measured faster on 2 H200s up to 8 tokens (the layer then also asks whether every
+        // PE's GEMM is the decode kernel).
         let t = ScheduleThresholds::default();
-        assert_eq!(t.fused_decode_max_tokens, 0);
-        for tokens in [1, 8, 4096] {
+        assert_eq!(t.fused_decode_max_tokens, 8);
+        for tokens in [1, 8] {
+            assert_eq!(t.replicated(Schedule::Auto, tokens, 2), Schedule::Fused);
+        }
+        for tokens in [9, 16, 4095] {
             assert_eq!(
                 t.replicated(Schedule::Auto, tokens, 2),
                 Schedule::Sequential
             );
         }
+        let t = ScheduleThresholds {
+            fused_decode_max_tokens: 0,
+            ..t
+        };
+        assert_eq!(t.replicated(Schedule::Auto, 1, 2), Schedule::Sequential);
         let t = ScheduleThresholds {
             fused_decode_max_tokens: 4,
             ..t

@@ -2,17 +2,17 @@
 //! products are summed across the PEs.
 
 use super::exchange::{peer_bases, ChunkFlags};
-use super::Schedule;
-use super::TensorParallel;
 use super::{check_tokens, check_weight, join, rows_of, shard_range, take_cols, LinearShape};
+use super::{GemmPath, Schedule, TensorParallel, DECODE_MAX_TOKENS};
 use crate::abi;
 use crate::collectives::{AllGatherAlgo, AllReduceAlgo, ReduceScatterAlgo};
 use crate::element::ReduceOp;
-use crate::error::{Error, Result};
+use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricBuffer, SymmetricView};
 use cudarc::driver::CudaStream;
 use half::bf16;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// `y = x · wᵀ` with the weight's input features (its columns) sharded across the PEs: PE
@@ -50,6 +50,12 @@ pub struct RowParallelLinear {
     /// The fused GEMM + reduce-scatter (several PEs; with a replicated output, where the
     /// layer takes `FUSED_SCATTER_TOKENS` tokens per PE).
     exchange: Option<Exchange>,
+    /// Bit m - 1: every PE's calibration took our decode kernel for m tokens of this layer
+    /// (agreed when the weight was loaded), so that [`Schedule::Auto`] may fuse it with the
+    /// all-reduce there; and where the PEs agree (one flag per token count, the minimum
+    /// over PEs).
+    decode_everywhere: AtomicU32,
+    agreed: SymmetricBuffer<i32>,
 }
 
 /// What the fused GEMM + reduce-scatter of a row-parallel layer keeps.
@@ -199,6 +205,7 @@ impl RowParallelLinear {
             RowOutput::SequenceParallel => 0,
         };
         let reduced = shmem.malloc::<bf16>(reduced_tokens * out_features)?;
+        let agreed = shmem.malloc::<i32>(DECODE_MAX_TOKENS)?;
         // The fused GEMM + reduce-scatter's buffers; a replicated output also keeps this PE's
         // rows of the sum there, for the all-gather that follows.
         let fuses = n > 1
@@ -234,6 +241,8 @@ impl RowParallelLinear {
             partial,
             reduced,
             exchange,
+            decode_everywhere: AtomicU32::new(0),
+            agreed,
         })
     }
 
@@ -263,8 +272,11 @@ impl RowParallelLinear {
     }
 
     /// Keep this PE's columns of the full weight (`out_features × in_features`, row-major).
-    /// Then measures which GEMM path [`GemmPath::Auto`](super::GemmPath::Auto) takes for
-    /// this shard on this GPU up to 16 tokens ([`Gemm::calibrate`](super::Gemm::calibrate)).
+    /// Then measures which GEMM path [`GemmPath::Auto`] takes for this shard on this GPU up
+    /// to 16 tokens ([`Gemm::calibrate`](super::Gemm::calibrate)), and agrees with every PE
+    /// on the token counts where every PE's is our decode kernel: there [`Schedule::Auto`]
+    /// may take the fused decode kernel ([`ScheduleThresholds::fused_decode_max_tokens`](super::ScheduleThresholds::fused_decode_max_tokens)).
+    /// Collective: every PE calls it.
     pub fn load_weight(&self, full: &[bf16]) -> Result<()> {
         check_weight(
             "the row-parallel weight (out_features × in_features)",
@@ -274,11 +286,39 @@ impl RowParallelLinear {
         )?;
         self.weight
             .copy_from_host(&take_cols(full, self.in_features, self.local_in.clone()))?;
-        // Which of our decode kernel and cuBLASLt GemmPath::Auto takes on this GPU.
+        // Which of our decode kernel and cuBLASLt GemmPath::Auto takes on this GPU...
         let k = self.local_in.len();
-        self.tp
-            .gemm()
-            .calibrate(&self.weight, self.out_features, k, self.max_tokens)
+        let calibrated =
+            self.tp
+                .gemm()
+                .calibrate(&self.weight, self.out_features, k, self.max_tokens);
+        // ...and where it is ours on every PE (the minimum of 0/1 flags over the PEs, through
+        // our collectives: bounded waits). A PE whose calibration failed takes part with
+        // none, then reports its error.
+        let mine: Vec<i32> = (1..=DECODE_MAX_TOKENS)
+            .map(|m| {
+                let decode = calibrated.is_ok()
+                    && m <= self.max_tokens
+                    && self.gemm_path(m) == GemmPath::Decode;
+                i32::from(decode)
+            })
+            .collect();
+        self.agreed.copy_from_host(&mine)?;
+        let stream = self.tp.runtime().stream();
+        self.tp.collectives().all_reduce(
+            &self.agreed,
+            &self.agreed,
+            ReduceOp::Min,
+            AllReduceAlgo::Auto,
+            stream,
+        )?;
+        stream.synchronize().during("cuStreamSynchronize")?;
+        let every = self.agreed.to_vec()?;
+        let bits = (0..DECODE_MAX_TOKENS)
+            .filter(|&i| every[i] == 1)
+            .fold(0u32, |bits, i| bits | 1 << i);
+        self.decode_everywhere.store(bits, Ordering::Relaxed);
+        calibrated
     }
 
     /// `y = Σ over PEs of x_p · w_pᵀ`, on `stream`: `x` is this PE's `tokens ×
@@ -334,7 +374,21 @@ impl RowParallelLinear {
             });
         }
         let n = self.tp.n_pes();
-        let chunks = match self.tp.thresholds().replicated(schedule, tokens, n) {
+        let resolved = match self.tp.thresholds().replicated(schedule, tokens, n) {
+            // The fused decode kernel multiplies with our decode GEMM: Auto fuses only where
+            // that is the GEMM every PE would take anyway (where cuBLASLt measured faster,
+            // the all-reduce saved costs less than the GEMM loses); agreed, so that every PE
+            // makes the same call.
+            Schedule::Fused
+                if schedule == Schedule::Auto
+                    && (1..=DECODE_MAX_TOKENS).contains(&tokens)
+                    && self.decode_everywhere.load(Ordering::Relaxed) & 1 << (tokens - 1) == 0 =>
+            {
+                Schedule::Sequential
+            }
+            other => other,
+        };
+        let chunks = match resolved {
             Schedule::Overlapped { chunks } if chunks >= 2 => chunks,
             Schedule::Fused if self.tp.fuses_decode(tokens, self.out_features) => {
                 let lin = abi::DecodeLinear {
@@ -582,6 +636,15 @@ impl RowParallelLinear {
         self.tp
             .collectives()
             .all_reduce(y, partial, ReduceOp::Sum, AllReduceAlgo::Auto, stream)
+    }
+
+    /// The GEMM [`GemmPath::Auto`] takes for `tokens` tokens of this layer.
+    fn gemm_path(&self, tokens: usize) -> GemmPath {
+        self.tp.gemm().auto_path(LinearShape {
+            m: tokens,
+            n: self.out_features,
+            k: self.local_in.len(),
+        })
     }
 
     /// The partial product of tokens `rows`, into the same rows of `partial`.
