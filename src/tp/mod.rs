@@ -186,9 +186,10 @@ pub struct ScheduleThresholds {
     /// ([`RowParallelLinear::load_weight`]): the fused kernel multiplies with it, and where
     /// cuBLASLt is faster the GEMM loses more than the all-reduce saves (the 70B MLP's down
     /// projection from 4 tokens on an H200: 2-3 µs). Measured on 2 H200s with the fused
-    /// kernel on low-latency lines (docs/gemm.md): the 8B MLP fused took 51.7, 53.0 and
-    /// 54.0 µs at 1, 4 and 8 tokens against 53.6, 54.4 and 55.6 sequential, and 57.2
-    /// against 57.0 at 16.
+    /// kernel on low-latency lines (docs/gemm.md), three machines: the 8B MLP fused took
+    /// 51.7, 53.0 and 54.0 µs at 1, 4 and 8 tokens against 53.6, 54.4 and 55.6 sequential;
+    /// 53.1, 53.8 and 53.7 against 53.0, 54.5 and 55.2; 51.3, 53.0 and 53.6 against 53.1,
+    /// 54.8 and 55.1; and 56.8-57.2 against 56.7-57.0 at 16.
     pub fused_decode_max_tokens: usize,
     /// Tokens per PE from which a row-parallel layer with a replicated output fuses its
     /// GEMM with the reduce-scatter half of the all-reduce (an all-gather follows);
