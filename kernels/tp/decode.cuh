@@ -184,11 +184,19 @@ __device__ __forceinline__ void decode_feature(const __nv_bfloat16 *x, const __n
 template <int R>
 using DecodeRed = float[DECODE_WARPS][DECODE_TASK][R];
 
+// What a kernel does once a task's features are all stored: nothing, for most.
+struct NoTaskEnd {
+    __device__ __forceinline__ void operator()(uint64_t) const {}
+};
+
 // Every feature of the block's tasks for m tokens (M >= m sizes the registers); blocks of
-// DECODE_THREADS threads.
-template <int M, typename Store>
+// DECODE_THREADS threads. After each task, every thread of the block calls task_end(f0);
+// what the task's store calls wrote is visible to it only after a barrier of its own (the
+// element path has none).
+template <int M, typename Store, typename TaskEnd = NoTaskEnd>
 __device__ __forceinline__ void decode_rows(const __nv_bfloat16 *x, const __nv_bfloat16 *w, int m, uint64_t n,
-                                            uint64_t k, DecodeRed<DECODE_RED_TOKENS(M)> &red, Store &store) {
+                                            uint64_t k, DecodeRed<DECODE_RED_TOKENS(M)> &red, Store &store,
+                                            TaskEnd task_end = TaskEnd()) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const bool vectors = k % 8 == 0 && (((uintptr_t)x | (uintptr_t)w) & 15) == 0;
     FOR_EACH_DECODE_TASK(n, f0) {
@@ -198,6 +206,7 @@ __device__ __forceinline__ void decode_rows(const __nv_bfloat16 *x, const __nv_b
             // Warp q: features f0 + 2q and f0 + 2q + 1.
             for (uint64_t j = f0 + 2 * warp; j < f0 + 2 * warp + 2 && j < n; j++) decode_feature<M>(x, w, m, j, k, lane, store);
         }
+        task_end(f0);
     }
 }
 

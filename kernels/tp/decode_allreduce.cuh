@@ -87,19 +87,12 @@ __device__ void decode_linear_allreduce_lines(const __nv_bfloat16 *x, const __nv
     const TableCall<0> c(ctrl, lines, slot_bytes, peers);
     const int me = c.me, npes = c.npes;
     const uint32_t t = ll_tag(c.e);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const bool vectors = k % 8 == 0 && (((uintptr_t)x | (uintptr_t)w) & 15) == 0;
     auto keep = [&](uint64_t j, int i, float sum) { sh.out[i][j % DECODE_TASK] = __float2bfloat16_rn(sum); };
     // Thread 4i + q: the line of token i's features f0 + 4q .. f0 + 4q + 3.
     const int i = threadIdx.x / 4, q = threadIdx.x % 4;
     uint4 *mine = (uint4 *)(c.base + (size_t)me * slot_bytes);
-    FOR_EACH_DECODE_TASK(n, f0) {
-        if (vectors) {
-            decode_task_mma<M>(x, w, m, f0, n, k, sh.red, keep);  // ends with a barrier
-        } else {
-            for (uint64_t j = f0 + 2 * warp; j < f0 + 2 * warp + 2 && j < n; j++) decode_feature<M>(x, w, m, j, k, lane, keep);
-            __syncthreads();
-        }
+    auto send = [&](uint64_t f0) {
+        __syncthreads();  // the task's sums are all in sh.out
         if (i < m && f0 + 4 * q < n) {
             const uint32_t d0 = pack_bf16x2(sh.out[i][4 * q], sh.out[i][4 * q + 1]);
             const uint32_t d1 = pack_bf16x2(sh.out[i][4 * q + 2], sh.out[i][4 * q + 3]);
@@ -109,7 +102,8 @@ __device__ void decode_linear_allreduce_lines(const __nv_bfloat16 *x, const __nv
             st_volatile(mine + j, make_uint4(d0, t, d1, t));
         }
         __syncthreads();  // sh.out is free for the next task
-    }
+    };
+    decode_rows<M>(x, w, m, n, k, sh.red, keep, send);
     // The lines this thread sent, from every PE; after a wait that gave up, y is left alone
     // (the host reports the fault).
     bool ok = true;
