@@ -1412,6 +1412,38 @@ fn gemm_calibrated(c: &Checks, seed: u64) -> Outcome {
             return Err("past 16 tokens Auto must take cuBLASLt".into());
         }
     }
+    // cuBLASLt's measured algorithms (calibrated up to 128 tokens) give the product that its
+    // heuristic's first choice gives, within the tolerance, and the same bits call after call.
+    let (n, k) = (1000, 4096);
+    let w = c.device(&weight(&mut rng, n, k))?;
+    gemm.calibrate(&w, n, k, 128).map_err(text)?;
+    for m in [17, 100, 128] {
+        let shape = LinearShape { m, n, k };
+        let x = c.device(&rng.bf16s(m * k, 1.0))?;
+        let mut outs = Vec::new();
+        for p in [
+            GemmPath::CublasLtHeuristic,
+            GemmPath::CublasLt,
+            GemmPath::CublasLt,
+        ] {
+            let y = c.device(&rng.bf16s(m * n, 1.0))?;
+            gemm.linear_with(&y, &x, &w, shape, p, &c.stream)
+                .map_err(text)?;
+            sync(&c.stream).map_err(text)?;
+            outs.push(y.to_vec().map_err(text)?);
+        }
+        let reference: Vec<f64> = outs[0].iter().map(|v| v.to_f64()).collect();
+        compare_unsharded(
+            &format!("m={m} n={n} k={k}: tuned cuBLASLt"),
+            &outs[1],
+            &reference,
+        )?;
+        if bits(&outs[1]) != bits(&outs[2]) {
+            return Err(format!(
+                "m={m} n={n} k={k}: tuned cuBLASLt gave other bits again"
+            ));
+        }
+    }
     let unmeasured = LinearShape { m: 4, n: 77, k: 91 };
     if gemm.auto_path(unmeasured) != GemmPath::Decode {
         return Err("sizes never measured must take the decode kernel".into());
@@ -1451,10 +1483,11 @@ fn gemm_calibrated(c: &Checks, seed: u64) -> Outcome {
 }
 
 /// This PE's GEMMs of the MLP shape (gate/up, then down) for each token count, by cuBLASLt
-/// and by our kernel for it (the decode kernel up to [`DECODE_MAX_TOKENS`] tokens, the CUTLASS
-/// kernel above), in CUDA graphs: time, TFLOP/s and the weight's bytes per second. Each timed
-/// output is checked bit for bit against an eager call, and the two paths against each other
-/// within the tolerance.
+/// (the algorithm calibration measured fastest), by our kernel for it (the decode kernel up
+/// to [`DECODE_MAX_TOKENS`] tokens, the CUTLASS kernel above) and by cuBLASLt with its
+/// heuristic's first choice, in CUDA graphs: time, TFLOP/s and the weight's bytes per second.
+/// Each timed output is checked bit for bit against an eager call, and the other paths
+/// against cuBLASLt within the tolerance.
 fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
     let f = shard_range(a.ffn, c.me(), c.n()).len();
     let shapes = [("gate/up", 2 * f, a.hidden), ("down", a.hidden, f)];
@@ -1470,7 +1503,7 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
             println!("(our CUTLASS kernel is not timed: {why})");
         }
         println!(
-            "{:>8} {:>5} {:>6} {:>6} {:>24} {:>7} {:>6} {:>8} {:>24} {:>7} {:>6} {:>8} {:>8}",
+            "{:>8} {:>5} {:>6} {:>6} {:>24} {:>7} {:>6} {:>8} {:>24} {:>7} {:>6} {:>8} {:>8} {:>24} {:>8}",
             "GEMM",
             "M",
             "N",
@@ -1483,7 +1516,9 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
             "TFLOP/s",
             "GB/s",
             "speed-up",
-            "Auto"
+            "Auto",
+            "cuBLASLt, heuristic's",
+            "tuned"
         );
     }
     let mut rng = Rng::new(0x6e33);
@@ -1491,7 +1526,14 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
         let w = c.device(&rng.bf16s(n * k, 0.05))?;
         // What GemmPath::Auto takes on this GPU, as the layers measure it.
         let most = a.ms.iter().copied().max().unwrap_or(0);
+        let started = std::time::Instant::now();
         c.tp.gemm().calibrate(&w, n, k, most).map_err(text)?;
+        if c.me() == 0 {
+            println!(
+                "{name}: calibrated up to {most} tokens in {:.0} ms",
+                started.elapsed().as_secs_f64() * 1e3
+            );
+        }
         for &m in &a.ms {
             let ours = if m <= DECODE_MAX_TOKENS {
                 GemmPath::Decode
@@ -1504,9 +1546,10 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
             let ys = [
                 c.shmem.alloc_device::<bf16>(m * n).map_err(text)?,
                 c.shmem.alloc_device::<bf16>(m * n).map_err(text)?,
+                c.shmem.alloc_device::<bf16>(m * n).map_err(text)?,
             ];
             let shape = LinearShape { m, n, k };
-            let paths = [GemmPath::CublasLt, ours];
+            let paths = [GemmPath::CublasLt, ours, GemmPath::CublasLtHeuristic];
             let mut eager = Vec::new();
             for (y, path) in ys.iter().zip(paths) {
                 c.tp.gemm()
@@ -1515,11 +1558,14 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
                 sync(&c.stream).map_err(text)?;
                 eager.push(y.to_vec().map_err(text)?);
             }
-            compare_unsharded(
-                &format!("{name} m={m}: {ours:?} against cuBLASLt"),
-                &eager[1],
-                &eager[0].iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
-            )?;
+            let reference: Vec<f64> = eager[0].iter().map(|v| v.to_f64()).collect();
+            for (path, got) in paths.iter().zip(&eager).skip(1) {
+                compare_unsharded(
+                    &format!("{name} m={m}: {path:?} against cuBLASLt"),
+                    got,
+                    &reference,
+                )?;
+            }
             let mut cells = Vec::new();
             for ((y, path), want) in ys.iter().zip(paths).zip(&eager) {
                 let graph = capture(&c.stream, || {
@@ -1537,7 +1583,7 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
             }
             if c.me() == 0 {
                 println!(
-                    "{name:>8} {m:>5} {n:>6} {k:>6} {:>24} {:>7.0} {:>6.0} {:>8} {:>24} {:>7.0} {:>6.0} {:>7.2}x {:>8}",
+                    "{name:>8} {m:>5} {n:>6} {k:>6} {:>24} {:>7.0} {:>6.0} {:>8} {:>24} {:>7.0} {:>6.0} {:>7.2}x {:>8} {:>24} {:>7.2}x",
                     cells[0].1,
                     cells[0].2,
                     cells[0].3,
@@ -1546,7 +1592,9 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
                     cells[1].2,
                     cells[1].3,
                     cells[0].0 / cells[1].0,
-                    format!("{:?}", c.tp.gemm().auto_path(shape))
+                    format!("{:?}", c.tp.gemm().auto_path(shape)),
+                    cells[2].1,
+                    cells[2].0 / cells[0].0
                 );
             }
         }

@@ -764,6 +764,16 @@ impl Nvshmem {
         Ok(sms.max(0) as u32)
     }
 
+    /// Bytes of this GPU's L2 cache.
+    pub(crate) fn l2_bytes(&self) -> Result<usize> {
+        let bytes = self
+            .rt
+            .ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+            .during("cuDeviceGetAttribute")?;
+        Ok(bytes.max(0) as usize)
+    }
+
     /// The stream the blocking host operations of this crate use.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.rt.stream

@@ -149,7 +149,8 @@ impl ColumnParallelLinear {
     /// Keep this PE's rows of the full weight (`out_features × in_features`, row-major, the
     /// parts stacked): [`merged_rows`] of it. Then measures which GEMM path
     /// [`GemmPath::Auto`](super::GemmPath::Auto) takes for this shard on this GPU up to 16
-    /// tokens ([`Gemm::calibrate`](super::Gemm::calibrate)).
+    /// tokens, and cuBLASLt's fastest algorithm up to 256 tokens
+    /// ([`Gemm::calibrate`](super::Gemm::calibrate)).
     pub fn load_weight(&self, full: &[bf16]) -> Result<()> {
         check_weight(
             "the column-parallel weight (out_features × in_features)",
@@ -165,7 +166,8 @@ impl ColumnParallelLinear {
             self.tp.n_pes(),
         );
         self.weight.copy_from_host(&part)?;
-        // Which of our decode kernel and cuBLASLt GemmPath::Auto takes on this GPU.
+        // Which of our decode kernel and cuBLASLt GemmPath::Auto takes on this GPU, and
+        // cuBLASLt's algorithms.
         let n = part.len() / self.in_features;
         self.tp
             .gemm()

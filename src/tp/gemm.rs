@@ -14,7 +14,7 @@ use crate::runtime::Nvshmem;
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys as ltsys;
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaEvent, CudaStream};
 use half::bf16;
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -29,6 +29,19 @@ use std::sync::{Arc, Mutex};
 /// tokens on the Llama-3 8B and 70B MLP shards of TP 2, and 0.95 to 1.12x from 9 to 16; on
 /// an H200, where cuBLASLt streams large weights faster, 0.80 to 1.16x by shape.
 pub const DECODE_TOKENS: usize = DECODE_MAX_TOKENS;
+/// Tokens up to which [`Gemm::calibrate`] measures the candidates of cuBLASLt's heuristic
+/// (at 1, 2, 4, ... tokens up to this) and [`GemmPath::CublasLt`] takes the fastest: a call
+/// of `m` tokens takes the algorithm measured at the power of two at or above `m`. Its first
+/// choice for few tokens is often not its fastest: on one H200 the best of its first 8 was
+/// 1.03-1.10x faster for the Llama-3 70B down shard at 16 to 64 tokens, and up to 1.08x for
+/// the 8B gate/up shard (docs/gemm.md); the heuristic is built for large products.
+pub const TUNED_TOKENS: usize = 256;
+/// The heuristic's candidates measured per token count.
+const TUNE_CANDIDATES: usize = 8;
+/// A candidate replaces the heuristic's first choice only where it measured at least this
+/// much faster (2%: not noise).
+const TUNE_MARGIN: f32 = 0.98;
+
 /// The most tokens our decode kernel takes.
 pub const DECODE_MAX_TOKENS: usize = 16;
 /// Tokens up to which the first of our two decode kernels runs (`decode_linear_bf16`); the
@@ -47,8 +60,13 @@ pub enum GemmPath {
     /// it for a plain GEMM; it is the base of the fused kernels.
     #[default]
     Auto,
-    /// cuBLASLt, whatever the shape.
+    /// cuBLASLt, whatever the shape, with the algorithm [`Gemm::calibrate`] measured fastest
+    /// among its heuristic's candidates up to [`TUNED_TOKENS`] tokens (the heuristic's first
+    /// choice elsewhere, and where nothing was measured).
     CublasLt,
+    /// cuBLASLt with its heuristic's first choice, never a measured one: what cuBLAS alone
+    /// runs, and the same algorithm, so the same bits, on every run with this cuBLASLt and GPU.
+    CublasLtHeuristic,
     /// Our decode kernel: one pass over the weight at memory bandwidth, for up to
     /// [`DECODE_MAX_TOKENS`] tokens.
     Decode,
@@ -86,6 +104,16 @@ impl LinearShape {
 struct Key {
     shape: LinearShape,
     ldy: usize,
+    align: u32,
+    /// The heuristic's first choice, never a measured one.
+    heuristic: bool,
+}
+
+/// The algorithm [`Gemm::calibrate`] measured fastest for a shape, and the pointer alignment
+/// it was measured with (a call with less takes the heuristic's).
+#[derive(Clone, Copy)]
+struct Tuned {
+    algo: ltsys::cublasLtMatmulAlgo_t,
     align: u32,
 }
 
@@ -140,6 +168,107 @@ fn decode_grid(n: usize, max: u32) -> u32 {
 /// and the launch gaps are small.
 const CALIBRATION_ROUNDS: usize = 3;
 const CALIBRATION_CALLS: usize = 5;
+/// Copies of a weight [`Gemm::calibrate`] makes at most (`Gemm::weight_copies`).
+const MAX_WEIGHT_COPIES: usize = 3;
+
+/// The token counts [`Gemm::calibrate`] measures cuBLASLt's candidates at for layers of up
+/// to `max_tokens` tokens: 1, 2, 4, ... up to the power of two at or above `max_tokens`,
+/// [`TUNED_TOKENS`] at most.
+fn tuned_counts(max_tokens: usize) -> impl Iterator<Item = usize> {
+    let top = tuned_count_of(max_tokens.clamp(1, TUNED_TOKENS));
+    std::iter::successors(Some(1usize), |m| Some(m * 2)).take_while(move |&m| m <= top)
+}
+
+/// The measured token count whose algorithm a call of `m` tokens (1 to [`TUNED_TOKENS`])
+/// takes: the power of two at or above it.
+fn tuned_count_of(m: usize) -> usize {
+    m.next_power_of_two()
+}
+
+/// A weight and its copies, taken in turn.
+struct Rotation {
+    weights: Vec<u64>,
+    next: std::cell::Cell<usize>,
+}
+
+impl Rotation {
+    fn new(w: u64, copies: &[DeviceBuffer<bf16>]) -> Self {
+        let mut weights = vec![w];
+        weights.extend(copies.iter().map(|c| c.device_ptr()));
+        Rotation {
+            weights,
+            next: std::cell::Cell::new(0),
+        }
+    }
+
+    /// The next weight's address.
+    fn next(&self) -> u64 {
+        let i = self.next.get();
+        self.next.set((i + 1) % self.weights.len());
+        self.weights[i]
+    }
+
+    fn all(&self) -> impl Iterator<Item = u64> + '_ {
+        self.weights.iter().copied()
+    }
+}
+
+/// Blocks of calls on one stream between CUDA events, summed per (token count, way) once
+/// the stream has run them: the ways of one token count take turns, in an order that
+/// rotates from round to round, so that a drift of the clocks weighs on each alike.
+struct Stopwatch<'a> {
+    shmem: &'a Nvshmem,
+    blocks: Vec<((usize, usize), CudaEvent, CudaEvent)>,
+}
+
+impl<'a> Stopwatch<'a> {
+    fn new(shmem: &'a Nvshmem) -> Self {
+        Stopwatch {
+            shmem,
+            blocks: Vec::new(),
+        }
+    }
+
+    /// [`CALIBRATION_ROUNDS`] rounds of [`CALIBRATION_CALLS`] calls of each of `ways` ways
+    /// (`call(way)` enqueues one on `stream`), for `m` tokens.
+    fn rounds(
+        &mut self,
+        m: usize,
+        ways: usize,
+        stream: &CudaStream,
+        call: impl Fn(usize) -> Result<()>,
+    ) -> Result<()> {
+        let event = || {
+            self.shmem
+                .context()
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)) // with timing
+                .during("cuEventCreate")
+        };
+        for round in 0..CALIBRATION_ROUNDS {
+            for i in 0..ways {
+                let way = (i + round) % ways;
+                let (start, end) = (event()?, event()?);
+                start.record(stream).during("cuEventRecord")?;
+                for _ in 0..CALIBRATION_CALLS {
+                    call(way)?;
+                }
+                end.record(stream).during("cuEventRecord")?;
+                self.blocks.push(((m, way), start, end));
+            }
+        }
+        Ok(())
+    }
+
+    /// Milliseconds per (token count, way), once the stream has run every block.
+    fn totals(&self) -> Result<HashMap<(usize, usize), f32>> {
+        let mut ms = HashMap::new();
+        for (key, start, end) in &self.blocks {
+            let t = start.elapsed_ms(end).during("cuEventElapsedTime")?;
+            *ms.entry(*key).or_default() += t;
+        }
+        Ok(ms)
+    }
+}
 
 /// The largest power of two (at most 256) that divides every address.
 fn common_alignment(addresses: &[u64]) -> u32 {
@@ -179,6 +308,9 @@ pub struct Gemm {
     /// What [`GemmPath::Auto`] takes up to [`DECODE_TOKENS`] tokens, by `(m, n, k)`, where
     /// [`Gemm::calibrate`] measured it.
     decode_choice: Mutex<HashMap<(usize, usize, usize), GemmPath>>,
+    /// cuBLASLt's fastest measured algorithm by `(m, n, k)`, `m` a power of two up to
+    /// [`TUNED_TOKENS`].
+    tuned: Mutex<HashMap<(usize, usize, usize), Tuned>>,
 }
 
 // SAFETY: a cuBLASLt handle may be used from any thread (it holds no per-call state; calls
@@ -245,20 +377,36 @@ impl Gemm {
             decode_blocks: sms * DECODE_BLOCKS_PER_SM,
             cutlass: CutlassGemm::load(shmem).map_err(|e| e.to_string()),
             decode_choice: Mutex::new(HashMap::new()),
+            tuned: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Measures which of our decode kernel and cuBLASLt computes `x · wᵀ` faster on this GPU
-    /// for this `w` (`n × k`) and each token count from 1 to `max_tokens` (at most
-    /// [`DECODE_TOKENS`]), and has [`GemmPath::Auto`] take the faster for those sizes from
-    /// then on. Which is faster depends on the GPU: on H100s our decode kernel mostly is, on
-    /// an H200 cuBLASLt mostly is (docs/gemm.md). Sizes measured before are skipped.
+    /// Measures, for this `w` (`n × k`) on this GPU:
+    /// - which of cuBLASLt's candidate algorithms (the first 8 of its
+    ///   heuristic) is fastest at 1, 2, 4, ... tokens, up to the power of two at or above
+    ///   `max_tokens` and at most [`TUNED_TOKENS`]; [`GemmPath::CublasLt`] takes it from then on
+    ///   (up to the next power of two), where it beat the heuristic's first choice by 2%;
+    /// - then which of our decode kernel and cuBLASLt computes `x · wᵀ` faster for each token
+    ///   count from 1 to `max_tokens` (at most [`DECODE_TOKENS`]), and has [`GemmPath::Auto`]
+    ///   take the faster for those sizes. Which is faster depends on the GPU: on H100s our
+    ///   decode kernel mostly is, on an H200 cuBLASLt mostly is (docs/gemm.md).
+    ///
+    /// Sizes measured before are skipped. Which algorithm wins can differ between runs where
+    /// two are close, and with it the low bits of the results: [`GemmPath::CublasLtHeuristic`]
+    /// and [`set_auto_path`](Self::set_auto_path) fix them.
+    ///
+    /// Each measurement reads the weight from memory, as a model's calls do (other layers'
+    /// weights pass through L2 between two calls of one): calls take copies of `w` in turn,
+    /// as many as make twice the L2's size (at most 3, none for a weight that large), kept
+    /// only while it runs.
     ///
     /// The layers call it when their weights are loaded. It runs on the runtime's stream and
-    /// waits for it: about 30 calls of each path per token count, 0.1 s for the Llama-3 70B
-    /// MLP shard of TP 2. Work on the GPU at the same time skews the measurement, and a call
-    /// of this `Gemm` on another stream at the same time would share cuBLASLt's workspace:
-    /// calibrate while no other call of it runs.
+    /// waits for it: about 15 calls of each candidate per power of two and 30 of each path
+    /// per token count up to 16; on one H200, 0.38 s for the Llama-3 70B MLP shard of TP 2
+    /// up to 128 tokens, 0.18 s for the 8B one.
+    /// Work on the GPU at the same time skews the measurement, and a call of this `Gemm` on
+    /// another stream at the same time would share cuBLASLt's workspace: calibrate while no
+    /// other call of it runs.
     ///
     /// ```no_run
     /// # fn main() -> nvshmem::Result<()> {
@@ -285,6 +433,10 @@ impl Gemm {
                 got: w.len(),
             });
         }
+        if n == 0 || k == 0 {
+            return Ok(());
+        }
+        self.tune(w.device_ptr(), n, k, max_tokens)?;
         let todo: Vec<usize> = {
             let known = self.decode_choice.lock().unwrap_or_else(|e| e.into_inner());
             (1..=max_tokens.min(DECODE_TOKENS))
@@ -294,10 +446,143 @@ impl Gemm {
         let Some(&most) = todo.last() else {
             return Ok(());
         };
-        if n == 0 || k == 0 {
-            return Ok(());
+        let (x, y) = self.calibration_inputs(most, n, k)?;
+        let stream = self.shmem.stream();
+        let copies = self.weight_copies(w.device_ptr(), n * k)?;
+        let weights = Rotation::new(w.device_ptr(), &copies);
+        let paths = [GemmPath::Decode, GemmPath::CublasLt];
+        let mut watch = Stopwatch::new(&self.shmem);
+        let enqueued = todo.iter().try_for_each(|&m| -> Result<()> {
+            let shape = LinearShape { m, n, k };
+            let (x, y) = (x.device_ptr(), y.device_ptr());
+            let call = |which: usize| {
+                let w = weights.next();
+                // SAFETY: x holds m × k, w n × k and y m × n elements of this GPU (m <= most,
+                // and m <= DECODE_TOKENS for the decode kernel).
+                unsafe {
+                    match paths[which] {
+                        GemmPath::Decode => self.decode(y, n, x, w, shape, false, stream),
+                        path => self.linear_path(y, n, x, w, shape, path, stream),
+                    }
+                }
+            };
+            (0..paths.len()).try_for_each(call)?; // warm-up, and cuBLASLt's plan
+            watch.rounds(m, paths.len(), stream, call)
+        });
+        // One wait at the end, also after a failure (x and y must outlive what was enqueued).
+        stream.synchronize().during("cuStreamSynchronize")?;
+        enqueued?;
+        let ms = watch.totals()?;
+        let mut known = self.decode_choice.lock().unwrap_or_else(|e| e.into_inner());
+        for &m in &todo {
+            let (decode, cublas) = (ms[&(m, 0)], ms[&(m, 1)]);
+            let faster = if cublas < decode { paths[1] } else { paths[0] };
+            known.insert((m, n, k), faster);
         }
-        // Inputs of a fixed pseudo-random pattern in [-1, 1): no zeros, which draw less power.
+        Ok(())
+    }
+
+    /// [`calibrate`](Self::calibrate)'s first part: cuBLASLt's candidates for `w` (`n × k`,
+    /// both not 0) at every power of two of tokens up to `max_tokens`' (at most
+    /// [`TUNED_TOKENS`]) not measured before.
+    fn tune(&self, w: u64, n: usize, k: usize, max_tokens: usize) -> Result<()> {
+        let todo: Vec<usize> = {
+            let tuned = self.tuned.lock().unwrap_or_else(|e| e.into_inner());
+            tuned_counts(max_tokens)
+                .filter(|&m| !tuned.contains_key(&(m, n, k)))
+                .collect()
+        };
+        let Some(&most) = todo.last() else {
+            return Ok(());
+        };
+        let (x, y) = self.calibration_inputs(most, n, k)?;
+        let (x, y) = (x.device_ptr(), y.device_ptr());
+        let copies = self.weight_copies(w, n * k)?;
+        let weights = Rotation::new(w, &copies);
+        let bf = std::mem::size_of::<bf16>();
+        let mut addresses = vec![y, x, (n * bf) as u64, (k * bf) as u64];
+        addresses.extend(weights.all());
+        let align = common_alignment(&addresses);
+        self.shmem.bind_context()?;
+        let stream = self.shmem.stream();
+        let mut watch = Stopwatch::new(&self.shmem);
+        // Per token count: the plan (its first choice) and the candidates that ran.
+        let mut tried = Vec::new();
+        let enqueued = todo.iter().try_for_each(|&m| -> Result<()> {
+            let key = Key {
+                shape: LinearShape { m, n, k },
+                ldy: n,
+                align,
+                heuristic: true,
+            };
+            let (plan, candidates) = self.make_plan(key, TUNE_CANDIDATES)?;
+            // SAFETY: x holds m × k, w n × k and y m × n elements of this GPU (m <= most).
+            let call = |algo: &ltsys::cublasLtMatmulAlgo_t| unsafe {
+                self.matmul(&plan, algo, y, x, weights.next(), stream)
+            };
+            // A candidate that cannot run this call (cuBLASLt says so) is left out.
+            let runs: Vec<_> = candidates.into_iter().filter(|a| call(a).is_ok()).collect();
+            let timed = watch.rounds(m, runs.len(), stream, |i| call(&runs[i]));
+            tried.push((m, plan, runs));
+            timed
+        });
+        stream.synchronize().during("cuStreamSynchronize")?;
+        enqueued?;
+        let ms = watch.totals()?;
+        let mut tuned = self.tuned.lock().unwrap_or_else(|e| e.into_inner());
+        for (m, plan, runs) in &tried {
+            let time = |i: usize| ms.get(&(*m, i)).copied().unwrap_or(f32::INFINITY);
+            let first = runs.iter().position(|a| a.data == plan.algo.data);
+            let first_time = first.map_or(f32::INFINITY, time);
+            let fastest = (0..runs.len()).min_by(|&a, &b| time(a).total_cmp(&time(b)));
+            let algo = match fastest {
+                Some(i) if time(i) < TUNE_MARGIN * first_time => runs[i],
+                _ => plan.algo,
+            };
+            tuned.insert((*m, n, k), Tuned { algo, align });
+        }
+        drop(tuned);
+        // Plans of this shape made before take the measured algorithms from now on.
+        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        plans.retain(|key, _| key.heuristic || (key.shape.n, key.shape.k) != (n, k));
+        Ok(())
+    }
+
+    /// Copies of the weight at `w` (`len` elements) for calibration to take in turn, so that
+    /// each call reads its weight from memory, as in a model where other layers' weights
+    /// pass through L2 between two calls of one: as many as make twice the L2's size, at most
+    /// 3 (none for a weight that large).
+    fn weight_copies(&self, w: u64, len: usize) -> Result<Vec<DeviceBuffer<bf16>>> {
+        let bytes = len * std::mem::size_of::<bf16>();
+        let wanted = (2 * self.shmem.l2_bytes()?).div_ceil(bytes.max(1));
+        let stream = self.shmem.stream();
+        (1..wanted.min(1 + MAX_WEIGHT_COPIES))
+            .map(|_| {
+                let copy = self.shmem.alloc_device::<bf16>(len)?;
+                // SAFETY: both hold `len` elements of this GPU; the stream orders the copy
+                // before the calls that read it.
+                unsafe {
+                    cudarc::driver::result::memcpy_dtod_async(
+                        copy.device_ptr(),
+                        w,
+                        bytes,
+                        stream.cu_stream(),
+                    )
+                }
+                .during("cuMemcpyDtoDAsync")?;
+                Ok(copy)
+            })
+            .collect()
+    }
+
+    /// Inputs for measuring `most × k` by `n × k` products: `x` of a fixed pseudo-random
+    /// pattern in [-1, 1) (no zeros, which draw less power) and room for `y`.
+    fn calibration_inputs(
+        &self,
+        most: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<(DeviceBuffer<bf16>, DeviceBuffer<bf16>)> {
         let pattern: Vec<bf16> = (0..most * k)
             .map(|i| {
                 let h = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
@@ -307,62 +592,7 @@ impl Gemm {
         let x = self.shmem.alloc_device::<bf16>(most * k)?;
         x.copy_from_host(&pattern)?;
         let y = self.shmem.alloc_device::<bf16>(most * n)?;
-        let stream = self.shmem.stream();
-        let paths = [GemmPath::Decode, GemmPath::CublasLt];
-        let event = || {
-            self.shmem
-                .context()
-                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)) // with timing
-                .during("cuEventCreate")
-        };
-        // Per token count, rounds of a block of calls of each path in turn (the order
-        // alternating), an event before and after each block; one wait at the end, also
-        // after a failure (x and y must outlive what was enqueued).
-        let mut blocks = Vec::new();
-        let enqueued = todo.iter().try_for_each(|&m| -> Result<()> {
-            let shape = LinearShape { m, n, k };
-            let (x, y, w) = (x.device_ptr(), y.device_ptr(), w.device_ptr());
-            let call = |path| {
-                // SAFETY: x holds m × k, w n × k and y m × n elements of this GPU (m <= most,
-                // and m <= DECODE_TOKENS for the decode kernel).
-                unsafe {
-                    match path {
-                        GemmPath::Decode => self.decode(y, n, x, w, shape, false, stream),
-                        _ => self.linear_path(y, n, x, w, shape, path, stream),
-                    }
-                }
-            };
-            for path in paths {
-                call(path)?; // warm-up, and cuBLASLt's plan
-            }
-            for round in 0..CALIBRATION_ROUNDS {
-                for i in 0..paths.len() {
-                    let which = (i + round) % paths.len();
-                    let (start, end) = (event()?, event()?);
-                    start.record(stream).during("cuEventRecord")?;
-                    for _ in 0..CALIBRATION_CALLS {
-                        call(paths[which])?;
-                    }
-                    end.record(stream).during("cuEventRecord")?;
-                    blocks.push((m, which, start, end));
-                }
-            }
-            Ok(())
-        });
-        stream.synchronize().during("cuStreamSynchronize")?;
-        enqueued?;
-        let mut ms = HashMap::<(usize, usize), f32>::new();
-        for (m, which, start, end) in &blocks {
-            let t = start.elapsed_ms(end).during("cuEventElapsedTime")?;
-            *ms.entry((*m, *which)).or_default() += t;
-        }
-        let mut known = self.decode_choice.lock().unwrap_or_else(|e| e.into_inner());
-        for &m in &todo {
-            let (decode, cublas) = (ms[&(m, 0)], ms[&(m, 1)]);
-            let faster = if cublas < decode { paths[1] } else { paths[0] };
-            known.insert((m, n, k), faster);
-        }
-        Ok(())
+        Ok((x, y))
     }
 
     /// Has [`GemmPath::Auto`] take `path` for `shape` (up to [`DECODE_TOKENS`] tokens, our
@@ -598,10 +828,28 @@ impl Gemm {
                 (ldy * std::mem::size_of::<bf16>()) as u64,
                 (k * std::mem::size_of::<bf16>()) as u64,
             ]),
+            heuristic: path == GemmPath::CublasLtHeuristic,
         };
         // The heuristic query and the call both need this PE's context current.
         self.shmem.bind_context()?;
         let plan = self.plan(key)?;
+        self.matmul(&plan, &plan.algo, y, x, w, stream)
+    }
+
+    /// cuBLASLt's `y = x · wᵀ` by `plan`'s descriptors with `algo`.
+    ///
+    /// # Safety
+    /// As for [`linear_raw`](Self::linear_raw), with `plan` made for the call's shape,
+    /// row stride and alignment, and this PE's context current.
+    unsafe fn matmul(
+        &self,
+        plan: &Plan,
+        algo: &ltsys::cublasLtMatmulAlgo_t,
+        y: u64,
+        x: u64,
+        w: u64,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let (alpha, beta) = (1.0f32, 0.0f32);
         lt::matmul(
             self.handle,
@@ -616,7 +864,7 @@ impl Gemm {
             plan.y,
             y as *mut c_void,
             plan.y,
-            &plan.algo,
+            algo,
             self.workspace.device_ptr() as *mut c_void,
             WORKSPACE_BYTES,
             stream.cu_stream() as ltsys::cudaStream_t,
@@ -668,12 +916,57 @@ impl Gemm {
         if let Some(p) = plans.get(&key) {
             return Ok(p.clone());
         }
-        let plan = Arc::new(self.make_plan(key)?);
+        let (mut plan, _) = self.make_plan(key, 1)?;
+        if let Some(tuned) = self.tuned_for(key) {
+            // SAFETY: live descriptors.
+            if unsafe { self.fits(&plan, &tuned) } {
+                plan.algo = tuned;
+            }
+        }
+        let plan = Arc::new(plan);
         plans.insert(key, plan.clone());
         Ok(plan)
     }
 
-    fn make_plan(&self, key: Key) -> Result<Plan> {
+    /// The algorithm [`calibrate`](Self::calibrate) measured for `key`'s shape (at the power
+    /// of two at or above its tokens), where one was and `key`'s pointers are as aligned.
+    fn tuned_for(&self, key: Key) -> Option<ltsys::cublasLtMatmulAlgo_t> {
+        let LinearShape { m, n, k } = key.shape;
+        if key.heuristic || m > TUNED_TOKENS {
+            return None;
+        }
+        let tuned = self.tuned.lock().unwrap_or_else(|e| e.into_inner());
+        let t = tuned.get(&(tuned_count_of(m), n, k))?;
+        (t.align <= key.align).then_some(t.algo)
+    }
+
+    /// Whether cuBLASLt takes `algo` for `plan`'s descriptors within the workspace.
+    ///
+    /// # Safety
+    /// Live descriptors.
+    unsafe fn fits(&self, plan: &Plan, algo: &ltsys::cublasLtMatmulAlgo_t) -> bool {
+        let mut result = std::mem::MaybeUninit::<ltsys::cublasLtMatmulHeuristicResult_t>::uninit();
+        let status = ltsys::cublasLtMatmulAlgoCheck(
+            self.handle,
+            plan.desc,
+            plan.w,
+            plan.x,
+            plan.y,
+            plan.y,
+            algo,
+            result.as_mut_ptr(),
+        );
+        // SAFETY: written where the check succeeds.
+        status.result().is_ok() && result.assume_init().workspaceSize <= WORKSPACE_BYTES
+    }
+
+    /// The descriptors of `key` with the heuristic's first choice, and its first `count`
+    /// candidates (at least one).
+    fn make_plan(
+        &self,
+        key: Key,
+        count: usize,
+    ) -> Result<(Plan, Vec<ltsys::cublasLtMatmulAlgo_t>)> {
         let LinearShape { m, n, k } = key.shape;
         let bf = ltsys::cudaDataType_t::CUDA_R_16BF;
         let desc = lt::create_matmul_desc(
@@ -710,23 +1003,26 @@ impl Gemm {
             .map_err(|e| cublas("cublasLtMatmulDescSetAttribute", e))?;
             let pref = lt::create_matmul_pref()
                 .map_err(|e| cublas("cublasLtMatmulPreferenceCreate", e))?;
-            let chosen = self.choose(&plan, pref, key);
+            let chosen = self.candidates(&plan, pref, key, count);
             let _ = lt::destroy_matmul_pref(pref);
-            plan.algo = chosen?;
+            let candidates = chosen?;
+            plan.algo = candidates[0];
+            Ok((plan, candidates))
         }
-        Ok(plan)
     }
 
-    /// cuBLASLt's first choice for `plan` under `key`'s workspace and alignment.
+    /// cuBLASLt's first `count` choices for `plan` under `key`'s workspace and alignment, best
+    /// first (at least one).
     ///
     /// # Safety
     /// Live descriptors.
-    unsafe fn choose(
+    unsafe fn candidates(
         &self,
         plan: &Plan,
         pref: ltsys::cublasLtMatmulPreference_t,
         key: Key,
-    ) -> Result<ltsys::cublasLtMatmulAlgo_t> {
+        count: usize,
+    ) -> Result<Vec<ltsys::cublasLtMatmulAlgo_t>> {
         use ltsys::cublasLtMatmulPreferenceAttributes_t as P;
         let set = |attr: P, value: u64| {
             lt::set_matmul_pref_attribute(
@@ -767,23 +1063,62 @@ impl Gemm {
         )
         .map_err(|e| cublas("cublasLtMatmulPreferenceSetAttribute", e))?;
         let LinearShape { m, n, k } = key.shape;
-        lt::get_matmul_algo_heuristic(self.handle, plan.desc, plan.w, plan.x, plan.y, plan.y, pref)
-            .map(|h| h.algo)
-            .map_err(|e| Error::Cublas {
+        let mut results =
+            vec![std::mem::zeroed::<ltsys::cublasLtMatmulHeuristicResult_t>(); count.max(1)];
+        let mut found = 0;
+        let status = ltsys::cublasLtMatmulAlgoGetHeuristic(
+            self.handle,
+            plan.desc,
+            plan.w,
+            plan.x,
+            plan.y,
+            plan.y,
+            pref,
+            results.len() as i32,
+            results.as_mut_ptr(),
+            &mut found,
+        )
+        .result();
+        let found = found.clamp(0, results.len() as i32) as usize;
+        match status {
+            Ok(()) if found > 0 => Ok(results[..found].iter().map(|r| r.algo).collect()),
+            failed => Err(Error::Cublas {
                 call: "cublasLtMatmulAlgoGetHeuristic",
                 message: format!(
                     "no bf16 algorithm for y ({m} × {n}, rows {} apart) = x ({m} × {k}) · wᵀ with \
                  {}-byte aligned pointers",
                     key.ldy, key.align
                 ),
-                source: Some(e),
-            })
+                source: failed.err(),
+            }),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tuned_token_counts_are_the_powers_of_two_that_cover_the_layer() {
+        let counts = |max: usize| tuned_counts(max).collect::<Vec<_>>();
+        assert_eq!(counts(1), [1]);
+        assert_eq!(counts(16), [1, 2, 4, 8, 16]);
+        // 100 tokens take 128's algorithm: 128 is measured.
+        assert_eq!(counts(100), [1, 2, 4, 8, 16, 32, 64, 128]);
+        assert_eq!(counts(100_000).last(), Some(&TUNED_TOKENS));
+        assert_eq!(counts(0), [1]);
+        // Every call up to the layer's tokens finds its measured count among them.
+        for max in [1, 3, 17, 100, 128, 200, 256, 300] {
+            for m in 1..=max.min(TUNED_TOKENS) {
+                let at = tuned_count_of(m);
+                assert!(
+                    at >= m && at < 2 * m && counts(max).contains(&at),
+                    "{m} of {max}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn decode_grid_gives_every_block_the_same_tasks() {

@@ -48,7 +48,9 @@ mod row;
 mod shard;
 
 pub use column::{ColumnInput, ColumnParallelLinear, FUSED_GATHER_TOKENS};
-pub use gemm::{Gemm, GemmPath, LinearShape, DECODE_MAX_TOKENS, DECODE_TOKENS, WORKSPACE_BYTES};
+pub use gemm::{
+    Gemm, GemmPath, LinearShape, DECODE_MAX_TOKENS, DECODE_TOKENS, TUNED_TOKENS, WORKSPACE_BYTES,
+};
 pub use mlp::{SequenceParallelMlp, TpMlp};
 pub use row::{RowOutput, RowParallelLinear, FUSED_SCATTER_TOKENS};
 pub use shard::{merged_rows, shard_range, take_cols, take_rows};

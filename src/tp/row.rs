@@ -273,7 +273,8 @@ impl RowParallelLinear {
 
     /// Keep this PE's columns of the full weight (`out_features × in_features`, row-major).
     /// Then measures which GEMM path [`GemmPath::Auto`] takes for this shard on this GPU up
-    /// to 16 tokens ([`Gemm::calibrate`](super::Gemm::calibrate)), and agrees with every PE
+    /// to 16 tokens, and cuBLASLt's fastest algorithm up to 256 tokens
+    /// ([`Gemm::calibrate`](super::Gemm::calibrate)), and agrees with every PE
     /// on the token counts where every PE's is our decode kernel: there [`Schedule::Auto`]
     /// may take the fused decode kernel ([`ScheduleThresholds::fused_decode_max_tokens`](super::ScheduleThresholds::fused_decode_max_tokens)).
     /// Collective: every PE calls it.

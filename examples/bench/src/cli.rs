@@ -144,7 +144,8 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
                   GemmPath::Auto takes them (up to 16 tokens, per GEMM, the faster of our
                   decode kernel and cuBLASLt as measured when the weights were loaded;
                   cuBLASLt above), as in every other implementation
-    cublas-only   the same with cuBLASLt's GEMMs, up to 16 tokens (above, it is compute-only)
+    cublas-only   the same with cuBLASLt's GEMMs as its heuristic chooses them (cuBLAS's
+                  compute alone), up to 256 tokens (above, it is compute-only)
     cublas+nccl   the same calls, then ncclAllReduce (sum, bf16) of the down projection's
                   partial product into the output (with nccl in --impls)
     cublas+ours   nvshmem::tp::TpMlp::forward_with(Schedule::Sequential): GEMM, kernel, GEMM,

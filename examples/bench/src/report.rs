@@ -645,7 +645,7 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
             footer.push("\"best ours vs cublasmp\" = time of cublasmp / the fastest of ours (> 1: ours is faster); cublasmp = cuBLASMp's GEMM + all-reduce without overlap (its overlapped one needs NVLink multicast, kept off), and in sequence parallelism its overlapped all-gather + GEMM and GEMM + reduce-scatter");
         }
         if impls.contains(&cublas) {
-            footer.push("compute-only's GEMMs are, up to 16 tokens, the faster of our decode kernel and cuBLASLt for each GEMM (measured when the weights were loaded), cuBLASLt above; cublas-only's are cuBLASLt's (run up to 16 tokens)");
+            footer.push("compute-only's GEMMs are, up to 16 tokens, the faster of our decode kernel and cuBLASLt for each GEMM, and cuBLASLt's algorithms up to 256 tokens the fastest of its heuristic's first 8 (measured when the weights were loaded); cublas-only's are cuBLASLt's with its heuristic's first choice (run up to 256 tokens)");
         }
         if over_cublas {
             footer.push("\"best ours over cublas-only\" = (the fastest of our schedules - cublas-only) / cublas-only: the TP overhead over cuBLAS's compute alone");

@@ -20,7 +20,7 @@ use cudarc::driver::{CudaGraph, CudaStream};
 use half::bf16;
 use nvshmem::tp::{
     ColumnParallelLinear, GemmPath, LinearShape, RowParallelLinear, Schedule, SequenceParallelMlp,
-    TensorParallel, TpMlp, DECODE_MAX_TOKENS, DECODE_TOKENS, FUSED_SCATTER_TOKENS,
+    TensorParallel, TpMlp, DECODE_MAX_TOKENS, FUSED_SCATTER_TOKENS, TUNED_TOKENS,
 };
 use nvshmem::{Collectives, DeviceBuffer, Nvshmem, SymmetricBuffer};
 use std::collections::HashSet;
@@ -51,8 +51,10 @@ pub enum TpImpl {
     /// of our decode kernel and cuBLASLt as measured when the weights were loaded, cuBLASLt
     /// above) and the SiLU kernel alone, no communication.
     ComputeOnly,
-    /// The same with every GEMM by cuBLASLt: run only up to `DECODE_TOKENS` tokens, where
-    /// `GemmPath::Auto` may take our decode kernel (above, it is compute-only again).
+    /// The same with every GEMM by cuBLASLt with its heuristic's first choice
+    /// (`GemmPath::CublasLtHeuristic`: cuBLAS's compute alone): run only up to `TUNED_TOKENS`
+    /// tokens, where `GemmPath::Auto` may take our decode kernel or a measured algorithm
+    /// (above, it is compute-only again).
     CublasOnly,
     /// The local work, then NCCL's all-reduce (sequence parallel: NCCL's all-gather, the
     /// local work, NCCL's reduce-scatter).
@@ -640,7 +642,7 @@ impl Ops<'_> {
                     .cublas
                     .as_ref()
                     .ok_or("cublas-only has no buffers")?;
-                self.local(&self.bufs.x, s, GemmPath::CublasLt, stream)
+                self.local(&self.bufs.x, s, GemmPath::CublasLtHeuristic, stream)
                     .map_err(|e| e.to_string())
             }
             TpImpl::CublasNccl => {
@@ -997,7 +999,7 @@ fn point(
         .copied()
         .filter(|i| !disabled.contains(i))
         .filter(|&i| i != TpImpl::Fused || has_fused(layout, m, ctx.shmem.n_pes()))
-        .filter(|&i| i != TpImpl::CublasOnly || m <= DECODE_TOKENS)
+        .filter(|&i| i != TpImpl::CublasOnly || m <= TUNED_TOKENS)
         .collect();
     let bufs = Buffers::new(ctx.shmem, &active, layout, m, f, hidden)?;
     bufs.x.copy_from_host(&d.x)?;
