@@ -143,7 +143,8 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
                   into a local buffer, no communication: the lower bound; the GEMMs as
                   GemmPath::Auto takes them (up to 16 tokens, per GEMM, the faster of our
                   decode kernel and cuBLASLt as measured when the weights were loaded;
-                  cuBLASLt above), as in every other implementation
+                  cuBLASLt above; cuBLASLt's algorithm up to 256 tokens the fastest of its
+                  heuristic's first 8, measured then too), as in every other implementation
     cublas-only   the same with cuBLASLt's GEMMs as its heuristic chooses them (cuBLAS's
                   compute alone), up to 256 tokens (above, it is compute-only)
     cublas+nccl   the same calls, then ncclAllReduce (sum, bf16) of the down projection's

@@ -49,7 +49,8 @@ const TOLERANCE: f64 = 1.0 / 64.0;
 pub enum TpImpl {
     /// The local GEMMs (as `GemmPath::Auto` chooses: up to `DECODE_TOKENS` tokens the faster
     /// of our decode kernel and cuBLASLt as measured when the weights were loaded, cuBLASLt
-    /// above) and the SiLU kernel alone, no communication.
+    /// above, with the algorithm measured then up to `TUNED_TOKENS` tokens) and the SiLU
+    /// kernel alone, no communication.
     ComputeOnly,
     /// The same with every GEMM by cuBLASLt with its heuristic's first choice
     /// (`GemmPath::CublasLtHeuristic`: cuBLAS's compute alone): run only up to `TUNED_TOKENS`
