@@ -1375,7 +1375,9 @@ fn gemm_case(c: &Checks, seed: u64, shape: LinearShape, path: GemmPath) -> Outco
 
 /// After [`Gemm::calibrate`], `GemmPath::Auto` takes the decode kernel or cuBLASLt by the
 /// measurement (the same bits as that path), our decode kernel for sizes not measured and
-/// cuBLASLt past 16 tokens; a weight of the wrong length is refused.
+/// cuBLASLt past 16 tokens, whose measured algorithms agree with its heuristic's first choice
+/// within the tolerance and give the same bits call after call; a weight of the wrong length
+/// is refused.
 fn gemm_calibrated(c: &Checks, seed: u64) -> Outcome {
     let mut rng = Rng::new(seed);
     let gemm = c.tp.gemm();
