@@ -397,8 +397,8 @@ impl Gemm {
     ///
     /// Each measurement reads the weight from memory, as a model's calls do (other layers'
     /// weights pass through L2 between two calls of one): calls take copies of `w` in turn,
-    /// as many as make twice the L2's size (at most 3, none for a weight that large), kept
-    /// only while it runs.
+    /// as many as make twice the L2's size (at most 3, none for a weight that large, fewer
+    /// where memory is short), kept only while it runs.
     ///
     /// The layers call it when their weights are loaded. It runs on the runtime's stream and
     /// waits for it: about 15 calls of each candidate per power of two and 30 of each path
@@ -551,28 +551,31 @@ impl Gemm {
     /// Copies of the weight at `w` (`len` elements) for calibration to take in turn, so that
     /// each call reads its weight from memory, as in a model where other layers' weights
     /// pass through L2 between two calls of one: as many as make twice the L2's size, at most
-    /// 3 (none for a weight that large).
+    /// 3 (none for a weight that large), and fewer where the GPU has no room for them (a
+    /// model that fills its memory still loads; its calls then read more from L2).
     fn weight_copies(&self, w: u64, len: usize) -> Result<Vec<DeviceBuffer<bf16>>> {
         let bytes = len * std::mem::size_of::<bf16>();
         let wanted = (2 * self.shmem.l2_bytes()?).div_ceil(bytes.max(1));
         let stream = self.shmem.stream();
-        (1..wanted.min(1 + MAX_WEIGHT_COPIES))
-            .map(|_| {
-                let copy = self.shmem.alloc_device::<bf16>(len)?;
-                // SAFETY: both hold `len` elements of this GPU; the stream orders the copy
-                // before the calls that read it.
-                unsafe {
-                    cudarc::driver::result::memcpy_dtod_async(
-                        copy.device_ptr(),
-                        w,
-                        bytes,
-                        stream.cu_stream(),
-                    )
-                }
-                .during("cuMemcpyDtoDAsync")?;
-                Ok(copy)
-            })
-            .collect()
+        let mut copies = Vec::new();
+        for _ in 1..wanted.min(1 + MAX_WEIGHT_COPIES) {
+            let Ok(copy) = self.shmem.alloc_device::<bf16>(len) else {
+                break;
+            };
+            // SAFETY: both hold `len` elements of this GPU; the stream orders the copy before
+            // the calls that read it.
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(
+                    copy.device_ptr(),
+                    w,
+                    bytes,
+                    stream.cu_stream(),
+                )
+            }
+            .during("cuMemcpyDtoDAsync")?;
+            copies.push(copy);
+        }
+        Ok(copies)
     }
 
     /// Inputs for measuring `most × k` by `n × k` products: `x` of a fixed pseudo-random
