@@ -769,7 +769,16 @@ impl Collectives {
     /// Whether a fused call can exchange `bytes` per PE through the low-latency lines
     /// ([`FusedRegion::Lines`]): up to `LL_MAX_PES` PEs, and room in a lines slot.
     pub(crate) fn fused_lines_fit(&self, bytes: usize) -> bool {
-        self.tables.is_some() && bytes <= plan::ll_max_input(self.dims.lines_slot_bytes)
+        bytes <= self.fused_lines_room()
+    }
+
+    /// The data bytes per PE a fused call can exchange through the low-latency lines: none
+    /// above `LL_MAX_PES` PEs (no peer table).
+    fn fused_lines_room(&self) -> usize {
+        match self.tables {
+            Some(_) => plan::ll_max_input(self.dims.lines_slot_bytes),
+            None => 0,
+        }
     }
 
     /// A call of `function`, a kernel of another module that follows our collectives'
@@ -807,11 +816,7 @@ impl Collectives {
                 FusedRegion::Lines => (
                     self.lines.device_ptr(),
                     self.dims.lines_slot_bytes,
-                    if self.tables.is_some() {
-                        plan::ll_max_input(self.dims.lines_slot_bytes)
-                    } else {
-                        0
-                    },
+                    self.fused_lines_room(),
                 ),
             };
             if staged > room {

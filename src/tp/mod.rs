@@ -160,7 +160,8 @@ pub enum Schedule {
     /// `Sequential`'s wherever that one's GEMM is the same decode kernel (up to
     /// [`DECODE_TOKENS`] tokens, where [`GemmPath::Auto`] takes it: see
     /// [`Gemm::set_auto_path`] to fix that). It needs `tokens × out_features` bf16 of each
-    /// staging slot ([`CollectivesConfig::workspace`]; the default holds 1 Mi elements), and
+    /// lines slot or, in the flagged form, of each staging slot
+    /// ([`CollectivesConfig::workspace`]; the default staging slot holds 1 Mi elements), and
     /// falls back to `Sequential` where they do not fit.
     ///
     /// [`Auto`](Self::Auto) takes it where it measured faster (on 2 H100s and 2 H200s): the
