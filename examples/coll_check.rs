@@ -536,9 +536,10 @@ fn broadcast_burst(
 }
 
 /// Broadcasts between all-reduces, back to back with no host synchronisation: a one-shot
-/// all-reduce (staging of one epoch parity), a broadcast from a rotating root, a low-latency
-/// all-reduce (lines of the other parity), `rounds` times. A broadcast that let a PE run ahead
-/// into the next call would let it overwrite staging or lines a peer still reads.
+/// all-reduce (staging of one epoch parity; the bandwidth one around the relay, whose round
+/// flags it shares), a broadcast from a rotating root, a low-latency all-reduce (lines of the
+/// other parity), `rounds` times. A broadcast that let a PE run ahead into the next call
+/// would let it overwrite staging or lines a peer still reads.
 fn broadcast_between_reductions(
     shmem: &Nvshmem,
     coll: &Collectives,
@@ -554,8 +555,13 @@ fn broadcast_between_reductions(
     let outs = zeroed(shmem, bufs.len(), n)?;
     let s = shmem.stream();
     let sum = |i: usize, a: AllReduceAlgo| coll.all_reduce(&outs[i], &bufs[i], ReduceOp::Sum, a, s);
+    // The relay's round flags are the bandwidth all-reduce's: it goes between those.
+    let first = match algo {
+        BroadcastAlgo::Relay => AllReduceAlgo::Bandwidth,
+        _ => AllReduceAlgo::OneShot,
+    };
     for r in 0..rounds {
-        sum(3 * r, AllReduceAlgo::OneShot)?;
+        sum(3 * r, first)?;
         coll.broadcast(&outs[3 * r + 1], &bufs[3 * r + 1], r % np, algo, s)?;
         sum(3 * r + 2, AllReduceAlgo::LowLatency)?;
     }
@@ -1432,7 +1438,12 @@ fn main() {
     // staging slot must be refused, not overrun it.
     let slot = coll.workspace().staging_slot_bytes;
     for algo in BroadcastAlgo::ALL {
-        for n in [1usize, 3, 1000, 4097, 65_537, 300_001] {
+        // The relay also at a size of many rounds per block, and a tail.
+        let large = (algo == BroadcastAlgo::Relay).then_some(3_000_017);
+        for n in [1usize, 3, 1000, 4097, 65_537, 300_001]
+            .into_iter()
+            .chain(large)
+        {
             let too_large = algo == BroadcastAlgo::OneShot && 4 * n > slot
                 || algo == BroadcastAlgo::LowLatency && 4 * n > ll;
             for root in 0..shmem.n_pes() {
@@ -1488,6 +1499,7 @@ fn main() {
         (BroadcastAlgo::OneShot, AllToAllAlgo::OneShot),
         (BroadcastAlgo::Push, AllToAllAlgo::Push),
         (BroadcastAlgo::CopyEngine, AllToAllAlgo::CopyEngine),
+        (BroadcastAlgo::Relay, AllToAllAlgo::Auto),
     ] {
         c.check(
             &format!("broadcast {algo:?} and all_to_all {a2a:?} back to back and in a graph"),
@@ -1498,6 +1510,7 @@ fn main() {
         BroadcastAlgo::LowLatency,
         BroadcastAlgo::OneShot,
         BroadcastAlgo::CopyEngine,
+        BroadcastAlgo::Relay,
     ] {
         for root in [0, shmem.n_pes() - 1] {
             c.check(
@@ -1506,9 +1519,13 @@ fn main() {
             );
         }
     }
-    for algo in [BroadcastAlgo::LowLatency, BroadcastAlgo::CopyEngine] {
+    for algo in [
+        BroadcastAlgo::LowLatency,
+        BroadcastAlgo::CopyEngine,
+        BroadcastAlgo::Relay,
+    ] {
         c.check(
-            &format!("broadcast {algo:?} between one-shot and low-latency all-reduces"),
+            &format!("broadcast {algo:?} between all-reduces, back to back"),
             |s, seed| broadcast_between_reductions(s, &coll, seed, algo, (32, 1000 + 1)),
         );
     }

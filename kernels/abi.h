@@ -38,7 +38,7 @@
 // Where a wait that ran out of time was (Fault.site).
 enum FaultSite {
     FAULT_FLAGS = 1,      // a handshake flag (one-shot, two-shot, all-gather barriers)
-    FAULT_ROUND = 2,      // a bandwidth all-reduce round flag
+    FAULT_ROUND = 2,      // a round flag (bandwidth all-reduce, relay broadcast)
     FAULT_LINE = 3,       // a low-latency line
     FAULT_SENTINEL = 4,   // a sentinel vector
     FAULT_COUNTS = 5,     // not a wait: an all_to_all_v whose counts disagree (sent, expected)

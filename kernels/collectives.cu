@@ -35,6 +35,7 @@
 #define NO_EXTRA
 #define PEERS_PARAM , const Peers peers
 #define PLAN_PARAM , const BandwidthPlan plan
+#define CHUNK_PARAM , unsigned int chunk_vecs
 #define ALLREDUCE_ENTRY(ALGO, NAME, T, OPNAME, EXTRA, CALL)                                               \
     extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ALGO##_allreduce_##NAME##_##OPNAME(                 \
         const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes EXTRA) { \
@@ -132,7 +133,7 @@ ALLGATHER_ENTRY(bandwidth, NO_EXTRA, (bandwidth_allgather(src, dst, bytes, ctrl,
 ALLGATHER_ENTRY(ll, PEERS_PARAM, WITH_NP(peers.npes, (ll_allgather<NP>(src, dst, bytes, ctrl, staging, slot_bytes, peers))))
 
 // The broadcasts move bytes from PE `root`, whatever the element type (the low-latency one
-// takes the lines region's peer table before the root).
+// takes the lines region's peer table before the root, the relay its segment size).
 #define BROADCAST_ENTRY(ALGO, EXTRA, CALL)                                                                  \
     extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ALGO##_broadcast_bytes(                             \
         const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes EXTRA, int root) { \
@@ -142,6 +143,7 @@ ALLGATHER_ENTRY(ll, PEERS_PARAM, WITH_NP(peers.npes, (ll_allgather<NP>(src, dst,
 
 BROADCAST_ENTRY(oneshot, NO_EXTRA, (oneshot_broadcast(src, dst, bytes, ctrl, flags, staging, slot_bytes, root)))
 BROADCAST_ENTRY(push, NO_EXTRA, (push_broadcast(src, dst, bytes, ctrl, flags, root)))
+BROADCAST_ENTRY(relay, CHUNK_PARAM, (relay_broadcast(src, dst, bytes, ctrl, flags, chunk_vecs, root)))
 BROADCAST_ENTRY(ll, PEERS_PARAM, WITH_NP(peers.npes, (ll_broadcast<NP>(src, dst, bytes, ctrl, flags, staging, slot_bytes, peers, root))))
 
 // The all-to-alls move bytes too: `bytes` per block, n_pes blocks each way.

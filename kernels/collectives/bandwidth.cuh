@@ -32,8 +32,6 @@
 // apart, and a PE in call e + 2 has seen every owner's last flag of call e + 1, so every owner
 // has finished reading call e's staging.
 
-__device__ __forceinline__ uint64_t round_tag(uint64_t e, int r) { return (e << COLL_ROUND_BITS) | (uint64_t)(r + 1); }
-
 template <typename T, typename Op>
 __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes, BandwidthPlan plan) {
     const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();

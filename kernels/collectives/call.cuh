@@ -15,7 +15,7 @@
 #define FLAGS_DATA 0     // one-shot data landed
 #define FLAGS_DONE 1     // two-shot / all-gather bandwidth end barrier
 #define FLAGS_START 2    // two-shot / all-gather bandwidth start barrier
-#define FLAGS_BW 3       // bandwidth all-reduce: rounds of chunks (see there)
+#define FLAGS_BW 3       // rounds of chunks: bandwidth all-reduce, relay broadcast (see there)
 #define FLAGS_ACK 4      // low-latency broadcast: the last call each PE began (row 0; see there)
 
 
@@ -133,6 +133,11 @@ __device__ __forceinline__ bool signal_and_wait(Ctrl *ctrl, uint64_t *flags, int
     return __syncthreads_and(ok);
 }
 
+
+// The flag value that announces round r of call e, for the paths that signal in rounds (the
+// bandwidth all-reduce, the relay broadcast): (e << COLL_ROUND_BITS) | (r + 1), so values grow
+// over rounds and calls.
+__device__ __forceinline__ uint64_t round_tag(uint64_t e, int r) { return (e << COLL_ROUND_BITS) | (uint64_t)(r + 1); }
 
 // PE q's part of nvec vectors in the two-shot algorithms: [nvec * q / npes, nvec * (q + 1) / npes).
 __device__ __forceinline__ void part_of(size_t nvec, int q, int npes, size_t *b, size_t *e) {

@@ -99,6 +99,110 @@ __device__ void push_broadcast(const char *src, char *dst, size_t bytes, Ctrl *c
     finish_call(ctrl, e);
 }
 
+// Relay (large messages on more than 2 PEs): the push sends every byte out of the root once
+// per peer, so the root's outbound links carry npes - 1 copies of the message. Here they
+// carry one: the root scatters, and the other PEs (the relays) forward, pipelined. The input
+// is cut into segments of plan `chunk_vecs` vectors, dealt round-robin to the blocks (round
+// r, block b: segment r * gridDim.x + b), and each segment into npes - 1 pieces, piece k for
+// relay k (the k-th PE after the root). After a start barrier (every dst is free), block b of
+// the root stores each of its segments, piece k into relay k's dst (and the whole segment
+// into its own dst unless in place), and raises its flag at every relay to round_tag(e, r).
+// Block b of relay k waits for that flag, then stores piece k from its own dst into every
+// other relay's dst. An end barrier: every store into every dst has landed. Each relay takes
+// in the whole message once, the root sends it once, and a relay lags the root by a round.
+__device__ void relay_broadcast(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, unsigned int chunk_vecs, int root) {
+    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes(), relays = npes - 1;
+    const uint64_t e = call_epoch(ctrl);
+    __shared__ uint4 *to[MAX_PES];  // PE p's dst
+    __shared__ uint64_t *raise[MAX_PES];  // at the root: my flag word at relay k
+    for (int p = threadIdx.x; p < npes; p += blockDim.x) {
+        to[p] = (uint4 *)(p == me ? dst : (char *)nvshmem_ptr(dst, p));
+        raise[p] = (uint64_t *)nvshmem_ptr(flag_at(flags, FLAGS_BW, blockIdx.x, root, npes), (root + 1 + p) % npes);
+    }
+    if (!signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e)) {
+        finish_call(ctrl, e);
+        return;
+    }
+    const size_t nvec = bytes / 16, G = gridDim.x, b = blockIdx.x, chunk = chunk_vecs;
+    const int rounds = (int)((nvec + chunk * G - 1) / (chunk * G));
+    // Segment (r, b): its first vector and length; piece k of it: [k * q, (k + 1) * q) there.
+    auto segment = [&](int r, size_t *s0, unsigned int *len, unsigned int *q) {
+        *s0 = ((size_t)r * G + b) * chunk;
+        *len = *s0 < nvec ? (unsigned int)(nvec - *s0 < chunk ? nvec - *s0 : chunk) : 0u;
+        *q = (*len + relays - 1) / relays;
+    };
+    bool ok = true;
+    if (me == root) {
+        const uint4 *src4 = (const uint4 *)src;
+        const bool in_place = dst == src;
+        for (int r = 0; r < rounds; r++) {
+            size_t s0;
+            unsigned int len, q;
+            segment(r, &s0, &len, &q);
+            for (unsigned int j0 = threadIdx.x; j0 < len; j0 += blockDim.x * UNROLL) {
+                uint4 v[UNROLL];
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++) {
+                    const unsigned int j = j0 + u * blockDim.x;
+                    if (j < len) v[u] = ld_cg(src4 + s0 + j);
+                }
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++) {
+                    const unsigned int j = j0 + u * blockDim.x;
+                    if (j < len) {
+                        to[(root + 1 + j / q) % npes][s0 + j] = v[u];
+                        if (!in_place) to[me][s0 + j] = v[u];
+                    }
+                }
+            }
+            __syncthreads();
+            for (int k = threadIdx.x; k < relays; k += blockDim.x) st_release_sys(raise[k], round_tag(e, r));
+        }
+        // The bytes after the last whole vector, straight to every PE.
+        if (blockIdx.x == 0)
+            for (size_t i = nvec * 16 + threadIdx.x; i < bytes; i += blockDim.x)
+                for (int p = 0; p < npes; p++)
+                    if (p != me || !in_place) ((char *)to[p])[i] = ld_cg_t(src + i);
+    } else {
+        const int k = (me - root - 1 + npes) % npes;
+        const uint64_t *mine = flag_at(flags, FLAGS_BW, blockIdx.x, root, npes);
+        for (int r = 0; r < rounds && ok; r++) {
+            if (threadIdx.x == 0) {
+                Wait w(ctrl);
+                while (ok && ld_acquire_sys(mine) < round_tag(e, r)) ok = w.again(root);
+                if (!ok) w.report(FAULT_ROUND, e);
+            }
+            // A root that never came: forward nothing, and send no end flag.
+            if (!(ok = __syncthreads_and(ok))) break;
+            size_t s0;
+            unsigned int len, q;
+            segment(r, &s0, &len, &q);
+            const unsigned int lo = k * q, hi = (k + 1) * q < len ? (k + 1) * q : len;
+            for (unsigned int j0 = lo + threadIdx.x; j0 < hi; j0 += blockDim.x * UNROLL) {
+                uint4 v[UNROLL];
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++) {
+                    const unsigned int j = j0 + u * blockDim.x;
+                    if (j < hi) v[u] = ld_cg(to[me] + s0 + j);
+                }
+                // Every other relay, from the next PE on (relays do not all store into the
+                // same one first).
+                for (int t = 1; t < npes; t++) {
+                    const int p = (me + t) % npes;
+                    if (p == root) continue;
+#pragma unroll
+                    for (int u = 0; u < UNROLL; u++) {
+                        const unsigned int j = j0 + u * blockDim.x;
+                        if (j < hi) to[p][s0 + j] = v[u];
+                    }
+                }
+            }
+        }
+    }
+    if (ok) signal_and_wait(ctrl, flags, FLAGS_DONE, me, npes, e);
+    finish_call(ctrl, e);
+}
+
 // ---- all-to-all ---------------------------------------------------------------------------
 // src and dst hold npes blocks of `bytes`: block q of PE p's src becomes block p of PE q's dst.
 

@@ -93,8 +93,10 @@ pub enum ReduceAlgo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BroadcastAlgo {
     /// Chosen by size: [`LowLatency`](Self::LowLatency) up to
-    /// [`Thresholds::broadcast_ll_max_bytes`](super::Thresholds::broadcast_ll_max_bytes),
-    /// then [`OneShot`](Self::OneShot) up to
+    /// [`Thresholds::broadcast_ll_max_bytes`](super::Thresholds::broadcast_ll_max_bytes);
+    /// on more than 2 PEs [`Relay`](Self::Relay) from
+    /// [`Thresholds::broadcast_relay_min_bytes`](super::Thresholds::broadcast_relay_min_bytes);
+    /// else [`OneShot`](Self::OneShot) up to
     /// [`BROADCAST_ONESHOT_BYTES`](super::BROADCAST_ONESHOT_BYTES) (and the staging slot),
     /// [`Push`](Self::Push) above, [`CopyEngine`](Self::CopyEngine) from
     /// [`Thresholds::copy_engine_min_bytes`](super::Thresholds::copy_engine_min_bytes).
@@ -115,6 +117,12 @@ pub enum BroadcastAlgo {
     /// copy engine cannot be stopped from the device: after an opening barrier that ran out
     /// of time the copies still run, into a peer that may not have reached the call.
     CopyEngine,
+    /// Scatter and forward, pipelined (large messages on more than 2 PEs): the root sends
+    /// each piece of its input to one PE only, which forwards it to the others while the
+    /// root sends the next pieces. The root's links carry the message once, not once per
+    /// peer, as the push's and the copy engines' do. No staging, any size; on 2 PEs it is
+    /// the push.
+    Relay,
 }
 
 /// All-to-all algorithm.
@@ -155,6 +163,9 @@ pub(crate) enum Params {
     LinesPeers,
     /// The staging area and the bandwidth all-reduce's chunking (`BandwidthPlan`).
     StagingPlan,
+    /// The staging area (unused) and a segment size in 16-byte vectors, then the root: the
+    /// relay broadcast.
+    StagingChunks,
     /// The sentinel buffers and their table of peer addresses.
     SentinelPeers,
     /// The all-to-all-v's table of counts and the counts themselves (`Counts`).
@@ -287,7 +298,7 @@ pub(crate) const REDUCE_ROWS: [Row<ReduceAlgo>; 1] = [Row {
 }];
 
 /// The broadcast algorithms (`Auto` has no row).
-pub(crate) const BROADCAST_ROWS: [Row<BroadcastAlgo>; 4] = [
+pub(crate) const BROADCAST_ROWS: [Row<BroadcastAlgo>; 5] = [
     Row {
         algo: BroadcastAlgo::LowLatency,
         name: "ll",
@@ -315,6 +326,13 @@ pub(crate) const BROADCAST_ROWS: [Row<BroadcastAlgo>; 4] = [
         kernel: "ce",
         floats_only: false,
         params: Params::CopyEngine,
+    },
+    Row {
+        algo: BroadcastAlgo::Relay,
+        name: "relay",
+        kernel: "relay",
+        floats_only: false,
+        params: Params::StagingChunks,
     },
 ];
 
@@ -467,12 +485,13 @@ impl Algo for AllToAllAlgo {
 
 impl BroadcastAlgo {
     /// Every algorithm, `Auto` first.
-    pub const ALL: [BroadcastAlgo; 5] = [
+    pub const ALL: [BroadcastAlgo; 6] = [
         BroadcastAlgo::Auto,
         BroadcastAlgo::LowLatency,
         BroadcastAlgo::OneShot,
         BroadcastAlgo::Push,
         BroadcastAlgo::CopyEngine,
+        BroadcastAlgo::Relay,
     ];
 
     /// Its name on command lines (`push`), as `Display` prints and `FromStr` reads it.
@@ -794,7 +813,7 @@ mod tests {
         let names = kernel_names();
         assert_eq!(
             names.len(),
-            5 * 4 * 3 + 2 * 3 * 3 + 3 + 2 * 4 * 3 + 3 + 3 + 1 + 4 * 3 + 3
+            5 * 4 * 3 + 2 * 3 * 3 + 3 + 2 * 4 * 3 + 4 + 3 + 1 + 4 * 3 + 3
         );
         assert_eq!(names.last().unwrap(), "ce_local_copy");
         // Every name once.
@@ -809,6 +828,7 @@ mod tests {
         assert!(names.contains(&"pull_reducescatter_i32_max".to_string()));
         assert!(names.contains(&"ll_reducescatter_bf16_sum".to_string()));
         assert!(names.contains(&"ll_broadcast_bytes".to_string()));
+        assert!(names.contains(&"relay_broadcast_bytes".to_string()));
         assert!(names.contains(&"ll_alltoall_bytes".to_string()));
         assert!(names.contains(&"sentinel_twoshot_allreduce_f16_min".to_string()));
         assert!(names.contains(&"sentinel_allreduce_bf16_sum".to_string()));

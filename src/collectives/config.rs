@@ -17,8 +17,16 @@ use std::time::Duration;
 /// (NVLink 4, graph replays), against the SM paths: all-gather 193.6 / 192.9 us at 64 MiB
 /// per PE, 365.7 / 376.5 at 128 MiB; broadcast 189.4 / 190.7 at 64 MiB, 357.9 / 372.7 at
 /// 128 MiB, 695.7 / 737.6 at 256 MiB; all-to-all 195.1 / 199.7 with 64 MiB blocks, 109.4 /
-/// 105.4 with 32 MiB ones.
+/// 105.4 with 32 MiB ones. Two PEs only: on 4 H200s the copy engines' all-gather took 238.7
+/// and 881.6 us at 16 and 64 MiB per PE against 150.4 and 576.6 for the SM path, and their
+/// broadcast sends the whole message to every peer, as the push does (the relay sends it out
+/// once).
 const COPY_ENGINE_MIN_BYTES: usize = 64 << 20;
+
+/// Broadcasts from which more than 2 PEs take the relay. Measured on 4 H200s (graph
+/// replays): 19.6 us at 2 MiB against 23.3 for the one-shot and the push; 14.9 at 1 MiB
+/// against 13.6 for the one-shot.
+const RELAY_MIN_BYTES: usize = 2 << 20;
 
 /// Size thresholds of the automatic choice (the `Auto` algorithm of every collective), in
 /// bytes per PE (per block for the all-to-all). Every PE must use the same.
@@ -58,6 +66,9 @@ pub struct Thresholds {
     /// All-to-all blocks up to this use the low-latency path; larger ones the one-shot (up
     /// to [`ALL_TO_ALL_ONESHOT_BYTES`](super::ALL_TO_ALL_ONESHOT_BYTES)) or the push.
     pub alltoall_ll_max_bytes: usize,
+    /// Broadcasts of at least this (above the low-latency path) take the relay on more than
+    /// 2 PEs; `usize::MAX`: never.
+    pub broadcast_relay_min_bytes: usize,
     /// All-gathers (bytes per PE), broadcasts and all-to-alls (bytes per block) of at least
     /// this go by the copy engines (`CopyEngine`); `usize::MAX`: never.
     pub copy_engine_min_bytes: usize,
@@ -90,6 +101,7 @@ impl Thresholds {
                 reducescatter_ll_max_bytes: 512 << 10,
                 broadcast_ll_max_bytes: 512 << 10,
                 alltoall_ll_max_bytes: 512 << 10,
+                broadcast_relay_min_bytes: usize::MAX,
                 copy_engine_min_bytes: COPY_ENGINE_MIN_BYTES,
             }
         } else {
@@ -101,7 +113,8 @@ impl Thresholds {
             // two-shot to 512 KiB. The flag one-shot is never chosen; the two-shot to
             // 32 MiB, the store-only bandwidth path above. All-gather: low-latency to
             // 256 KiB per PE, bandwidth above. The low-latency reduce-scatter, broadcast and
-            // all-to-all take the all-gather's threshold, not measured on 4 PEs.
+            // all-to-all take the all-gather's threshold, not measured on 4 PEs. Broadcasts
+            // from 2 MiB take the relay; nothing takes the copy engines.
             Thresholds {
                 sentinel_min_bytes: 2 << 10,
                 sentinel_max_bytes: 128 << 10,
@@ -115,7 +128,8 @@ impl Thresholds {
                 reducescatter_ll_max_bytes: 256 << 10,
                 broadcast_ll_max_bytes: 256 << 10,
                 alltoall_ll_max_bytes: 256 << 10,
-                copy_engine_min_bytes: COPY_ENGINE_MIN_BYTES,
+                broadcast_relay_min_bytes: RELAY_MIN_BYTES,
+                copy_engine_min_bytes: usize::MAX,
             }
         }
     }
@@ -577,23 +591,20 @@ mod tests {
             ReduceScatterAlgo::LowLatency
         );
         assert_eq!(t.choose_reduce_scatter(8, false), ReduceScatterAlgo::Pull);
-        // The copy engines from their threshold on; never when it is usize::MAX.
+        // The copy engines from their threshold on (2 PEs); never when it is usize::MAX,
+        // as on more PEs.
+        let two = Thresholds::for_pes(2);
         assert_eq!(
-            t.choose_all_gather(64 << 20, true),
+            two.choose_all_gather(64 << 20, true),
             AllGatherAlgo::CopyEngine
         );
         assert_eq!(
-            t.choose_all_gather((64 << 20) - 1, true),
+            two.choose_all_gather((64 << 20) - 1, true),
             AllGatherAlgo::Bandwidth
         );
-        let never = Thresholds {
-            copy_engine_min_bytes: usize::MAX,
-            ..t.clone()
-        };
-        assert_eq!(
-            never.choose_all_gather(1 << 30, true),
-            AllGatherAlgo::Bandwidth
-        );
+        assert_eq!(t.copy_engine_min_bytes, usize::MAX);
+        assert_eq!(t.choose_all_gather(1 << 30, true), AllGatherAlgo::Bandwidth);
+        assert_eq!(two.broadcast_relay_min_bytes, usize::MAX);
         assert_eq!(
             t.choose_reduce_scatter(1 << 20, true),
             ReduceScatterAlgo::Pull

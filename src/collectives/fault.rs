@@ -106,7 +106,7 @@ impl Drop for FaultRecord {
 fn site_name(site: i32) -> &'static str {
     match site as u32 {
         abi::FAULT_FLAGS => "a handshake flag",
-        abi::FAULT_ROUND => "a bandwidth round flag",
+        abi::FAULT_ROUND => "a round flag",
         abi::FAULT_LINE => "a low-latency line",
         abi::FAULT_SENTINEL => "a sentinel vector",
         _ => "a peer",

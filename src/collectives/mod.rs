@@ -905,7 +905,8 @@ impl Collectives {
         if bytes > plan.limit {
             return Err(Error::InvalidArgument(format!(
                 "{algo:?} {} of {bytes} bytes exceeds its part of the workspace ({} bytes); use \
-                 Bandwidth, or a larger CollectivesConfig::workspace",
+                 Auto (it picks an algorithm that fits), or a larger \
+                 CollectivesConfig::workspace",
                 A::WHAT,
                 plan.limit
             )));
@@ -913,7 +914,7 @@ impl Collectives {
         let (region, slot_bytes) = match params {
             Params::SentinelPeers => (self.sentinel.device_ptr(), self.dims.sentinel_slot_bytes),
             Params::LinesPeers => (self.lines.device_ptr(), self.dims.lines_slot_bytes),
-            Params::Staging | Params::StagingPlan => {
+            Params::Staging | Params::StagingPlan | Params::StagingChunks => {
                 (self.staging.device_ptr(), self.dims.staging_slot_bytes)
             }
             Params::CountsTable => (
@@ -957,6 +958,9 @@ impl Collectives {
             }
             (_, Extra::Root(root)) => {
                 args.value(root);
+            }
+            (Params::StagingChunks, Extra::Relay { chunk_vecs, root }) => {
+                args.value(chunk_vecs).value(root);
             }
             _ => {}
         }

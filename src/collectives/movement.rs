@@ -55,10 +55,13 @@ impl Collectives {
 
     /// The algorithm `Auto` picks for a broadcast of `bytes`.
     pub fn choose_broadcast(&self, bytes: usize) -> BroadcastAlgo {
-        if bytes >= self.thresholds.copy_engine_min_bytes {
+        let t = &self.thresholds;
+        if bytes >= t.copy_engine_min_bytes {
             BroadcastAlgo::CopyEngine
-        } else if bytes <= self.thresholds.broadcast_ll_max_bytes && self.tables.is_some() {
+        } else if bytes <= t.broadcast_ll_max_bytes && self.tables.is_some() {
             BroadcastAlgo::LowLatency
+        } else if bytes >= t.broadcast_relay_min_bytes && self.dims.n_pes > 2 {
+            BroadcastAlgo::Relay
         } else if bytes <= BROADCAST_ONESHOT_BYTES.min(self.dims.staging_slot_bytes) {
             BroadcastAlgo::OneShot
         } else {

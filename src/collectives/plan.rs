@@ -56,6 +56,8 @@ pub(crate) enum Extra {
     Plan(abi::BandwidthPlan),
     /// The broadcast's root PE.
     Root(i32),
+    /// The relay broadcast's segment size (16-byte vectors) and root PE.
+    Relay { chunk_vecs: u32, root: i32 },
 }
 
 /// One call's launch.
@@ -218,10 +220,63 @@ pub(crate) fn copy_grid(bytes: usize, d: &Dims) -> (u32, u32) {
 
 /// The plan of a broadcast of `bytes` from `root` (`algo` is not `Auto`).
 pub(crate) fn broadcast_plan(algo: BroadcastAlgo, bytes: usize, root: usize, d: &Dims) -> CallPlan {
-    let root = Extra::Root(root as i32);
     match algo {
-        BroadcastAlgo::LowLatency => ll_plan(bytes, d, root),
-        _ => move_plan(algo == BroadcastAlgo::OneShot, bytes, d, root),
+        BroadcastAlgo::LowLatency => ll_plan(bytes, d, Extra::Root(root as i32)),
+        BroadcastAlgo::Relay => relay_plan(bytes, root, d),
+        _ => move_plan(
+            algo == BroadcastAlgo::OneShot,
+            bytes,
+            d,
+            Extra::Root(root as i32),
+        ),
+    }
+}
+
+/// Rounds a relay broadcast aims for, and segment sizes (16-byte vectors). A relay forwards a
+/// round behind the root, so more rounds shorten the pipeline's fill; but every round ends
+/// with a system-scope release of the root's stores and a flag each relay waits for. Measured
+/// on 4 H200s (graph replays), us at 1 / 2 / 4 / 8 / 32 / 64 MiB, by the rounds aimed for and
+/// the segments' bounds: 4 rounds of 4 to 32 KiB, 15.9 / 22.0 / 28.0 / 40.2 / 114.9 / 209.9;
+/// 8 rounds of 8 to 64 KiB, 14.9 / 19.6 / 27.2 / 42.7 / 117.5 / 223.9; 32 rounds of 4 to
+/// 32 KiB, 18.2 / 21.9 / 33.7 / 57.2 / - / 213.9. These bounds take the better of the first
+/// two at every size. At 256 MiB, 31 or 62 rounds made no difference (776 and 772 us).
+const RELAY_ROUNDS: usize = 4;
+const RELAY_MIN_CHUNK_VECS: usize = 512;
+const RELAY_MAX_CHUNK_VECS: usize = 2048;
+/// Fewest rounds: below `RELAY_MIN_ROUNDS` segments of the smallest size per block, fewer
+/// blocks are launched.
+const RELAY_MIN_ROUNDS: usize = 2;
+
+/// The plan of a relay broadcast of `bytes`: one 512-thread block per SM (all resident, as
+/// the blocks' barriers need), at least `RELAY_MIN_ROUNDS` rounds, and segments that make
+/// about `RELAY_ROUNDS` of them.
+fn relay_plan(bytes: usize, root: usize, d: &Dims) -> CallPlan {
+    let nvec = bytes / 16;
+    let blocks = blocks_for(
+        nvec,
+        RELAY_MIN_CHUNK_VECS * RELAY_MIN_ROUNDS,
+        d.sm_count.min(MAX_BLOCKS),
+    );
+    let blocks_n = blocks as usize;
+    // RELAY_ROUNDS where the segments' bounds allow, then segments evened out over the
+    // rounds (no short last round).
+    let rounds = nvec
+        .div_ceil(blocks_n * RELAY_MAX_CHUNK_VECS)
+        .max(RELAY_ROUNDS.min(nvec / (blocks_n * RELAY_MIN_CHUNK_VECS)))
+        .max(1);
+    let chunk_vecs = nvec.div_ceil(blocks_n * rounds).max(1);
+    // Rounds stay below the round bits of the flag values (terabytes).
+    let max_rounds = (1usize << abi::COLL_ROUND_BITS) - 2;
+    CallPlan {
+        blocks,
+        threads: THREADS,
+        limit: max_rounds
+            .saturating_mul(RELAY_MAX_CHUNK_VECS * blocks_n)
+            .saturating_mul(16),
+        extra: Extra::Relay {
+            chunk_vecs: chunk_vecs as u32,
+            root: root as i32,
+        },
     }
 }
 
@@ -335,6 +390,43 @@ mod tests {
     fn bandwidth_rounds(nvec: usize, n_pes: usize, blocks: u32, plan: abi::BandwidthPlan) -> usize {
         let cap = plan.chunk_vecs as usize * blocks as usize;
         nvec.div_ceil(n_pes.max(1)).div_ceil(cap.max(1)).max(1)
+    }
+
+    #[test]
+    fn relay_broadcast_takes_few_rounds_of_bounded_segments() {
+        let d = Dims {
+            n_pes: 4,
+            sm_count: 132,
+            bandwidth_max_blocks: 264,
+            staging_slot_bytes: 6 << 20,
+            lines_slot_bytes: 1 << 20,
+            sentinel_slot_bytes: 1 << 20,
+        };
+        // (bytes, blocks, segment vectors, rounds as the kernel counts them)
+        for (bytes, blocks, chunk, rounds) in [
+            (0, 1, 1, 0),
+            (100, 1, 6, 1),
+            (1 << 20, 64, 512, 2),
+            (2 << 20, 128, 512, 2),
+            (3 << 20, 132, 745, 2),
+            (8 << 20, 132, 993, 4),
+            (64 << 20, 132, 1986, 16),
+            (256 << 20, 132, 2018, 63),
+        ] {
+            let p = broadcast_plan(BroadcastAlgo::Relay, bytes, 3, &d);
+            let Extra::Relay { chunk_vecs, root } = p.extra else {
+                panic!("{:?}", p.extra)
+            };
+            let nvec = bytes / 16;
+            let got = nvec.div_ceil(chunk_vecs as usize * p.blocks as usize);
+            assert_eq!(
+                (p.blocks, chunk_vecs, got, root),
+                (blocks, chunk, rounds, 3),
+                "{bytes}"
+            );
+            assert_eq!(p.threads, THREADS);
+            assert!(bytes <= p.limit);
+        }
     }
 
     #[test]
