@@ -131,7 +131,8 @@ pub enum AllToAllAlgo {
     /// Chosen by size: [`LowLatency`](Self::LowLatency) up to
     /// [`Thresholds::alltoall_ll_max_bytes`](super::Thresholds::alltoall_ll_max_bytes) per
     /// block, then [`OneShot`](Self::OneShot) up to
-    /// [`ALL_TO_ALL_ONESHOT_BYTES`](super::ALL_TO_ALL_ONESHOT_BYTES) (and the staging slot),
+    /// [`Thresholds::alltoall_oneshot_max_bytes`](super::Thresholds::alltoall_oneshot_max_bytes)
+    /// (and the staging slot),
     /// [`Push`](Self::Push) above, [`CopyEngine`](Self::CopyEngine) from
     /// [`Thresholds::copy_engine_min_bytes`](super::Thresholds::copy_engine_min_bytes).
     Auto,

@@ -4,6 +4,7 @@
 //! grows too, never a silent allocation).
 
 use super::algo::{AllGatherAlgo, AllReduceAlgo, ReduceScatterAlgo};
+use super::movement::ALL_TO_ALL_ONESHOT_BYTES;
 use super::plan::{
     all_gather_plan, all_reduce_plan, ll_max_input, ll_twoshot_slot_bytes,
     sentinel_twoshot_slot_bytes, Dims, BW_STAGING_BYTES,
@@ -64,8 +65,11 @@ pub struct Thresholds {
     /// push.
     pub broadcast_ll_max_bytes: usize,
     /// All-to-all blocks up to this use the low-latency path; larger ones the one-shot (up
-    /// to [`ALL_TO_ALL_ONESHOT_BYTES`](super::ALL_TO_ALL_ONESHOT_BYTES)) or the push.
+    /// to `alltoall_oneshot_max_bytes`) or the push.
     pub alltoall_ll_max_bytes: usize,
+    /// All-to-all blocks up to this (above low-latency, and within the staging slot) use
+    /// the one-shot; larger ones the push.
+    pub alltoall_oneshot_max_bytes: usize,
     /// Broadcasts of at least this (above the low-latency path) take the relay on more than
     /// 2 PEs; `usize::MAX`: never.
     pub broadcast_relay_min_bytes: usize,
@@ -101,6 +105,7 @@ impl Thresholds {
                 reducescatter_ll_max_bytes: 512 << 10,
                 broadcast_ll_max_bytes: 512 << 10,
                 alltoall_ll_max_bytes: 512 << 10,
+                alltoall_oneshot_max_bytes: ALL_TO_ALL_ONESHOT_BYTES,
                 broadcast_relay_min_bytes: usize::MAX,
                 copy_engine_min_bytes: COPY_ENGINE_MIN_BYTES,
             }
@@ -113,8 +118,12 @@ impl Thresholds {
             // two-shot to 512 KiB. The flag one-shot is never chosen; the two-shot to
             // 32 MiB, the store-only bandwidth path above. All-gather: low-latency to
             // 256 KiB per PE, bandwidth above. The low-latency reduce-scatter, broadcast and
-            // all-to-all take the all-gather's threshold, not measured on 4 PEs. Broadcasts
-            // from 2 MiB take the relay; nothing takes the copy engines.
+            // all-to-all take the all-gather's threshold (measured later: the reduce-scatter
+            // 8.7 us for 256 KiB blocks against 10.2 for the pull, 15.2 against 11.9 for
+            // 512 KiB ones; the broadcast 5.8 us at 256 KiB against 6.4 for the one-shot,
+            // 10.3 against 8.6 at 512 KiB). All-to-all blocks above it take the push, not
+            // the one-shot (11.0 us against 13.7 for 512 KiB blocks, 16.6 against 22.7 for
+            // 1 MiB). Broadcasts from 2 MiB take the relay; nothing takes the copy engines.
             Thresholds {
                 sentinel_min_bytes: 2 << 10,
                 sentinel_max_bytes: 128 << 10,
@@ -128,6 +137,7 @@ impl Thresholds {
                 reducescatter_ll_max_bytes: 256 << 10,
                 broadcast_ll_max_bytes: 256 << 10,
                 alltoall_ll_max_bytes: 256 << 10,
+                alltoall_oneshot_max_bytes: 256 << 10,
                 broadcast_relay_min_bytes: RELAY_MIN_BYTES,
                 copy_engine_min_bytes: usize::MAX,
             }
@@ -605,6 +615,9 @@ mod tests {
         assert_eq!(t.copy_engine_min_bytes, usize::MAX);
         assert_eq!(t.choose_all_gather(1 << 30, true), AllGatherAlgo::Bandwidth);
         assert_eq!(two.broadcast_relay_min_bytes, usize::MAX);
+        // The all-to-all's one-shot on 2 PEs only: on 4, the push above the low-latency path.
+        assert_eq!(two.alltoall_oneshot_max_bytes, ALL_TO_ALL_ONESHOT_BYTES);
+        assert_eq!(t.alltoall_oneshot_max_bytes, t.alltoall_ll_max_bytes);
         assert_eq!(
             t.choose_reduce_scatter(1 << 20, true),
             ReduceScatterAlgo::Pull

@@ -21,9 +21,10 @@ use std::sync::Arc;
 /// 10.4 and 13.3 for the push.
 pub const BROADCAST_ONESHOT_BYTES: usize = 2 << 20;
 
-/// Bytes per block up to which [`AllToAllAlgo::Auto`] takes the one-shot path, above the
-/// low-latency path's threshold. Measured on 2 H100s: 9.6 us for 1 MiB blocks, against 10.6
-/// for the push.
+/// Bytes per block up to which [`AllToAllAlgo::Auto`] takes the one-shot path on 2 PEs
+/// ([`Thresholds::alltoall_oneshot_max_bytes`](super::Thresholds::alltoall_oneshot_max_bytes)),
+/// above the low-latency path's threshold. Measured on 2 H100s: 9.6 us for 1 MiB blocks,
+/// against 10.6 for the push.
 pub const ALL_TO_ALL_ONESHOT_BYTES: usize = 1 << 20;
 
 impl Collectives {
@@ -151,7 +152,12 @@ impl Collectives {
             AllToAllAlgo::CopyEngine
         } else if bytes <= self.thresholds.alltoall_ll_max_bytes && self.tables.is_some() {
             AllToAllAlgo::LowLatency
-        } else if bytes <= ALL_TO_ALL_ONESHOT_BYTES.min(self.dims.staging_slot_bytes) {
+        } else if bytes
+            <= self
+                .thresholds
+                .alltoall_oneshot_max_bytes
+                .min(self.dims.staging_slot_bytes)
+        {
             AllToAllAlgo::OneShot
         } else {
             AllToAllAlgo::Push
