@@ -1059,7 +1059,10 @@ fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool {
             21 => {
                 let mut b = BroadcastAlgo::ALL[pick(&mut rng, BroadcastAlgo::ALL.len())];
                 if b == BroadcastAlgo::OneShot && 4 * n > coll.workspace().staging_slot_bytes
-                    || b == BroadcastAlgo::LowLatency && 4 * n > ll_limit(coll)
+                    || matches!(
+                        b,
+                        BroadcastAlgo::LowLatency | BroadcastAlgo::LowLatencyRelay
+                    ) && 4 * n > ll_limit(coll)
                 {
                     b = BroadcastAlgo::Auto;
                 }
@@ -1444,8 +1447,11 @@ fn main() {
             .into_iter()
             .chain(large)
         {
-            let too_large = algo == BroadcastAlgo::OneShot && 4 * n > slot
-                || algo == BroadcastAlgo::LowLatency && 4 * n > ll;
+            let lines = matches!(
+                algo,
+                BroadcastAlgo::LowLatency | BroadcastAlgo::LowLatencyRelay
+            );
+            let too_large = algo == BroadcastAlgo::OneShot && 4 * n > slot || lines && 4 * n > ll;
             for root in 0..shmem.n_pes() {
                 let case = (algo, root, root % 2 == 1);
                 let name = format!("broadcast {algo:?} root {root} in place {} n={n}", case.2);
@@ -1458,7 +1464,7 @@ fn main() {
                     false => broadcast_case::<f32>(s, &coll, seed, case, n),
                 });
             }
-            if !too_large || 2 * n <= ll && algo == BroadcastAlgo::LowLatency {
+            if !too_large || 2 * n <= ll && lines {
                 c.check(
                     &format!("broadcast {algo:?} root 0 n={n} bf16"),
                     |s, seed| broadcast_case::<bf16>(s, &coll, seed, (algo, 0, false), n),
@@ -1500,6 +1506,7 @@ fn main() {
         (BroadcastAlgo::Push, AllToAllAlgo::Push),
         (BroadcastAlgo::CopyEngine, AllToAllAlgo::CopyEngine),
         (BroadcastAlgo::Relay, AllToAllAlgo::Auto),
+        (BroadcastAlgo::LowLatencyRelay, AllToAllAlgo::LowLatency),
     ] {
         c.check(
             &format!("broadcast {algo:?} and all_to_all {a2a:?} back to back and in a graph"),
@@ -1511,6 +1518,7 @@ fn main() {
         BroadcastAlgo::OneShot,
         BroadcastAlgo::CopyEngine,
         BroadcastAlgo::Relay,
+        BroadcastAlgo::LowLatencyRelay,
     ] {
         for root in [0, shmem.n_pes() - 1] {
             c.check(
@@ -1523,6 +1531,7 @@ fn main() {
         BroadcastAlgo::LowLatency,
         BroadcastAlgo::CopyEngine,
         BroadcastAlgo::Relay,
+        BroadcastAlgo::LowLatencyRelay,
     ] {
         c.check(
             &format!("broadcast {algo:?} between all-reduces, back to back"),

@@ -145,6 +145,7 @@ BROADCAST_ENTRY(oneshot, NO_EXTRA, (oneshot_broadcast(src, dst, bytes, ctrl, fla
 BROADCAST_ENTRY(push, NO_EXTRA, (push_broadcast(src, dst, bytes, ctrl, flags, root)))
 BROADCAST_ENTRY(relay, CHUNK_PARAM, (relay_broadcast(src, dst, bytes, ctrl, flags, chunk_vecs, root)))
 BROADCAST_ENTRY(ll, PEERS_PARAM, WITH_NP(peers.npes, (ll_broadcast<NP>(src, dst, bytes, ctrl, flags, staging, slot_bytes, peers, root))))
+BROADCAST_ENTRY(ll_relay, PEERS_PARAM, WITH_NP(peers.npes, (ll_relay_broadcast<NP>(src, dst, bytes, ctrl, flags, staging, slot_bytes, peers, root))))
 
 // The all-to-alls move bytes too: `bytes` per block, n_pes blocks each way.
 #define ALLTOALL_ENTRY(ALGO, EXTRA, CALL)                                                                   \

@@ -328,6 +328,29 @@ __device__ void push_alltoallv(const char *src, char *dst, size_t elem, Ctrl *ct
 // ---- low-latency broadcast and all-to-all --------------------------------------------------
 // The lines of the low-latency all-gather (low_latency.cuh), from the root only or in blocks.
 
+// The acknowledgements of the low-latency broadcasts (see ll_broadcast): this PE's epoch into
+// its word of every peer's acknowledgement row, from the last threads of block 0 (blocks have
+// at least 128 threads, tables at most 16 PEs), which take lines last. Returns the row here.
+__device__ __forceinline__ uint64_t *announce_begun(uint64_t *flags, int me, int npes, uint64_t e) {
+    uint64_t *begun = flag_at(flags, FLAGS_ACK, 0, 0, npes);  // [pe]: the last call it began
+    const int acked = (int)(blockDim.x - 1 - threadIdx.x);
+    if (blockIdx.x == 0 && acked < npes && acked != me)
+        st_relaxed_sys((uint64_t *)nvshmem_ptr(begun + me, acked), e);
+    return begun;
+}
+
+// Before the call ends, block 0 waits until every peer has begun it.
+__device__ __forceinline__ void await_begun(Ctrl *ctrl, const uint64_t *begun, int me, int npes, uint64_t e) {
+    if (blockIdx.x != 0) return;
+    for (int p = threadIdx.x; p < npes; p += blockDim.x) {
+        if (p == me) continue;
+        Wait w(ctrl);
+        bool ok = true;
+        while (ok && ld_acquire_sys(begun + p) < e) ok = w.again(p);
+        if (!ok) w.report(FAULT_FLAGS, e);
+    }
+}
+
 // The root pushes line j of its input into its slot of every peer's lines and copies it into
 // its own dst (unless in place); every other PE takes line j from the root's slot into dst.
 //
@@ -350,12 +373,7 @@ __device__ void ll_broadcast(const char *src, char *dst, size_t bytes, Ctrl *ctr
     const size_t lines = (bytes + 7) / 8;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
-    uint64_t *begun = flag_at(flags, FLAGS_ACK, 0, 0, npes);  // [pe]: the last call it began
-    // From the last threads of block 0 (blocks have at least 128 threads, tables at most 16
-    // PEs), which take lines last.
-    const int acked = (int)(blockDim.x - 1 - threadIdx.x);
-    if (blockIdx.x == 0 && acked < npes && acked != me)
-        st_relaxed_sys((uint64_t *)nvshmem_ptr(begun + me, acked), e);
+    uint64_t *begun = announce_begun(flags, me, npes, e);
     if (me == root) {
         const size_t offset = c.offset;
         for (size_t j = first; j < lines; j += stride) {
@@ -375,14 +393,59 @@ __device__ void ll_broadcast(const char *src, char *dst, size_t bytes, Ctrl *ctr
             store8(dst, bytes, j, v);
         }
     }
-    if (blockIdx.x == 0)
-        for (int p = threadIdx.x; p < npes; p += blockDim.x) {
-            if (p == me) continue;
-            Wait w(ctrl);
-            bool ok = true;
-            while (ok && ld_acquire_sys(begun + p) < e) ok = w.again(p);
-            if (!ok) w.report(FAULT_FLAGS, e);
+    await_begun(ctrl, begun, me, npes, e);
+    finish_call(ctrl, e);
+}
+
+// Low-latency relay (more than 2 PEs, larger messages of the low-latency range): the root's
+// lines leave it once, not once per peer. Line j belongs to relay r(j), the non-root PE
+// (j / 32) mod (npes - 1) places after the root (a warp's 32 lines go to one PE). The root
+// stores line j into its slot of r(j)'s lines only; r(j) takes it, forwards it into the
+// root's slot of every other non-root PE's lines, and stores it; every other non-root PE
+// takes it from the root's slot as in ll_broadcast. Each line of the root's slot at a PE is
+// written once per call, by the root or by its relay, and zeroed by the PE that takes it.
+// Every thread handles the same lines on every PE, in the same order, and a relay waits for
+// its own lines on the root only, so the first line no thread has finished is always on its
+// way. The acknowledgements are ll_broadcast's, for the same reason.
+template <int NP>
+__device__ void ll_relay_broadcast(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes, const Peers &peers, int root) {
+    const TableCall<NP> c(ctrl, staging, slot_bytes, peers);
+    constexpr int MAXP = TableCall<NP>::MAXP;
+    const int me = c.me, npes = c.npes, relays = npes - 1;
+    const uint64_t e = c.e;
+    const uint32_t t = ll_tag(e);
+    const size_t lines = (bytes + 7) / 8;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t at_root = slot_offset(e, root, npes, slot_bytes);  // the root's slot, at any PE
+    auto relay_of = [&](size_t j) { return (root + 1 + (int)((j / 32) % relays)) % npes; };
+    uint64_t *begun = announce_begun(flags, me, npes, e);
+    if (me == root) {
+        for (size_t j = first; j < lines; j += stride) {
+            const uint2 v = load8(src, bytes, j);
+            st_line((uint4 *)(peers.slot[relay_of(j)] + at_root) + j, v.x, v.y, t);
+            if (dst != src) store8(dst, bytes, j, v);
         }
+    } else {
+        char *from = c.base + (size_t)root * slot_bytes;
+        for (size_t j = first; j < lines; j += stride) {
+            uint4 *at = (uint4 *)from + j;
+            Wait w(ctrl);
+            uint2 v;
+            if (!take_line(w, at, ld_volatile(at), t, relay_of(j) == me ? root : relay_of(j), &v)) {
+                // Forward nothing taken from a line that never came.
+                w.report(FAULT_LINE, e);
+                store8(dst, bytes, j, v);
+                continue;
+            }
+            if (relay_of(j) == me)
+#pragma unroll
+                for (int p = 0; p < MAXP; p++)
+                    if (p < npes && p != me && p != root) st_line((uint4 *)(peers.slot[p] + at_root) + j, v.x, v.y, t);
+            store8(dst, bytes, j, v);
+        }
+    }
+    await_begun(ctrl, begun, me, npes, e);
     finish_call(ctrl, e);
 }
 

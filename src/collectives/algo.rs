@@ -93,7 +93,9 @@ pub enum ReduceAlgo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BroadcastAlgo {
     /// Chosen by size: [`LowLatency`](Self::LowLatency) up to
-    /// [`Thresholds::broadcast_ll_max_bytes`](super::Thresholds::broadcast_ll_max_bytes);
+    /// [`Thresholds::broadcast_ll_max_bytes`](super::Thresholds::broadcast_ll_max_bytes)
+    /// (on more than 2 PEs [`LowLatencyRelay`](Self::LowLatencyRelay) there from
+    /// [`Thresholds::broadcast_ll_relay_min_bytes`](super::Thresholds::broadcast_ll_relay_min_bytes));
     /// on more than 2 PEs [`Relay`](Self::Relay) from
     /// [`Thresholds::broadcast_relay_min_bytes`](super::Thresholds::broadcast_relay_min_bytes);
     /// else [`OneShot`](Self::OneShot) up to
@@ -117,6 +119,11 @@ pub enum BroadcastAlgo {
     /// copy engine cannot be stopped from the device: after an opening barrier that ran out
     /// of time the copies still run, into a peer that may not have reached the call.
     CopyEngine,
+    /// The low-latency lines, relayed (more than 2 PEs, the larger messages of the
+    /// low-latency range): the root sends each line to one PE only, which forwards it to
+    /// the others. The root's links carry the lines once, not once per peer, for a second
+    /// hop. On 2 PEs it is [`LowLatency`](Self::LowLatency).
+    LowLatencyRelay,
     /// Scatter and forward, pipelined (large messages on more than 2 PEs): the root sends
     /// each piece of its input to one PE only, which forwards it to the others while the
     /// root sends the next pieces. The root's links carry the message once, not once per
@@ -299,7 +306,7 @@ pub(crate) const REDUCE_ROWS: [Row<ReduceAlgo>; 1] = [Row {
 }];
 
 /// The broadcast algorithms (`Auto` has no row).
-pub(crate) const BROADCAST_ROWS: [Row<BroadcastAlgo>; 5] = [
+pub(crate) const BROADCAST_ROWS: [Row<BroadcastAlgo>; 6] = [
     Row {
         algo: BroadcastAlgo::LowLatency,
         name: "ll",
@@ -327,6 +334,13 @@ pub(crate) const BROADCAST_ROWS: [Row<BroadcastAlgo>; 5] = [
         kernel: "ce",
         floats_only: false,
         params: Params::CopyEngine,
+    },
+    Row {
+        algo: BroadcastAlgo::LowLatencyRelay,
+        name: "ll-relay",
+        kernel: "ll_relay",
+        floats_only: false,
+        params: Params::LinesPeers,
     },
     Row {
         algo: BroadcastAlgo::Relay,
@@ -486,12 +500,13 @@ impl Algo for AllToAllAlgo {
 
 impl BroadcastAlgo {
     /// Every algorithm, `Auto` first.
-    pub const ALL: [BroadcastAlgo; 6] = [
+    pub const ALL: [BroadcastAlgo; 7] = [
         BroadcastAlgo::Auto,
         BroadcastAlgo::LowLatency,
         BroadcastAlgo::OneShot,
         BroadcastAlgo::Push,
         BroadcastAlgo::CopyEngine,
+        BroadcastAlgo::LowLatencyRelay,
         BroadcastAlgo::Relay,
     ];
 
@@ -814,7 +829,7 @@ mod tests {
         let names = kernel_names();
         assert_eq!(
             names.len(),
-            5 * 4 * 3 + 2 * 3 * 3 + 3 + 2 * 4 * 3 + 4 + 3 + 1 + 4 * 3 + 3
+            5 * 4 * 3 + 2 * 3 * 3 + 3 + 2 * 4 * 3 + 5 + 3 + 1 + 4 * 3 + 3
         );
         assert_eq!(names.last().unwrap(), "ce_local_copy");
         // Every name once.
@@ -830,6 +845,7 @@ mod tests {
         assert!(names.contains(&"ll_reducescatter_bf16_sum".to_string()));
         assert!(names.contains(&"ll_broadcast_bytes".to_string()));
         assert!(names.contains(&"relay_broadcast_bytes".to_string()));
+        assert!(names.contains(&"ll_relay_broadcast_bytes".to_string()));
         assert!(names.contains(&"ll_alltoall_bytes".to_string()));
         assert!(names.contains(&"sentinel_twoshot_allreduce_f16_min".to_string()));
         assert!(names.contains(&"sentinel_allreduce_bf16_sum".to_string()));

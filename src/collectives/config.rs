@@ -24,6 +24,11 @@ use std::time::Duration;
 /// once).
 const COPY_ENGINE_MIN_BYTES: usize = 64 << 20;
 
+/// Broadcasts from which more than 2 PEs take the relayed low-latency lines. Measured on 4
+/// H200s (graph replays), us at 32 / 64 / 128 / 256 KiB: relayed 3.36 / 3.45 / 3.66 / 4.08,
+/// direct 2.97 / 3.22 / 3.77 / 5.84 (the root's links carry 3 copies of the lines there).
+const LL_RELAY_MIN_BYTES: usize = 128 << 10;
+
 /// Broadcasts from which more than 2 PEs take the relay. Measured on 4 H200s (graph
 /// replays): 19.6 us at 2 MiB against 23.3 for the one-shot and the push; 14.9 at 1 MiB
 /// against 13.6 for the one-shot.
@@ -70,6 +75,9 @@ pub struct Thresholds {
     /// All-to-all blocks up to this (above low-latency, and within the staging slot) use
     /// the one-shot; larger ones the push.
     pub alltoall_oneshot_max_bytes: usize,
+    /// Broadcasts of at least this, up to `broadcast_ll_max_bytes`, take the relayed
+    /// low-latency lines on more than 2 PEs; `usize::MAX`: never.
+    pub broadcast_ll_relay_min_bytes: usize,
     /// Broadcasts of at least this (above the low-latency path) take the relay on more than
     /// 2 PEs; `usize::MAX`: never.
     pub broadcast_relay_min_bytes: usize,
@@ -106,6 +114,7 @@ impl Thresholds {
                 broadcast_ll_max_bytes: 512 << 10,
                 alltoall_ll_max_bytes: 512 << 10,
                 alltoall_oneshot_max_bytes: ALL_TO_ALL_ONESHOT_BYTES,
+                broadcast_ll_relay_min_bytes: usize::MAX,
                 broadcast_relay_min_bytes: usize::MAX,
                 copy_engine_min_bytes: COPY_ENGINE_MIN_BYTES,
             }
@@ -123,7 +132,8 @@ impl Thresholds {
             // 512 KiB ones; the broadcast 5.8 us at 256 KiB against 6.4 for the one-shot,
             // 10.3 against 8.6 at 512 KiB). All-to-all blocks above it take the push, not
             // the one-shot (11.0 us against 13.7 for 512 KiB blocks, 16.6 against 22.7 for
-            // 1 MiB). Broadcasts from 2 MiB take the relay; nothing takes the copy engines.
+            // 1 MiB). Broadcasts from 128 KiB take the relayed lines, from 2 MiB the relay;
+            // nothing takes the copy engines.
             Thresholds {
                 sentinel_min_bytes: 2 << 10,
                 sentinel_max_bytes: 128 << 10,
@@ -138,6 +148,7 @@ impl Thresholds {
                 broadcast_ll_max_bytes: 256 << 10,
                 alltoall_ll_max_bytes: 256 << 10,
                 alltoall_oneshot_max_bytes: 256 << 10,
+                broadcast_ll_relay_min_bytes: LL_RELAY_MIN_BYTES,
                 broadcast_relay_min_bytes: RELAY_MIN_BYTES,
                 copy_engine_min_bytes: usize::MAX,
             }
@@ -615,6 +626,8 @@ mod tests {
         assert_eq!(t.copy_engine_min_bytes, usize::MAX);
         assert_eq!(t.choose_all_gather(1 << 30, true), AllGatherAlgo::Bandwidth);
         assert_eq!(two.broadcast_relay_min_bytes, usize::MAX);
+        assert_eq!(two.broadcast_ll_relay_min_bytes, usize::MAX);
+        assert!(t.broadcast_ll_relay_min_bytes <= t.broadcast_ll_max_bytes);
         // The all-to-all's one-shot on 2 PEs only: on 4, the push above the low-latency path.
         assert_eq!(two.alltoall_oneshot_max_bytes, ALL_TO_ALL_ONESHOT_BYTES);
         assert_eq!(t.alltoall_oneshot_max_bytes, t.alltoall_ll_max_bytes);

@@ -60,7 +60,11 @@ impl Collectives {
         if bytes >= t.copy_engine_min_bytes {
             BroadcastAlgo::CopyEngine
         } else if bytes <= t.broadcast_ll_max_bytes && self.tables.is_some() {
-            BroadcastAlgo::LowLatency
+            if bytes >= t.broadcast_ll_relay_min_bytes && self.dims.n_pes > 2 {
+                BroadcastAlgo::LowLatencyRelay
+            } else {
+                BroadcastAlgo::LowLatency
+            }
         } else if bytes >= t.broadcast_relay_min_bytes && self.dims.n_pes > 2 {
             BroadcastAlgo::Relay
         } else if bytes <= BROADCAST_ONESHOT_BYTES.min(self.dims.staging_slot_bytes) {

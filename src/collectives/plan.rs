@@ -221,7 +221,9 @@ pub(crate) fn copy_grid(bytes: usize, d: &Dims) -> (u32, u32) {
 /// The plan of a broadcast of `bytes` from `root` (`algo` is not `Auto`).
 pub(crate) fn broadcast_plan(algo: BroadcastAlgo, bytes: usize, root: usize, d: &Dims) -> CallPlan {
     match algo {
-        BroadcastAlgo::LowLatency => ll_plan(bytes, d, Extra::Root(root as i32)),
+        BroadcastAlgo::LowLatency | BroadcastAlgo::LowLatencyRelay => {
+            ll_plan(bytes, d, Extra::Root(root as i32))
+        }
         BroadcastAlgo::Relay => relay_plan(bytes, root, d),
         _ => move_plan(
             algo == BroadcastAlgo::OneShot,
