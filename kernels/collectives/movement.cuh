@@ -111,7 +111,8 @@ __device__ void push_broadcast(const char *src, char *dst, size_t bytes, Ctrl *c
 // other relay's dst. An end barrier: every store into every dst has landed. Each relay takes
 // in the whole message once, the root sends it once, and a relay lags the root by a round.
 __device__ void relay_broadcast(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, unsigned int chunk_vecs, int root) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes(), relays = npes - 1;
+    // One PE: the root is its own relay, and the call a copy.
+    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes(), relays = npes > 1 ? npes - 1 : 1;
     const uint64_t e = call_epoch(ctrl);
     __shared__ uint4 *to[MAX_PES];  // PE p's dst
     __shared__ uint64_t *raise[MAX_PES];  // at the root: my flag word at relay k
@@ -411,7 +412,7 @@ template <int NP>
 __device__ void ll_relay_broadcast(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes, const Peers &peers, int root) {
     const TableCall<NP> c(ctrl, staging, slot_bytes, peers);
     constexpr int MAXP = TableCall<NP>::MAXP;
-    const int me = c.me, npes = c.npes, relays = npes - 1;
+    const int me = c.me, npes = c.npes, relays = npes > 1 ? npes - 1 : 1;
     const uint64_t e = c.e;
     const uint32_t t = ll_tag(e);
     const size_t lines = (bytes + 7) / 8;
@@ -423,7 +424,8 @@ __device__ void ll_relay_broadcast(const char *src, char *dst, size_t bytes, Ctr
     if (me == root) {
         for (size_t j = first; j < lines; j += stride) {
             const uint2 v = load8(src, bytes, j);
-            st_line((uint4 *)(peers.slot[relay_of(j)] + at_root) + j, v.x, v.y, t);
+            // Never into its own lines (one PE), which nobody would take and zero.
+            if (relay_of(j) != me) st_line((uint4 *)(peers.slot[relay_of(j)] + at_root) + j, v.x, v.y, t);
             if (dst != src) store8(dst, bytes, j, v);
         }
     } else {

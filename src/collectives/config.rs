@@ -127,7 +127,7 @@ impl Thresholds {
             // two-shot to 512 KiB. The flag one-shot is never chosen; the two-shot to
             // 32 MiB, the store-only bandwidth path above. All-gather: low-latency to
             // 256 KiB per PE, bandwidth above. The low-latency reduce-scatter, broadcast and
-            // all-to-all take the all-gather's threshold (measured later: the reduce-scatter
+            // all-to-all take the all-gather's threshold (measured since: the reduce-scatter
             // 8.7 us for 256 KiB blocks against 10.2 for the pull, 15.2 against 11.9 for
             // 512 KiB ones; the broadcast 5.8 us at 256 KiB against 6.4 for the one-shot,
             // 10.3 against 8.6 at 512 KiB). All-to-all blocks above it take the push, not
