@@ -152,14 +152,13 @@ impl Collectives {
 
     /// The algorithm `Auto` picks for an all-to-all of `bytes` per block.
     pub fn choose_all_to_all(&self, bytes: usize) -> AllToAllAlgo {
-        if bytes >= self.thresholds.copy_engine_min_bytes {
+        let t = &self.thresholds;
+        if bytes >= t.copy_engine_min_bytes {
             AllToAllAlgo::CopyEngine
-        } else if bytes <= self.thresholds.alltoall_ll_max_bytes && self.tables.is_some() {
+        } else if bytes <= t.alltoall_ll_max_bytes && self.tables.is_some() {
             AllToAllAlgo::LowLatency
         } else if bytes
-            <= self
-                .thresholds
-                .alltoall_oneshot_max_bytes
+            <= t.alltoall_oneshot_max_bytes
                 .min(self.dims.staging_slot_bytes)
         {
             AllToAllAlgo::OneShot

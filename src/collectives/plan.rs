@@ -240,8 +240,9 @@ pub(crate) fn broadcast_plan(algo: BroadcastAlgo, bytes: usize, root: usize, d: 
 /// on 4 H200s (graph replays), us at 1 / 2 / 4 / 8 / 32 / 64 MiB, by the rounds aimed for and
 /// the segments' bounds: 4 rounds of 4 to 32 KiB, 15.9 / 22.0 / 28.0 / 40.2 / 114.9 / 209.9;
 /// 8 rounds of 8 to 64 KiB, 14.9 / 19.6 / 27.2 / 42.7 / 117.5 / 223.9; 32 rounds of 4 to
-/// 32 KiB, 18.2 / 21.9 / 33.7 / 57.2 / - / 213.9. These bounds take the better of the first
-/// two at every size. At 256 MiB, 31 or 62 rounds made no difference (776 and 772 us).
+/// 32 KiB, 18.2 / 21.9 / 33.7 / 57.2 / - / 213.9. These bounds (4 rounds of 8 to 32 KiB),
+/// in a later run: 14.95 / 19.55 / 26.52 / 40.66 / 113.4 / 207.2. At 256 MiB, 31 or 62 rounds
+/// made no difference (776 and 772 us).
 const RELAY_ROUNDS: usize = 4;
 const RELAY_MIN_CHUNK_VECS: usize = 512;
 const RELAY_MAX_CHUNK_VECS: usize = 2048;
