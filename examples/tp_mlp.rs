@@ -7,7 +7,7 @@
 //! `--test all|column|row|mlp|gemm` (several with commas), `--shape 8b|70b|HIDDEN,FFN` (the
 //! large shape checked against the unsharded product on one GPU and timed; 8b by default),
 //! `--m LIST` (its token counts), `--iters N` (timed graph replays per row), `--no-timing`.
-//! `gemm` checks the local GEMM paths (`GemmPath::CublasLt`, `Decode` and `Cutlass`) against
+//! `--rounds N` sets `ScheduleThresholds::fused_exchange_rounds` for the timed layers. `gemm` checks the local GEMM paths (`GemmPath::CublasLt`, `Decode` and `Cutlass`) against
 //! f64 sums and times them on this PE's shard of the shape for each `--m`: ours (the decode
 //! kernels up to 16 tokens, the CUTLASS kernel above) against cuBLASLt.
 //!
@@ -77,11 +77,12 @@ struct Args {
     iters: usize,
     timing: bool,
     verbose: bool,
+    rounds: Option<usize>,
 }
 
 const USAGE: &str =
     "usage: tp_mlp [--test all|column|row|mlp|gemm[,..]] [--shape 8b|70b|HIDDEN,FFN] \
-                     [--m LIST] [--iters N] [--no-timing] [--verbose]";
+                     [--m LIST] [--iters N] [--rounds N] [--no-timing] [--verbose]";
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
@@ -96,6 +97,7 @@ fn parse_args() -> Result<Args, String> {
         iters: 50,
         timing: true,
         verbose: false,
+        rounds: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -154,6 +156,13 @@ fn parse_args() -> Result<Args, String> {
                     .parse()
                     .map_err(|_| format!("--iters: a number; {USAGE}"))?;
                 a.iters = a.iters.max(5);
+            }
+            "--rounds" => {
+                let v = value()?;
+                let t = v
+                    .parse()
+                    .map_err(|_| format!("--rounds {v:?}: a number; {USAGE}"))?;
+                a.rounds = Some(t);
             }
             "--no-timing" => a.timing = false,
             "--verbose" => a.verbose = true,
@@ -726,6 +735,7 @@ struct RowCase {
 
 fn row_case(
     c: &Checks,
+    tp: &TensorParallel,
     seed: u64,
     (m, k, n): (usize, usize, usize),
     output: RowOutput,
@@ -733,7 +743,7 @@ fn row_case(
     let mut rng = Rng::new(seed);
     let w = weight(&mut rng, n, k);
     let build = || -> Result<RowParallelLinear, String> {
-        let layer = RowParallelLinear::with_output(&c.tp, k, n, output, m).map_err(text)?;
+        let layer = RowParallelLinear::with_output(tp, k, n, output, m).map_err(text)?;
         layer.load_weight(&w).map_err(text)?;
         Ok(layer)
     };
@@ -808,13 +818,25 @@ fn same_as_sequential(
     Ok(())
 }
 
-/// The fused decode form of the row-parallel layer ([`Schedule::Fused`]), through
-/// [`fused_exchange`] (whose all-reduces between calls share the fused kernel's epoch and
-/// staging); each output also the same on every PE, and up to `DECODE_TOKENS` tokens bit for
-/// bit what the sequential schedule gives (the same decode GEMM, the same order of the sum
-/// over PEs).
-fn row_fused(c: &Checks, seed: u64, (m, k, n): (usize, usize, usize)) -> Outcome {
-    let case = row_case(c, seed, (m, k, n), RowOutput::Replicated)?;
+/// The fused forms of the row-parallel layer ([`Schedule::Fused`]: the decode kernel, and
+/// from 512 tokens per PE the GEMM + all-reduce, in `rounds` rounds where given), through [`fused_exchange`] (whose all-reduces between calls share the fused
+/// kernel's epoch and staging); each output also the same on every PE, and up to
+/// `DECODE_TOKENS` tokens bit for bit what the sequential schedule gives (the same decode
+/// GEMM, the same order of the sum over PEs).
+fn row_fused(
+    c: &Checks,
+    seed: u64,
+    (m, k, n): (usize, usize, usize),
+    rounds: Option<usize>,
+) -> Outcome {
+    let tp = match rounds {
+        Some(r) => c.tp.clone().with_thresholds(ScheduleThresholds {
+            fused_exchange_rounds: r,
+            ..*c.tp.thresholds()
+        }),
+        None => c.tp.clone(),
+    };
+    let case = row_case(c, &tp, seed, (m, k, n), RowOutput::Replicated)?;
     row_exchange(c, &case, k, m * n, &|i, got, spare| {
         let (want, terms) = row_parallel(&case.inputs[i], &case.w, m, n, k, c.n());
         compare_row("fused row-parallel output", got, (&want, &terms))?;
@@ -835,7 +857,7 @@ fn row_reduce_scatter_fused(
     (per_pe, k, n): (usize, usize, usize),
 ) -> Outcome {
     let m = per_pe * c.n();
-    let case = row_case(c, seed, (m, k, n), RowOutput::SequenceParallel)?;
+    let case = row_case(c, &c.tp, seed, (m, k, n), RowOutput::SequenceParallel)?;
     let mine = c.me() * per_pe * n..(c.me() + 1) * per_pe * n;
     row_exchange(c, &case, k, per_pe * n, &|i, got, spare| {
         let (want, terms) = row_parallel(&case.inputs[i], &case.w, m, n, k, c.n());
@@ -1714,10 +1736,12 @@ fn timing(c: &Checks, a: &Args) -> Outcome {
             bits(&y.to_vec().map_err(text)?),
             bits(&partial.to_vec().map_err(text)?),
         );
-        // The other schedules, each into its own output; fused only where it has a kernel
-        // (above, it is the sequential schedule again).
+        // The other schedules, each into its own output; fused only where it has a form of
+        // its own (the decode kernel; the GEMM + all-reduce from FUSED_SCATTER_TOKENS tokens
+        // per PE, shared equally): elsewhere it is the sequential schedule again.
         let mut others = vec![Schedule::Overlapped { chunks: 4 }];
-        if m <= DECODE_MAX_TOKENS {
+        let n = c.n();
+        if m <= DECODE_MAX_TOKENS || (n > 1 && m % n == 0 && m / n >= FUSED_SCATTER_TOKENS) {
             others.push(Schedule::Fused);
         }
         let mut outs = Vec::new();
@@ -2018,7 +2042,16 @@ fn main() {
         }
     };
     let tp = match TensorParallel::new(&shmem) {
-        Ok(t) => t,
+        Ok(t) => match args.rounds {
+            Some(r) => {
+                let thresholds = ScheduleThresholds {
+                    fused_exchange_rounds: r,
+                    ..*t.thresholds()
+                };
+                t.with_thresholds(thresholds)
+            }
+            None => t,
+        },
         Err(e) => {
             eprintln!("tp_mlp: PE {}: {e}", shmem.my_pe());
             std::process::exit(2);
@@ -2126,18 +2159,32 @@ fn main() {
             (DECODE_MAX_TOKENS, 264 * n + 5, 40),
             (11, 512 * n, 72),
             (DECODE_MAX_TOKENS, 256 * n, 1030),
-            // From 512 tokens per PE, the fused GEMM + reduce-scatter and an all-gather
-            // (odd widths); tokens that the PEs do not share equally go sequentially.
-            (FUSED_SCATTER_TOKENS * n, 64 * n, 520),
-            (515 * n, 136 * n, 33),
-            (FUSED_SCATTER_TOKENS * n + 1, 64 * n, 72),
         ] {
             c.run(
                 format!(
                     "row fused m={} k={} n={}: graph replay, back to back",
                     s.0, s.1, s.2
                 ),
-                |c, seed| row_fused(c, seed, s),
+                |c, seed| row_fused(c, seed, s, None),
+            );
+        }
+        // From 512 tokens per PE, the fused GEMM + all-reduce (odd widths: the sums' element
+        // path), in one round and in rounds of 512 rows and odd sizes; tokens that the PEs do
+        // not share equally go sequentially.
+        for (s, rounds) in [
+            ((FUSED_SCATTER_TOKENS * n, 64 * n, 520), None),
+            ((515 * n, 136 * n, 33), None),
+            ((1024 * n, 64 * n, 520), Some(2)),
+            ((1539 * n, 72 * n, 33), Some(3)),
+            ((FUSED_SCATTER_TOKENS * n + 1, 64 * n, 72), Some(4)),
+        ] {
+            let per_round = rounds.map_or(String::new(), |r| format!(" in {r} rounds"));
+            c.run(
+                format!(
+                    "row fused m={} k={} n={}{per_round}: graph replay, back to back",
+                    s.0, s.1, s.2
+                ),
+                |c, seed| row_fused(c, seed, s, rounds),
             );
         }
         for s in [(1, 96, 64), (3, 328, 200), (16, 129, 8 * n + 3)] {

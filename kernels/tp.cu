@@ -65,20 +65,21 @@ extern "C" __global__ void unchunk_bf16(const __nv_bfloat16 *src, __nv_bfloat16 
     }
 }
 
-// dst[i] = Σ over s < slabs of src[s · len + i], in f32 in slab order, rounded once: the
-// fused GEMM + reduce-scatter sums the partial products its peers stored here, in PE order,
-// as the reduce-scatter of our collectives does. Eight elements per thread when len is a
-// multiple of 8 and both buffers start on 16-byte boundaries.
+// dst[i] = Σ over s < slabs of src[s · slab_stride + i], in f32 in slab order, rounded once:
+// the fused GEMM + reduce-scatter (and + all-reduce) sums the partial products its peers
+// stored here, in PE order, as the reduce-scatter of our collectives does. Eight elements
+// per thread when len and slab_stride are multiples of 8 and both buffers start on 16-byte
+// boundaries.
 extern "C" __global__ void sum_slabs_bf16(const __nv_bfloat16 *src, __nv_bfloat16 *dst, uint64_t len,
-                                          uint32_t slabs) {
+                                          uint32_t slabs, uint64_t slab_stride) {
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (len % 8 == 0 && (((uintptr_t)src | (uintptr_t)dst) & 15) == 0) {
+    if (len % 8 == 0 && slab_stride % 8 == 0 && (((uintptr_t)src | (uintptr_t)dst) & 15) == 0) {
         const uint4 *s4 = (const uint4 *)src;
         for (uint64_t i = first; i < len / 8; i += stride) {
             float acc[8];
             for (uint32_t s = 0; s < slabs; s++) {
-                const uint4 raw = s4[s * (len / 8) + i];
+                const uint4 raw = s4[s * (slab_stride / 8) + i];
                 const __nv_bfloat162 *v = (const __nv_bfloat162 *)&raw;
 #pragma unroll
                 for (int h = 0; h < 4; h++) {
@@ -96,7 +97,7 @@ extern "C" __global__ void sum_slabs_bf16(const __nv_bfloat16 *src, __nv_bfloat1
     } else {
         for (uint64_t i = first; i < len; i += stride) {
             float acc = __bfloat162float(src[i]);
-            for (uint32_t s = 1; s < slabs; s++) acc += __bfloat162float(src[s * len + i]);
+            for (uint32_t s = 1; s < slabs; s++) acc += __bfloat162float(src[s * slab_stride + i]);
             dst[i] = __float2bfloat16_rn(acc);
         }
     }

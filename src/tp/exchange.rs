@@ -8,18 +8,21 @@
 //! waits for a chunk cannot starve the transfer it waits for. Every value written is a
 //! constant (a flag is 1 when set and 0 when clear), so a captured call replays correctly.
 //!
-//! Per PE, two flags per PE `c` in symmetric memory:
+//! Per PE, three flags per PE `c` in symmetric memory:
 //! - `ready[c]`: PE `c`'s chunk has landed here (set by `c` after its transfer, cleared here
-//!   once this PE's work has read it);
+//!   once this PE's work has read it); an exchange in rounds sets it to the number of the
+//!   rounds whose chunks have landed;
 //! - `credit[c]`: PE `c` has started the same fused call, so everything it did before on its
 //!   stream (whatever read its buffer last: a fused call, or the same layer's sequential
 //!   schedule) is done, and this PE may write its chunk there (set by `c` when its call
-//!   opens, taken here before the transfer).
+//!   opens, taken here before the transfer);
+//! - `done[c]`: the rounds of PE `c`'s rows of a fused GEMM + all-reduce whose sums have
+//!   landed here (set by `c`, cleared here as the call closes).
 //!
 //! Each call's credits are consumed by the same call's transfers: a PE opens its next call
 //! only after its last one saw every peer's chunk, which each peer sent after taking its
-//! credit; and it clears its `ready` flags before it opens the next call, whose credits any
-//! new chunk waits for.
+//! credit; and it clears its `ready` and `done` flags before it opens the next call, whose
+//! credits any new chunk waits for.
 //!
 //! [`Schedule::Fused`]: super::Schedule::Fused
 
@@ -34,7 +37,7 @@ use cudarc::driver::{sys, CudaStream};
 pub(super) struct ChunkFlags {
     n: usize,
     me: usize,
-    /// `ready` (`n` flags) then `credit` (`n` flags), on every PE.
+    /// `ready`, `credit` and `done` (`n` flags each), on every PE.
     flags: SymmetricBuffer<u64>,
     /// Per PE: its flag array, as mapped here.
     peer_flags: Vec<u64>,
@@ -64,7 +67,7 @@ impl ChunkFlags {
     /// waits for every PE).
     pub(super) fn new(shmem: &Nvshmem) -> Result<Self> {
         let (n, me) = (shmem.n_pes(), shmem.my_pe());
-        let flags = shmem.calloc::<u64>(2 * n)?;
+        let flags = shmem.calloc::<u64>(3 * n)?;
         let peer_flags = peer_bases(shmem, &flags)?;
         // No peer may write a flag here before it is cleared.
         shmem.barrier_all()?;
@@ -89,6 +92,10 @@ impl ChunkFlags {
         self.peer_flags[pe] + (self.n + of) as u64 * FLAG
     }
 
+    fn done(&self, pe: usize, of: usize) -> u64 {
+        self.peer_flags[pe] + (2 * self.n + of) as u64 * FLAG
+    }
+
     /// On `stream`, first in a call: let every peer write its chunk here (after everything
     /// before on `stream`, which may still read the buffer).
     pub(super) fn open(&self, stream: &CudaStream) -> Result<()> {
@@ -104,7 +111,30 @@ impl ChunkFlags {
 
     /// On `stream`, after the transfer before it: tell `peer` that this PE's chunk has landed.
     pub(super) fn raise(&self, stream: &CudaStream, peer: usize) -> Result<()> {
-        write(stream, self.ready(peer, self.me), 1)
+        self.raise_rounds(stream, peer, 1)
+    }
+
+    /// On `stream`, after the transfers before it: tell `peer` that this PE's chunks of its
+    /// first `rounds` rounds have landed.
+    pub(super) fn raise_rounds(&self, stream: &CudaStream, peer: usize, rounds: u64) -> Result<()> {
+        write(stream, self.ready(peer, self.me), rounds)
+    }
+
+    /// Make `stream` wait until every peer's chunks of the first `rounds` rounds are here.
+    pub(super) fn wait_rounds(&self, stream: &CudaStream, rounds: u64) -> Result<()> {
+        self.peers()
+            .try_for_each(|c| wait_at_least(stream, self.ready(self.me, c), rounds))
+    }
+
+    /// On `stream`, after the copies before it: tell `peer` that the sums of this PE's rows
+    /// of the first `rounds` rounds have landed in its output.
+    pub(super) fn announce_sums(
+        &self,
+        stream: &CudaStream,
+        peer: usize,
+        rounds: u64,
+    ) -> Result<()> {
+        write(stream, self.done(peer, self.me), rounds)
     }
 
     /// What a GEMM over the rows `[row_offset, row_offset + m)` of the exchange buffer waits
@@ -128,8 +158,7 @@ impl ChunkFlags {
 
     /// Make `stream` wait for every peer's chunk.
     pub(super) fn wait_all(&self, stream: &CudaStream) -> Result<()> {
-        self.peers()
-            .try_for_each(|c| wait_set(stream, self.ready(self.me, c)))
+        self.wait_rounds(stream, 1)
     }
 
     /// On `stream`, last in a call: wait for every peer's chunk (already seen where the
@@ -140,14 +169,50 @@ impl ChunkFlags {
         self.peers()
             .try_for_each(|c| write(stream, self.ready(self.me, c), 0))
     }
+
+    /// On `stream`, once every peer's chunks of the last round have been awaited there:
+    /// clear the `ready` flags (no peer sends more in this call).
+    pub(super) fn clear_ready(&self, stream: &CudaStream) -> Result<()> {
+        self.peers()
+            .try_for_each(|c| write(stream, self.ready(self.me, c), 0))
+    }
+
+    /// [`close`](Self::close) for an exchange in `rounds` rounds: unless
+    /// [`clear_ready`](Self::clear_ready) was enqueued (on a stream this one has joined),
+    /// wait for every peer's chunks of every round and clear those flags; where the peers
+    /// also sent `sums`, wait for their sums of every round and clear those flags.
+    pub(super) fn close_rounds(
+        &self,
+        stream: &CudaStream,
+        rounds: u64,
+        ready_cleared: bool,
+        sums: bool,
+    ) -> Result<()> {
+        if !ready_cleared {
+            self.wait_rounds(stream, rounds)?;
+            self.clear_ready(stream)?;
+        }
+        if !sums {
+            return Ok(());
+        }
+        self.peers()
+            .try_for_each(|c| wait_at_least(stream, self.done(self.me, c), rounds))?;
+        self.peers()
+            .try_for_each(|c| write(stream, self.done(self.me, c), 0))
+    }
 }
 
 /// `stream` waits until the flag at `addr` is set (at least 1).
 fn wait_set(stream: &CudaStream, addr: u64) -> Result<()> {
+    wait_at_least(stream, addr, 1)
+}
+
+/// `stream` waits until the flag at `addr` is at least `value`.
+fn wait_at_least(stream: &CudaStream, addr: u64, value: u64) -> Result<()> {
     let geq = sys::CUstreamWaitValue_flags_enum::CU_STREAM_WAIT_VALUE_GEQ as u32;
     // SAFETY: `addr` is a flag of symmetric memory mapped here; freeing it is collective
     // and waits for all work of this PE's GPU first.
-    unsafe { sys::cuStreamWaitValue64_v2(stream.cu_stream(), addr, 1, geq) }
+    unsafe { sys::cuStreamWaitValue64_v2(stream.cu_stream(), addr, value, geq) }
         .result()
         .during("cuStreamWaitValue64")
 }
@@ -156,7 +221,7 @@ fn wait_set(stream: &CudaStream, addr: u64) -> Result<()> {
 /// (the default flags include a memory barrier: the data copied before is visible first).
 fn write(stream: &CudaStream, addr: u64, value: u64) -> Result<()> {
     let fenced = sys::CUstreamWriteValue_flags_enum::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
-    // SAFETY: as in `wait_set`.
+    // SAFETY: as in `wait_at_least`.
     unsafe { sys::cuStreamWriteValue64_v2(stream.cu_stream(), addr, value, fenced) }
         .result()
         .during("cuStreamWriteValue64")

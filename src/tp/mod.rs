@@ -119,20 +119,24 @@ pub enum Schedule {
     ///
     /// The row-parallel layer with a sequence-parallel output (GEMM + reduce-scatter) with
     /// several PEs, from 512 tokens per PE (below, each peer's GEMM, which reads the whole
-    /// weight, would be bound by that read): the GEMM of each peer's tokens (the next PE's first) stores its partial
-    /// products straight into that peer's memory, tile by tile as they are produced, and a
-    /// flag follows; this PE's own tokens come last, while the peers' products for it land;
-    /// then a small kernel sums the PEs' products for this PE's tokens in PE order (the
-    /// numbers the sequential reduce-scatter gives for the same partial products). No
-    /// partial product makes a second trip through memory. Same GPU requirement.
+    /// weight, would be bound by that read), in rounds
+    /// ([`ScheduleThresholds::fused_exchange_rounds`]): in each round, the GEMM of each
+    /// peer's rows of the round (the next PE's first), whose partial products a copy engine
+    /// takes into that peer's memory while the next GEMM computes, a flag following; this
+    /// PE's own rows last; then, on a second stream while the next round's GEMMs compute,
+    /// a small kernel sums the PEs' products for this PE's rows of the round in PE order
+    /// (the numbers the sequential reduce-scatter gives for the same partial products).
+    /// The GEMMs store locally: one that stores into a peer's memory runs 20-30% slower.
+    /// Same GPU requirement.
     ///
     /// The row-parallel layer with a replicated output (GEMM + all-reduce) with several PEs,
     /// from [`FUSED_SCATTER_TOKENS`] tokens per PE and for tokens that the PEs share
-    /// equally: the same fused GEMM + reduce-scatter into this PE's rows of the sum, then
-    /// the all-gather of our collectives (an all-reduce is a reduce-scatter and an
-    /// all-gather; the first half travels inside the GEMM). The layer keeps the buffers for
-    /// it (its partial products' size again, and a PE's share of it) where it takes
-    /// `n_pes × FUSED_SCATTER_TOKENS` tokens or more.
+    /// equally: the same exchange, and with each round's sums the copy engines bring this
+    /// PE's rows of the sum to every peer's output, a flag each, while the next round's
+    /// GEMMs compute (an all-reduce is a reduce-scatter and an all-gather: both halves
+    /// travel beside the GEMMs, and only the last round's follow them). The output is the
+    /// same on every PE, bit for bit. The layer keeps the buffers for it (its partial
+    /// products' size again) where it takes `n_pes × FUSED_SCATTER_TOKENS` tokens or more.
     ///
     /// Both exchanges need no SM for their signals (stream memory operations; the copies are
     /// peer `cuMemcpyAsync`s, which the driver gives to the copy engines), write only
@@ -179,9 +183,10 @@ pub struct ScheduleThresholds {
     /// Tokens per PE from which the sequence-parallel layers fuse their exchanges (the
     /// all-gather + GEMM of a [`ColumnParallelLinear`] with a sequence-parallel input and
     /// the GEMM + reduce-scatter of a [`RowParallelLinear`] with a sequence-parallel
-    /// output). Measured: the Llama 8B and 70B sequence-parallel MLPs were 0.7-4% faster
-    /// fused than sequential at 4096 and 8192 tokens per PE, and 0.4-16% slower at 512 to
-    /// 2048.
+    /// output). Measured on 2 H200s (`bench --tests tp`, the exchanges in 4 rounds): the
+    /// Llama 70B sequence-parallel MLP was 3.2% and 2.3% faster fused than sequential at
+    /// 4096 and 8192 tokens per PE, the 8B one 0.4% slower and 3.4% faster; at 1024 and
+    /// 2048 tokens per PE fused was 0.1-10.6% slower.
     pub fused_sequence_min_tokens: usize,
     /// Tokens up to which a row-parallel layer with a replicated output fuses its decode
     /// GEMM with the all-reduce; 0: never. Only where every PE's [`Gemm::calibrate`] took our
@@ -195,11 +200,21 @@ pub struct ScheduleThresholds {
     /// 54.8 and 55.1; and 56.8-57.2 against 56.7-57.0 at 16.
     pub fused_decode_max_tokens: usize,
     /// Tokens per PE from which a row-parallel layer with a replicated output fuses its
-    /// GEMM with the reduce-scatter half of the all-reduce (an all-gather follows);
-    /// `usize::MAX`: never. Measured (the MLPs with a replicated output): the 8B and 70B
-    /// MLPs were 0.5-3.4% faster fused than sequential at 4096 and 8192 tokens per PE, and
-    /// 0.7-13% slower at 512 to 2048.
+    /// GEMM with the all-reduce; `usize::MAX`: never. Measured on 2 H200s (`bench --tests
+    /// tp`, the MLPs with a replicated output, 4 rounds): the 8B MLP was 5.2% and 3.7%
+    /// faster fused than sequential at 4096 and 8192 tokens per PE, the 70B one 3.5% and
+    /// 3.0%; at 1024 and 2048 tokens per PE within 1% either way.
     pub fused_replicated_min_tokens: usize,
+    /// Rounds of the fused GEMM + reduce-scatter and GEMM + all-reduce (a row-parallel layer
+    /// with a sequence-parallel or a replicated output, [`Schedule::Fused`] from
+    /// [`FUSED_SCATTER_TOKENS`] tokens per PE): each PE's share of the tokens is cut into
+    /// this many (fewer where a round would have fewer than 512 tokens per PE), and while
+    /// one round's partial products and sums travel, the next round's GEMMs compute. More
+    /// rounds leave less of the exchange after the last GEMM, and make smaller GEMMs.
+    /// Measured on 2 H200s (the 8B MLP with a replicated output, `tp_mlp --test mlp
+    /// --rounds N`): 4 rounds took the layer to 9.1% and 5.4% over compute-only at 2048
+    /// and 4096 tokens per PE, 2 rounds to 10.8% and 6.8%, 8 rounds to 9.5% and 5.5%.
+    pub fused_exchange_rounds: usize,
 }
 
 impl Default for ScheduleThresholds {
@@ -208,6 +223,7 @@ impl Default for ScheduleThresholds {
             fused_sequence_min_tokens: 4096,
             fused_decode_max_tokens: 8,
             fused_replicated_min_tokens: 4096,
+            fused_exchange_rounds: 4,
         }
     }
 }
@@ -550,17 +566,18 @@ impl TensorParallel {
 }
 
 impl TensorParallel {
-    /// `dst[i] = Σ over s < slabs of src[s × len + i]`, in f32 in slab order, rounded once
-    /// to bf16 (as the reduce-scatter of our collectives sums the PEs' values).
+    /// `dst[i] = Σ over s < slabs of src[s × stride + i]` for `i < len`, in f32 in slab
+    /// order, rounded once to bf16 (as the reduce-scatter of our collectives sums the PEs'
+    /// values).
     ///
     /// # Safety
-    /// `src` holds `slabs × len` and `dst` `len` elements of this PE's GPU until the kernel
-    /// has run.
+    /// `src` holds `(slabs - 1) × stride + len` and `dst` `len` elements of this PE's GPU
+    /// until the kernel has run, with `stride >= len`.
     pub(crate) unsafe fn sum_slabs_raw(
         &self,
         dst: u64,
         src: u64,
-        (len, slabs): (usize, usize),
+        (len, slabs, stride): (usize, usize, usize),
         stream: &CudaStream,
     ) -> Result<()> {
         if len == 0 {
@@ -571,7 +588,8 @@ impl TensorParallel {
         args.device_ptr(src)
             .device_ptr(dst)
             .value(len as u64)
-            .value(slabs as u32);
+            .value(slabs as u32)
+            .value(stride as u64);
         self.inner
             .sum_slabs
             .launch(self.spread(work), stream, &mut args)

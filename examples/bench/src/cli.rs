@@ -156,8 +156,9 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
                   (with ours in --impls)
     fused         TpMlp::forward_with(Schedule::Fused): the down projection's decode GEMM and
                   its all-reduce in one kernel up to 16 tokens; from 512 tokens per PE (when
-                  the PEs share M equally) its GEMM fused with the reduce-scatter, then our
-                  all-gather; not run between (with ours in --impls)
+                  the PEs share M equally) its GEMMs in rounds, each round's partial products
+                  and sums moved by the copy engines while the next round computes; not run
+                  between (with ours in --impls)
     cublasmp      cuBLASMp 0.7 (libcublasmp.so.0, the nvidia-cublasmp-cu13 wheel): the gate/up
                   GEMM by cuBLASLt, the SiLU(gate)*up kernel, then cublasMpMatmul's GEMM +
                   all-reduce of the down projection (with cublasmp in --impls). cuBLASMp's

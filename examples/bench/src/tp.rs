@@ -68,7 +68,7 @@ pub enum TpImpl {
     Overlapped,
     /// `TpMlp::forward_with(Schedule::Fused)`: the down projection's GEMM and all-reduce in
     /// one kernel up to `DECODE_MAX_TOKENS` tokens; from `FUSED_SCATTER_TOKENS` tokens per
-    /// PE, its GEMM fused with the reduce-scatter, then an all-gather; run only there
+    /// PE, its GEMMs in rounds with the all-reduce's exchanges beside them; run only there
     /// ([`has_fused`]: elsewhere it is cublas+ours again). Sequence parallel: both
     /// exchanges fused with their GEMMs.
     Fused,
