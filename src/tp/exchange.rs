@@ -1,12 +1,14 @@
 //! Chunks of rows that the PEs of a fused tensor-parallel call hand each other, with a flag
 //! per chunk: the all-gather of the fused all-gather + GEMM (each PE's rows go to every peer
-//! by the copy engines) and the exchange of the fused GEMM + reduce-scatter (each PE's GEMM
-//! stores the partial products of a peer's rows straight into that peer's memory).
+//! by the copy engines) and the exchanges of the fused GEMM + reduce-scatter and GEMM +
+//! all-reduce (in rounds, the copy engines take each PE's partial products of a peer's rows
+//! to that peer, and with a replicated output each PE's sums to every peer).
 //!
 //! The flags are set and waited for by stream memory operations (`cuStreamWriteValue64` /
 //! `cuStreamWaitValue64`), not by kernels: a persistent GEMM that holds every SM while it
 //! waits for a chunk cannot starve the transfer it waits for. Every value written is a
-//! constant (a flag is 1 when set and 0 when clear), so a captured call replays correctly.
+//! constant (a flag is 1 when set and 0 when clear; in rounds, the count of rounds done), so
+//! a captured call replays correctly.
 //!
 //! Per PE, three flags per PE `c` in symmetric memory:
 //! - `ready[c]`: PE `c`'s chunk has landed here (set by `c` after its transfer, cleared here

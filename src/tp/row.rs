@@ -778,7 +778,12 @@ mod tests {
         );
         // Rounds of fewer than 512 rows are not made.
         assert_eq!(rounds_of(2047, 4), [0..682, 682..1364, 1364..2047]);
-        let one = |rows: usize| vec![Range { start: 0, end: rows }];
+        let one = |rows: usize| {
+            vec![Range {
+                start: 0,
+                end: rows,
+            }]
+        };
         assert_eq!(rounds_of(1023, 4), one(1023));
         assert_eq!(rounds_of(300, 4), one(300));
         // Zero rounds asked for: one.
