@@ -7,8 +7,9 @@
 //! `--test all|column|row|mlp|gemm` (several with commas), `--shape 8b|70b|HIDDEN,FFN` (the
 //! large shape checked against the unsharded product on one GPU and timed; 8b by default),
 //! `--m LIST` (its token counts), `--iters N` (timed graph replays per row), `--no-timing`.
-//! `--rounds N` sets `ScheduleThresholds::fused_exchange_rounds` for the timed layers. `gemm` checks the local GEMM paths (`GemmPath::CublasLt`, `Decode` and `Cutlass`) against
-//! f64 sums and times them on this PE's shard of the shape for each `--m`: ours (the decode
+//! `--rounds N` sets `ScheduleThresholds::fused_exchange_rounds` for every layer. `gemm`
+//! checks the local GEMM paths (`GemmPath::CublasLt`, `Decode` and `Cutlass`) against f64
+//! sums and times them on this PE's shard of the shape for each `--m`: ours (the decode
 //! kernels up to 16 tokens, the CUTLASS kernel above) against cuBLASLt.
 //!
 //! Every layer is checked on random bf16 data: small and odd shapes against an f64 CPU
@@ -818,25 +819,36 @@ fn same_as_sequential(
     Ok(())
 }
 
+/// The checks' layers, with the fused exchanges in `rounds` rounds where given.
+fn with_rounds(c: &Checks, rounds: Option<usize>) -> TensorParallel {
+    match rounds {
+        Some(r) => c.tp.clone().with_thresholds(ScheduleThresholds {
+            fused_exchange_rounds: r,
+            ..*c.tp.thresholds()
+        }),
+        None => c.tp.clone(),
+    }
+}
+
 /// The fused forms of the row-parallel layer ([`Schedule::Fused`]: the decode kernel, and
-/// from 512 tokens per PE the GEMM + all-reduce, in `rounds` rounds where given), through [`fused_exchange`] (whose all-reduces between calls share the fused
-/// kernel's epoch and staging); each output also the same on every PE, and up to
-/// `DECODE_TOKENS` tokens bit for bit what the sequential schedule gives (the same decode
-/// GEMM, the same order of the sum over PEs).
+/// from 512 tokens per PE the GEMM + all-reduce, in `rounds` rounds where given), through
+/// [`fused_exchange`] (whose all-reduces between calls share the fused kernel's epoch and
+/// staging); each output also the same on every PE, and up to `DECODE_TOKENS` tokens bit for
+/// bit what the sequential schedule gives (the same decode GEMM, the same order of the sum
+/// over PEs).
 fn row_fused(
     c: &Checks,
     seed: u64,
     (m, k, n): (usize, usize, usize),
     rounds: Option<usize>,
 ) -> Outcome {
-    let tp = match rounds {
-        Some(r) => c.tp.clone().with_thresholds(ScheduleThresholds {
-            fused_exchange_rounds: r,
-            ..*c.tp.thresholds()
-        }),
-        None => c.tp.clone(),
-    };
-    let case = row_case(c, &tp, seed, (m, k, n), RowOutput::Replicated)?;
+    let case = row_case(
+        c,
+        &with_rounds(c, rounds),
+        seed,
+        (m, k, n),
+        RowOutput::Replicated,
+    )?;
     row_exchange(c, &case, k, m * n, &|i, got, spare| {
         let (want, terms) = row_parallel(&case.inputs[i], &case.w, m, n, k, c.n());
         compare_row("fused row-parallel output", got, (&want, &terms))?;
@@ -848,16 +860,24 @@ fn row_fused(
     })
 }
 
-/// The fused GEMM + reduce-scatter (sequence-parallel output), `per_pe` rows per PE, through
-/// [`fused_exchange`] (below 512 rows per PE it is the sequential schedule); and bit for bit
-/// what the sequential schedule gives where both multiply by the decode kernel.
+/// The fused GEMM + reduce-scatter (sequence-parallel output), `per_pe` rows per PE, in
+/// `rounds` rounds where given, through [`fused_exchange`] (below 512 rows per PE it is the
+/// sequential schedule); and bit for bit what the sequential schedule gives where both
+/// multiply by the decode kernel.
 fn row_reduce_scatter_fused(
     c: &Checks,
     seed: u64,
     (per_pe, k, n): (usize, usize, usize),
+    rounds: Option<usize>,
 ) -> Outcome {
     let m = per_pe * c.n();
-    let case = row_case(c, &c.tp, seed, (m, k, n), RowOutput::SequenceParallel)?;
+    let case = row_case(
+        c,
+        &with_rounds(c, rounds),
+        seed,
+        (m, k, n),
+        RowOutput::SequenceParallel,
+    )?;
     let mine = c.me() * per_pe * n..(c.me() + 1) * per_pe * n;
     row_exchange(c, &case, k, per_pe * n, &|i, got, spare| {
         let (want, terms) = row_parallel(&case.inputs[i], &case.w, m, n, k, c.n());
@@ -2194,19 +2214,22 @@ fn main() {
             );
         }
         // The fused GEMM + reduce-scatter, from 512 tokens per PE (odd widths; below, the
-        // sequential schedule, bit for bit where both use the decode kernel).
-        for s in [
-            (1, 96 * n, 64),
-            (3, 328, 200),
-            (512, 64 * n, 520),
-            (515, 136 * n, 33),
+        // sequential schedule, bit for bit where both use the decode kernel), in one round
+        // and in 3 (the sums' element path).
+        for (s, rounds) in [
+            ((1, 96 * n, 64), None),
+            ((3, 328, 200), None),
+            ((512, 64 * n, 520), None),
+            ((515, 136 * n, 33), None),
+            ((1539, 72 * n, 33), Some(3)),
         ] {
+            let per_round = rounds.map_or(String::new(), |r| format!(" in {r} rounds"));
             c.run(
                 format!(
-                    "row reduce-scatter fused {} rows per PE k={} n={}: back to back, two layers, graph replay",
+                    "row reduce-scatter fused {} rows per PE k={} n={}{per_round}: back to back, two layers, graph replay",
                     s.0, s.1, s.2
                 ),
-                |c, seed| row_reduce_scatter_fused(c, seed, s),
+                |c, seed| row_reduce_scatter_fused(c, seed, s, rounds),
             );
         }
     }
