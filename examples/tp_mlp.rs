@@ -673,20 +673,29 @@ fn outputs(c: &Checks, count: usize, len: usize) -> Result<Vec<DeviceBuffer<bf16
 }
 
 /// The fused all-gather + GEMM (sequence-parallel input), `per_pe` rows per PE, through
-/// [`fused_exchange`]. With `skew`, PE 0's outputs start 2 bytes past a 16-byte boundary,
-/// where our CUTLASS kernel cannot store: PE 0 then waits for every chunk and multiplies by
-/// cuBLASLt while the others' tiles wait for their rows, in the same exchange.
+/// [`fused_exchange`]; with `cutlass`, by our CUTLASS kernel from `FUSED_GATHER_TOKENS`
+/// tokens. With `skew`, PE 0's outputs start 2 bytes past a 16-byte boundary, where that
+/// kernel cannot store: PE 0 then waits for every chunk and multiplies by cuBLASLt while the
+/// others' tiles wait for their rows, in the same exchange.
 fn column_fused(
     c: &Checks,
     seed: u64,
     (per_pe, k, nn): (usize, usize, usize),
     skew: bool,
+    cutlass: bool,
 ) -> Outcome {
     let mut rng = Rng::new(seed);
     let m = per_pe * c.n();
     let w = weight(&mut rng, nn, k);
+    let tp = match cutlass {
+        true => c.tp.clone().with_thresholds(ScheduleThresholds {
+            fused_gather_cutlass_min_tokens: FUSED_GATHER_TOKENS,
+            ..*c.tp.thresholds()
+        }),
+        false => c.tp.clone(),
+    };
     let build = || -> Result<ColumnParallelLinear, String> {
-        let layer = ColumnParallelLinear::new(&c.tp, k, nn, ColumnInput::SequenceParallel, m)
+        let layer = ColumnParallelLinear::new(&tp, k, nn, ColumnInput::SequenceParallel, m)
             .map_err(text)?;
         layer.load_weight(&w).map_err(text)?;
         Ok(layer)
@@ -2119,31 +2128,39 @@ fn main() {
         }
     }
     if args.column {
-        // The fused all-gather + GEMM: below FUSED_GATHER_TOKENS (sequential), and above it:
-        // our CUTLASS kernel waiting per tile, with chunks that end inside a 128-row tile,
-        // and shard widths it cannot store (odd: sequential).
+        // The fused all-gather + GEMM: below FUSED_SCATTER_TOKENS rows per PE (sequential),
+        // from there a GEMM per PE's rows; and, with the CUTLASS threshold lowered, our CUTLASS
+        // kernel waiting per tile, with chunks that end inside a 128-row tile (a GEMM per PE's
+        // rows again for shard widths that kernel cannot store).
         let big = FUSED_GATHER_TOKENS.div_ceil(n) + 6;
-        for s in [
-            (3, 200, 328),
-            (16, 136, 64 * n),
-            (big, 136, 512 * n),
-            (big, 264, 16 * n + 5),
+        for (s, cutlass) in [
+            ((3, 200, 328), false),
+            ((16, 136, 64 * n), false),
+            ((FUSED_SCATTER_TOKENS + 3, 136, 64 * n), false),
+            ((big, 136, 512 * n), false),
+            ((big, 136, 512 * n), true),
+            ((big, 264, 16 * n + 5), true),
         ] {
+            let path = if cutlass {
+                ", CUTLASS from 2048 tokens"
+            } else {
+                ""
+            };
             c.run(
                 format!(
-                    "column fused {} rows per PE k={} n={}: back to back, two layers, graph replay",
+                    "column fused {} rows per PE k={} n={}{path}: back to back, two layers, graph replay",
                     s.0, s.1, s.2
                 ),
-                |c, seed| column_fused(c, seed, s, false),
+                |c, seed| column_fused(c, seed, s, false, cutlass),
             );
         }
         let s = (big, 136, 512 * n);
         c.run(
             format!(
-                "column fused {} rows per PE k={} n={}, PE 0's output misaligned: back to back, two layers, graph replay",
+                "column fused {} rows per PE k={} n={}, CUTLASS, PE 0's output misaligned: back to back, two layers, graph replay",
                 s.0, s.1, s.2
             ),
-            |c, seed| column_fused(c, seed, s, true),
+            |c, seed| column_fused(c, seed, s, true, true),
         );
     }
     if args.row {

@@ -2,9 +2,9 @@
 
 use super::cutlass::ALIGN_ELEMENTS;
 use super::exchange::{peer_bases, ChunkFlags};
-use super::Schedule;
 use super::TensorParallel;
 use super::{check_tokens, check_weight, join, merged_rows, rows_of, shard_range, LinearShape};
+use super::{Schedule, FUSED_SCATTER_TOKENS};
 use crate::collectives::AllGatherAlgo;
 use crate::error::CudaResultExt;
 use crate::error::{Error, Result};
@@ -59,10 +59,10 @@ pub struct ColumnParallelLinear {
     exchange: Option<(ChunkFlags, Vec<u64>)>,
 }
 
-/// Tokens (all PEs' together) from which [`Schedule::Fused`] fuses the all-gather with the
-/// GEMM of a sequence-parallel layer: from here on our CUTLASS kernel, whose tiles wait for
-/// their rows, measured within 2% of cuBLASLt on one H100 (docs/gemm.md). Below, a fused call
-/// is a sequential one.
+/// Tokens (all PEs' together) from which the fused all-gather + GEMM of a sequence-parallel
+/// layer may multiply with our CUTLASS kernel, whose tiles wait for their rows
+/// ([`ScheduleThresholds::fused_gather_cutlass_min_tokens`](super::ScheduleThresholds::fused_gather_cutlass_min_tokens)):
+/// from here on that kernel measured within 2% of cuBLASLt on one H100 (docs/gemm.md).
 pub const FUSED_GATHER_TOKENS: usize = 2048;
 
 impl ColumnParallelLinear {
@@ -188,14 +188,17 @@ impl ColumnParallelLinear {
 
     /// [`forward`](Self::forward) with a [`Schedule`]. Sequence parallel, with several PEs:
     /// [`Schedule::Overlapped`] multiplies this PE's own tokens while the all-gather brings
-    /// the others', then the others'; [`Schedule::Fused`], from [`FUSED_GATHER_TOKENS`]
-    /// tokens on a GPU that runs our CUTLASS kernel (with input features and every PE's
-    /// output features multiples of 8), sends each PE's tokens to every peer by the copy
-    /// engines, each chunk raising a flag as it lands, and multiplies with that kernel, whose
-    /// tiles start with this PE's own rows and each wait for their chunk's flag before their
-    /// first load (where the kernel cannot take this PE's output, misaligned, the GEMM waits
-    /// for every chunk); elsewhere it runs sequentially. Replicated input has no
-    /// communication to overlap.
+    /// the others', then the others'; [`Schedule::Fused`], from [`FUSED_SCATTER_TOKENS`]
+    /// tokens per PE, sends each PE's tokens to every peer by the copy engines, each chunk
+    /// raising a flag as it lands, multiplies this PE's own tokens meanwhile, then each
+    /// peer's after its flag; or, from
+    /// [`ScheduleThresholds::fused_gather_cutlass_min_tokens`](super::ScheduleThresholds::fused_gather_cutlass_min_tokens)
+    /// and [`FUSED_GATHER_TOKENS`] tokens on a GPU that runs our CUTLASS kernel (with input
+    /// features and every PE's output features multiples of 8), multiplies with that
+    /// kernel, whose tiles start with this PE's own rows and each wait for their chunk's
+    /// flag before their first load (where the kernel cannot take this PE's output,
+    /// misaligned, the GEMM waits for every chunk). Below, it runs sequentially. Replicated
+    /// input has no communication to overlap.
     pub fn forward_with<'a>(
         &self,
         y: &impl DeviceSlice<bf16>,
@@ -223,23 +226,18 @@ impl ColumnParallelLinear {
         };
         check_tokens("ColumnParallelLinear::forward", tokens, self.max_tokens)?;
         let schedule = self.tp.thresholds().sequence(schedule, rows);
-        if let (Schedule::Fused, Some(exchange), Some(pushers), true) = (
-            schedule,
-            &self.exchange,
-            self.tp.pushers(),
-            self.fuses_gather(tokens),
-        ) {
-            // SAFETY: the lengths were checked above.
-            return unsafe {
-                self.gather_and_run(
-                    exchange,
-                    pushers,
-                    y.device_ptr(),
-                    x.as_ptr() as u64,
-                    rows,
-                    stream,
-                )
-            };
+        if let (Schedule::Fused, Some(exchange), Some(pushers)) =
+            (schedule, &self.exchange, self.tp.pushers())
+        {
+            let (y_at, x_at) = (y.device_ptr(), x.as_ptr() as u64);
+            let cutlass_from = self.tp.thresholds().fused_gather_cutlass_min_tokens;
+            let cutlass = tokens >= cutlass_from && self.fuses_gather(tokens);
+            if cutlass || rows >= FUSED_SCATTER_TOKENS {
+                // SAFETY: the lengths were checked above.
+                return unsafe {
+                    self.gather_and_run(exchange, pushers, y_at, x_at, rows, cutlass, stream)
+                };
+            }
         }
         let all = gathered.view(..tokens * self.in_features);
         let coll = self.tp.collectives();
@@ -288,11 +286,15 @@ impl ColumnParallelLinear {
             })
     }
 
-    /// The fused all-gather + GEMM ([`Schedule::Fused`]) of `rows` tokens per PE.
+    /// The fused all-gather + GEMM ([`Schedule::Fused`]) of `rows` tokens per PE: this PE's
+    /// rows go to every peer by the copy engines, a flag following each copy; then a GEMM
+    /// per PE's rows (this PE's own from `x` while the peers' travel, then each peer's after
+    /// its flag), or, `cutlass`, our CUTLASS kernel, whose tiles each wait for their rows.
     ///
     /// # Safety
     /// `y` holds `rows × n_pes × local_out` and `x` `rows × in_features` elements, and
     /// `rows × n_pes` is at most `max_tokens`.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn gather_and_run(
         &self,
         (flags, gathered): &(ChunkFlags, Vec<u64>),
@@ -300,6 +302,7 @@ impl ColumnParallelLinear {
         y: u64,
         x: u64,
         rows: usize,
+        cutlass: bool,
         stream: &CudaStream,
     ) -> Result<()> {
         let (n, me) = (self.tp.n_pes(), self.tp.my_pe());
@@ -309,8 +312,8 @@ impl ColumnParallelLinear {
         let mine = (me * bytes) as u64;
         flags.open(stream)?;
         // This PE's rows to every peer, each on its own copy stream after what `stream`
-        // holds (the input and the credits), and into its own gathered rows on `stream`.
-        // Every peer's flag is raised even after a failure, so that no peer waits for ever
+        // holds (the input and the credits), and for our CUTLASS kernel into its own
+        // gathered rows on `stream`. Every peer's flag is raised even after a failure, so that no peer waits for ever
         // (its output is then wrong, and this call returns the error).
         let mut sent = Ok(());
         for (peer, side) in flags.peers().zip(pushers) {
@@ -326,7 +329,15 @@ impl ColumnParallelLinear {
         let at = |r: usize| (y + (r * out * bf) as u64, base + (r * k * bf) as u64);
         let shape = |m: usize| LinearShape { m, n: out, k };
         let gemm = self.tp.gemm();
-        let run = || -> Result<()> {
+        let by_rows = || -> Result<()> {
+            self.run(at(me * rows).0, x, rows, stream)?;
+            flags.peers().try_for_each(|peer| {
+                flags.wait_from(stream, peer)?;
+                let (y_rows, x_rows) = at(peer * rows);
+                self.run(y_rows, x_rows, rows, stream)
+            })
+        };
+        let waiting = || -> Result<()> {
             result::memcpy_dtod_async(base + mine, x, bytes, stream.cu_stream())
                 .during("cuMemcpyDtoDAsync")?;
             // This PE's rows and those after them first (the first tiles are this PE's
@@ -352,6 +363,10 @@ impl ColumnParallelLinear {
                 ));
             }
             Ok(())
+        };
+        let run = || match cutlass {
+            true => waiting(),
+            false => by_rows(),
         };
         // Closed even after a failure, and every copy stream joined: what follows on
         // `stream` may overwrite `x`, and a capture stays whole.

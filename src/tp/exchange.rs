@@ -158,6 +158,11 @@ impl ChunkFlags {
         }
     }
 
+    /// Make `stream` wait for `peer`'s chunk.
+    pub(super) fn wait_from(&self, stream: &CudaStream, peer: usize) -> Result<()> {
+        wait_set(stream, self.ready(self.me, peer))
+    }
+
     /// Make `stream` wait for every peer's chunk.
     pub(super) fn wait_all(&self, stream: &CudaStream) -> Result<()> {
         self.wait_rounds(stream, 1)

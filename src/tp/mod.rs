@@ -108,14 +108,17 @@ pub enum Schedule {
     /// and [`Sequential`](Self::Sequential) elsewhere. There are four.
     ///
     /// The sequence-parallel [`ColumnParallelLinear`] (all-gather + GEMM) with several PEs,
-    /// from [`FUSED_GATHER_TOKENS`] tokens on GPUs that run our CUTLASS GEMM (input features
-    /// and every PE's output features multiples of 8): each PE's tokens go to every peer by
-    /// the copy engines, with no SM involved, each chunk raising a flag when it lands; the
-    /// GEMM starts on this PE's own rows while the others travel, and each of its tiles
-    /// waits for its chunk's flag before its first TMA load (a PE whose output TMA cannot
-    /// address waits for every chunk, then multiplies as [`GemmPath::Auto`] chooses). It
-    /// needs a GPU with 64-bit stream memory operations (every GPU of compute capability 7.0
-    /// and later under a CUDA 12 driver).
+    /// from [`FUSED_SCATTER_TOKENS`] tokens per PE: each PE's tokens go to every peer by the
+    /// copy engines, with no SM involved, each chunk raising a flag when it lands; the GEMM
+    /// of this PE's own rows runs while the others travel, then a GEMM per peer's rows, each
+    /// after that peer's flag. From
+    /// [`ScheduleThresholds::fused_gather_cutlass_min_tokens`] (never, by default) and
+    /// [`FUSED_GATHER_TOKENS`] tokens, on GPUs that run our CUTLASS GEMM (input features and
+    /// every PE's output features multiples of 8), one CUTLASS GEMM instead, which starts on
+    /// this PE's own rows and whose tiles each wait for their chunk's flag before their
+    /// first TMA load (a PE whose output TMA cannot address waits for every chunk, then
+    /// multiplies as [`GemmPath::Auto`] chooses). It needs a GPU with 64-bit stream memory
+    /// operations (every GPU of compute capability 7.0 and later under a CUDA 12 driver).
     ///
     /// The row-parallel layer with a sequence-parallel output (GEMM + reduce-scatter) with
     /// several PEs, from 512 tokens per PE (below, each peer's GEMM, which reads the whole
@@ -186,7 +189,11 @@ pub struct ScheduleThresholds {
     /// output). Measured on 2 H200s (`bench --tests tp`, the exchanges in 4 rounds): the
     /// Llama 70B sequence-parallel MLP was 3.2% and 2.3% faster fused than sequential at
     /// 4096 and 8192 tokens per PE, the 8B one 0.4% slower and 3.4% faster; at 1024 and
-    /// 2048 tokens per PE fused was 0.1-10.6% slower.
+    /// 2048 tokens per PE fused was 0.1-10.6% slower. That all-gather + GEMM was our
+    /// CUTLASS kernel; with a GEMM per PE's rows (the default since, see
+    /// [`fused_gather_cutlass_min_tokens`](Self::fused_gather_cutlass_min_tokens)) the fused
+    /// MLPs were the fastest schedule from 1024 tokens per PE on 2 H200s, not yet measured
+    /// on more GPUs.
     pub fused_sequence_min_tokens: usize,
     /// Tokens up to which a row-parallel layer with a replicated output fuses its decode
     /// GEMM with the all-reduce; 0: never. Only where every PE's [`Gemm::calibrate`] took our
@@ -215,6 +222,16 @@ pub struct ScheduleThresholds {
     /// --rounds N`): 4 rounds took the layer to 9.1% and 5.4% over compute-only at 2048
     /// and 4096 tokens per PE, 2 rounds to 10.8% and 6.8%, 8 rounds to 9.5% and 5.5%.
     pub fused_exchange_rounds: usize,
+    /// Tokens from which the fused all-gather + GEMM of a sequence-parallel
+    /// [`ColumnParallelLinear`] multiplies with our CUTLASS kernel, whose tiles each wait for
+    /// their rows (from [`FUSED_GATHER_TOKENS`], where the kernel takes the shard), rather
+    /// than with a cuBLASLt GEMM per PE's rows, each after that PE's rows have landed;
+    /// `usize::MAX` (the default): never. Measured on 2 H200s (`bench --tests tp
+    /// --tp-layouts sequence`), the sequence-parallel MLP fused with the CUTLASS kernel
+    /// against the GEMM per PE's rows at 2048 / 4096 / 8192 / 16384 tokens: 8B 702.2 /
+    /// 1235 / 2415 / 4731 µs against 625.6 / 1218 / 2322 / 4635, 70B 2411 / 4594 / 9248 /
+    /// 18324 against 2280 / 4549 / 9077 / 17947.
+    pub fused_gather_cutlass_min_tokens: usize,
 }
 
 impl Default for ScheduleThresholds {
@@ -224,6 +241,7 @@ impl Default for ScheduleThresholds {
             fused_decode_max_tokens: 8,
             fused_replicated_min_tokens: 4096,
             fused_exchange_rounds: 4,
+            fused_gather_cutlass_min_tokens: usize::MAX,
         }
     }
 }
