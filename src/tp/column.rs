@@ -313,8 +313,9 @@ impl ColumnParallelLinear {
         flags.open(stream)?;
         // This PE's rows to every peer, each on its own copy stream after what `stream`
         // holds (the input and the credits), and for our CUTLASS kernel into its own
-        // gathered rows on `stream`. Every peer's flag is raised even after a failure, so that no peer waits for ever
-        // (its output is then wrong, and this call returns the error).
+        // gathered rows on `stream`. Every peer's flag is raised even after a failure, so
+        // that no peer waits for ever (its output is then wrong, and this call returns the
+        // error).
         let mut sent = Ok(());
         for (peer, side) in flags.peers().zip(pushers) {
             sent = sent.and_then(|()| {
