@@ -104,7 +104,7 @@ impl ColumnParallelLinear {
             ColumnInput::SequenceParallel => Some(shmem.malloc::<bf16>(max_tokens * in_features)?),
         };
         let exchange = match &gathered {
-            Some(g) if n > 1 => Some((ChunkFlags::new(shmem)?, peer_bases(shmem, g)?)),
+            Some(g) if n > 1 => Some((ChunkFlags::new(shmem)?, peer_bases(g)?)),
             _ => None,
         };
         let weight = shmem.alloc_device::<bf16>(local_out * in_features)?;

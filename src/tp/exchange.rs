@@ -31,7 +31,7 @@
 use super::cutlass::ChunkWait;
 use crate::element::Element;
 use crate::error::{CudaResultExt, Error, Result};
-use crate::memory::SymmetricBuffer;
+use crate::memory::{SymmetricBuffer, SymmetricView};
 use crate::runtime::Nvshmem;
 use cudarc::driver::{sys, CudaStream};
 
@@ -47,11 +47,10 @@ pub(super) struct ChunkFlags {
 
 const FLAG: u64 = std::mem::size_of::<u64>() as u64;
 
-/// Per PE: where `buf` starts on it, as mapped here.
-pub(super) fn peer_bases<T: Element>(
-    shmem: &Nvshmem,
-    buf: &SymmetricBuffer<T>,
-) -> Result<Vec<u64>> {
+/// Per PE: where `buf` (a symmetric buffer, or a view of one) starts on it, as mapped here.
+pub(super) fn peer_bases<'a, T: Element>(buf: impl Into<SymmetricView<'a, T>>) -> Result<Vec<u64>> {
+    let buf = buf.into();
+    let shmem = buf.runtime();
     (0..shmem.n_pes())
         .map(|pe| match buf.peer_ptr(pe)? {
             Some(p) => Ok(p as u64),
@@ -70,7 +69,7 @@ impl ChunkFlags {
     pub(super) fn new(shmem: &Nvshmem) -> Result<Self> {
         let (n, me) = (shmem.n_pes(), shmem.my_pe());
         let flags = shmem.calloc::<u64>(3 * n)?;
-        let peer_flags = peer_bases(shmem, &flags)?;
+        let peer_flags = peer_bases(&flags)?;
         // No peer may write a flag here before it is cleared.
         shmem.barrier_all()?;
         Ok(ChunkFlags {
@@ -173,8 +172,7 @@ impl ChunkFlags {
     /// clear the `ready` flags.
     pub(super) fn close(&self, stream: &CudaStream) -> Result<()> {
         self.wait_all(stream)?;
-        self.peers()
-            .try_for_each(|c| write(stream, self.ready(self.me, c), 0))
+        self.clear_ready(stream)
     }
 
     /// On `stream`, once every peer's chunks of the last round have been awaited there:

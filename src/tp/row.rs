@@ -89,19 +89,6 @@ enum Sums<'a> {
     Everywhere(&'a [u64]),
 }
 
-/// Where `y` lies on every PE, as mapped here.
-fn peer_views(y: &SymmetricView<'_, bf16>, me: usize) -> Result<Vec<u64>> {
-    (0..y.runtime().n_pes())
-        .map(|pe| match y.peer_ptr(pe)? {
-            Some(p) => Ok(p as u64),
-            None => Err(Error::InvalidArgument(format!(
-                "the row-parallel output on PE {pe} is not load/store reachable from PE {me}: \
-                 a tensor-parallel group needs every PE on one node with peer access"
-            ))),
-        })
-        .collect()
-}
-
 /// The rounds of the fused GEMM + all-reduce over a PE's `rows` rows: `rounds` of them
 /// (one at least), fewer where a round would have fewer than [`TOKENS_PER_PIECE`] rows
 /// (each round's GEMMs read the whole weight), near-equal.
@@ -242,7 +229,7 @@ impl RowParallelLinear {
             };
         let exchange = if fuses {
             let received = shmem.malloc::<bf16>(max_tokens * out_features)?;
-            let bases = peer_bases(shmem, &received)?;
+            let bases = peer_bases(&received)?;
             Some(Exchange {
                 flags: ChunkFlags::new(shmem)?,
                 _received: received,
@@ -425,7 +412,7 @@ impl RowParallelLinear {
             Schedule::Fused => {
                 if let (Some(exchange), Some(pushers)) = (self.scatters(tokens), self.tp.pushers())
                 {
-                    let outputs = peer_views(&y, self.tp.my_pe())?;
+                    let outputs = peer_bases(y)?;
                     let sums = Sums::Everywhere(&outputs);
                     return self.gemm_exchange(exchange, pushers, sums, x, tokens, stream);
                 }
