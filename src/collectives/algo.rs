@@ -56,8 +56,8 @@ pub enum AllGatherAlgo {
     OneShot,
     /// Push straight into every PE's output over all SMs (large messages).
     Bandwidth,
-    /// By the copy engines: an opening barrier, peer `cuMemcpyAsync`s on a copy stream per
-    /// peer (this PE's own copy by the SMs meanwhile), a closing barrier (the largest
+    /// By the copy engines: an opening barrier, peer `cuMemcpyAsync`s one after another on a
+    /// copy stream (this PE's own copy by the SMs meanwhile), a closing barrier (the largest
     /// messages: the copy engines outrun SM stores over NVLink, and leave the SMs free). A
     /// copy engine cannot be stopped from the device: after an opening barrier that ran out
     /// of time the copies still run, into a peer that may not have reached the call.
@@ -101,7 +101,8 @@ pub enum BroadcastAlgo {
     /// else [`OneShot`](Self::OneShot) up to
     /// [`BROADCAST_ONESHOT_BYTES`](super::BROADCAST_ONESHOT_BYTES) (and the staging slot),
     /// [`Push`](Self::Push) above, [`CopyEngine`](Self::CopyEngine) from
-    /// [`Thresholds::copy_engine_min_bytes`](super::Thresholds::copy_engine_min_bytes).
+    /// [`Thresholds::copy_engine_min_bytes`](super::Thresholds::copy_engine_min_bytes) where
+    /// the relay does not take the call.
     Auto,
     /// The root pushes its input to every peer in low-latency lines (8 bytes of data and
     /// the call's tag in each 16-byte store), which the peers poll: no barrier (small
@@ -113,8 +114,8 @@ pub enum BroadcastAlgo {
     /// A start barrier, the root stores its input straight into every PE's output over all
     /// SMs, an end barrier (large messages; no staging, any size).
     Push,
-    /// By the copy engines: an opening barrier, peer `cuMemcpyAsync`s on a copy stream per
-    /// peer (this PE's own copy by the SMs meanwhile), a closing barrier (the largest
+    /// By the copy engines: an opening barrier, peer `cuMemcpyAsync`s one after another on a
+    /// copy stream (this PE's own copy by the SMs meanwhile), a closing barrier (the largest
     /// messages: the copy engines outrun SM stores over NVLink, and leave the SMs free). A
     /// copy engine cannot be stopped from the device: after an opening barrier that ran out
     /// of time the copies still run, into a peer that may not have reached the call.
@@ -141,7 +142,7 @@ pub enum AllToAllAlgo {
     /// [`Thresholds::alltoall_oneshot_max_bytes`](super::Thresholds::alltoall_oneshot_max_bytes)
     /// (and the staging slot),
     /// [`Push`](Self::Push) above, [`CopyEngine`](Self::CopyEngine) from
-    /// [`Thresholds::copy_engine_min_bytes`](super::Thresholds::copy_engine_min_bytes).
+    /// [`Thresholds::alltoall_copy_engine_min_bytes`](super::Thresholds::alltoall_copy_engine_min_bytes).
     Auto,
     /// Every PE pushes each block to its owner in low-latency lines, which the owner polls:
     /// no barrier (small blocks).
@@ -152,8 +153,8 @@ pub enum AllToAllAlgo {
     /// A start barrier, every PE stores each block straight into its owner's output, an end
     /// barrier (large messages; no staging, any size).
     Push,
-    /// By the copy engines: an opening barrier, peer `cuMemcpyAsync`s on a copy stream per
-    /// peer (this PE's own copy by the SMs meanwhile), a closing barrier (the largest
+    /// By the copy engines: an opening barrier, peer `cuMemcpyAsync`s one after another on a
+    /// copy stream (this PE's own copy by the SMs meanwhile), a closing barrier (the largest
     /// messages: the copy engines outrun SM stores over NVLink, and leave the SMs free). A
     /// copy engine cannot be stopped from the device: after an opening barrier that ran out
     /// of time the copies still run, into a peer that may not have reached the call.

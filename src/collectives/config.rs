@@ -18,11 +18,16 @@ use std::time::Duration;
 /// (NVLink 4, graph replays), against the SM paths: all-gather 193.6 / 192.9 us at 64 MiB
 /// per PE, 365.7 / 376.5 at 128 MiB; broadcast 189.4 / 190.7 at 64 MiB, 357.9 / 372.7 at
 /// 128 MiB, 695.7 / 737.6 at 256 MiB; all-to-all 195.1 / 199.7 with 64 MiB blocks, 109.4 /
-/// 105.4 with 32 MiB ones. Two PEs only: on 4 H200s the copy engines' all-gather took 238.7
-/// and 881.6 us at 16 and 64 MiB per PE against 150.4 and 576.6 for the SM path, and their
-/// broadcast sends the whole message to every peer, as the push does (the relay sends it out
-/// once).
+/// 105.4 with 32 MiB ones. On 4 H200s (each PE's copies one after another, next PE first)
+/// the all-gather took 548.5 us at 64 MiB per PE against 577.2 for the SM path, and 158.4
+/// against 150.2 at 16 MiB. Their broadcast sends the whole message to every peer, as the
+/// push does, so on more than 2 PEs the relay (which sends it out once) goes first.
 const COPY_ENGINE_MIN_BYTES: usize = 64 << 20;
+
+/// All-to-all blocks from which more than 2 PEs take the copy engines. Measured on 4 H200s
+/// (graph replays, each PE's copies one after another, next PE first): 548.5 us with 16 MiB
+/// blocks against 594.6 for the push, 159.9 against 156.2 with 4 MiB ones.
+const ALL_TO_ALL_COPY_ENGINE_MIN_BYTES: usize = 16 << 20;
 
 /// Broadcasts from which more than 2 PEs take the relayed low-latency lines. Measured on 4
 /// H200s (graph replays), us at 32 / 64 / 128 / 256 KiB: relayed 3.36 / 3.45 / 3.66 / 4.08,
@@ -81,9 +86,11 @@ pub struct Thresholds {
     /// Broadcasts of at least this (above the low-latency path) take the relay on more than
     /// 2 PEs; `usize::MAX`: never.
     pub broadcast_relay_min_bytes: usize,
-    /// All-gathers (bytes per PE), broadcasts and all-to-alls (bytes per block) of at least
-    /// this go by the copy engines (`CopyEngine`); `usize::MAX`: never.
+    /// All-gathers (bytes per PE) and broadcasts of at least this go by the copy engines
+    /// (`CopyEngine`; not the broadcasts that the relay takes); `usize::MAX`: never.
     pub copy_engine_min_bytes: usize,
+    /// All-to-alls of blocks of at least this go by the copy engines; `usize::MAX`: never.
+    pub alltoall_copy_engine_min_bytes: usize,
 }
 
 impl Thresholds {
@@ -117,6 +124,7 @@ impl Thresholds {
                 broadcast_ll_relay_min_bytes: usize::MAX,
                 broadcast_relay_min_bytes: usize::MAX,
                 copy_engine_min_bytes: COPY_ENGINE_MIN_BYTES,
+                alltoall_copy_engine_min_bytes: COPY_ENGINE_MIN_BYTES,
             }
         } else {
             // 4 PEs (graph replays): floating point takes the low-latency one-shot to 2 KiB,
@@ -132,8 +140,9 @@ impl Thresholds {
             // 512 KiB ones; the broadcast 5.8 us at 256 KiB against 6.4 for the one-shot,
             // 10.3 against 8.6 at 512 KiB). All-to-all blocks above it take the push, not
             // the one-shot (11.0 us against 13.7 for 512 KiB blocks, 16.6 against 22.7 for
-            // 1 MiB). Broadcasts from 128 KiB take the relayed lines, from 2 MiB the relay;
-            // nothing takes the copy engines.
+            // 1 MiB), and the copy engines from 16 MiB blocks. Broadcasts from 128 KiB take
+            // the relayed lines, from 2 MiB the relay; all-gathers the copy engines from
+            // 64 MiB per PE.
             Thresholds {
                 sentinel_min_bytes: 2 << 10,
                 sentinel_max_bytes: 128 << 10,
@@ -150,7 +159,8 @@ impl Thresholds {
                 alltoall_oneshot_max_bytes: 256 << 10,
                 broadcast_ll_relay_min_bytes: LL_RELAY_MIN_BYTES,
                 broadcast_relay_min_bytes: RELAY_MIN_BYTES,
-                copy_engine_min_bytes: usize::MAX,
+                copy_engine_min_bytes: COPY_ENGINE_MIN_BYTES,
+                alltoall_copy_engine_min_bytes: ALL_TO_ALL_COPY_ENGINE_MIN_BYTES,
             }
         }
     }
@@ -612,19 +622,27 @@ mod tests {
             ReduceScatterAlgo::LowLatency
         );
         assert_eq!(t.choose_reduce_scatter(8, false), ReduceScatterAlgo::Pull);
-        // The copy engines from their threshold on (2 PEs); never when it is usize::MAX,
-        // as on more PEs.
+        // The copy engines from their threshold on; never when it is usize::MAX.
         let two = Thresholds::for_pes(2);
+        for t in [&t, &two] {
+            assert_eq!(
+                t.choose_all_gather(64 << 20, true),
+                AllGatherAlgo::CopyEngine
+            );
+            assert_eq!(
+                t.choose_all_gather((64 << 20) - 1, true),
+                AllGatherAlgo::Bandwidth
+            );
+        }
+        let never = Thresholds {
+            copy_engine_min_bytes: usize::MAX,
+            ..t
+        };
         assert_eq!(
-            two.choose_all_gather(64 << 20, true),
-            AllGatherAlgo::CopyEngine
-        );
-        assert_eq!(
-            two.choose_all_gather((64 << 20) - 1, true),
+            never.choose_all_gather(1 << 30, true),
             AllGatherAlgo::Bandwidth
         );
-        assert_eq!(t.copy_engine_min_bytes, usize::MAX);
-        assert_eq!(t.choose_all_gather(1 << 30, true), AllGatherAlgo::Bandwidth);
+        assert!(t.alltoall_copy_engine_min_bytes < two.alltoall_copy_engine_min_bytes);
         assert_eq!(two.broadcast_relay_min_bytes, usize::MAX);
         assert_eq!(two.broadcast_ll_relay_min_bytes, usize::MAX);
         assert!(t.broadcast_ll_relay_min_bytes <= t.broadcast_ll_max_bytes);

@@ -1,9 +1,10 @@
 //! The copy-engine paths of the collectives that move data without reducing it (all-gather,
 //! broadcast, all-to-all): the copies each PE makes to its peers, as peer `cuMemcpyAsync`s
-//! that the driver gives to the copy engines, between an opening and a closing barrier
-//! kernel; its copy into its own output, and the last eighth of each copy to a peer, by the
-//! SMs meanwhile. One way over NVLink the copy engines outrun SM stores on large messages;
-//! the SMs' stores beside them add to what the link carries.
+//! that the driver gives to the copy engines, one after another on one copy stream, between
+//! an opening and a closing barrier kernel; its copy into its own output, and the last
+//! eighth of each copy to a peer, by the SMs meanwhile. One way over NVLink the copy engines
+//! outrun SM stores on large messages; the SMs' stores beside them add to what the link
+//! carries.
 
 use super::plan::copy_grid;
 use super::Collectives;
@@ -91,12 +92,16 @@ impl Collectives {
             .collect()
     }
 
-    /// Launch a copy-engine call on `stream`: the opening barrier, each copy to a peer on a
-    /// copy stream of its own (forked from `stream`) but for its last [`SM_SHARE`]th, which
-    /// a kernel on `stream` copies with this PE's copy into its own output, the join, the
-    /// closing barrier. After a failure to enqueue a copy
+    /// Launch a copy-engine call on `stream`: the opening barrier; the copies to the peers,
+    /// in `copies`' order, one after another on the copy stream (forked from `stream`), each
+    /// but for its last [`SM_SHARE`]th, which a kernel on `stream` copies with this PE's copy
+    /// into its own output; the join; the closing barrier. After a failure to enqueue a copy
     /// the rest is still joined and the closing barrier still launched, so that no peer waits
     /// for ever (this PE's output is then wrong, and the error returned).
+    ///
+    /// One after another: the copy engines ran copies on a stream per peer side by side,
+    /// which on 4 H200s took an all-gather of 64 MiB per PE to 228-238 GB/s out of each GPU
+    /// (847-887 µs); in turn, every PE sending to the next PE first, to 367 GB/s (548.5 µs).
     pub(super) fn launch_copies(
         &self,
         copies: &[PeerCopy],
@@ -114,14 +119,16 @@ impl Collectives {
         };
         barrier(&self.ce_open)?;
         let (local, remote): (Vec<PeerCopy>, Vec<PeerCopy>) = copies.iter().partition(|c| c.local);
-        let mut sent = Ok(());
-        let used = &self.copy_streams[..remote.len().min(self.copy_streams.len())];
+        let side = &self.copy_stream;
+        let mut sent = match remote.is_empty() {
+            true => Ok(()),
+            false => side.join(stream).during("cuStreamWaitEvent"),
+        };
         let mut by_sms = Vec::new();
-        for (c, side) in remote.iter().zip(used) {
+        for c in &remote {
             let (engine, sms) = split_for_sms(c);
             by_sms.extend(sms);
             sent = sent.and_then(|()| {
-                side.join(stream).during("cuStreamWaitEvent")?;
                 // SAFETY: both ranges were checked against the views of the call, which
                 // outlive it; a peer writes its output only after the opening barrier.
                 unsafe {
@@ -152,9 +159,11 @@ impl Collectives {
                 }
             });
         }
-        let joined = used
-            .iter()
-            .try_for_each(|side| stream.join(side).during("cuStreamWaitEvent"));
+        // Joined only where forked: a capture must not wait on work outside it.
+        let joined = match remote.is_empty() {
+            true => Ok(()),
+            false => stream.join(side).during("cuStreamWaitEvent"),
+        };
         let closed = barrier(&self.ce_close);
         sent.and(joined).and(closed)
     }

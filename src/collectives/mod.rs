@@ -117,11 +117,11 @@ pub struct Collectives {
     /// `push_alltoallv` in kernels/collectives/movement.cuh).
     counts_table: SymmetricBuffer<u64>,
     /// The copy-engine paths' barriers (before and after their copies), their copy into this
-    /// PE's own output (by the SMs), and a copy stream per peer.
+    /// PE's own output (by the SMs), and the copy stream of their copies to the peers.
     ce_open: Function,
     ce_close: Function,
     ce_local_copy: Function,
-    copy_streams: Vec<Arc<CudaStream>>,
+    copy_stream: Arc<CudaStream>,
     /// Every PE's control words as mapped here (where any symmetric address of a peer is).
     ctrl_peers: Vec<u64>,
 }
@@ -371,9 +371,7 @@ impl Collectives {
                 ))),
             })
             .collect::<Result<Vec<_>>>()?;
-        let copy_streams = (1..n)
-            .map(|_| shmem.new_stream())
-            .collect::<Result<Vec<_>>>()?;
+        let copy_stream = shmem.new_stream()?;
         let counts_table = shmem.calloc::<u64>(2 * 3 * n)?;
         let sentinel = shmem.malloc::<u32>(2 * n * dims.sentinel_slot_bytes / 4)?;
         sentinel.copy_from_host(&vec![abi::COLL_SENTINEL; sentinel.len()])?;
@@ -411,7 +409,7 @@ impl Collectives {
             ce_open,
             ce_close,
             ce_local_copy,
-            copy_streams,
+            copy_stream,
             ctrl_peers,
         })
     }

@@ -57,7 +57,8 @@ impl Collectives {
     /// The algorithm `Auto` picks for a broadcast of `bytes`.
     pub fn choose_broadcast(&self, bytes: usize) -> BroadcastAlgo {
         let t = &self.thresholds;
-        if bytes >= t.copy_engine_min_bytes {
+        let relays = bytes >= t.broadcast_relay_min_bytes && self.dims.n_pes > 2;
+        if bytes >= t.copy_engine_min_bytes && !relays {
             BroadcastAlgo::CopyEngine
         } else if bytes <= t.broadcast_ll_max_bytes && self.tables.is_some() {
             if bytes >= t.broadcast_ll_relay_min_bytes && self.dims.n_pes > 2 {
@@ -65,7 +66,7 @@ impl Collectives {
             } else {
                 BroadcastAlgo::LowLatency
             }
-        } else if bytes >= t.broadcast_relay_min_bytes && self.dims.n_pes > 2 {
+        } else if relays {
             BroadcastAlgo::Relay
         } else if bytes <= BROADCAST_ONESHOT_BYTES.min(self.dims.staging_slot_bytes) {
             BroadcastAlgo::OneShot
@@ -153,7 +154,7 @@ impl Collectives {
     /// The algorithm `Auto` picks for an all-to-all of `bytes` per block.
     pub fn choose_all_to_all(&self, bytes: usize) -> AllToAllAlgo {
         let t = &self.thresholds;
-        if bytes >= t.copy_engine_min_bytes {
+        if bytes >= t.alltoall_copy_engine_min_bytes {
             AllToAllAlgo::CopyEngine
         } else if bytes <= t.alltoall_ll_max_bytes && self.tables.is_some() {
             AllToAllAlgo::LowLatency
