@@ -226,8 +226,8 @@ impl ColumnParallelLinear {
         };
         check_tokens("ColumnParallelLinear::forward", tokens, self.max_tokens)?;
         let schedule = self.tp.thresholds().sequence(schedule, rows);
-        if let (Schedule::Fused, Some(exchange), Some(pushers)) =
-            (schedule, &self.exchange, self.tp.pushers())
+        if let (Schedule::Fused, Some(exchange), Some(pusher)) =
+            (schedule, &self.exchange, self.tp.pusher())
         {
             let (y_at, x_at) = (y.device_ptr(), x.as_ptr() as u64);
             let cutlass_from = self.tp.thresholds().fused_gather_cutlass_min_tokens;
@@ -235,7 +235,7 @@ impl ColumnParallelLinear {
             if cutlass || rows >= FUSED_SCATTER_TOKENS {
                 // SAFETY: the lengths were checked above.
                 return unsafe {
-                    self.gather_and_run(exchange, pushers, y_at, x_at, rows, cutlass, stream)
+                    self.gather_and_run(exchange, pusher, y_at, x_at, rows, cutlass, stream)
                 };
             }
         }
@@ -298,7 +298,7 @@ impl ColumnParallelLinear {
     unsafe fn gather_and_run(
         &self,
         (flags, gathered): &(ChunkFlags, Vec<u64>),
-        pushers: &[Arc<CudaStream>],
+        pusher: &Arc<CudaStream>,
         y: u64,
         x: u64,
         rows: usize,
@@ -311,20 +311,19 @@ impl ColumnParallelLinear {
         let (bytes, base) = (rows * k * bf, gathered[me]);
         let mine = (me * bytes) as u64;
         flags.open(stream)?;
-        // This PE's rows to every peer, each on its own copy stream after what `stream`
-        // holds (the input and the credits), and for our CUTLASS kernel into its own
-        // gathered rows on `stream`. Every peer's flag is raised even after a failure, so
-        // that no peer waits for ever (its output is then wrong, and this call returns the
-        // error).
-        let mut sent = Ok(());
-        for (peer, side) in flags.peers().zip(pushers) {
+        // This PE's rows to every peer, one after another on the copy stream after what
+        // `stream` holds (the input and the credits), and for our CUTLASS kernel into its
+        // own gathered rows on `stream`. Every peer's flag is raised even after a failure,
+        // so that no peer waits for ever (its output is then wrong, and this call returns
+        // the error).
+        let mut sent = join(pusher, stream);
+        for peer in flags.peers() {
             sent = sent.and_then(|()| {
-                join(side, stream)?;
-                flags.take_credit(side, peer)?;
-                result::memcpy_dtod_async(gathered[peer] + mine, x, bytes, side.cu_stream())
+                flags.take_credit(pusher, peer)?;
+                result::memcpy_dtod_async(gathered[peer] + mine, x, bytes, pusher.cu_stream())
                     .during("cuMemcpyDtoDAsync")
             });
-            sent = sent.and(flags.raise(side, peer));
+            sent = sent.and(flags.raise(pusher, peer));
         }
         let w = self.weight.device_ptr();
         let at = |r: usize| (y + (r * out * bf) as u64, base + (r * k * bf) as u64);
@@ -369,13 +368,10 @@ impl ColumnParallelLinear {
             true => waiting(),
             false => by_rows(),
         };
-        // Closed even after a failure, and every copy stream joined: what follows on
-        // `stream` may overwrite `x`, and a capture stays whole.
+        // Closed even after a failure, and the copy stream joined: what follows on `stream`
+        // may overwrite `x`, and a capture stays whole.
         let ran = sent.and_then(|()| run()).and(flags.close(stream));
-        pushers
-            .iter()
-            .take(n - 1)
-            .fold(ran, |done, side| done.and(join(stream, side)))
+        ran.and(join(stream, pusher))
     }
 
     /// The GEMM alone, on input that is already complete.

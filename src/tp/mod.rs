@@ -76,7 +76,7 @@ pub enum Schedule {
     /// the call has `Fused`'s limits: its waits for the peers have no bound and no call
     /// agreement, so a PE that stops leaves the others waiting (by default that is the
     /// sequence-parallel layers and the row-parallel layer with a replicated output from
-    /// 4096 tokens per PE; use `Sequential` where a bounded failure matters more than the
+    /// 2048 tokens per PE; use `Sequential` where a bounded failure matters more than the
     /// few percent).
     #[default]
     Auto,
@@ -123,7 +123,7 @@ pub enum Schedule {
     /// The row-parallel layer with a sequence-parallel output (GEMM + reduce-scatter) with
     /// several PEs, from 512 tokens per PE (below, each peer's GEMM, which reads the whole
     /// weight, would be bound by that read), in rounds
-    /// ([`ScheduleThresholds::fused_exchange_rounds`]): in each round, the GEMM of each
+    /// ([`ScheduleThresholds::fused_exchange_gemms`]): in each round, the GEMM of each
     /// peer's rows of the round (the next PE's first), whose partial products a copy engine
     /// takes into that peer's memory while the next GEMM computes, a flag following; this
     /// PE's own rows last; then, on a second stream while the next round's GEMMs compute,
@@ -179,21 +179,19 @@ pub enum Schedule {
 }
 
 /// Where [`Schedule::Auto`] fuses a layer's GEMM with its communication. The defaults come
-/// from `bench --tests tp` on 2 H100s (NVLink, one PE per GPU; docs/gemm.md); measure on
-/// your GPUs and set your own with [`TensorParallel::with_thresholds`].
+/// from `bench --tests tp` and `tp_mlp` on 2 and 4 H200s (NVSwitch, one PE per GPU;
+/// docs/gemm.md); measure on your GPUs and set your own with
+/// [`TensorParallel::with_thresholds`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScheduleThresholds {
     /// Tokens per PE from which the sequence-parallel layers fuse their exchanges (the
     /// all-gather + GEMM of a [`ColumnParallelLinear`] with a sequence-parallel input and
     /// the GEMM + reduce-scatter of a [`RowParallelLinear`] with a sequence-parallel
-    /// output). Measured on 2 H200s (`bench --tests tp`, the exchanges in 4 rounds): the
-    /// Llama 70B sequence-parallel MLP was 3.2% and 2.3% faster fused than sequential at
-    /// 4096 and 8192 tokens per PE, the 8B one 0.4% slower and 3.4% faster; at 1024 and
-    /// 2048 tokens per PE fused was 0.1-10.6% slower. That all-gather + GEMM was our
-    /// CUTLASS kernel; with a GEMM per PE's rows (the default since, see
-    /// [`fused_gather_cutlass_min_tokens`](Self::fused_gather_cutlass_min_tokens)) the fused
-    /// MLPs were the fastest schedule from 1024 tokens per PE on 2 H200s, not yet measured
-    /// on more GPUs.
+    /// output). Measured with `bench --tests tp --tp-layouts sequence` (the all-gather +
+    /// GEMM by a GEMM per PE's rows): on 2 H200s the fused MLPs were the fastest schedule
+    /// from 1024 tokens per PE; on 4 H200s from 2048 (the 8B MLP 27.2% over compute-only at
+    /// 2048 tokens per PE against 36.2% for the best other schedule, the 70B one 4.1%
+    /// against 13.1%), and at 1024 the 8B MLP was 1.7% slower fused than sequential.
     pub fused_sequence_min_tokens: usize,
     /// Tokens up to which a row-parallel layer with a replicated output fuses its decode
     /// GEMM with the all-reduce; 0: never. Only where every PE's [`Gemm::calibrate`] took our
@@ -207,21 +205,24 @@ pub struct ScheduleThresholds {
     /// 54.8 and 55.1; and 56.8-57.2 against 56.7-57.0 at 16.
     pub fused_decode_max_tokens: usize,
     /// Tokens per PE from which a row-parallel layer with a replicated output fuses its
-    /// GEMM with the all-reduce; `usize::MAX`: never. Measured on 2 H200s (`bench --tests
-    /// tp`, the MLPs with a replicated output, 4 rounds): the 8B MLP was 5.2% and 3.7%
-    /// faster fused than sequential at 4096 and 8192 tokens per PE, the 70B one 3.5% and
-    /// 3.0%; at 1024 and 2048 tokens per PE within 1% either way.
+    /// GEMM with the all-reduce; `usize::MAX`: never. Measured with `tp_mlp --test mlp` (the
+    /// 8B MLP): on 2 H200s fused was 3% faster than sequential at 2048 tokens per PE (1175
+    /// against 1210 µs; within 0.2% in a `bench --tests tp` run) and 6% faster at 4096,
+    /// 2% slower at 1024; on 4 H200s 4.5% faster at 2048 and 12% at 4096.
     pub fused_replicated_min_tokens: usize,
-    /// Rounds of the fused GEMM + reduce-scatter and GEMM + all-reduce (a row-parallel layer
+    /// GEMMs of the fused GEMM + reduce-scatter and GEMM + all-reduce (a row-parallel layer
     /// with a sequence-parallel or a replicated output, [`Schedule::Fused`] from
     /// [`FUSED_SCATTER_TOKENS`] tokens per PE): each PE's share of the tokens is cut into
-    /// this many (fewer where a round would have fewer than 512 tokens per PE), and while
-    /// one round's partial products and sums travel, the next round's GEMMs compute. More
-    /// rounds leave less of the exchange after the last GEMM, and make smaller GEMMs.
-    /// Measured on 2 H200s (the 8B MLP with a replicated output, `tp_mlp --test mlp
-    /// --rounds N`): 4 rounds took the layer to 9.1% and 5.4% over compute-only at 2048
-    /// and 4096 tokens per PE, 2 rounds to 10.8% and 6.8%, 8 rounds to 9.5% and 5.5%.
-    pub fused_exchange_rounds: usize,
+    /// this many over the PE count rounds (one at least, fewer where a round would have
+    /// fewer than 512 tokens per PE), and each round makes a GEMM for each PE's rows of it.
+    /// While one round's partial products and sums travel, the next round's GEMMs compute:
+    /// more rounds leave less of the exchange after the last GEMM, and make smaller GEMMs
+    /// and more copies. Measured with the 8B MLP, replicated output (`tp_mlp --test mlp
+    /// --rounds N`), over compute-only at 2048 / 4096 tokens per PE: on 2 H200s 4 rounds
+    /// 9.1% / 5.4%, 2 rounds 10.8% / 6.8%, 8 rounds 9.5% / 5.5%; on 4 H200s 2 rounds 29.6%
+    /// / 20.7%, 4 rounds 37.9% / 27.5%, one round 27.6% / 23.8% (there the copies take about
+    /// as long as the GEMMs, and each round adds its own).
+    pub fused_exchange_gemms: usize,
     /// Tokens from which the fused all-gather + GEMM of a sequence-parallel
     /// [`ColumnParallelLinear`] multiplies with our CUTLASS kernel, whose tiles each wait for
     /// their rows (from [`FUSED_GATHER_TOKENS`], where the kernel takes the shard), rather
@@ -237,10 +238,10 @@ pub struct ScheduleThresholds {
 impl Default for ScheduleThresholds {
     fn default() -> Self {
         ScheduleThresholds {
-            fused_sequence_min_tokens: 4096,
+            fused_sequence_min_tokens: 2048,
             fused_decode_max_tokens: 8,
-            fused_replicated_min_tokens: 4096,
-            fused_exchange_rounds: 4,
+            fused_replicated_min_tokens: 2048,
+            fused_exchange_gemms: 8,
             fused_gather_cutlass_min_tokens: usize::MAX,
         }
     }
@@ -299,9 +300,9 @@ struct Inner {
     sms: u32,
     /// Where overlapped schedules communicate.
     side: Arc<CudaStream>,
-    /// The fused all-gather's copy streams, one per peer (exchange.rs), where the GPU takes
-    /// the stream memory operations they signal with.
-    pushers: Option<Vec<Arc<CudaStream>>>,
+    /// The fused exchanges' copy stream (exchange.rs), where the GPU takes the stream
+    /// memory operations they signal with.
+    pusher: Option<Arc<CudaStream>>,
 }
 
 impl TensorParallel {
@@ -342,18 +343,14 @@ impl TensorParallel {
             / sms.max(1);
         let fused_blocks = (collectives.sm_count() as u32 * per_sm.min(FUSED_BLOCKS_PER_SM))
             .min(crate::abi::COLL_MAX_BLOCKS);
-        let pushers = match exchange::stream_memops(shmem)? {
-            true => Some(
-                (1..shmem.n_pes())
-                    .map(|_| shmem.new_stream())
-                    .collect::<Result<_>>()?,
-            ),
+        let pusher = match exchange::stream_memops(shmem)? {
+            true => Some(shmem.new_stream()?),
             false => None,
         };
         Ok(TensorParallel {
             inner: Arc::new(Inner {
                 side: shmem.new_stream()?,
-                pushers,
+                pusher,
                 shmem: shmem.clone(),
                 collectives,
                 gemm,
@@ -413,16 +410,18 @@ impl TensorParallel {
         &self.inner.side
     }
 
-    /// The fused all-gather's copy streams, one per peer; `None` where the GPU lacks 64-bit
-    /// stream memory operations (the same on every PE of one node).
-    pub(crate) fn pushers(&self) -> Option<&[Arc<CudaStream>]> {
-        self.inner.pushers.as_deref()
+    /// The fused exchanges' copy stream, whose copies to the peers run one after another
+    /// (next PE first: side by side they shared the links badly, see the collectives'
+    /// copy-engine paths); `None` where the GPU lacks 64-bit stream memory operations (the
+    /// same on every PE of one node).
+    pub(crate) fn pusher(&self) -> Option<&Arc<CudaStream>> {
+        self.inner.pusher.as_ref()
     }
 
     /// Whether the fused exchanges (exchange.rs) can run: the GPU takes 64-bit stream memory
     /// operations.
     pub(crate) fn has_stream_memops(&self) -> bool {
-        self.inner.pushers.is_some()
+        self.inner.pusher.is_some()
     }
 
     /// PEs in the group.
@@ -713,18 +712,20 @@ mod tests {
     #[test]
     fn auto_fuses_a_replicated_prefill_by_tokens_per_pe() {
         let t = ScheduleThresholds::default();
-        assert_eq!(t.replicated(Schedule::Auto, 8192, 2), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 8190, 2), Schedule::Sequential);
-        let t = ScheduleThresholds {
-            fused_replicated_min_tokens: 2048,
-            ..ScheduleThresholds::default()
-        };
         assert_eq!(t.replicated(Schedule::Auto, 4096, 2), Schedule::Fused);
         assert_eq!(t.replicated(Schedule::Auto, 8192, 4), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 4095, 2), Schedule::Sequential);
-        assert_eq!(t.replicated(Schedule::Auto, 4096, 4), Schedule::Sequential);
+        assert_eq!(t.replicated(Schedule::Auto, 4094, 2), Schedule::Sequential);
+        assert_eq!(t.replicated(Schedule::Auto, 8188, 4), Schedule::Sequential);
+        let t = ScheduleThresholds {
+            fused_replicated_min_tokens: 4096,
+            ..ScheduleThresholds::default()
+        };
+        assert_eq!(t.replicated(Schedule::Auto, 8192, 2), Schedule::Fused);
+        assert_eq!(t.replicated(Schedule::Auto, 16384, 4), Schedule::Fused);
+        assert_eq!(t.replicated(Schedule::Auto, 8190, 2), Schedule::Sequential);
+        assert_eq!(t.replicated(Schedule::Auto, 8192, 4), Schedule::Sequential);
         // One PE: its tokens are its own.
-        assert_eq!(t.replicated(Schedule::Auto, 2048, 1), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 2048, 0), Schedule::Fused);
+        assert_eq!(t.replicated(Schedule::Auto, 4096, 1), Schedule::Fused);
+        assert_eq!(t.replicated(Schedule::Auto, 4096, 0), Schedule::Fused);
     }
 }

@@ -410,11 +410,10 @@ impl RowParallelLinear {
                 return self.tp.decode_all_reduce_raw(y, x, lin, stream);
             }
             Schedule::Fused => {
-                if let (Some(exchange), Some(pushers)) = (self.scatters(tokens), self.tp.pushers())
-                {
+                if let (Some(exchange), Some(pusher)) = (self.scatters(tokens), self.tp.pusher()) {
                     let outputs = peer_bases(y)?;
                     let sums = Sums::Everywhere(&outputs);
-                    return self.gemm_exchange(exchange, pushers, sums, x, tokens, stream);
+                    return self.gemm_exchange(exchange, pusher, sums, x, tokens, stream);
                 }
                 return self.piece(y, x, 0..tokens, stream);
             }
@@ -456,9 +455,9 @@ impl RowParallelLinear {
             });
         }
         if self.tp.thresholds().sequence(schedule, tokens / n) == Schedule::Fused {
-            if let (Some(exchange), Some(pushers)) = (self.scatters(tokens), self.tp.pushers()) {
+            if let (Some(exchange), Some(pusher)) = (self.scatters(tokens), self.tp.pusher()) {
                 let sums = Sums::Here(y.as_ptr() as u64);
-                return self.gemm_exchange(exchange, pushers, sums, x, tokens, stream);
+                return self.gemm_exchange(exchange, pusher, sums, x, tokens, stream);
             }
         }
         self.gemm_rows(x, 0..tokens, stream)?;
@@ -482,18 +481,18 @@ impl RowParallelLinear {
     }
 
     /// The fused GEMM + reduce-scatter, or + all-reduce (`sums`), in rounds. Each PE owns
-    /// `tokens / n_pes` rows of the sum, cut into rounds ([`rounds_of`]). In each round, for
-    /// each peer in turn (the next PE first), the GEMM of that peer's rows of the round
-    /// into this PE's partial product, and a copy engine takes them into the peer's
-    /// exchange buffer, at this PE's slab, and raises a flag there, while the next GEMM
-    /// computes; then the GEMM of this PE's own rows of the round, into its own slab. On the
-    /// side stream, once every peer's products of the round are here, a small kernel sums
-    /// the slabs in PE order into this PE's rows of the output (the numbers the
-    /// reduce-scatter of our collectives gives for the same partial products), and with a
-    /// replicated output the copy engines bring those rows to every peer's, a flag each,
-    /// while the next round's GEMMs compute. Only the last round's copies and sum follow
-    /// the last GEMM. Every PE's rows of a replicated output come from one PE, so it is
-    /// the same on every PE, bit for bit.
+    /// `tokens / n_pes` rows of the sum, cut into rounds ([`rounds_of`]; the thresholds'
+    /// GEMMs over the PE count). In each round, for each peer in turn (the next PE first),
+    /// the GEMM of that peer's rows of the round into this PE's partial product, and a
+    /// copy engine takes them into the peer's exchange buffer, at this PE's slab, and
+    /// raises a flag there, while the next GEMM computes; then the GEMM of this PE's own
+    /// rows of the round, into its own slab. On the side stream, once every peer's
+    /// products of the round are here, a small kernel sums the slabs in PE order into this
+    /// PE's rows of the output (the numbers the reduce-scatter of our collectives gives for
+    /// the same partial products), and with a replicated output the copy engines bring
+    /// those rows to every peer's, a flag each, while the next round's GEMMs compute. Only
+    /// the last round's copies and sum follow the last GEMM. Every PE's rows of a
+    /// replicated output come from one PE, so it is the same on every PE, bit for bit.
     ///
     /// The GEMMs store locally: a cuBLASLt GEMM storing into a peer's memory measured
     /// 20-30% slower than the same GEMM storing locally (the 8B MLP's down projection at
@@ -503,11 +502,11 @@ impl RowParallelLinear {
     /// # Safety
     /// As for [`run`](Self::run), with `tokens` a multiple of the PE count, the output
     /// (`sums`) holding `tokens / n_pes × out_features` elements (`Here`) or `tokens ×
-    /// out_features` on every PE (`Everywhere`), and `pushers` one copy stream per peer.
+    /// out_features` on every PE (`Everywhere`), and `pusher` a copy stream.
     unsafe fn gemm_exchange(
         &self,
         Exchange { flags, bases, .. }: &Exchange,
-        pushers: &[Arc<CudaStream>],
+        pusher: &Arc<CudaStream>,
         sums: Sums,
         x: u64,
         tokens: usize,
@@ -516,7 +515,7 @@ impl RowParallelLinear {
         let (n, me) = (self.tp.n_pes(), self.tp.my_pe());
         let (rows, cols, k) = (tokens / n, self.out_features, self.local_in.len());
         let bf = std::mem::size_of::<bf16>();
-        let rounds = rounds_of(rows, self.tp.thresholds().fused_exchange_rounds);
+        let rounds = rounds_of(rows, self.tp.thresholds().fused_exchange_gemms / n);
         let side = self.tp.side();
         // Rows `part` of PE `pe`'s tokens of this PE's partial product, into `dst` (rows of
         // `cols`); and where those rows start in this PE's slab on PE `pe`.
@@ -543,7 +542,7 @@ impl RowParallelLinear {
         let mut sent = Ok(());
         for (r, part) in rounds.iter().enumerate() {
             let round = r as u64 + 1;
-            for (peer, pusher) in flags.peers().zip(pushers) {
+            for peer in flags.peers() {
                 let local =
                     self.partial.device_ptr() + ((peer * rows + part.start) * cols * bf) as u64;
                 sent = sent.and_then(|()| {
@@ -599,9 +598,7 @@ impl RowParallelLinear {
         // The caller's stream waits for this PE's sums and copies (joined even after a
         // failure, so that a capture stays whole), then for every peer's, and clears the
         // flags (even after a failure, so that no late chunk is left raised).
-        let joined = std::iter::once(side)
-            .chain(flags.peers().zip(pushers).map(|(_, p)| p))
-            .try_for_each(|s| join(stream, s));
+        let joined = join(stream, side).and(join(stream, pusher));
         let sent_sums = matches!(sums, Sums::Everywhere(_));
         sent.and(joined)
             .and(flags.close_rounds(stream, last, ready_cleared, sent_sums))
