@@ -189,9 +189,9 @@ pub struct ScheduleThresholds {
     /// the GEMM + reduce-scatter of a [`RowParallelLinear`] with a sequence-parallel
     /// output). Measured with `bench --tests tp --tp-layouts sequence` (the all-gather +
     /// GEMM by a GEMM per PE's rows): on 2 H200s the fused MLPs were the fastest schedule
-    /// from 1024 tokens per PE; on 4 H200s from 2048 (the 8B MLP 27.2% over compute-only at
-    /// 2048 tokens per PE against 36.2% for the best other schedule, the 70B one 4.1%
-    /// against 13.1%), and at 1024 the 8B MLP was 1.7% slower fused than sequential.
+    /// from 1024 tokens per PE; on 4 H200s from 2048 (the 8B MLP 13.3% over compute-only at
+    /// 2048 tokens per PE against 32.8% for the best other schedule, the 70B one 4.2%
+    /// against 10.7%), and at 1024 the 8B MLP was 0.5-1.7% slower fused than sequential.
     pub fused_sequence_min_tokens: usize,
     /// Tokens up to which a row-parallel layer with a replicated output fuses its decode
     /// GEMM with the all-reduce; 0: never. Only where every PE's [`Gemm::calibrate`] took our
@@ -207,8 +207,8 @@ pub struct ScheduleThresholds {
     /// Tokens per PE from which a row-parallel layer with a replicated output fuses its
     /// GEMM with the all-reduce; `usize::MAX`: never. Measured with `tp_mlp --test mlp` (the
     /// 8B MLP): on 2 H200s fused was 3% faster than sequential at 2048 tokens per PE (1175
-    /// against 1210 µs; within 0.2% in a `bench --tests tp` run) and 6% faster at 4096,
-    /// 2% slower at 1024; on 4 H200s 4.5% faster at 2048 and 12% at 4096.
+    /// against 1210 µs; 1182 against 1201 in a `bench --tests tp` run) and 6% faster at
+    /// 4096, 2% slower at 1024; on 4 H200s 4.5% faster at 2048 and 12% at 4096.
     pub fused_replicated_min_tokens: usize,
     /// GEMMs of the fused GEMM + reduce-scatter and GEMM + all-reduce (a row-parallel layer
     /// with a sequence-parallel or a replicated output, [`Schedule::Fused`] from
