@@ -89,9 +89,9 @@ enum Sums<'a> {
     Everywhere(&'a [u64]),
 }
 
-/// The rounds of the fused GEMM + all-reduce over a PE's `rows` rows: `rounds` of them
-/// (one at least), fewer where a round would have fewer than [`TOKENS_PER_PIECE`] rows
-/// (each round's GEMMs read the whole weight), near-equal.
+/// The rounds of the fused GEMM + reduce-scatter or + all-reduce over a PE's `rows` rows:
+/// `rounds` of them (one at least), fewer where a round would have fewer than
+/// [`TOKENS_PER_PIECE`] rows (each round's GEMMs read the whole weight), near-equal.
 fn rounds_of(rows: usize, rounds: usize) -> Vec<Range<usize>> {
     let count = rounds.min(rows / TOKENS_PER_PIECE).max(1);
     (0..count).map(|r| shard_range(rows, r, count)).collect()
