@@ -7,7 +7,8 @@
 //! `--test all|column|row|mlp|gemm` (several with commas), `--shape 8b|70b|HIDDEN,FFN` (the
 //! large shape checked against the unsharded product on one GPU and timed; 8b by default),
 //! `--m LIST` (its token counts), `--iters N` (timed graph replays per row), `--no-timing`.
-//! `--rounds N` sets `ScheduleThresholds::fused_exchange_gemms` to N rounds for every layer. `gemm`
+//! `--rounds N` makes every fused exchange N rounds (`ScheduleThresholds::fused_exchange_gemms`
+//! N × the PE count, `fused_mlp_rounds` 0). `gemm`
 //! checks the local GEMM paths (`GemmPath::CublasLt`, `Decode` and `Cutlass`) against f64
 //! sums and times them on this PE's shard of the shape for each `--m`: ours (the decode
 //! kernels up to 16 tokens, the CUTLASS kernel above) against cuBLASLt.
@@ -833,6 +834,7 @@ fn with_rounds(c: &Checks, rounds: Option<usize>) -> TensorParallel {
     match rounds {
         Some(r) => c.tp.clone().with_thresholds(ScheduleThresholds {
             fused_exchange_gemms: r * c.shmem.n_pes(),
+            fused_mlp_rounds: 0,
             ..*c.tp.thresholds()
         }),
         None => c.tp.clone(),
@@ -2075,6 +2077,7 @@ fn main() {
             Some(r) => {
                 let thresholds = ScheduleThresholds {
                     fused_exchange_gemms: r * shmem.n_pes(),
+                    fused_mlp_rounds: 0,
                     ..*t.thresholds()
                 };
                 t.with_thresholds(thresholds)

@@ -6,13 +6,18 @@ use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricView};
 use cudarc::driver::CudaStream;
 use half::bf16;
+use std::ops::Range;
 use std::sync::Arc;
 
 /// `y = down(SiLU(x · gateᵀ) * (x · upᵀ))` with the FFN features sharded across the PEs:
 /// the gate and up projections are one merged [`ColumnParallelLinear`] (replicated input),
 /// `SiLU(gate) * up` is one element-wise kernel, and the down projection is a
 /// [`RowParallelLinear`] whose all-reduce leaves `y` replicated, bitwise identical on every
-/// PE. One forward call is: GEMM, kernel, GEMM, all-reduce, on one stream.
+/// PE. One forward call is: GEMM, kernel, GEMM, all-reduce, on one stream; with
+/// [`Schedule::Fused`] (the down projection's GEMM + all-reduce in rounds) the whole MLP
+/// runs round by round, each round's tokens through the gate and up projection, the
+/// activation and the down projection, so that a round's exchange travels beside the next
+/// round's GEMMs, all three of them.
 ///
 /// See the [module documentation](super) for an example.
 pub struct TpMlp {
@@ -87,12 +92,27 @@ impl TpMlp {
         }
         let f = l.down.local_in_features().len();
         let (gu, act) = (l.gate_up_out.device_ptr(), l.act.device_ptr());
-        // SAFETY: `x` holds `tokens × hidden` elements and the scratch buffers `max_tokens`
-        // rows, at least `tokens`.
+        let bf = std::mem::size_of::<bf16>();
+        // The gate and up projection and the activation of some tokens: all of them first,
+        // or, fused, each round's just before the round (its exchange then travels beside
+        // the next round's projections, not only beside its down projection).
+        let produce = |rows: Range<usize>| {
+            let (gu_rows, act_rows) = (
+                gu + (rows.start * 2 * f * bf) as u64,
+                act + (rows.start * f * bf) as u64,
+            );
+            let x_rows = x.device_ptr() + (rows.start * l.hidden * bf) as u64;
+            // SAFETY: `x` holds `tokens × hidden` elements and the scratch buffers
+            // `max_tokens` rows, at least `tokens`; `rows` lies within `tokens`.
+            unsafe {
+                l.gate_up.run(gu_rows, x_rows, rows.len(), stream)?;
+                l.tp.silu_mul_raw(act_rows, gu_rows, rows.len(), f, stream)
+            }
+        };
+        // SAFETY: as above; `produce` writes `act`'s rows before the GEMMs that read them.
         unsafe {
-            l.gate_up.run(gu, x.device_ptr(), tokens, stream)?;
-            l.tp.silu_mul_raw(act, gu, tokens, f, stream)?;
-            l.down.run(y, act, tokens, schedule, stream)
+            l.down
+                .run_producing(y, act, tokens, schedule, stream, Some(&produce))
         }
     }
 }

@@ -140,6 +140,10 @@ pub enum Schedule {
     /// travel beside the GEMMs, and only the last round's follow them). The output is the
     /// same on every PE, bit for bit. The layer keeps the buffers for it (its partial
     /// products' size again) where it takes `n_pes × FUSED_SCATTER_TOKENS` tokens or more.
+    /// In a [`TpMlp`] the rounds carry the whole MLP (each round's tokens through the gate
+    /// and up projection, the activation and the down projection), so that a round's
+    /// exchange travels beside the next round's three GEMMs
+    /// ([`ScheduleThresholds::fused_mlp_rounds`]).
     ///
     /// Both exchanges need no SM for their signals (stream memory operations; the copies are
     /// peer `cuMemcpyAsync`s, which the driver gives to the copy engines), write only
@@ -223,6 +227,17 @@ pub struct ScheduleThresholds {
     /// / 20.7%, 4 rounds 37.9% / 27.5%, one round 27.6% / 23.8% (there the copies take about
     /// as long as the GEMMs, and each round adds its own).
     pub fused_exchange_gemms: usize,
+    /// Rounds of a [`TpMlp`]'s fused GEMM + all-reduce, whose rounds also carry the gate
+    /// and up projection and the activation of their tokens (at least the rounds of
+    /// [`fused_exchange_gemms`](Self::fused_exchange_gemms); fewer where a round would
+    /// have fewer than 512 tokens per PE): there a round's exchange travels beside the next
+    /// round's three GEMMs, so more rounds pay off than for a layer alone. Measured with
+    /// `tp_mlp --test mlp --rounds N`, the 8B MLP on 4 H200s, over compute-only at 2048 /
+    /// 4096 tokens per PE: 2 rounds 23.4% / 14.6%, 4 rounds 25.4% / 8.3%, 8 rounds 27.2% /
+    /// 16.6% (the down projection's exchange alone in 2 rounds: 29.3% / 21.3%); on 2 H200s
+    /// at 1024 to 4096 tokens per PE 2, 4 and 8 rounds within 2.3% of each other, and the
+    /// 70B MLP at 8192 tokens per PE 1.1% slower in 8 rounds than in 4.
+    pub fused_mlp_rounds: usize,
     /// Tokens from which the fused all-gather + GEMM of a sequence-parallel
     /// [`ColumnParallelLinear`] multiplies with our CUTLASS kernel, whose tiles each wait for
     /// their rows (from [`FUSED_GATHER_TOKENS`], where the kernel takes the shard), rather
@@ -242,6 +257,7 @@ impl Default for ScheduleThresholds {
             fused_decode_max_tokens: 8,
             fused_replicated_min_tokens: 2048,
             fused_exchange_gemms: 8,
+            fused_mlp_rounds: 4,
             fused_gather_cutlass_min_tokens: usize::MAX,
         }
     }

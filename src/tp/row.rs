@@ -3,7 +3,7 @@
 
 use super::exchange::{peer_bases, ChunkFlags};
 use super::{check_tokens, check_weight, join, rows_of, shard_range, take_cols, LinearShape};
-use super::{GemmPath, Schedule, TensorParallel, DECODE_MAX_TOKENS};
+use super::{GemmPath, Schedule, ScheduleThresholds, TensorParallel, DECODE_MAX_TOKENS};
 use crate::abi;
 use crate::collectives::{AllReduceAlgo, ReduceScatterAlgo};
 use crate::element::ReduceOp;
@@ -89,12 +89,53 @@ enum Sums<'a> {
     Everywhere(&'a [u64]),
 }
 
+/// Enqueues the work that writes these rows of a row-parallel layer's input
+/// ([`RowParallelLinear::run_producing`]).
+pub(super) type Produce<'a> = Option<&'a dyn Fn(Range<usize>) -> Result<()>>;
+
+/// Enqueue `produce`'s work for `rows`, if any.
+fn produce_rows(produce: Produce<'_>, rows: Range<usize>) -> Result<()> {
+    produce.map_or(Ok(()), |p| p(rows))
+}
+
 /// The rounds of the fused GEMM + reduce-scatter or + all-reduce over a PE's `rows` rows:
 /// `rounds` of them (one at least), fewer where a round would have fewer than
 /// [`TOKENS_PER_PIECE`] rows (each round's GEMMs read the whole weight), near-equal.
 fn rounds_of(rows: usize, rounds: usize) -> Vec<Range<usize>> {
     let count = rounds.min(rows / TOKENS_PER_PIECE).max(1);
     (0..count).map(|r| shard_range(rows, r, count)).collect()
+}
+
+/// The rounds of a fused exchange over `n` PEs of `rows` rows each ([`rounds_of`]): the
+/// thresholds' GEMMs over the PE count, and where the rounds also produce their input (an
+/// MLP's gate and up projection), `fused_mlp_rounds` at least.
+fn exchange_rounds(
+    rows: usize,
+    n: usize,
+    limits: &ScheduleThresholds,
+    produced: bool,
+) -> Vec<Range<usize>> {
+    let own = limits.fused_exchange_gemms / n.max(1);
+    rounds_of(
+        rows,
+        if produced {
+            own.max(limits.fused_mlp_rounds)
+        } else {
+            own
+        },
+    )
+}
+
+/// Where rows `part` of the `rows` rows that PE `pe` owns in a fused exchange over `n` PEs
+/// start among the tokens: with a sequence-parallel output (`replicated` false) a PE owns
+/// its own tokens; with a replicated output any rows will do, and each round takes a run
+/// of `n ×` its rows per PE, PE `pe` owning the `pe`-th part of it, so that the round's
+/// input can be produced in one piece.
+fn owned_row(pe: usize, part: &Range<usize>, rows: usize, n: usize, replicated: bool) -> usize {
+    match replicated {
+        false => pe * rows + part.start,
+        true => n * part.start + pe * part.len(),
+    }
 }
 
 /// Tokens up to which an overlapped call may cut along the output features (the reduced
@@ -372,9 +413,31 @@ impl RowParallelLinear {
         schedule: Schedule,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
+        self.run_producing(y, x, tokens, schedule, stream, None)
+    }
+
+    /// [`run`](Self::run) of an input that `produce` writes on `stream` as the call goes:
+    /// `produce(rows)` enqueues the work that writes those rows of `x`, after every check.
+    /// The fused GEMM + all-reduce produces each round's rows just before the round's
+    /// GEMMs, so that a round's exchange travels beside the next round's production (the
+    /// MLP's gate and up projection), in at least
+    /// [`fused_mlp_rounds`](super::ScheduleThresholds::fused_mlp_rounds) rounds; every
+    /// other schedule produces every row first.
+    ///
+    /// # Safety
+    /// As for [`run`](Self::run), once `produce` has written the rows.
+    pub(super) unsafe fn run_producing(
+        &self,
+        y: SymmetricView<'_, bf16>,
+        x: u64,
+        tokens: usize,
+        schedule: Schedule,
+        stream: &Arc<CudaStream>,
+        produce: Produce<'_>,
+    ) -> Result<()> {
         check_tokens("RowParallelLinear::forward", tokens, self.max_tokens)?;
         if self.output == RowOutput::SequenceParallel {
-            return self.reduce_scatter(y, x, tokens, schedule, stream);
+            return self.reduce_scatter(y, x, tokens, schedule, stream, produce);
         }
         if y.len() != tokens * self.out_features {
             return Err(Error::Length {
@@ -398,6 +461,14 @@ impl RowParallelLinear {
             }
             other => other,
         };
+        if resolved == Schedule::Fused && !self.tp.fuses_decode(tokens, self.out_features) {
+            if let (Some(exchange), Some(pusher)) = (self.scatters(tokens), self.tp.pusher()) {
+                let outputs = peer_bases(y)?;
+                let sums = Sums::Everywhere(&outputs);
+                return self.gemm_exchange(exchange, pusher, sums, (x, produce), tokens, stream);
+            }
+        }
+        produce_rows(produce, 0..tokens)?;
         let chunks = match resolved {
             Schedule::Overlapped { chunks } if chunks >= 2 => chunks,
             Schedule::Fused if self.tp.fuses_decode(tokens, self.out_features) => {
@@ -409,14 +480,6 @@ impl RowParallelLinear {
                 };
                 return self.tp.decode_all_reduce_raw(y, x, lin, stream);
             }
-            Schedule::Fused => {
-                if let (Some(exchange), Some(pusher)) = (self.scatters(tokens), self.tp.pusher()) {
-                    let outputs = peer_bases(y)?;
-                    let sums = Sums::Everywhere(&outputs);
-                    return self.gemm_exchange(exchange, pusher, sums, x, tokens, stream);
-                }
-                return self.piece(y, x, 0..tokens, stream);
-            }
             _ => return self.piece(y, x, 0..tokens, stream),
         };
         match pieces(tokens, self.out_features, chunks, self.reduced_tokens()) {
@@ -427,10 +490,10 @@ impl RowParallelLinear {
     }
 
     /// The GEMM of every token, then the reduce-scatter that leaves this PE its share; or,
-    /// [`Schedule::Fused`], both in one exchange ([`gemm_reduce_scatter`](Self::gemm_reduce_scatter)).
+    /// [`Schedule::Fused`], both in one exchange ([`gemm_exchange`](Self::gemm_exchange)).
     ///
     /// # Safety
-    /// As for [`run`](Self::run).
+    /// As for [`run_producing`](Self::run_producing).
     unsafe fn reduce_scatter(
         &self,
         y: SymmetricView<'_, bf16>,
@@ -438,6 +501,7 @@ impl RowParallelLinear {
         tokens: usize,
         schedule: Schedule,
         stream: &Arc<CudaStream>,
+        produce: Produce<'_>,
     ) -> Result<()> {
         let n = self.tp.n_pes();
         if tokens % n != 0 {
@@ -457,9 +521,10 @@ impl RowParallelLinear {
         if self.tp.thresholds().sequence(schedule, tokens / n) == Schedule::Fused {
             if let (Some(exchange), Some(pusher)) = (self.scatters(tokens), self.tp.pusher()) {
                 let sums = Sums::Here(y.as_ptr() as u64);
-                return self.gemm_exchange(exchange, pusher, sums, x, tokens, stream);
+                return self.gemm_exchange(exchange, pusher, sums, (x, produce), tokens, stream);
             }
         }
+        produce_rows(produce, 0..tokens)?;
         self.gemm_rows(x, 0..tokens, stream)?;
         self.tp.collectives().reduce_scatter(
             y,
@@ -482,7 +547,10 @@ impl RowParallelLinear {
 
     /// The fused GEMM + reduce-scatter, or + all-reduce (`sums`), in rounds. Each PE owns
     /// `tokens / n_pes` rows of the sum, cut into rounds ([`rounds_of`]; the thresholds'
-    /// GEMMs over the PE count). In each round, for each peer in turn (the next PE first),
+    /// GEMMs over the PE count, [`exchange_rounds`]), which rows among the tokens as
+    /// [`owned_row`] says: with a replicated output each round's rows are one run, which
+    /// `produce` writes just before the round (a sequence-parallel output has its input
+    /// produced whole first). In each round, for each peer in turn (the next PE first),
     /// the GEMM of that peer's rows of the round into this PE's partial product, and a
     /// copy engine takes them into the peer's exchange buffer, at this PE's slab, and
     /// raises a flag there, while the next GEMM computes; then the GEMM of this PE's own
@@ -500,27 +568,30 @@ impl RowParallelLinear {
     /// move the same bytes beside the next GEMM for a few percent of its time.
     ///
     /// # Safety
-    /// As for [`run`](Self::run), with `tokens` a multiple of the PE count, the output
-    /// (`sums`) holding `tokens / n_pes × out_features` elements (`Here`) or `tokens ×
-    /// out_features` on every PE (`Everywhere`), and `pusher` a copy stream.
+    /// As for [`run_producing`](Self::run_producing), with `tokens` a multiple of the PE
+    /// count, the output (`sums`) holding `tokens / n_pes × out_features` elements (`Here`)
+    /// or `tokens × out_features` on every PE (`Everywhere`), and `pusher` a copy stream.
     unsafe fn gemm_exchange(
         &self,
         Exchange { flags, bases, .. }: &Exchange,
         pusher: &Arc<CudaStream>,
         sums: Sums,
-        x: u64,
+        (x, produce): (u64, Produce<'_>),
         tokens: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (n, me) = (self.tp.n_pes(), self.tp.my_pe());
         let (rows, cols, k) = (tokens / n, self.out_features, self.local_in.len());
         let bf = std::mem::size_of::<bf16>();
-        let rounds = rounds_of(rows, self.tp.thresholds().fused_exchange_gemms / n);
+        let replicated = matches!(sums, Sums::Everywhere(_));
+        let produced = replicated && produce.is_some();
+        let rounds = exchange_rounds(rows, n, self.tp.thresholds(), produced);
         let side = self.tp.side();
+        let first_row = |pe: usize, part: &Range<usize>| owned_row(pe, part, rows, n, replicated);
         // Rows `part` of PE `pe`'s tokens of this PE's partial product, into `dst` (rows of
         // `cols`); and where those rows start in this PE's slab on PE `pe`.
         let gemm_of = |pe: usize, part: &Range<usize>, dst: u64| {
-            let x_rows = x + ((pe * rows + part.start) * k * bf) as u64;
+            let x_rows = x + (first_row(pe, part) * k * bf) as u64;
             let shape = LinearShape {
                 m: part.len(),
                 n: cols,
@@ -534,6 +605,9 @@ impl RowParallelLinear {
         let slab_at = |pe: usize, part: &Range<usize>| {
             bases[pe] + ((me * rows + part.start) * cols * bf) as u64
         };
+        if !replicated {
+            produce_rows(produce, 0..tokens)?;
+        }
         flags.open(stream)?;
         let last = rounds.len() as u64;
         let mut ready_cleared = false;
@@ -542,6 +616,9 @@ impl RowParallelLinear {
         let mut sent = Ok(());
         for (r, part) in rounds.iter().enumerate() {
             let round = r as u64 + 1;
+            if replicated {
+                sent = sent.and_then(|()| produce_rows(produce, n * part.start..n * part.end));
+            }
             for peer in flags.peers() {
                 let local =
                     self.partial.device_ptr() + ((peer * rows + part.start) * cols * bf) as u64;
@@ -566,9 +643,7 @@ impl RowParallelLinear {
             let len = part.len() * cols;
             let dst = match sums {
                 Sums::Here(y) => y + (part.start * cols * bf) as u64,
-                Sums::Everywhere(outputs) => {
-                    outputs[me] + ((me * rows + part.start) * cols * bf) as u64
-                }
+                Sums::Everywhere(outputs) => outputs[me] + (first_row(me, part) * cols * bf) as u64,
             };
             sent = sent.and_then(|()| {
                 gemm_of(me, part, slab_at(me, part))?;
@@ -599,9 +674,8 @@ impl RowParallelLinear {
         // failure, so that a capture stays whole), then for every peer's, and clears the
         // flags (even after a failure, so that no late chunk is left raised).
         let joined = join(stream, side).and(join(stream, pusher));
-        let sent_sums = matches!(sums, Sums::Everywhere(_));
         sent.and(joined)
-            .and(flags.close_rounds(stream, last, ready_cleared, sent_sums))
+            .and(flags.close_rounds(stream, last, ready_cleared, replicated))
     }
 
     /// Tokens whose pieces along the output features fit the reduced scratch.
@@ -773,6 +847,53 @@ mod tests {
         // Zero rounds asked for: one.
         assert_eq!(rounds_of(4096, 0), one(4096));
         assert_eq!(rounds_of(1539, 3), [0..513, 513..1026, 1026..1539]);
+    }
+
+    #[test]
+    fn an_mlp_takes_more_rounds_than_a_layer_alone() {
+        let limits = ScheduleThresholds::default();
+        let count = |rows, n, produced| exchange_rounds(rows, n, &limits, produced).len();
+        // A layer alone: 8 GEMMs over the PE count.
+        assert_eq!(count(4096, 4, false), 2);
+        assert_eq!(count(4096, 2, false), 4);
+        // An MLP's rounds: 4 at least, 512 rows each at least.
+        assert_eq!(count(4096, 4, true), 4);
+        assert_eq!(count(8192, 2, true), 4);
+        assert_eq!(count(1024, 4, true), 2);
+        assert_eq!(count(8192, 1, true), 8);
+    }
+
+    #[test]
+    fn every_token_has_one_owner_and_replicated_rounds_are_runs_of_tokens() {
+        for (tokens, n, rounds) in [(16384, 4, 4), (4104, 2, 4), (3078, 3, 2), (1026, 2, 1)] {
+            let rows = tokens / n;
+            for replicated in [false, true] {
+                let mut owner = vec![None; tokens];
+                for part in rounds_of(rows, rounds) {
+                    let mut round = Vec::new();
+                    for pe in 0..n {
+                        let first = owned_row(pe, &part, rows, n, replicated);
+                        for (i, o) in owner[first..first + part.len()].iter_mut().enumerate() {
+                            assert_eq!(*o, None, "token {} owned twice", first + i);
+                            *o = Some(pe);
+                        }
+                        round.push(first..first + part.len());
+                        if !replicated {
+                            // A sequence-parallel output: a PE owns its own tokens.
+                            assert!(pe * rows <= first && first + part.len() <= (pe + 1) * rows);
+                        }
+                    }
+                    if replicated {
+                        // The round's rows, in PE order, make one run of n × its rows per PE.
+                        round.sort_by_key(|r| r.start);
+                        assert_eq!(round[0].start, n * part.start);
+                        assert!(round.windows(2).all(|w| w[0].end == w[1].start));
+                        assert_eq!(round[n - 1].end, n * part.end);
+                    }
+                }
+                assert!(owner.iter().all(Option::is_some), "every token is owned");
+            }
+        }
     }
 
     #[test]
