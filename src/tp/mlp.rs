@@ -13,11 +13,11 @@ use std::sync::Arc;
 /// the gate and up projections are one merged [`ColumnParallelLinear`] (replicated input),
 /// `SiLU(gate) * up` is one element-wise kernel, and the down projection is a
 /// [`RowParallelLinear`] whose all-reduce leaves `y` replicated, bitwise identical on every
-/// PE. One forward call is: GEMM, kernel, GEMM, all-reduce, on one stream; with
-/// [`Schedule::Fused`] (the down projection's GEMM + all-reduce in rounds) the whole MLP
-/// runs round by round, each round's tokens through the gate and up projection, the
-/// activation and the down projection, so that a round's exchange travels beside the next
-/// round's GEMMs, all three of them.
+/// PE. One forward call is: GEMM, kernel, GEMM, all-reduce, on one stream. Where the down
+/// projection's [`Schedule::Fused`] is its GEMM + all-reduce in rounds (see there), the
+/// whole MLP runs round by round, each round's tokens through the gate and up projection,
+/// the activation and the down projection, so that a round's exchange travels beside the
+/// next round's GEMMs, all three of them.
 ///
 /// See the [module documentation](super) for an example.
 pub struct TpMlp {

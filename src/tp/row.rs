@@ -116,14 +116,11 @@ fn exchange_rounds(
     produced: bool,
 ) -> Vec<Range<usize>> {
     let own = limits.fused_exchange_gemms / n.max(1);
-    rounds_of(
-        rows,
-        if produced {
-            own.max(limits.fused_mlp_rounds)
-        } else {
-            own
-        },
-    )
+    let rounds = match produced {
+        true => own.max(limits.fused_mlp_rounds),
+        false => own,
+    };
+    rounds_of(rows, rounds)
 }
 
 /// Where rows `part` of the `rows` rows that PE `pe` owns in a fused exchange over `n` PEs
