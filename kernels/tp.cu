@@ -65,21 +65,22 @@ extern "C" __global__ void unchunk_bf16(const __nv_bfloat16 *src, __nv_bfloat16 
     }
 }
 
-// dst[i] = Σ over s < slabs of src[s · slab_stride + i], in f32 in slab order, rounded once:
-// the fused GEMM + reduce-scatter (and + all-reduce) sums the partial products its peers
-// stored here, in PE order, as the reduce-scatter of our collectives does. Eight elements
-// per thread when len and slab_stride are multiples of 8 and both buffers start on 16-byte
-// boundaries.
-extern "C" __global__ void sum_slabs_bf16(const __nv_bfloat16 *src, __nv_bfloat16 *dst, uint64_t len,
-                                          uint32_t slabs, uint64_t slab_stride) {
+// dst[i] = Σ over s < slabs of slab s's element i, in f32 in slab order, rounded once, where
+// slab s is src + s · slab_stride, except slab own_slab, which is `own` (a PE's own partial
+// product, where its GEMM left it): the fused GEMM + reduce-scatter (and + all-reduce) sums
+// the partial products its peers stored here, in PE order, as the reduce-scatter of our
+// collectives does. Eight elements per thread when len and slab_stride are multiples of 8
+// and every buffer starts on a 16-byte boundary.
+extern "C" __global__ void sum_slabs_bf16(const __nv_bfloat16 *src, const __nv_bfloat16 *own, __nv_bfloat16 *dst,
+                                          uint64_t len, uint32_t slabs, uint64_t slab_stride, uint32_t own_slab) {
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (len % 8 == 0 && slab_stride % 8 == 0 && (((uintptr_t)src | (uintptr_t)dst) & 15) == 0) {
-        const uint4 *s4 = (const uint4 *)src;
+    if (len % 8 == 0 && slab_stride % 8 == 0 && (((uintptr_t)src | (uintptr_t)own | (uintptr_t)dst) & 15) == 0) {
+        const uint4 *s4 = (const uint4 *)src, *own4 = (const uint4 *)own;
         for (uint64_t i = first; i < len / 8; i += stride) {
             float acc[8];
             for (uint32_t s = 0; s < slabs; s++) {
-                const uint4 raw = s4[s * (slab_stride / 8) + i];
+                const uint4 raw = s == own_slab ? own4[i] : s4[s * (slab_stride / 8) + i];
                 const __nv_bfloat162 *v = (const __nv_bfloat162 *)&raw;
 #pragma unroll
                 for (int h = 0; h < 4; h++) {
@@ -96,8 +97,11 @@ extern "C" __global__ void sum_slabs_bf16(const __nv_bfloat16 *src, __nv_bfloat1
         }
     } else {
         for (uint64_t i = first; i < len; i += stride) {
-            float acc = __bfloat162float(src[i]);
-            for (uint32_t s = 1; s < slabs; s++) acc += __bfloat162float(src[s * slab_stride + i]);
+            float acc = 0.0f;
+            for (uint32_t s = 0; s < slabs; s++) {
+                const float v = __bfloat162float(s == own_slab ? own[i] : src[s * slab_stride + i]);
+                acc = s == 0 ? v : acc + v;
+            }
             dst[i] = __float2bfloat16_rn(acc);
         }
     }

@@ -599,17 +599,18 @@ impl TensorParallel {
 }
 
 impl TensorParallel {
-    /// `dst[i] = Σ over s < slabs of src[s × stride + i]` for `i < len`, in f32 in slab
-    /// order, rounded once to bf16 (as the reduce-scatter of our collectives sums the PEs'
-    /// values).
+    /// `dst[i] = Σ over s < slabs of slab s's element i` for `i < len`, where slab `s` is
+    /// `src + s × stride` except slab `own.0`, which is `own.1` (a PE's own partial product
+    /// where its GEMM left it), in f32 in slab order, rounded once to bf16 (as the
+    /// reduce-scatter of our collectives sums the PEs' values).
     ///
     /// # Safety
-    /// `src` holds `(slabs - 1) × stride + len` and `dst` `len` elements of this PE's GPU
-    /// until the kernel has run, with `stride >= len`.
+    /// `src` holds `(slabs - 1) × stride + len`, `own.1` and `dst` `len` elements of this
+    /// PE's GPU until the kernel has run, with `stride >= len`.
     pub(crate) unsafe fn sum_slabs_raw(
         &self,
         dst: u64,
-        src: u64,
+        (src, own): (u64, (usize, u64)),
         (len, slabs, stride): (usize, usize, usize),
         stream: &CudaStream,
     ) -> Result<()> {
@@ -619,10 +620,12 @@ impl TensorParallel {
         let work = if len % 8 == 0 { len / 8 } else { len };
         let mut args = KernelArgs::new();
         args.device_ptr(src)
+            .device_ptr(own.1)
             .device_ptr(dst)
             .value(len as u64)
             .value(slabs as u32)
-            .value(stride as u64);
+            .value(stride as u64)
+            .value(own.0 as u32);
         self.inner
             .sum_slabs
             .launch(self.spread(work), stream, &mut args)
