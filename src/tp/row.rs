@@ -458,7 +458,9 @@ impl RowParallelLinear {
             }
             other => other,
         };
-        if resolved == Schedule::Fused && !self.tp.fuses_decode(tokens, self.out_features) {
+        // Fused: the decode kernel for a few tokens, the exchange in rounds for many.
+        let decode = resolved == Schedule::Fused && self.tp.fuses_decode(tokens, self.out_features);
+        if resolved == Schedule::Fused && !decode {
             if let (Some(exchange), Some(pusher)) = (self.scatters(tokens), self.tp.pusher()) {
                 let outputs = peer_bases(y)?;
                 let sums = Sums::Everywhere(&outputs);
@@ -468,7 +470,7 @@ impl RowParallelLinear {
         produce_rows(produce, 0..tokens)?;
         let chunks = match resolved {
             Schedule::Overlapped { chunks } if chunks >= 2 => chunks,
-            Schedule::Fused if self.tp.fuses_decode(tokens, self.out_features) => {
+            Schedule::Fused if decode => {
                 let lin = abi::DecodeLinear {
                     w: self.weight.device_ptr(),
                     m: tokens as u64,
