@@ -1021,7 +1021,7 @@ fn mlp_sequence_parallel(
 }
 
 /// `Schedule::Auto` in the sequence-parallel MLP, `per_pe` tokens per PE, with the group's
-/// fused threshold at `per_pe` (fused) and just above it (sequential): bit for bit the
+/// fused threshold at `per_pe` tokens' elements (fused) and one token above (sequential): bit for bit the
 /// output of the schedule it stands for, which is checked against the reference.
 fn sequence_parallel_auto(
     c: &Checks,
@@ -1043,7 +1043,7 @@ fn sequence_parallel_auto(
     };
     let at = |min: usize| {
         c.tp.clone().with_thresholds(ScheduleThresholds {
-            fused_sequence_min_tokens: min,
+            fused_sequence_min_elements: min * hidden,
             ..ScheduleThresholds::default()
         })
     };

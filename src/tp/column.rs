@@ -225,7 +225,10 @@ impl ColumnParallelLinear {
             return unsafe { self.run(y.device_ptr(), x.as_ptr() as u64, tokens, stream) };
         };
         check_tokens("ColumnParallelLinear::forward", tokens, self.max_tokens)?;
-        let schedule = self.tp.thresholds().sequence(schedule, rows);
+        let schedule = self
+            .tp
+            .thresholds()
+            .sequence(schedule, rows, self.in_features);
         if let (Schedule::Fused, Some(exchange), Some(pusher)) =
             (schedule, &self.exchange, self.tp.pusher())
         {

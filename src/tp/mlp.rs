@@ -237,8 +237,8 @@ impl SequenceParallelMlp {
 
     /// The MLP of this PE's tokens `x` (`tokens / n_pes × hidden`; every PE passes as many)
     /// into `y` (the same shape: their outputs), on `stream`, in [`Schedule::Auto`] (fused
-    /// from [`ScheduleThresholds::fused_sequence_min_tokens`](super::ScheduleThresholds)
-    /// tokens per PE).
+    /// from [`ScheduleThresholds::fused_sequence_min_elements`](super::ScheduleThresholds)
+    /// elements per PE: tokens per PE × hidden).
     pub fn forward<'a>(
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,

@@ -188,15 +188,21 @@ pub enum Schedule {
 /// [`TensorParallel::with_thresholds`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScheduleThresholds {
-    /// Tokens per PE from which the sequence-parallel layers fuse their exchanges (the
-    /// all-gather + GEMM of a [`ColumnParallelLinear`] with a sequence-parallel input and
-    /// the GEMM + reduce-scatter of a [`RowParallelLinear`] with a sequence-parallel
-    /// output). Measured with `bench --tests tp --tp-layouts sequence` (the all-gather +
-    /// GEMM by a GEMM per PE's rows): on 2 H200s the fused MLPs were the fastest schedule
-    /// from 1024 tokens per PE; on 4 H200s from 2048 (the 8B MLP 13.3% over compute-only at
-    /// 2048 tokens per PE against 32.8% for the best other schedule, the 70B one 4.2%
-    /// against 10.7%), and at 1024 the 8B MLP was 0.5-1.7% slower fused than sequential.
-    pub fused_sequence_min_tokens: usize,
+    /// Elements per PE of the exchanged rows (tokens per PE × the rows' width: a
+    /// [`ColumnParallelLinear`]'s input features, a [`RowParallelLinear`]'s output
+    /// features) from which the sequence-parallel layers fuse their exchanges (the
+    /// all-gather + GEMM of a column-parallel layer with a sequence-parallel input and the
+    /// GEMM + reduce-scatter of a row-parallel layer with a sequence-parallel output). The
+    /// exchange grows with the width, the GEMMs with the width and the FFN features, so a
+    /// wider model fuses from fewer tokens: 8 Mi elements are 2048 tokens per PE for the 8B
+    /// MLP (hidden 4096) and 1024 for the 70B one (hidden 8192). Measured with `bench
+    /// --tests tp --tp-layouts sequence` (the all-gather + GEMM by a GEMM per PE's rows): on
+    /// 4 H200s the fused MLPs were the fastest schedule from 2048 tokens per PE (the 8B MLP
+    /// 13.3% over compute-only against 32.8% for the best other schedule, the 70B one 4.2%
+    /// against 10.7%); at 1024 tokens per PE the 70B MLP was 5.7-6.1% faster fused than
+    /// sequential on 4 H200s and 0.7-3.0% on 2 (two runs each), the 8B MLP 0.5-1.4% slower
+    /// on 4 and 1.5-1.6% faster on 2.
+    pub fused_sequence_min_elements: usize,
     /// Tokens up to which a row-parallel layer with a replicated output fuses its decode
     /// GEMM with the all-reduce; 0: never. Only where every PE's [`Gemm::calibrate`] took our
     /// decode kernel for the layer's GEMM at that token count when its weight was loaded
@@ -208,12 +214,16 @@ pub struct ScheduleThresholds {
     /// 53.1, 53.8 and 53.7 against 53.0, 54.5 and 55.2; 51.3, 53.0 and 53.6 against 53.1,
     /// 54.8 and 55.1; and 56.8-57.2 against 56.7-57.0 at 16.
     pub fused_decode_max_tokens: usize,
-    /// Tokens per PE from which a row-parallel layer with a replicated output fuses its
-    /// GEMM with the all-reduce; `usize::MAX`: never. Measured with `tp_mlp --test mlp` (the
-    /// 8B MLP): on 2 H200s fused was 3% faster than sequential at 2048 tokens per PE (1175
-    /// against 1210 µs; 1182 against 1201 in a `bench --tests tp` run) and 6% faster at
-    /// 4096, 2% slower at 1024; on 4 H200s 4.5% faster at 2048 and 12% at 4096.
-    pub fused_replicated_min_tokens: usize,
+    /// Elements per PE of the output (tokens per PE × the layer's output features) from
+    /// which a row-parallel layer with a replicated output fuses its GEMM with the
+    /// all-reduce; `usize::MAX`: never. 8 Mi elements are 2048 tokens per PE for the 8B MLP
+    /// (hidden 4096) and 1024 for the 70B one (hidden 8192). Measured with `tp_mlp --test
+    /// mlp` (the 8B MLP): on 2 H200s fused was 3% faster than sequential at 2048 tokens per
+    /// PE (1175 against 1210 µs; 1182 against 1201 in a `bench --tests tp` run) and 6%
+    /// faster at 4096, 2% slower at 1024; on 4 H200s 4.5% faster at 2048 and 12% at 4096.
+    /// With `bench --tests tp` at 1024 tokens per PE the 70B MLP was 1.7-1.9% faster fused
+    /// on 2 H200s and 3.7-4.3% on 4 (two and three runs).
+    pub fused_replicated_min_elements: usize,
     /// GEMMs of the fused GEMM + reduce-scatter and GEMM + all-reduce (a row-parallel layer
     /// with a sequence-parallel or a replicated output, [`Schedule::Fused`] from
     /// [`FUSED_SCATTER_TOKENS`] tokens per PE): each PE's share of the tokens is cut into
@@ -253,9 +263,9 @@ pub struct ScheduleThresholds {
 impl Default for ScheduleThresholds {
     fn default() -> Self {
         ScheduleThresholds {
-            fused_sequence_min_tokens: 2048,
+            fused_sequence_min_elements: FUSED_MIN_ELEMENTS,
             fused_decode_max_tokens: 8,
-            fused_replicated_min_tokens: 2048,
+            fused_replicated_min_elements: FUSED_MIN_ELEMENTS,
             fused_exchange_gemms: 8,
             fused_mlp_rounds: 4,
             fused_gather_cutlass_min_tokens: usize::MAX,
@@ -263,25 +273,38 @@ impl Default for ScheduleThresholds {
     }
 }
 
+/// The default of both elements thresholds: 2048 tokens per PE of 4096 features.
+const FUSED_MIN_ELEMENTS: usize = 8 << 20;
+
 impl ScheduleThresholds {
     /// What `schedule` means for a sequence-parallel exchange of `tokens_per_pe` tokens
-    /// per PE: [`Schedule::Auto`] resolved, any other schedule as it is.
-    pub fn sequence(&self, schedule: Schedule, tokens_per_pe: usize) -> Schedule {
+    /// per PE, rows of `width` elements: [`Schedule::Auto`] resolved, any other schedule
+    /// as it is.
+    pub fn sequence(&self, schedule: Schedule, tokens_per_pe: usize, width: usize) -> Schedule {
         match schedule {
-            Schedule::Auto if tokens_per_pe >= self.fused_sequence_min_tokens => Schedule::Fused,
+            Schedule::Auto
+                if tokens_per_pe.saturating_mul(width) >= self.fused_sequence_min_elements =>
+            {
+                Schedule::Fused
+            }
             Schedule::Auto => Schedule::Sequential,
             other => other,
         }
     }
 
-    /// What `schedule` means for a row-parallel layer with a replicated output, at
-    /// `tokens` tokens over `n_pes` PEs.
-    pub fn replicated(&self, schedule: Schedule, tokens: usize, n_pes: usize) -> Schedule {
+    /// What `schedule` means for a row-parallel layer with a replicated output of `width`
+    /// features, at `tokens` tokens over `n_pes` PEs.
+    pub fn replicated(
+        &self,
+        schedule: Schedule,
+        tokens: usize,
+        n_pes: usize,
+        width: usize,
+    ) -> Schedule {
+        let per_pe = (tokens / n_pes.max(1)).saturating_mul(width);
         match schedule {
             Schedule::Auto if tokens <= self.fused_decode_max_tokens => Schedule::Fused,
-            Schedule::Auto if tokens / n_pes.max(1) >= self.fused_replicated_min_tokens => {
-                Schedule::Fused
-            }
+            Schedule::Auto if per_pe >= self.fused_replicated_min_elements => Schedule::Fused,
             Schedule::Auto => Schedule::Sequential,
             other => other,
         }
@@ -390,7 +413,7 @@ impl TensorParallel {
     /// use nvshmem::tp::{ScheduleThresholds, TensorParallel};
     /// let shmem = nvshmem::Nvshmem::init()?;
     /// let tp = TensorParallel::new(&shmem)?.with_thresholds(ScheduleThresholds {
-    ///     fused_sequence_min_tokens: 2048,
+    ///     fused_sequence_min_elements: 2048 * 4096,
     ///     ..Default::default()
     /// });
     /// # Ok(()) }
@@ -680,21 +703,27 @@ mod tests {
     #[test]
     fn auto_fuses_the_sequence_parallel_exchanges_from_the_threshold_on() {
         let t = ScheduleThresholds::default();
-        let min = t.fused_sequence_min_tokens;
-        assert_eq!(t.sequence(Schedule::Auto, min), Schedule::Fused);
-        assert_eq!(t.sequence(Schedule::Auto, 4 * min), Schedule::Fused);
-        assert_eq!(t.sequence(Schedule::Auto, min - 1), Schedule::Sequential);
-        assert_eq!(t.sequence(Schedule::Auto, 1), Schedule::Sequential);
+        // 2048 tokens per PE of the 8B MLP's width, 1024 of the 70B MLP's.
+        for (min, width) in [(2048, 4096), (1024, 8192)] {
+            assert_eq!(t.sequence(Schedule::Auto, min, width), Schedule::Fused);
+            assert_eq!(t.sequence(Schedule::Auto, 4 * min, width), Schedule::Fused);
+            assert_eq!(
+                t.sequence(Schedule::Auto, min - 1, width),
+                Schedule::Sequential
+            );
+            assert_eq!(t.sequence(Schedule::Auto, 1, width), Schedule::Sequential);
+        }
+        assert_eq!(t.sequence(Schedule::Auto, usize::MAX, 2), Schedule::Fused);
         // A schedule the caller names stays as it is.
         for s in [
             Schedule::Sequential,
             Schedule::Fused,
             Schedule::Overlapped { chunks: 4 },
         ] {
-            assert_eq!(t.sequence(s, 1), s);
-            assert_eq!(t.sequence(s, 4 * min), s);
-            assert_eq!(t.replicated(s, 1, 2), s);
-            assert_eq!(t.replicated(s, 1 << 20, 2), s);
+            assert_eq!(t.sequence(s, 1, 4096), s);
+            assert_eq!(t.sequence(s, 8192, 4096), s);
+            assert_eq!(t.replicated(s, 1, 2, 4096), s);
+            assert_eq!(t.replicated(s, 1 << 20, 2, 4096), s);
         }
     }
 
@@ -705,11 +734,14 @@ mod tests {
         let t = ScheduleThresholds::default();
         assert_eq!(t.fused_decode_max_tokens, 8);
         for tokens in [1, 8] {
-            assert_eq!(t.replicated(Schedule::Auto, tokens, 2), Schedule::Fused);
+            assert_eq!(
+                t.replicated(Schedule::Auto, tokens, 2, 4096),
+                Schedule::Fused
+            );
         }
         for tokens in [9, 16, 4095] {
             assert_eq!(
-                t.replicated(Schedule::Auto, tokens, 2),
+                t.replicated(Schedule::Auto, tokens, 2, 4096),
                 Schedule::Sequential
             );
         }
@@ -717,34 +749,62 @@ mod tests {
             fused_decode_max_tokens: 0,
             ..t
         };
-        assert_eq!(t.replicated(Schedule::Auto, 1, 2), Schedule::Sequential);
+        assert_eq!(
+            t.replicated(Schedule::Auto, 1, 2, 4096),
+            Schedule::Sequential
+        );
         let t = ScheduleThresholds {
             fused_decode_max_tokens: 4,
             ..t
         };
-        assert_eq!(t.replicated(Schedule::Auto, 1, 2), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 4, 2), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 5, 2), Schedule::Sequential);
+        assert_eq!(t.replicated(Schedule::Auto, 1, 2, 4096), Schedule::Fused);
+        assert_eq!(t.replicated(Schedule::Auto, 4, 2, 4096), Schedule::Fused);
+        assert_eq!(
+            t.replicated(Schedule::Auto, 5, 2, 4096),
+            Schedule::Sequential
+        );
         assert_eq!(Schedule::default(), Schedule::Auto);
     }
 
     #[test]
-    fn auto_fuses_a_replicated_prefill_by_tokens_per_pe() {
+    fn auto_fuses_a_replicated_prefill_by_elements_per_pe() {
         let t = ScheduleThresholds::default();
-        assert_eq!(t.replicated(Schedule::Auto, 4096, 2), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 8192, 4), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 4094, 2), Schedule::Sequential);
-        assert_eq!(t.replicated(Schedule::Auto, 8188, 4), Schedule::Sequential);
+        assert_eq!(t.replicated(Schedule::Auto, 4096, 2, 4096), Schedule::Fused);
+        assert_eq!(t.replicated(Schedule::Auto, 8192, 4, 4096), Schedule::Fused);
+        assert_eq!(
+            t.replicated(Schedule::Auto, 4094, 2, 4096),
+            Schedule::Sequential
+        );
+        assert_eq!(
+            t.replicated(Schedule::Auto, 8188, 4, 4096),
+            Schedule::Sequential
+        );
+        // The 70B MLP's width: from 1024 tokens per PE.
+        assert_eq!(t.replicated(Schedule::Auto, 2048, 2, 8192), Schedule::Fused);
+        assert_eq!(t.replicated(Schedule::Auto, 4096, 4, 8192), Schedule::Fused);
+        assert_eq!(
+            t.replicated(Schedule::Auto, 2046, 2, 8192),
+            Schedule::Sequential
+        );
         let t = ScheduleThresholds {
-            fused_replicated_min_tokens: 4096,
+            fused_replicated_min_elements: 4096 * 4096,
             ..ScheduleThresholds::default()
         };
-        assert_eq!(t.replicated(Schedule::Auto, 8192, 2), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 16384, 4), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 8190, 2), Schedule::Sequential);
-        assert_eq!(t.replicated(Schedule::Auto, 8192, 4), Schedule::Sequential);
+        assert_eq!(t.replicated(Schedule::Auto, 8192, 2, 4096), Schedule::Fused);
+        assert_eq!(
+            t.replicated(Schedule::Auto, 16384, 4, 4096),
+            Schedule::Fused
+        );
+        assert_eq!(
+            t.replicated(Schedule::Auto, 8190, 2, 4096),
+            Schedule::Sequential
+        );
+        assert_eq!(
+            t.replicated(Schedule::Auto, 8192, 4, 4096),
+            Schedule::Sequential
+        );
         // One PE: its tokens are its own.
-        assert_eq!(t.replicated(Schedule::Auto, 4096, 1), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 4096, 0), Schedule::Fused);
+        assert_eq!(t.replicated(Schedule::Auto, 4096, 1, 4096), Schedule::Fused);
+        assert_eq!(t.replicated(Schedule::Auto, 4096, 0, 4096), Schedule::Fused);
     }
 }

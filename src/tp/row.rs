@@ -444,7 +444,11 @@ impl RowParallelLinear {
             });
         }
         let n = self.tp.n_pes();
-        let resolved = match self.tp.thresholds().replicated(schedule, tokens, n) {
+        let resolved = match self
+            .tp
+            .thresholds()
+            .replicated(schedule, tokens, n, self.out_features)
+        {
             // The fused decode kernel multiplies with our decode GEMM: Auto fuses only where
             // that is the GEMM every PE would take anyway (where cuBLASLt measured faster,
             // the all-reduce saved costs less than the GEMM loses); agreed, so that every PE
@@ -517,7 +521,7 @@ impl RowParallelLinear {
                 got: y.len(),
             });
         }
-        if self.tp.thresholds().sequence(schedule, tokens / n) == Schedule::Fused {
+        if self.tp.thresholds().sequence(schedule, tokens / n, cols) == Schedule::Fused {
             if let (Some(exchange), Some(pusher)) = (self.scatters(tokens), self.tp.pusher()) {
                 let sums = Sums::Here(y.as_ptr() as u64);
                 return self.gemm_exchange(exchange, pusher, sums, (x, produce), tokens, stream);
