@@ -4,14 +4,17 @@
 //! scripts/nvshmrun -np 2 target/release/examples/tp_mlp --test all
 //! scripts/nvshmrun -np 4 target/release/examples/tp_mlp --test mlp --shape 70b --m 1,128,2048
 //! ```
-//! `--test all|column|row|mlp|gemm` (several with commas), `--shape 8b|70b|HIDDEN,FFN` (the
+//! `--test all|column|row|mlp|gemm|breakdown` (several with commas), `--shape 8b|70b|HIDDEN,FFN` (the
 //! large shape checked against the unsharded product on one GPU and timed; 8b by default),
 //! `--m LIST` (its token counts), `--iters N` (timed graph replays per row), `--no-timing`.
 //! `--rounds N` makes every fused exchange N rounds (`ScheduleThresholds::fused_exchange_gemms`
 //! N × the PE count, `fused_mlp_rounds` 0). `gemm`
 //! checks the local GEMM paths (`GemmPath::CublasLt`, `Decode` and `Cutlass`) against f64
 //! sums and times them on this PE's shard of the shape for each `--m`: ours (the decode
-//! kernels up to 16 tokens, the CUTLASS kernel above) against cuBLASLt.
+//! kernels up to 16 tokens, the CUTLASS kernel above) against cuBLASLt. `breakdown` (timing
+//! only, not part of `all`) splits the sequential MLP's time for each `--m`: its GEMMs alone,
+//! its GEMMs then an 8-byte all-reduce (which waits for the slowest PE's GEMMs), the
+//! all-reduce of its output alone, and the MLP.
 //!
 //! Every layer is checked on random bf16 data: small and odd shapes against an f64 CPU
 //! reference, the large shape against the unsharded GEMMs on this GPU (themselves checked
@@ -49,7 +52,9 @@ use nvshmem::tp::{
     TensorParallel, TpMlp, DECODE_MAX_TOKENS, DECODE_TOKENS, FUSED_GATHER_TOKENS,
     FUSED_SCATTER_TOKENS,
 };
-use nvshmem::{bf16, AllGatherAlgo, DeviceBuffer, Error, Nvshmem, ReduceOp, SymmetricBuffer};
+use nvshmem::{
+    bf16, AllGatherAlgo, AllReduceAlgo, DeviceBuffer, Error, Nvshmem, ReduceOp, SymmetricBuffer,
+};
 use std::sync::Arc;
 
 #[path = "common/graph.rs"]
@@ -72,6 +77,7 @@ struct Args {
     row: bool,
     mlp: bool,
     gemm: bool,
+    breakdown: bool,
     hidden: usize,
     ffn: usize,
     shape_name: String,
@@ -83,7 +89,7 @@ struct Args {
 }
 
 const USAGE: &str =
-    "usage: tp_mlp [--test all|column|row|mlp|gemm[,..]] [--shape 8b|70b|HIDDEN,FFN] \
+    "usage: tp_mlp [--test all|column|row|mlp|gemm|breakdown[,..]] [--shape 8b|70b|HIDDEN,FFN] \
                      [--m LIST] [--iters N] [--rounds N] [--no-timing] [--verbose]";
 
 fn parse_args() -> Result<Args, String> {
@@ -92,6 +98,7 @@ fn parse_args() -> Result<Args, String> {
         row: true,
         mlp: true,
         gemm: true,
+        breakdown: false,
         hidden: 4096,
         ffn: 14336,
         shape_name: "8b".into(),
@@ -115,6 +122,7 @@ fn parse_args() -> Result<Args, String> {
                         "row" => a.row = true,
                         "mlp" => a.mlp = true,
                         "gemm" => a.gemm = true,
+                        "breakdown" => a.breakdown = true,
                         _ => return Err(format!("unknown test {t:?}; {USAGE}")),
                     }
                 }
@@ -1868,6 +1876,92 @@ fn time_calls(
     Ok(times.into_iter().map(|v| cell(median(v))).collect())
 }
 
+/// Where the sequential MLP's time over its GEMMs goes: the GEMMs alone; the GEMMs then an
+/// all-reduce of 8 bytes, which ends when the slowest PE's GEMMs have (so its excess over the
+/// GEMMs is the PEs' spread plus one small all-reduce); the all-reduce of the output alone;
+/// and the sequential MLP. Where the MLP costs more than the second and third together, the
+/// all-reduce runs slower after the GEMMs than alone. Every timed output checked.
+fn breakdown(c: &Checks, a: &Args) -> Outcome {
+    let (hidden, ffn) = (a.hidden, a.ffn);
+    let max_m = *a.ms.iter().max().expect("a non-empty --m");
+    let d = mlp_data(0x7137, 0, hidden, ffn);
+    let mlp = TpMlp::new(&c.tp, hidden, ffn, max_m).map_err(text)?;
+    mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
+    let f = mlp.down().local_in_features().len();
+    let (gemm, s, coll) = (c.tp.gemm(), &c.stream, c.tp.collectives());
+    if c.me() == 0 {
+        println!(
+            "\nMLP {} (hidden {hidden}, ffn {ffn}), TP {}, sequential schedule, where the time \
+             goes; CUDA graphs, {} replays in 5 alternating blocks, PE 0; us: median [p10, p90]",
+            a.shape_name,
+            c.n(),
+            a.iters
+        );
+        println!(
+            "{:>6} {:>26} {:>26} {:>26} {:>26}",
+            "M", "GEMMs alone", "GEMMs + 8 B all-reduce", "all-reduce alone", "sequential MLP"
+        );
+    }
+    let mut rng = Rng::new(0x7138);
+    let sync_in = c.shmem.malloc::<bf16>(4).map_err(text)?;
+    let sync_out = c.shmem.malloc::<bf16>(4).map_err(text)?;
+    for &m in &a.ms {
+        let x = c.device(&rng.bf16s(m * hidden, 1.0))?;
+        let gu = c.shmem.alloc_device::<bf16>(m * 2 * f).map_err(text)?;
+        let act = c.shmem.alloc_device::<bf16>(m * f).map_err(text)?;
+        let partials: Vec<_> = (0..2)
+            .map(|_| c.shmem.malloc::<bf16>(m * hidden))
+            .collect::<Result<_, _>>()
+            .map_err(text)?;
+        let ys: Vec<_> = (0..2)
+            .map(|_| c.shmem.malloc::<bf16>(m * hidden))
+            .collect::<Result<_, _>>()
+            .map_err(text)?;
+        let compute = |partial: &SymmetricBuffer<bf16>| -> Result<(), Error> {
+            let shape = LinearShape {
+                m,
+                n: 2 * f,
+                k: hidden,
+            };
+            gemm.linear(&gu, &x, mlp.gate_up().weight(), shape, s)?;
+            c.tp.silu_mul(&act, &gu, m, s)?;
+            let shape = LinearShape { m, n: hidden, k: f };
+            gemm.linear(partial, &act, mlp.down().weight(), shape, s)
+        };
+        // The all-reduce alone sums the partial products the first call leaves.
+        compute(&partials[1]).map_err(text)?;
+        let alone = || compute(&partials[0]);
+        let then_sync = || {
+            compute(&partials[1])?;
+            coll.all_reduce(&sync_out, &sync_in, ReduceOp::Sum, AllReduceAlgo::Auto, s)
+        };
+        let reduce =
+            || coll.all_reduce(&ys[0], &partials[1], ReduceOp::Sum, AllReduceAlgo::Auto, s);
+        let forward = || mlp.forward_with(&ys[1], &x, Schedule::Sequential, s);
+        let read = |i: usize| {
+            match i {
+                0 => partials[0].to_vec(),
+                1 => partials[1].to_vec(),
+                i => ys[i - 2].to_vec(),
+            }
+            .map_err(text)
+        };
+        let cells = time_calls(c, a.iters, &[&alone, &then_sync, &reduce, &forward], &read)?;
+        if bits(&ys[0].to_vec().map_err(text)?) != bits(&ys[1].to_vec().map_err(text)?) {
+            return Err(format!(
+                "M={m}: the all-reduce of the GEMMs' output differs from the MLP's"
+            ));
+        }
+        if c.me() == 0 {
+            println!(
+                "{m:>6} {:>26} {:>26} {:>26} {:>26}",
+                cells[0], cells[1], cells[2], cells[3]
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The sequence-parallel layers in each schedule against their local GEMM alone: the
 /// gate/up projection (all-gather + GEMM; the GEMM alone by cuBLASLt as `Auto` picks it
 /// and by our CUTLASS kernel, which the fused schedule runs from FUSED_GATHER_TOKENS
@@ -2374,7 +2468,7 @@ fn main() {
         }
     }
     let which = (args.column, args.row, args.mlp);
-    for &m in &args.ms {
+    for &m in args.ms.iter().filter(|_| which != (false, false, false)) {
         c.run(
             format!(
                 "{} shape (hidden {}, ffn {}) m={m} against the unsharded GEMMs",
@@ -2393,6 +2487,12 @@ fn main() {
         c.run("timing (every timed output checked)".into(), |c, _| {
             timing(c, &args)
         });
+    }
+    if args.timing && args.breakdown {
+        c.run(
+            "overhead breakdown (every timed output checked)".into(),
+            |c, _| breakdown(c, &args),
+        );
     }
     match c.finish() {
         Ok((passed, failed)) => {
