@@ -137,8 +137,9 @@ pub enum Schedule {
     /// equally: the same exchange, and with each round's sums the copy engines bring this
     /// PE's rows of the sum to every peer's output, a flag each, while the next round's
     /// GEMMs compute (an all-reduce is a reduce-scatter and an all-gather: both halves
-    /// travel beside the GEMMs, and only the last round's follow them). The output is the
-    /// same on every PE, bit for bit. The layer keeps the buffers for it (its partial
+    /// travel beside the GEMMs); the last round, which nothing computes beside, is one GEMM
+    /// of its tokens and our all-reduce of it. The output is the same on every PE, bit for
+    /// bit. The layer keeps the buffers for it (its partial
     /// products' size again) where it takes `n_pes × FUSED_SCATTER_TOKENS` tokens or more.
     /// In a [`TpMlp`] the rounds carry the whole MLP (each round's tokens through the gate
     /// and up projection, the activation and the down projection), so that a round's
@@ -216,13 +217,15 @@ pub struct ScheduleThresholds {
     pub fused_decode_max_tokens: usize,
     /// Elements per PE of the output (tokens per PE × the layer's output features) from
     /// which a row-parallel layer with a replicated output fuses its GEMM with the
-    /// all-reduce; `usize::MAX`: never. 8 Mi elements are 2048 tokens per PE for the 8B MLP
-    /// (hidden 4096) and 1024 for the 70B one (hidden 8192). Measured with `tp_mlp --test
-    /// mlp` (the 8B MLP): on 2 H200s fused was 3% faster than sequential at 2048 tokens per
-    /// PE (1175 against 1210 µs; 1182 against 1201 in a `bench --tests tp` run) and 6%
-    /// faster at 4096, 2% slower at 1024; on 4 H200s 4.5% faster at 2048 and 12% at 4096.
-    /// With `bench --tests tp` at 1024 tokens per PE the 70B MLP was 1.7-1.9% faster fused
-    /// on 2 H200s and 3.7-4.3% on 4 (two and three runs).
+    /// all-reduce; `usize::MAX`: never. 4 Mi elements are 1024 tokens per PE for the 8B MLP
+    /// (hidden 4096) and 512 for the 70B one (hidden 8192). Below 1024 tokens per PE the
+    /// fused layer is one round, which is the sequential schedule's work (the GEMM and our
+    /// all-reduce). Since the last round is all-reduced, the 8B MLP at 1024 tokens per PE
+    /// took 654-660 µs fused against 691-720 sequential on 4 H200s (three runs, `tp_mlp
+    /// --test mlp` and `bench --tests tp`) and 607-616 against 603-622 on 2; at 2048 tokens
+    /// per PE on 2 H200s fused was 3% faster (1175 against 1210 µs) and 6% at 4096. With
+    /// `bench --tests tp` at 1024 tokens per PE the 70B MLP was 1.7-1.9% faster fused on 2
+    /// H200s and 3.7-4.3% on 4 (two and three runs).
     pub fused_replicated_min_elements: usize,
     /// GEMMs of the fused GEMM + reduce-scatter and GEMM + all-reduce (a row-parallel layer
     /// with a sequence-parallel or a replicated output, [`Schedule::Fused`] from
@@ -265,7 +268,7 @@ impl Default for ScheduleThresholds {
         ScheduleThresholds {
             fused_sequence_min_elements: FUSED_MIN_ELEMENTS,
             fused_decode_max_tokens: 8,
-            fused_replicated_min_elements: FUSED_MIN_ELEMENTS,
+            fused_replicated_min_elements: FUSED_MIN_ELEMENTS / 2,
             fused_exchange_gemms: 8,
             fused_mlp_rounds: 4,
             fused_gather_cutlass_min_tokens: usize::MAX,
@@ -273,7 +276,8 @@ impl Default for ScheduleThresholds {
     }
 }
 
-/// The default of both elements thresholds: 2048 tokens per PE of 4096 features.
+/// The sequence-parallel elements threshold: 2048 tokens per PE of 4096 features (the
+/// replicated one is half of it).
 const FUSED_MIN_ELEMENTS: usize = 8 << 20;
 
 impl ScheduleThresholds {
@@ -739,7 +743,7 @@ mod tests {
                 Schedule::Fused
             );
         }
-        for tokens in [9, 16, 4095] {
+        for tokens in [9, 16, 2047] {
             assert_eq!(
                 t.replicated(Schedule::Auto, tokens, 2, 4096),
                 Schedule::Sequential
@@ -769,21 +773,22 @@ mod tests {
     #[test]
     fn auto_fuses_a_replicated_prefill_by_elements_per_pe() {
         let t = ScheduleThresholds::default();
-        assert_eq!(t.replicated(Schedule::Auto, 4096, 2, 4096), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 8192, 4, 4096), Schedule::Fused);
+        // The 8B MLP's width: from 1024 tokens per PE.
+        assert_eq!(t.replicated(Schedule::Auto, 2048, 2, 4096), Schedule::Fused);
+        assert_eq!(t.replicated(Schedule::Auto, 4096, 4, 4096), Schedule::Fused);
         assert_eq!(
-            t.replicated(Schedule::Auto, 4094, 2, 4096),
+            t.replicated(Schedule::Auto, 2046, 2, 4096),
             Schedule::Sequential
         );
         assert_eq!(
-            t.replicated(Schedule::Auto, 8188, 4, 4096),
+            t.replicated(Schedule::Auto, 4092, 4, 4096),
             Schedule::Sequential
         );
-        // The 70B MLP's width: from 1024 tokens per PE.
-        assert_eq!(t.replicated(Schedule::Auto, 2048, 2, 8192), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 4096, 4, 8192), Schedule::Fused);
+        // The 70B MLP's width: from 512 tokens per PE.
+        assert_eq!(t.replicated(Schedule::Auto, 1024, 2, 8192), Schedule::Fused);
+        assert_eq!(t.replicated(Schedule::Auto, 2048, 4, 8192), Schedule::Fused);
         assert_eq!(
-            t.replicated(Schedule::Auto, 2046, 2, 8192),
+            t.replicated(Schedule::Auto, 1022, 2, 8192),
             Schedule::Sequential
         );
         let t = ScheduleThresholds {
