@@ -231,8 +231,10 @@ pub struct ScheduleThresholds {
     /// with a sequence-parallel or a replicated output, [`Schedule::Fused`] from
     /// [`FUSED_SCATTER_TOKENS`] tokens per PE): each PE's share of the tokens is cut into
     /// this many over the PE count rounds (one at least, fewer where a round would have
-    /// fewer than 512 tokens per PE), and each round makes a GEMM for each PE's rows of it.
-    /// While one round's partial products and sums travel, the next round's GEMMs compute:
+    /// fewer than 512 tokens per PE), and each round makes a GEMM for each PE's rows of it
+    /// (with a replicated output one GEMM of the round's tokens, and the last round is
+    /// all-reduced). While one round's partial products and sums travel, the next round's
+    /// GEMMs compute:
     /// more rounds leave less of the exchange after the last GEMM, and make smaller GEMMs
     /// and more copies. Measured with the 8B MLP, replicated output (`tp_mlp --test mlp
     /// --rounds N`), over compute-only at 2048 / 4096 tokens per PE: on 2 H200s 4 rounds
@@ -772,44 +774,38 @@ mod tests {
 
     #[test]
     fn auto_fuses_a_replicated_prefill_by_elements_per_pe() {
-        let t = ScheduleThresholds::default();
-        // The 8B MLP's width: from 1024 tokens per PE.
-        assert_eq!(t.replicated(Schedule::Auto, 2048, 2, 4096), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 4096, 4, 4096), Schedule::Fused);
-        assert_eq!(
-            t.replicated(Schedule::Auto, 2046, 2, 4096),
-            Schedule::Sequential
-        );
-        assert_eq!(
-            t.replicated(Schedule::Auto, 4092, 4, 4096),
-            Schedule::Sequential
-        );
-        // The 70B MLP's width: from 512 tokens per PE.
-        assert_eq!(t.replicated(Schedule::Auto, 1024, 2, 8192), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 2048, 4, 8192), Schedule::Fused);
-        assert_eq!(
-            t.replicated(Schedule::Auto, 1022, 2, 8192),
-            Schedule::Sequential
-        );
-        let t = ScheduleThresholds {
+        use Schedule::{Fused, Sequential};
+        let default = ScheduleThresholds::default();
+        let raised = ScheduleThresholds {
             fused_replicated_min_elements: 4096 * 4096,
-            ..ScheduleThresholds::default()
+            ..default
         };
-        assert_eq!(t.replicated(Schedule::Auto, 8192, 2, 4096), Schedule::Fused);
-        assert_eq!(
-            t.replicated(Schedule::Auto, 16384, 4, 4096),
-            Schedule::Fused
-        );
-        assert_eq!(
-            t.replicated(Schedule::Auto, 8190, 2, 4096),
-            Schedule::Sequential
-        );
-        assert_eq!(
-            t.replicated(Schedule::Auto, 8192, 4, 4096),
-            Schedule::Sequential
-        );
-        // One PE: its tokens are its own.
-        assert_eq!(t.replicated(Schedule::Auto, 4096, 1, 4096), Schedule::Fused);
-        assert_eq!(t.replicated(Schedule::Auto, 4096, 0, 4096), Schedule::Fused);
+        // (thresholds, tokens, PEs, width, what Auto takes)
+        let cases = [
+            // The 8B MLP's width: from 1024 tokens per PE.
+            (default, 2048, 2, 4096, Fused),
+            (default, 4096, 4, 4096, Fused),
+            (default, 2046, 2, 4096, Sequential),
+            (default, 4092, 4, 4096, Sequential),
+            // The 70B MLP's width: from 512 tokens per PE.
+            (default, 1024, 2, 8192, Fused),
+            (default, 2048, 4, 8192, Fused),
+            (default, 1022, 2, 8192, Sequential),
+            // A raised threshold: from 4096 tokens per PE of the 8B MLP.
+            (raised, 8192, 2, 4096, Fused),
+            (raised, 16384, 4, 4096, Fused),
+            (raised, 8190, 2, 4096, Sequential),
+            (raised, 8192, 4, 4096, Sequential),
+            // One PE: its tokens are its own.
+            (raised, 4096, 1, 4096, Fused),
+            (raised, 4096, 0, 4096, Fused),
+        ];
+        for (t, tokens, n, width, want) in cases {
+            assert_eq!(
+                t.replicated(Schedule::Auto, tokens, n, width),
+                want,
+                "{tokens} tokens on {n} PEs, width {width}"
+            );
+        }
     }
 }
