@@ -80,15 +80,6 @@ const TOKENS_PER_PIECE: usize = 512;
 /// weight, so only where that GEMM is compute-bound.
 pub const FUSED_SCATTER_TOKENS: usize = TOKENS_PER_PIECE;
 
-/// Where the fused exchange leaves this PE's rows of the sum: in this PE's output (its
-/// rows only: a sequence-parallel output), or in every PE's (a replicated output, at each
-/// PE's address of it).
-#[derive(Clone, Copy)]
-enum Sums<'a> {
-    Here(u64),
-    Everywhere(&'a [u64], SymmetricView<'a, bf16>),
-}
-
 /// Enqueues the work that writes these rows of a row-parallel layer's input
 /// ([`RowParallelLinear::run_producing`]).
 pub(super) type Produce<'a> = Option<&'a dyn Fn(Range<usize>) -> Result<()>>;
@@ -484,9 +475,7 @@ impl RowParallelLinear {
         let decode = resolved == Schedule::Fused && self.tp.fuses_decode(tokens, self.out_features);
         if resolved == Schedule::Fused && !decode {
             if let (Some(exchange), Some(pusher)) = (self.scatters(tokens), self.tp.pusher()) {
-                let outputs = peer_bases(y)?;
-                let sums = Sums::Everywhere(&outputs, y);
-                return self.gemm_exchange(exchange, pusher, sums, (x, produce), tokens, stream);
+                return self.gemm_exchange(exchange, pusher, y, (x, produce), tokens, stream);
             }
         }
         produce_rows(produce, 0..tokens)?;
@@ -541,8 +530,7 @@ impl RowParallelLinear {
         }
         if self.tp.thresholds().sequence(schedule, tokens / n, cols) == Schedule::Fused {
             if let (Some(exchange), Some(pusher)) = (self.scatters(tokens), self.tp.pusher()) {
-                let sums = Sums::Here(y.as_ptr() as u64);
-                return self.gemm_exchange(exchange, pusher, sums, (x, produce), tokens, stream);
+                return self.gemm_exchange(exchange, pusher, y, (x, produce), tokens, stream);
             }
         }
         produce_rows(produce, 0..tokens)?;
@@ -595,13 +583,14 @@ impl RowParallelLinear {
     ///
     /// # Safety
     /// As for [`run_producing`](Self::run_producing), with `tokens` a multiple of the PE
-    /// count, the output (`sums`) holding `tokens / n_pes × out_features` elements (`Here`)
-    /// or `tokens × out_features` on every PE (`Everywhere`), and `pusher` a copy stream.
+    /// count, the output `y` holding `tokens / n_pes × out_features` elements (a
+    /// sequence-parallel layer) or `tokens × out_features` (a replicated one), and `pusher` a
+    /// copy stream.
     unsafe fn gemm_exchange(
         &self,
         Exchange { flags, bases, .. }: &Exchange,
         pusher: &Arc<CudaStream>,
-        sums: Sums,
+        y: SymmetricView<'_, bf16>,
         (x, produce): (u64, Produce<'_>),
         tokens: usize,
         stream: &Arc<CudaStream>,
@@ -609,12 +598,18 @@ impl RowParallelLinear {
         let (n, me) = (self.tp.n_pes(), self.tp.my_pe());
         let (rows, cols, k) = (tokens / n, self.out_features, self.local_in.len());
         let bf = std::mem::size_of::<bf16>();
-        let replicated = matches!(sums, Sums::Everywhere(..));
+        // A sequence-parallel output holds this PE's rows of the sum; a replicated one, every
+        // row, and this PE's rows go to every PE's (at each PE's address of it).
+        let replicated = self.output == RowOutput::Replicated;
+        let outputs = match replicated {
+            true => peer_bases(y)?,
+            false => Vec::new(),
+        };
         let produced = replicated && produce.is_some();
         let mut rounds = exchange_rounds(rows, n, self.tp.thresholds(), produced);
-        let tail = match sums {
-            Sums::Everywhere(_, y) => all_reduced_round(&mut rounds, n, cols).map(|run| (run, y)),
-            Sums::Here(_) => None,
+        let tail = match replicated {
+            true => all_reduced_round(&mut rounds, n, cols),
+            false => None,
         };
         let side = self.tp.side();
         let first_row = |pe: usize, part: &Range<usize>| owned_row(pe, part, rows, n, replicated);
@@ -689,11 +684,9 @@ impl RowParallelLinear {
             // This PE's rows of the round: its own product, then, beside the next round's
             // GEMMs, the sum of the slabs (and the copies to every peer).
             let len = part.len() * cols;
-            let dst = match sums {
-                Sums::Here(y) => y + (part.start * cols * bf) as u64,
-                Sums::Everywhere(outputs, _) => {
-                    outputs[me] + (first_row(me, part) * cols * bf) as u64
-                }
+            let dst = match replicated {
+                false => y.as_ptr() as u64 + (part.start * cols * bf) as u64,
+                true => outputs[me] + (first_row(me, part) * cols * bf) as u64,
             };
             let own = match whole {
                 true => partial_of(me, part),
@@ -716,9 +709,9 @@ impl RowParallelLinear {
                     .sum_slabs_raw(dst, slabs, (len, n, rows * cols), side)
             });
             // Every peer has begun this call (its chunks are here), so its output is free.
-            let Sums::Everywhere(outputs, _) = sums else {
+            if !replicated {
                 continue;
-            };
+            }
             for peer in flags.peers() {
                 sent = sent.and_then(|()| {
                     let to = outputs[peer] + (dst - outputs[me]);
@@ -728,7 +721,7 @@ impl RowParallelLinear {
                 sent = sent.and(flags.announce_sums(side, peer, round));
             }
         }
-        if let Some((run, y)) = tail {
+        if let Some(run) = tail {
             let span = run.start * cols..run.end * cols;
             sent = sent.and_then(|()| {
                 produce_rows(produce, run.clone())?;
