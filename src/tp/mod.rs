@@ -246,12 +246,14 @@ pub struct ScheduleThresholds {
     /// and up projection and the activation of their tokens (at least the rounds of
     /// [`fused_exchange_gemms`](Self::fused_exchange_gemms); fewer where a round would
     /// have fewer than 512 tokens per PE): there a round's exchange travels beside the next
-    /// round's three GEMMs, so more rounds pay off than for a layer alone. Measured with
-    /// `tp_mlp --test mlp --rounds N`, the 8B MLP on 4 H200s, over compute-only at 2048 /
-    /// 4096 tokens per PE: 2 rounds 23.4% / 14.6%, 4 rounds 25.4% / 8.3%, 8 rounds 27.2% /
-    /// 16.6% (the down projection's exchange alone in 2 rounds: 29.3% / 21.3%); on 2 H200s
-    /// at 1024 to 4096 tokens per PE 2, 4 and 8 rounds within 2.3% of each other, and the
-    /// 70B MLP at 8192 tokens per PE 1.1% slower in 8 rounds than in 4.
+    /// round's three GEMMs, so more rounds pay off than for a layer alone, and with the last
+    /// round all-reduced, the more rounds the less follows the last GEMM. Measured with
+    /// `tp_mlp --test mlp --rounds N`, fused µs: on 4 H200s at 4096 tokens per PE (two runs
+    /// each) the 8B MLP 2358 / 2362 in 4 rounds against 2309 / 2304 in 8, the 70B MLP 9416
+    /// / 9362 against 9337 / 9332; on 2 H200s at 8192 tokens per PE the 8B MLP 4683 (4
+    /// rounds), 4664 (8) and 4709 (16), the 70B MLP 18091 (4) against 18164 (8), and at 4096
+    /// tokens per PE 8971 against 9028 (one run each). Up to 2048 tokens per PE 8 rounds
+    /// and 4 are the same rounds (512 tokens per PE each, or fewer rounds).
     pub fused_mlp_rounds: usize,
     /// Tokens from which the fused all-gather + GEMM of a sequence-parallel
     /// [`ColumnParallelLinear`] multiplies with our CUTLASS kernel, whose tiles each wait for
@@ -272,7 +274,7 @@ impl Default for ScheduleThresholds {
             fused_decode_max_tokens: 8,
             fused_replicated_min_elements: FUSED_MIN_ELEMENTS / 2,
             fused_exchange_gemms: 8,
-            fused_mlp_rounds: 4,
+            fused_mlp_rounds: 8,
             fused_gather_cutlass_min_tokens: usize::MAX,
         }
     }

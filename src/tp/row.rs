@@ -931,11 +931,12 @@ mod tests {
         // A layer alone: 8 GEMMs over the PE count.
         assert_eq!(count(4096, 4, false), 2);
         assert_eq!(count(4096, 2, false), 4);
-        // An MLP's rounds: 4 at least, 512 rows each at least.
-        assert_eq!(count(4096, 4, true), 4);
-        assert_eq!(count(8192, 2, true), 4);
+        // An MLP's rounds: 8 at least, 512 rows each at least.
+        assert_eq!(count(4096, 4, true), 8);
+        assert_eq!(count(8192, 2, true), 8);
+        assert_eq!(count(2048, 4, true), 4);
         assert_eq!(count(1024, 4, true), 2);
-        assert_eq!(count(8192, 1, true), 8);
+        assert_eq!(count(16384, 1, true), 8);
     }
 
     #[test]
