@@ -1052,7 +1052,7 @@ fn sequence_parallel_auto(
     let at = |min: usize| {
         c.tp.clone().with_thresholds(ScheduleThresholds {
             fused_sequence_min_elements: min * hidden,
-            ..ScheduleThresholds::default()
+            ..*c.tp.thresholds()
         })
     };
     let fused = run(&c.tp, Schedule::Fused)?;

@@ -75,9 +75,9 @@ pub enum Schedule {
     /// thresholds (as it builds the same layers) on the same model of GPU. Where it fuses,
     /// the call has `Fused`'s limits: its waits for the peers have no bound and no call
     /// agreement, so a PE that stops leaves the others waiting (by default that is the
-    /// sequence-parallel layers and the row-parallel layer with a replicated output from
-    /// 2048 tokens per PE; use `Sequential` where a bounded failure matters more than the
-    /// few percent).
+    /// sequence-parallel layers from 2048 tokens per PE of 4096 features, the row-parallel
+    /// layer with a replicated output from 1024, and on 2 PEs its decode up to 8 tokens; use
+    /// `Sequential` where a bounded failure matters more than the few percent).
     #[default]
     Auto,
     /// The GEMM, then the collective, on the caller's stream: what a user writes first.
@@ -176,8 +176,8 @@ pub enum Schedule {
     /// ([`CollectivesConfig::workspace`]; the default staging slot holds 1 Mi elements), and
     /// falls back to `Sequential` where they do not fit.
     ///
-    /// [`Auto`](Self::Auto) takes it where it measured faster (on 2 H100s and 2 H200s): the
-    /// figures are on [`ScheduleThresholds`]' fields.
+    /// [`Auto`](Self::Auto) takes it where it measured faster (on 2 H100s and 2 H200s; not
+    /// on 4 H200s): the figures are on [`ScheduleThresholds`]' fields.
     ///
     /// [`CollectivesConfig::workspace`]: crate::collectives::CollectivesConfig::workspace
     Fused,
@@ -213,7 +213,12 @@ pub struct ScheduleThresholds {
     /// kernel on low-latency lines (docs/gemm.md), three machines: the 8B MLP fused took
     /// 51.7, 53.0 and 54.0 µs at 1, 4 and 8 tokens against 53.6, 54.4 and 55.6 sequential;
     /// 53.1, 53.8 and 53.7 against 53.0, 54.5 and 55.2; 51.3, 53.0 and 53.6 against 53.1,
-    /// 54.8 and 55.1; and 56.8-57.2 against 56.7-57.0 at 16.
+    /// 54.8 and 55.1; and 56.8-57.2 against 56.7-57.0 at 16. On more than 2 PEs never
+    /// ([`for_pes`](Self::for_pes)): on 4 H200s (`bench --tests tp --tp-layouts
+    /// replicated`, three runs) the 8B MLP fused took 31.2-31.4, 31.5, 31.7-31.8 and
+    /// 34.2-34.9 µs at 1, 2, 4 and 8 tokens against 30.5-31.0, 30.8, 31.2-31.6 and 31.7-32.0
+    /// sequential, whose down projection is the same decode kernel (not profiled); on 4
+    /// H100s 37.9, 38.2, 38.6 and 39.6 against 38.1, 38.2, 38.5 and 38.9 (one run).
     pub fused_decode_max_tokens: usize,
     /// Elements per PE of the output (tokens per PE × the layer's output features) from
     /// which a row-parallel layer with a replicated output fuses its GEMM with the
@@ -267,6 +272,7 @@ pub struct ScheduleThresholds {
     pub fused_gather_cutlass_min_tokens: usize,
 }
 
+/// The thresholds of 2 PEs ([`ScheduleThresholds::for_pes`]).
 impl Default for ScheduleThresholds {
     fn default() -> Self {
         ScheduleThresholds {
@@ -285,6 +291,29 @@ impl Default for ScheduleThresholds {
 const FUSED_MIN_ELEMENTS: usize = 8 << 20;
 
 impl ScheduleThresholds {
+    /// The thresholds measured for a group of `n_pes` PEs, which [`TensorParallel::new`]
+    /// takes: the [`Default`] ones, but on more than 2 PEs no fused decode
+    /// ([`fused_decode_max_tokens`](Self::fused_decode_max_tokens) 0).
+    ///
+    /// ```
+    /// use nvshmem::tp::{Schedule, ScheduleThresholds};
+    /// let two = ScheduleThresholds::for_pes(2);
+    /// assert_eq!(two, ScheduleThresholds::default());
+    /// assert_eq!(two.replicated(Schedule::Auto, 1, 2, 4096), Schedule::Fused);
+    /// let four = ScheduleThresholds::for_pes(4);
+    /// assert_eq!(four.replicated(Schedule::Auto, 1, 4, 4096), Schedule::Sequential);
+    /// ```
+    pub fn for_pes(n_pes: usize) -> Self {
+        let two = ScheduleThresholds::default();
+        match n_pes {
+            0..=2 => two,
+            _ => ScheduleThresholds {
+                fused_decode_max_tokens: 0,
+                ..two
+            },
+        }
+    }
+
     /// What `schedule` means for a sequence-parallel exchange of `tokens_per_pe` tokens
     /// per PE, rows of `width` elements: [`Schedule::Auto`] resolved, any other schedule
     /// as it is.
@@ -409,7 +438,7 @@ impl TensorParallel {
                 fused_blocks,
                 sms,
             }),
-            thresholds: ScheduleThresholds::default(),
+            thresholds: ScheduleThresholds::for_pes(shmem.n_pes()),
         })
     }
 
@@ -422,7 +451,7 @@ impl TensorParallel {
     /// let shmem = nvshmem::Nvshmem::init()?;
     /// let tp = TensorParallel::new(&shmem)?.with_thresholds(ScheduleThresholds {
     ///     fused_sequence_min_elements: 2048 * 4096,
-    ///     ..Default::default()
+    ///     ..ScheduleThresholds::for_pes(shmem.n_pes())
     /// });
     /// # Ok(()) }
     /// ```
@@ -772,6 +801,38 @@ mod tests {
             Schedule::Sequential
         );
         assert_eq!(Schedule::default(), Schedule::Auto);
+    }
+
+    #[test]
+    fn decode_fuses_on_two_pes_only() {
+        // Measured slower than sequential at 1 to 8 tokens on 4 H200s; every other
+        // threshold is the same for any PE count.
+        for n in [1, 2] {
+            assert_eq!(
+                ScheduleThresholds::for_pes(n),
+                ScheduleThresholds::default()
+            );
+        }
+        for n in [3, 4, 8] {
+            let t = ScheduleThresholds::for_pes(n);
+            assert_eq!(
+                t,
+                ScheduleThresholds {
+                    fused_decode_max_tokens: 0,
+                    ..ScheduleThresholds::default()
+                }
+            );
+            for tokens in [1, 8] {
+                assert_eq!(
+                    t.replicated(Schedule::Auto, tokens, n, 4096),
+                    Schedule::Sequential
+                );
+            }
+            assert_eq!(
+                t.replicated(Schedule::Auto, 1024 * n, n, 4096),
+                Schedule::Fused
+            );
+        }
     }
 
     #[test]
