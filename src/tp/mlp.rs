@@ -54,6 +54,13 @@ impl TpMlp {
         &self.layers.down
     }
 
+    /// The schedule that [`forward`](Self::forward) takes for `tokens` tokens: the down
+    /// projection's ([`RowParallelLinear::auto_schedule`]), [`Schedule::Fused`] or
+    /// [`Schedule::Sequential`].
+    pub fn auto_schedule(&self, tokens: usize) -> Schedule {
+        self.layers.down.auto_schedule(tokens)
+    }
+
     /// Keep this PE's shards of the full weights: `gate` and `up` are `ffn × hidden`, `down`
     /// is `hidden × ffn`, row-major (as PyTorch stores `nn.Linear` weights).
     pub fn load_weights(&self, gate: &[bf16], up: &[bf16], down: &[bf16]) -> Result<()> {
@@ -228,6 +235,13 @@ impl SequenceParallelMlp {
     /// The down projection.
     pub fn down(&self) -> &RowParallelLinear {
         &self.layers.down
+    }
+
+    /// The schedule that [`forward`](Self::forward) takes for `tokens` tokens (all PEs'
+    /// together), both projections alike: [`Schedule::Fused`] or [`Schedule::Sequential`]
+    /// ([`RowParallelLinear::auto_schedule`]).
+    pub fn auto_schedule(&self, tokens: usize) -> Schedule {
+        self.layers.down.auto_schedule(tokens)
     }
 
     /// Keep this PE's shards of the full weights, as [`TpMlp::load_weights`].

@@ -378,6 +378,52 @@ impl RowParallelLinear {
         calibrated
     }
 
+    /// The schedule that [`forward`](Self::forward) ([`Schedule::Auto`]) takes for `tokens`
+    /// tokens: [`Schedule::Fused`] where the group's
+    /// [`ScheduleThresholds`](super::ScheduleThresholds) fuse (for decode, where every PE's
+    /// calibration also took our decode kernel when the weight was loaded), else
+    /// [`Schedule::Sequential`]. A fused call runs sequentially where `Fused` has no form of
+    /// its own for it (see there). The same on every PE.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::tp::{RowParallelLinear, Schedule, TensorParallel};
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let tp = TensorParallel::new(&shmem)?;
+    /// let down = RowParallelLinear::new(&tp, 14336, 4096, 8192)?;
+    /// down.load_weight(&vec![nvshmem::bf16::ZERO; 4096 * 14336])?;
+    /// if down.auto_schedule(1) == Schedule::Fused {
+    ///     println!("one token: the decode GEMM and its all-reduce in one kernel");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn auto_schedule(&self, tokens: usize) -> Schedule {
+        self.resolve(Schedule::Auto, tokens)
+    }
+
+    /// What `schedule` means for a call of `tokens` tokens: [`Schedule::Auto`] resolved by
+    /// the thresholds and, for the fused decode kernel, the PEs' agreement.
+    fn resolve(&self, schedule: Schedule, tokens: usize) -> Schedule {
+        let (n, limits) = (self.tp.n_pes(), self.tp.thresholds());
+        if self.output == RowOutput::SequenceParallel {
+            return limits.sequence(schedule, tokens / n.max(1), self.out_features);
+        }
+        match limits.replicated(schedule, tokens, n, self.out_features) {
+            // The fused decode kernel multiplies with our decode GEMM: Auto fuses only where
+            // that is the GEMM every PE would take anyway (where cuBLASLt measured faster,
+            // the all-reduce saved costs less than the GEMM loses); agreed, so that every PE
+            // makes the same call.
+            Schedule::Fused
+                if schedule == Schedule::Auto
+                    && (1..=DECODE_MAX_TOKENS).contains(&tokens)
+                    && self.decode_everywhere.load(Ordering::Relaxed) & 1 << (tokens - 1) == 0 =>
+            {
+                Schedule::Sequential
+            }
+            other => other,
+        }
+    }
+
     /// `y = Σ over PEs of x_p · w_pᵀ`, on `stream`: `x` is this PE's `tokens ×
     /// local_in_features`; `y` is `tokens × out_features`, the same on every PE afterwards,
     /// or this PE's `tokens / n_pes` rows of it ([`RowOutput`]). In [`Schedule::Auto`].
@@ -452,25 +498,7 @@ impl RowParallelLinear {
                 got: y.len(),
             });
         }
-        let n = self.tp.n_pes();
-        let resolved = match self
-            .tp
-            .thresholds()
-            .replicated(schedule, tokens, n, self.out_features)
-        {
-            // The fused decode kernel multiplies with our decode GEMM: Auto fuses only where
-            // that is the GEMM every PE would take anyway (where cuBLASLt measured faster,
-            // the all-reduce saved costs less than the GEMM loses); agreed, so that every PE
-            // makes the same call.
-            Schedule::Fused
-                if schedule == Schedule::Auto
-                    && (1..=DECODE_MAX_TOKENS).contains(&tokens)
-                    && self.decode_everywhere.load(Ordering::Relaxed) & 1 << (tokens - 1) == 0 =>
-            {
-                Schedule::Sequential
-            }
-            other => other,
-        };
+        let resolved = self.resolve(schedule, tokens);
         // Fused: the decode kernel for a few tokens, the exchange in rounds for many.
         let decode = resolved == Schedule::Fused && self.tp.fuses_decode(tokens, self.out_features);
         if resolved == Schedule::Fused && !decode {
@@ -528,7 +556,7 @@ impl RowParallelLinear {
                 got: y.len(),
             });
         }
-        if self.tp.thresholds().sequence(schedule, tokens / n, cols) == Schedule::Fused {
+        if self.resolve(schedule, tokens) == Schedule::Fused {
             if let (Some(exchange), Some(pusher)) = (self.scatters(tokens), self.tp.pusher()) {
                 return self.gemm_exchange(exchange, pusher, y, (x, produce), tokens, stream);
             }

@@ -70,6 +70,9 @@ pub struct TpFigures {
     pub speedup_vs_nccl: Option<f64>,
     /// (this time - time of `compute-only`) / time of `compute-only`, in percent.
     pub overhead_percent: Option<f64>,
+    /// Whether this is the schedule that `forward` (`Schedule::Auto`) runs at this shape
+    /// and M.
+    pub auto: bool,
 }
 
 impl Record {
@@ -576,6 +579,14 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
         if both {
             headers.push("best ours vs nccl".into());
         }
+        // The schedule `forward` takes, where the run says.
+        let has_auto = sel.iter().any(|r| r.tp.is_some_and(|t| t.auto));
+        if has_auto {
+            headers.push("auto".into());
+            if impls.contains(&nccl) {
+                headers.push("auto vs nccl".into());
+            }
+        }
         if vs_mp {
             headers.push("best ours vs cublasmp".into());
         }
@@ -614,6 +625,17 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
             if both {
                 row.push(speedup(best, get(nccl)));
             }
+            if has_auto {
+                let auto = sel
+                    .iter()
+                    .copied()
+                    .find(|r| r.tp.is_some_and(|t| t.tokens == m && t.auto));
+                row.push(auto.map_or("-".into(), |r| r.implementation.clone()));
+                if impls.contains(&nccl) {
+                    let timed = auto.filter(|r| r.status == Status::Ok);
+                    row.push(speedup(timed, get(nccl)));
+                }
+            }
             if vs_mp {
                 row.push(speedup(best, get(mp)));
             }
@@ -640,6 +662,9 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
             footer.push(
                 "\"best ours vs nccl\" = time of cublas+nccl / the fastest of cublas+ours, overlapped and fused (> 1: ours is faster); fused runs up to 16 tokens and from 512 tokens per PE (in sequence parallelism, -sp, at every M)",
             );
+        }
+        if has_auto {
+            footer.push("auto = the schedule that forward (Schedule::Auto) takes there; \"auto vs nccl\" = time of cublas+nccl / its time");
         }
         if vs_mp {
             footer.push("\"best ours vs cublasmp\" = time of cublasmp / the fastest of ours (> 1: ours is faster); cublasmp = cuBLASMp's GEMM + all-reduce without overlap (its overlapped one needs NVLink multicast, kept off), and in sequence parallelism its overlapped all-gather + GEMM and GEMM + reduce-scatter");
@@ -769,7 +794,7 @@ pub fn render_tables(results: &Results, cfg: &Config) -> String {
 }
 
 /// The CSV header and rows.
-pub const CSV_HEADER: &str = "test,variant,implementation,mode,dtype,bytes,count,n_pes,samples,median_us,mean_us,min_us,max_us,p10_us,p90_us,algbw_gbs,busbw_gbs,hidden,ffn,tokens,tflops_per_gpu,speedup_vs_nccl,tp_overhead_percent,status,check";
+pub const CSV_HEADER: &str = "test,variant,implementation,mode,dtype,bytes,count,n_pes,samples,median_us,mean_us,min_us,max_us,p10_us,p90_us,algbw_gbs,busbw_gbs,hidden,ffn,tokens,tflops_per_gpu,speedup_vs_nccl,tp_overhead_percent,tp_auto,status,check";
 
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
@@ -817,6 +842,7 @@ pub fn to_csv(records: &[Record]) -> String {
             opt(tp.and_then(|t| t.tflops_per_gpu)),
             opt(tp.and_then(|t| t.speedup_vs_nccl)),
             opt(tp.and_then(|t| t.overhead_percent)),
+            tp.map(|t| t.auto.to_string()).unwrap_or_default(),
             status.to_string(),
             csv_field(&r.check),
         ];
@@ -939,6 +965,7 @@ pub mod tests {
             tflops_per_gpu: Some(6.0 * tokens as f64 * 4096.0 * 14336.0 / 8.0 / median * 1e-6),
             speedup_vs_nccl: None,
             overhead_percent: None,
+            auto: false,
         });
         r
     }
@@ -1292,6 +1319,36 @@ pub mod tests {
     }
 
     #[test]
+    fn tp_tables_name_the_schedule_auto_takes_and_time_it_against_nccl() {
+        let mut rows = vec![
+            tp_record("8b", TpImpl::ComputeOnly, 4096, 1000.0),
+            tp_record("8b", TpImpl::CublasNccl, 4096, 1400.0),
+            tp_record("8b", TpImpl::CublasOurs, 4096, 1300.0),
+            tp_record("8b", TpImpl::Overlapped, 4096, 1100.0),
+            tp_record("8b", TpImpl::Fused, 4096, 1200.0),
+        ];
+        crate::tp::fill_relative(&mut rows);
+        // No run said what Auto takes: no such column.
+        let text = tp_tables(&rows)[0].render();
+        assert!(!text.contains("auto"), "{text}");
+        // Auto fuses here, though the overlapped schedule was the fastest of ours.
+        rows[4].tp.as_mut().unwrap().auto = true;
+        let text = tp_tables(&rows)[0].render();
+        assert!(text.contains("auto vs nccl"), "{text}");
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("4096 "))
+            .unwrap_or_else(|| panic!("no row: {text}"));
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // The best of ours: 1400 / 1100; Auto's: 1400 / 1200.
+        assert_eq!(
+            cells[cells.len() - 3..],
+            ["1.27x", "fused", "1.17x"],
+            "{row}"
+        );
+    }
+
+    #[test]
     fn tp_tables_give_the_best_of_ours_over_cublas_only() {
         let mut rows = vec![
             tp_record("8b", TpImpl::ComputeOnly, 1, 60.0),
@@ -1364,8 +1421,8 @@ pub mod tests {
             lines[3]
         );
         assert!(lines[3].contains(",4096,14336,16,"), "{}", lines[3]);
-        assert!(lines[3].ends_with(",2,50,ok,ok"), "{}", lines[3]);
-        assert!(lines[5].ends_with(",,,,,,,ok,ok"), "{}", lines[5]);
+        assert!(lines[3].ends_with(",2,50,false,ok,ok"), "{}", lines[3]);
+        assert!(lines[5].ends_with(",,,,,,,,ok,ok"), "{}", lines[5]);
         assert_eq!(rows[2].key(), "tp 8b M=16 cublas+ours");
         let json = to_json(
             &Results {

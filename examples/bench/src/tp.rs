@@ -997,6 +997,7 @@ fn point(
             tflops_per_gpu: None,
             speedup_vs_nccl: None,
             overhead_percent: None,
+            auto: false,
         }),
     };
 
@@ -1007,6 +1008,12 @@ fn point(
     mlp.load_weights(gate, up, &d.down)?;
     full.gate_up.copy_from_host(&d.gate_up)?;
     full.down.copy_from_host(&d.down)?;
+    // What `forward` (Schedule::Auto) runs here, decided once the weights are loaded: the
+    // fused schedule where it has a form of its own, else cublas+ours' sequential one.
+    let auto = match mlp.down().auto_schedule(m) {
+        Schedule::Fused if has_fused(layout, m, n) => TpImpl::Fused,
+        _ => TpImpl::CublasOurs,
+    };
     // fused only where it has a form of its own.
     let mut active: Vec<TpImpl> = impls
         .iter()
@@ -1236,6 +1243,11 @@ fn point(
             .iter()
             .position(|i| i.name() == r.implementation)
     });
+    for r in &mut records {
+        if let Some(fig) = r.tp.as_mut() {
+            fig.auto = r.implementation == auto.name();
+        }
+    }
     fill_relative(&mut records);
     Ok(records)
 }
