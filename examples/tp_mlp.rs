@@ -49,8 +49,8 @@ use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
 use nvshmem::tp::{
     shard_range, take_cols, take_rows, ColumnInput, ColumnParallelLinear, GemmPath, LinearShape,
     RowOutput, RowParallelLinear, Schedule, ScheduleThresholds, SequenceParallelMlp,
-    TensorParallel, TpMlp, DECODE_MAX_TOKENS, DECODE_TOKENS, FUSED_GATHER_TOKENS,
-    FUSED_SCATTER_TOKENS,
+    TensorParallel, TpMlp, AUTO_OVERLAP_CHUNKS, DECODE_MAX_TOKENS, DECODE_TOKENS,
+    FUSED_GATHER_TOKENS, FUSED_SCATTER_TOKENS,
 };
 use nvshmem::{
     bf16, AllGatherAlgo, AllReduceAlgo, DeviceBuffer, Error, Nvshmem, ReduceOp, SymmetricBuffer,
@@ -1029,8 +1029,9 @@ fn mlp_sequence_parallel(
 }
 
 /// `Schedule::Auto` in the sequence-parallel MLP, `per_pe` tokens per PE, with the group's
-/// fused threshold at `per_pe` tokens' elements (fused) and one token above (sequential): bit for bit the
-/// output of the schedule it stands for, which is checked against the reference.
+/// fused and overlapped thresholds at `per_pe` tokens' elements (fused), the fused one a
+/// token above (overlapped), and both a token above (sequential): bit for bit the output of
+/// the schedule it stands for, each checked against the reference.
 fn sequence_parallel_auto(
     c: &Checks,
     seed: u64,
@@ -1049,30 +1050,47 @@ fn sequence_parallel_auto(
         sync(&c.stream).map_err(text)?;
         y.to_vec().map_err(text)
     };
-    let at = |min: usize| {
+    // The group's thresholds with fused and overlapped from these tokens per PE.
+    let at = |fused: usize, overlapped: usize| {
         c.tp.clone().with_thresholds(ScheduleThresholds {
-            fused_sequence_min_elements: min * hidden,
+            fused_sequence_min_elements: fused * hidden,
+            overlapped_sequence_min_elements: overlapped * hidden,
             ..*c.tp.thresholds()
         })
     };
+    let overlap = Schedule::Overlapped {
+        chunks: AUTO_OVERLAP_CHUNKS,
+    };
     let fused = run(&c.tp, Schedule::Fused)?;
     let sequential = run(&c.tp, Schedule::Sequential)?;
-    let auto_fused = run(&at(per_pe), Schedule::Auto)?;
-    let auto_sequential = run(&at(per_pe + 1), Schedule::Auto)?;
+    let overlapped = run(&c.tp, overlap)?;
+    let auto_fused = run(&at(per_pe, per_pe), Schedule::Auto)?;
+    let auto_overlapped = run(&at(per_pe + 1, per_pe), Schedule::Auto)?;
+    let auto_sequential = run(&at(per_pe + 1, per_pe + 1), Schedule::Auto)?;
     let (want, term) = mlp_reference(&d.x, (&d.gate, &d.up, &d.down), m, hidden, ffn, c.n());
     let mine = rows.start * hidden..rows.end * hidden;
     compare_with(
         "the fused sequence-parallel MLP",
         &fused,
         &want[mine.clone()],
-        &term[mine],
+        &term[mine.clone()],
         1.0 / 128.0,
     )?;
     if bits(&auto_fused) != bits(&fused) {
         return Err("Auto at its threshold differs from Fused".into());
     }
+    compare_with(
+        "the overlapped sequence-parallel MLP",
+        &overlapped,
+        &want[mine.clone()],
+        &term[mine],
+        1.0 / 128.0,
+    )?;
+    if bits(&auto_overlapped) != bits(&overlapped) {
+        return Err("Auto between its thresholds differs from Overlapped".into());
+    }
     if bits(&auto_sequential) != bits(&sequential) {
-        return Err("Auto below its threshold differs from Sequential".into());
+        return Err("Auto below its thresholds differs from Sequential".into());
     }
     if c.verbose && bits(&fused) == bits(&sequential) {
         println!("  (the fused and sequential outputs are the same bits here)");

@@ -238,7 +238,8 @@ impl SequenceParallelMlp {
     }
 
     /// The schedule that [`forward`](Self::forward) takes for `tokens` tokens (all PEs'
-    /// together), both projections alike: [`Schedule::Fused`] or [`Schedule::Sequential`]
+    /// together), both projections alike: [`Schedule::Fused`], [`Schedule::Overlapped`]
+    /// (the all-gather beside the gate and up projection) or [`Schedule::Sequential`]
     /// ([`RowParallelLinear::auto_schedule`]).
     pub fn auto_schedule(&self, tokens: usize) -> Schedule {
         self.layers.down.auto_schedule(tokens)
@@ -252,7 +253,8 @@ impl SequenceParallelMlp {
     /// The MLP of this PE's tokens `x` (`tokens / n_pes × hidden`; every PE passes as many)
     /// into `y` (the same shape: their outputs), on `stream`, in [`Schedule::Auto`] (fused
     /// from [`ScheduleThresholds::fused_sequence_min_elements`](super::ScheduleThresholds)
-    /// elements per PE: tokens per PE × hidden).
+    /// elements per PE, tokens per PE × hidden, and overlapped from
+    /// `overlapped_sequence_min_elements` below it).
     pub fn forward<'a>(
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,

@@ -69,7 +69,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Schedule {
     /// Chosen for each call by the group's [`ScheduleThresholds`]: [`Fused`](Self::Fused)
-    /// where it measured faster, [`Sequential`](Self::Sequential) elsewhere. What the
+    /// where it measured faster, [`Overlapped`](Self::Overlapped) in sequence parallelism just
+    /// below that, [`Sequential`](Self::Sequential) elsewhere. What the
     /// layers' `forward` takes. The choice depends only on the call's shape, the thresholds
     /// and the GPU, and is not exchanged: every PE must build its group with the same
     /// thresholds (as it builds the same layers) on the same model of GPU. Where it fuses,
@@ -77,7 +78,9 @@ pub enum Schedule {
     /// agreement, so a PE that stops leaves the others waiting (by default that is the
     /// sequence-parallel layers from 2048 tokens per PE of 4096 features, the row-parallel
     /// layer with a replicated output from 1024, and on 2 PEs its decode up to 8 tokens; use
-    /// `Sequential` where a bounded failure matters more than the few percent).
+    /// `Sequential` where a bounded failure matters more than the few percent). Where it
+    /// overlaps, the group's overlapped calls must be made one at a time, as for
+    /// `Overlapped`.
     #[default]
     Auto,
     /// The GEMM, then the collective, on the caller's stream: what a user writes first.
@@ -183,7 +186,7 @@ pub enum Schedule {
     Fused,
 }
 
-/// Where [`Schedule::Auto`] fuses a layer's GEMM with its communication. The defaults come
+/// Where [`Schedule::Auto`] fuses or overlaps a layer's GEMM with its communication. The defaults come
 /// from `bench --tests tp` and `tp_mlp` on 2 and 4 H200s (NVSwitch, one PE per GPU;
 /// docs/gemm.md); measure on your GPUs and set your own with
 /// [`TensorParallel::with_thresholds`].
@@ -204,6 +207,18 @@ pub struct ScheduleThresholds {
     /// sequential on 4 H200s and 0.7-3.0% on 2 (two runs each), the 8B MLP 0.5-1.4% slower
     /// on 4 and 1.5-1.6% faster on 2.
     pub fused_sequence_min_elements: usize,
+    /// Elements per PE of the exchanged rows (as
+    /// [`fused_sequence_min_elements`](Self::fused_sequence_min_elements)) from which the
+    /// sequence-parallel layers, below the fused threshold, take [`Schedule::Overlapped`]
+    /// (4 chunks: the column-parallel layer multiplies this PE's own tokens while the
+    /// all-gather brings the others'; the reduce-scatter stays sequential); `usize::MAX`:
+    /// never. 4 Mi elements are 1024 tokens per PE for the 8B MLP and 512 for the 70B one.
+    /// Measured with `bench --tests tp --tp-layouts sequence`, sequential against overlapped
+    /// µs: the 8B MLP at 1024 tokens per PE 745.3 / 712.8 and 716.2 / 690.4 on 4 H200s,
+    /// 629.0 / 626.0 and 620.6 / 612.0 on 2, 738.7 / 719.6 on 4 H100s and 648.3 / 638.3 on
+    /// 2; the 70B MLP at 512 tokens per PE 1280 / 1248 on 4 H100s and 1223 / 1190 on 2. At
+    /// 512 tokens per PE the 8B MLP was 13% (4 H100s) and 5.5% (2) slower overlapped.
+    pub overlapped_sequence_min_elements: usize,
     /// Tokens up to which a row-parallel layer with a replicated output fuses its decode
     /// GEMM with the all-reduce; 0: never. Only where every PE's [`Gemm::calibrate`] took our
     /// decode kernel for the layer's GEMM at that token count when its weight was loaded
@@ -277,6 +292,7 @@ impl Default for ScheduleThresholds {
     fn default() -> Self {
         ScheduleThresholds {
             fused_sequence_min_elements: FUSED_MIN_ELEMENTS,
+            overlapped_sequence_min_elements: FUSED_MIN_ELEMENTS / 2,
             fused_decode_max_tokens: 8,
             fused_replicated_min_elements: FUSED_MIN_ELEMENTS / 2,
             fused_exchange_gemms: 8,
@@ -287,8 +303,11 @@ impl Default for ScheduleThresholds {
 }
 
 /// The sequence-parallel elements threshold: 2048 tokens per PE of 4096 features (the
-/// replicated one is half of it).
+/// replicated one and the overlapped one are half of it).
 const FUSED_MIN_ELEMENTS: usize = 8 << 20;
+
+/// The chunks of the [`Schedule::Overlapped`] that [`Schedule::Auto`] takes (those measured).
+pub const AUTO_OVERLAP_CHUNKS: usize = 4;
 
 impl ScheduleThresholds {
     /// The thresholds measured for a group of `n_pes` PEs, which [`TensorParallel::new`]
@@ -315,14 +334,21 @@ impl ScheduleThresholds {
     }
 
     /// What `schedule` means for a sequence-parallel exchange of `tokens_per_pe` tokens
-    /// per PE, rows of `width` elements: [`Schedule::Auto`] resolved, any other schedule
-    /// as it is.
+    /// per PE, rows of `width` elements: [`Schedule::Auto`] resolved (fused, overlapped or
+    /// sequential), any other schedule as it is.
     pub fn sequence(&self, schedule: Schedule, tokens_per_pe: usize, width: usize) -> Schedule {
         match schedule {
             Schedule::Auto
                 if tokens_per_pe.saturating_mul(width) >= self.fused_sequence_min_elements =>
             {
                 Schedule::Fused
+            }
+            Schedule::Auto
+                if tokens_per_pe.saturating_mul(width) >= self.overlapped_sequence_min_elements =>
+            {
+                Schedule::Overlapped {
+                    chunks: AUTO_OVERLAP_CHUNKS,
+                }
             }
             Schedule::Auto => Schedule::Sequential,
             other => other,
@@ -740,16 +766,32 @@ mod tests {
     #[test]
     fn auto_fuses_the_sequence_parallel_exchanges_from_the_threshold_on() {
         let t = ScheduleThresholds::default();
-        // 2048 tokens per PE of the 8B MLP's width, 1024 of the 70B MLP's.
+        let overlapped = Schedule::Overlapped {
+            chunks: super::AUTO_OVERLAP_CHUNKS,
+        };
+        // Fused from 2048 tokens per PE of the 8B MLP's width, 1024 of the 70B MLP's;
+        // overlapped from half that.
         for (min, width) in [(2048, 4096), (1024, 8192)] {
             assert_eq!(t.sequence(Schedule::Auto, min, width), Schedule::Fused);
             assert_eq!(t.sequence(Schedule::Auto, 4 * min, width), Schedule::Fused);
+            assert_eq!(t.sequence(Schedule::Auto, min - 1, width), overlapped);
+            assert_eq!(t.sequence(Schedule::Auto, min / 2, width), overlapped);
             assert_eq!(
-                t.sequence(Schedule::Auto, min - 1, width),
+                t.sequence(Schedule::Auto, min / 2 - 1, width),
                 Schedule::Sequential
             );
             assert_eq!(t.sequence(Schedule::Auto, 1, width), Schedule::Sequential);
         }
+        // Never overlapped: sequential up to the fused threshold.
+        let never = ScheduleThresholds {
+            overlapped_sequence_min_elements: usize::MAX,
+            ..t
+        };
+        assert_eq!(
+            never.sequence(Schedule::Auto, 2047, 4096),
+            Schedule::Sequential
+        );
+        assert_eq!(never.sequence(Schedule::Auto, 2048, 4096), Schedule::Fused);
         assert_eq!(t.sequence(Schedule::Auto, usize::MAX, 2), Schedule::Fused);
         // A schedule the caller names stays as it is.
         for s in [

@@ -381,9 +381,11 @@ impl RowParallelLinear {
     /// The schedule that [`forward`](Self::forward) ([`Schedule::Auto`]) takes for `tokens`
     /// tokens: [`Schedule::Fused`] where the group's
     /// [`ScheduleThresholds`](super::ScheduleThresholds) fuse (for decode, where every PE's
-    /// calibration also took our decode kernel when the weight was loaded), else
-    /// [`Schedule::Sequential`]. A fused call runs sequentially where `Fused` has no form of
-    /// its own for it (see there). The same on every PE.
+    /// calibration also took our decode kernel when the weight was loaded), with a
+    /// sequence-parallel output [`Schedule::Overlapped`] just below that (which this layer
+    /// runs as `Sequential`; a [`SequenceParallelMlp`](super::SequenceParallelMlp)'s
+    /// all-gather overlaps), else [`Schedule::Sequential`]. A fused call runs sequentially
+    /// where `Fused` has no form of its own for it (see there). The same on every PE.
     ///
     /// ```no_run
     /// # fn main() -> nvshmem::Result<()> {

@@ -193,8 +193,9 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
   overhead = (time - time of compute-only) / time of compute-only
   best ours over cublas-only = (time of the fastest of cublas+ours, overlapped and fused
              - time of cublas-only) / time of cublas-only
-  auto     = which of cublas+ours and fused TpMlp::forward (Schedule::Auto) takes at that
-             shape and M (TpMlp::auto_schedule), and its speed-up over cublas+nccl
+  auto     = which of cublas+ours, overlapped and fused TpMlp::forward (Schedule::Auto)
+             takes at that shape and M (TpMlp::auto_schedule), and its speed-up over
+             cublas+nccl
   Check: every M gets new random data, the same on every PE (x uniform in [-1, 1), weights
   uniform in ±sqrt(3 / input features)). Outputs are poisoned after the first eager calls,
   so the timed graph replays must rewrite them; afterwards they are compared with the

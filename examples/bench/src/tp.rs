@@ -100,8 +100,8 @@ pub fn has_fused(layout: TpLayout, m: usize, n_pes: usize) -> bool {
         || (n > 1 && m % n == 0 && m / n >= FUSED_SCATTER_TOKENS)
 }
 
-/// Pieces of the overlapped schedule.
-pub const OVERLAP_PIECES: usize = 4;
+/// Pieces of the overlapped schedule: those that `Schedule::Auto` takes.
+pub const OVERLAP_PIECES: usize = nvshmem::tp::AUTO_OVERLAP_CHUNKS;
 
 impl TpImpl {
     pub const ALL: [TpImpl; 7] = [
@@ -1009,9 +1009,11 @@ fn point(
     full.gate_up.copy_from_host(&d.gate_up)?;
     full.down.copy_from_host(&d.down)?;
     // What `forward` (Schedule::Auto) runs here, decided once the weights are loaded: the
-    // fused schedule where it has a form of its own, else cublas+ours' sequential one.
+    // fused schedule where it has a form of its own, the overlapped one (sequence
+    // parallelism, always 4 chunks), else cublas+ours' sequential one.
     let auto = match mlp.down().auto_schedule(m) {
         Schedule::Fused if has_fused(layout, m, n) => TpImpl::Fused,
+        Schedule::Overlapped { .. } => TpImpl::Overlapped,
         _ => TpImpl::CublasOurs,
     };
     // fused only where it has a form of its own.
