@@ -69,9 +69,9 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Schedule {
     /// Chosen for each call by the group's [`ScheduleThresholds`]: [`Fused`](Self::Fused)
-    /// where it measured faster, [`Overlapped`](Self::Overlapped) in sequence parallelism just
-    /// below that, [`Sequential`](Self::Sequential) elsewhere. What the
-    /// layers' `forward` takes. The choice depends only on the call's shape, the thresholds
+    /// where it measured faster, [`Overlapped`](Self::Overlapped) in sequence parallelism
+    /// just below that, [`Sequential`](Self::Sequential) elsewhere. What the layers'
+    /// `forward` takes. The choice depends only on the call's shape, the thresholds
     /// and the GPU, and is not exchanged: every PE must build its group with the same
     /// thresholds (as it builds the same layers) on the same model of GPU. Where it fuses,
     /// the call has `Fused`'s limits: its waits for the peers have no bound and no call
@@ -186,9 +186,9 @@ pub enum Schedule {
     Fused,
 }
 
-/// Where [`Schedule::Auto`] fuses or overlaps a layer's GEMM with its communication. The defaults come
-/// from `bench --tests tp` and `tp_mlp` on 2 and 4 H200s (NVSwitch, one PE per GPU;
-/// docs/gemm.md); measure on your GPUs and set your own with
+/// Where [`Schedule::Auto`] fuses or overlaps a layer's GEMM with its communication. The
+/// defaults come from `bench --tests tp` and `tp_mlp` on 2 and 4 H200s (NVSwitch, one PE per
+/// GPU; docs/gemm.md); measure on your GPUs and set your own with
 /// [`TensorParallel::with_thresholds`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScheduleThresholds {
