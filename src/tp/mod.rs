@@ -198,26 +198,30 @@ pub struct ScheduleThresholds {
     /// all-gather + GEMM of a column-parallel layer with a sequence-parallel input and the
     /// GEMM + reduce-scatter of a row-parallel layer with a sequence-parallel output). The
     /// exchange grows with the width, the GEMMs with the width and the FFN features, so a
-    /// wider model fuses from fewer tokens: 8 Mi elements are 2048 tokens per PE for the 8B
-    /// MLP (hidden 4096) and 1024 for the 70B one (hidden 8192). Measured with `bench
-    /// --tests tp --tp-layouts sequence` (the all-gather + GEMM by a GEMM per PE's rows): on
-    /// 4 H200s the fused MLPs were the fastest schedule from 2048 tokens per PE (the 8B MLP
-    /// 13.3% over compute-only against 32.8% for the best other schedule, the 70B one 4.2%
-    /// against 10.7%); at 1024 tokens per PE the 70B MLP was 5.7-6.1% faster fused than
-    /// sequential on 4 H200s and 0.7-3.0% on 2 (two runs each), the 8B MLP 0.5-1.4% slower
-    /// on 4 and 1.5-1.6% faster on 2.
+    /// wider model fuses from fewer tokens. On 2 PEs 4 Mi elements, 1024 tokens per PE for
+    /// the 8B MLP (hidden 4096) and 512 for the 70B one (hidden 8192); on more PEs
+    /// ([`for_pes`](Self::for_pes)) 8 Mi, 2048 and 1024. Measured with `bench --tests tp
+    /// --tp-layouts sequence` (the all-gather + GEMM by a GEMM per PE's rows), µs
+    /// sequential / overlapped / fused: on 2 H200s the 8B MLP at 1024 tokens per PE 642.0 /
+    /// 631.3 / 615.2, the 70B MLP at 512 1187 / 1173 / 1156, and the 8B MLP at 512 tokens per
+    /// PE 319.0 / 342.6 / 351.5 (earlier runs at 4 Mi elements: fused 1.8-2.2% faster than
+    /// overlapped on 2 H200s, 1.3-1.7% on 2 H100s, level in two). On 4 H200s the fused MLPs were the fastest
+    /// schedule from 2048 tokens per PE (the 8B MLP 13.3% over compute-only against 32.8%
+    /// for the best other schedule, the 70B one 4.2% against 10.7%); at 1024 tokens per PE
+    /// the 70B MLP was 5.7-6.1% faster fused than sequential, the 8B MLP 0.5-1.4% slower.
     pub fused_sequence_min_elements: usize,
     /// Elements per PE of the exchanged rows (as
     /// [`fused_sequence_min_elements`](Self::fused_sequence_min_elements)) from which the
     /// sequence-parallel layers, below the fused threshold, take [`Schedule::Overlapped`]
     /// (4 chunks: the column-parallel layer multiplies this PE's own tokens while the
     /// all-gather brings the others'; the reduce-scatter stays sequential); `usize::MAX`:
-    /// never. 4 Mi elements are 1024 tokens per PE for the 8B MLP and 512 for the 70B one.
-    /// Measured with `bench --tests tp --tp-layouts sequence`, sequential against overlapped
-    /// µs: the 8B MLP at 1024 tokens per PE 745.3 / 712.8 and 716.2 / 690.4 on 4 H200s,
-    /// 629.0 / 626.0 and 620.6 / 612.0 on 2, 738.7 / 719.6 on 4 H100s and 648.3 / 638.3 on
-    /// 2; the 70B MLP at 512 tokens per PE 1280 / 1248 on 4 H100s and 1223 / 1190 on 2. At
-    /// 512 tokens per PE the 8B MLP was 13% (4 H100s) and 5.5% (2) slower overlapped.
+    /// never. 4 Mi elements, 1024 tokens per PE for the 8B MLP and 512 for the 70B one: on 2
+    /// PEs the fused threshold, so that they are never overlapped there (fused was faster
+    /// from there, overlapped slower than sequential below). Measured with `bench --tests tp
+    /// --tp-layouts sequence`, sequential against overlapped µs: the 8B MLP at 1024 tokens
+    /// per PE 745.3 / 712.8 and 716.2 / 690.4 on 4 H200s, 738.7 / 719.6 on 4 H100s; the 70B
+    /// MLP at 512 tokens per PE 1280 / 1248 on 4 H100s. At 512 tokens per PE the 8B MLP was
+    /// 13% (4 H100s), 5.5% (2 H100s) and 7.4% (2 H200s) slower overlapped.
     pub overlapped_sequence_min_elements: usize,
     /// Tokens up to which a row-parallel layer with a replicated output fuses its decode
     /// GEMM with the all-reduce; 0: never. Only where every PE's [`Gemm::calibrate`] took our
@@ -291,10 +295,10 @@ pub struct ScheduleThresholds {
 impl Default for ScheduleThresholds {
     fn default() -> Self {
         ScheduleThresholds {
-            fused_sequence_min_elements: FUSED_MIN_ELEMENTS,
-            overlapped_sequence_min_elements: FUSED_MIN_ELEMENTS / 2,
+            fused_sequence_min_elements: MIN_ELEMENTS,
+            overlapped_sequence_min_elements: MIN_ELEMENTS,
             fused_decode_max_tokens: 8,
-            fused_replicated_min_elements: FUSED_MIN_ELEMENTS / 2,
+            fused_replicated_min_elements: MIN_ELEMENTS,
             fused_exchange_gemms: 8,
             fused_mlp_rounds: 8,
             fused_gather_cutlass_min_tokens: usize::MAX,
@@ -302,9 +306,10 @@ impl Default for ScheduleThresholds {
     }
 }
 
-/// The sequence-parallel elements threshold: 2048 tokens per PE of 4096 features (the
-/// replicated one and the overlapped one are half of it).
-const FUSED_MIN_ELEMENTS: usize = 8 << 20;
+/// 1024 tokens per PE of 4096 features: where 2 PEs fuse every exchange (sequence-parallel
+/// and replicated) and more PEs fuse the replicated one and overlap the sequence-parallel
+/// ones (they fuse those from twice as many).
+const MIN_ELEMENTS: usize = 4 << 20;
 
 /// The chunks of the [`Schedule::Overlapped`] that [`Schedule::Auto`] takes (those measured).
 pub const AUTO_OVERLAP_CHUNKS: usize = 4;
@@ -312,7 +317,10 @@ pub const AUTO_OVERLAP_CHUNKS: usize = 4;
 impl ScheduleThresholds {
     /// The thresholds measured for a group of `n_pes` PEs, which [`TensorParallel::new`]
     /// takes: the [`Default`] ones, but on more than 2 PEs no fused decode
-    /// ([`fused_decode_max_tokens`](Self::fused_decode_max_tokens) 0).
+    /// ([`fused_decode_max_tokens`](Self::fused_decode_max_tokens) 0) and sequence-parallel
+    /// exchanges fused from twice the elements
+    /// ([`fused_sequence_min_elements`](Self::fused_sequence_min_elements)), overlapped
+    /// below.
     ///
     /// ```
     /// use nvshmem::tp::{Schedule, ScheduleThresholds};
@@ -321,12 +329,16 @@ impl ScheduleThresholds {
     /// assert_eq!(two.replicated(Schedule::Auto, 1, 2, 4096), Schedule::Fused);
     /// let four = ScheduleThresholds::for_pes(4);
     /// assert_eq!(four.replicated(Schedule::Auto, 1, 4, 4096), Schedule::Sequential);
+    /// // 1024 tokens per PE of the 8B MLP's 4096 features.
+    /// assert_eq!(two.sequence(Schedule::Auto, 1024, 4096), Schedule::Fused);
+    /// assert!(matches!(four.sequence(Schedule::Auto, 1024, 4096), Schedule::Overlapped { .. }));
     /// ```
     pub fn for_pes(n_pes: usize) -> Self {
         let two = ScheduleThresholds::default();
         match n_pes {
             0..=2 => two,
             _ => ScheduleThresholds {
+                fused_sequence_min_elements: 2 * MIN_ELEMENTS,
                 fused_decode_max_tokens: 0,
                 ..two
             },
@@ -765,12 +777,12 @@ mod tests {
 
     #[test]
     fn auto_fuses_the_sequence_parallel_exchanges_from_the_threshold_on() {
-        let t = ScheduleThresholds::default();
+        let t = ScheduleThresholds::for_pes(4);
         let overlapped = Schedule::Overlapped {
             chunks: super::AUTO_OVERLAP_CHUNKS,
         };
-        // Fused from 2048 tokens per PE of the 8B MLP's width, 1024 of the 70B MLP's;
-        // overlapped from half that.
+        // On more than 2 PEs fused from 2048 tokens per PE of the 8B MLP's width, 1024 of
+        // the 70B MLP's; overlapped from half that.
         for (min, width) in [(2048, 4096), (1024, 8192)] {
             assert_eq!(t.sequence(Schedule::Auto, min, width), Schedule::Fused);
             assert_eq!(t.sequence(Schedule::Auto, 4 * min, width), Schedule::Fused);
@@ -781,6 +793,15 @@ mod tests {
                 Schedule::Sequential
             );
             assert_eq!(t.sequence(Schedule::Auto, 1, width), Schedule::Sequential);
+        }
+        // On 2 PEs fused from half as many, never overlapped.
+        let two = ScheduleThresholds::for_pes(2);
+        for (min, width) in [(1024, 4096), (512, 8192)] {
+            assert_eq!(two.sequence(Schedule::Auto, min, width), Schedule::Fused);
+            assert_eq!(
+                two.sequence(Schedule::Auto, min - 1, width),
+                Schedule::Sequential
+            );
         }
         // Never overlapped: sequential up to the fused threshold.
         let never = ScheduleThresholds {
@@ -846,22 +867,25 @@ mod tests {
     }
 
     #[test]
-    fn decode_fuses_on_two_pes_only() {
-        // Measured slower than sequential at 1 to 8 tokens on 4 H200s; every other
-        // threshold is the same for any PE count.
+    fn two_pes_fuse_decode_and_fuse_sequence_parallelism_sooner() {
+        // Fused decode measured slower than sequential at 1 to 8 tokens on 4 H200s; the
+        // sequence-parallel MLPs fused faster than overlapped from 4 Mi elements per PE on 2
+        // PEs, from 8 Mi on 4. Every other threshold is the same for any PE count.
         for n in [1, 2] {
             assert_eq!(
                 ScheduleThresholds::for_pes(n),
                 ScheduleThresholds::default()
             );
         }
+        let two = ScheduleThresholds::default();
         for n in [3, 4, 8] {
             let t = ScheduleThresholds::for_pes(n);
             assert_eq!(
                 t,
                 ScheduleThresholds {
                     fused_decode_max_tokens: 0,
-                    ..ScheduleThresholds::default()
+                    fused_sequence_min_elements: 2 * two.fused_sequence_min_elements,
+                    ..two
                 }
             );
             for tokens in [1, 8] {
