@@ -204,12 +204,12 @@ pub struct ScheduleThresholds {
     /// --tp-layouts sequence` (the all-gather + GEMM by a GEMM per PE's rows), µs
     /// sequential / overlapped / fused: on 2 H200s the 8B MLP at 1024 tokens per PE 642.0 /
     /// 631.3 / 615.2, the 70B MLP at 512 1187 / 1173 / 1156; on 2 H100s 652.5 / 635.7 / 625.4
-    /// and 1198 / 1169 / 1157 (fused the fastest in 5 of 6 runs there, and 1.3-2.2% ahead of
-    /// overlapped in earlier runs); the 8B MLP at 512 tokens per PE 319.0 / 342.6 / 351.5 on
-    /// 2 H200s. On 4 H200s the fused MLPs were the fastest schedule from 2048 tokens per PE
-    /// (the 8B MLP 13.3% over compute-only against 32.8% for the best other schedule, the
-    /// 70B one 4.2% against 10.7%); at 1024 tokens per PE the 70B MLP was 5.7-6.1% faster
-    /// fused than sequential, the 8B MLP 0.5-1.4% slower.
+    /// and 1198 / 1169 / 1157 (fused the fastest at 4 of 6 such points in three runs there,
+    /// and 1.3-2.2% ahead of overlapped in earlier runs); the 8B MLP at 512 tokens per PE
+    /// 319.0 / 342.6 / 351.5 on 2 H200s. On 4 H200s the fused MLPs were the fastest schedule
+    /// from 2048 tokens per PE (the 8B MLP 13.3% over compute-only against 32.8% for the
+    /// best other schedule, the 70B one 4.2% against 10.7%); at 1024 tokens per PE the 70B
+    /// MLP was 5.7-6.1% faster fused than sequential, the 8B MLP 0.5-1.4% slower.
     pub fused_sequence_min_elements: usize,
     /// Elements per PE of the exchanged rows (as
     /// [`fused_sequence_min_elements`](Self::fused_sequence_min_elements)) from which the
