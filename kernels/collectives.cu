@@ -189,5 +189,5 @@ extern "C" __global__ void __launch_bounds__(COLL_MAX_PES) ce_close(Ctrl *ctrl, 
 // copies to the peers: HBM-bound work that would otherwise take a copy engine too.
 extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ce_local_copy(const char *src, char *dst, size_t bytes) {
     enter_call();
-    copy_mapped(dst, src, bytes);
+    copy_mapped<true>(dst, src, bytes);
 }
