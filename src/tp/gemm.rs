@@ -216,13 +216,13 @@ impl Rotation {
 /// Blocks of calls on one stream between CUDA events, summed per (token count, way) once
 /// the stream has run them: the ways of one token count take turns, in an order that
 /// rotates from round to round, so that a drift of the clocks weighs on each alike.
-struct Stopwatch<'a> {
+pub(super) struct Stopwatch<'a> {
     shmem: &'a Nvshmem,
     blocks: Vec<((usize, usize), CudaEvent, CudaEvent)>,
 }
 
 impl<'a> Stopwatch<'a> {
-    fn new(shmem: &'a Nvshmem) -> Self {
+    pub(super) fn new(shmem: &'a Nvshmem) -> Self {
         Stopwatch {
             shmem,
             blocks: Vec::new(),
@@ -231,7 +231,7 @@ impl<'a> Stopwatch<'a> {
 
     /// [`CALIBRATION_ROUNDS`] rounds of [`CALIBRATION_CALLS`] calls of each of `ways` ways
     /// (`call(way)` enqueues one on `stream`), for `m` tokens.
-    fn rounds(
+    pub(super) fn rounds(
         &mut self,
         m: usize,
         ways: usize,
@@ -260,7 +260,7 @@ impl<'a> Stopwatch<'a> {
     }
 
     /// Milliseconds per (token count, way), once the stream has run every block.
-    fn totals(&self) -> Result<HashMap<(usize, usize), f32>> {
+    pub(super) fn totals(&self) -> Result<HashMap<(usize, usize), f32>> {
         let mut ms = HashMap::new();
         for (key, start, end) in &self.blocks {
             let t = start.elapsed_ms(end).during("cuEventElapsedTime")?;

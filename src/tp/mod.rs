@@ -179,8 +179,10 @@ pub enum Schedule {
     /// ([`CollectivesConfig::workspace`]; the default staging slot holds 1 Mi elements), and
     /// falls back to `Sequential` where they do not fit.
     ///
-    /// [`Auto`](Self::Auto) takes it where it measured faster (on 2 H100s and 2 H200s; not
-    /// on 4 H200s): the figures are on [`ScheduleThresholds`]' fields.
+    /// [`Auto`](Self::Auto) takes it up to
+    /// [`ScheduleThresholds::fused_decode_max_tokens`] (on 2 PEs; not on 4 H200s, where it
+    /// measured slower), where it measured faster on every PE when the layer's weight was
+    /// loaded ([`RowParallelLinear::load_weight`]).
     ///
     /// [`CollectivesConfig::workspace`]: crate::collectives::CollectivesConfig::workspace
     Fused,
@@ -229,7 +231,11 @@ pub struct ScheduleThresholds {
     /// decode kernel for the layer's GEMM at that token count when its weight was loaded
     /// ([`RowParallelLinear::load_weight`]): the fused kernel multiplies with it, and where
     /// cuBLASLt is faster the GEMM loses more than the all-reduce saves (the 70B MLP's down
-    /// projection from 4 tokens on an H200: 2-3 µs). Measured on 2 H200s with the fused
+    /// projection from 4 tokens on an H200: 2-3 µs). And only where the fused kernel then
+    /// measured faster than that GEMM and the all-reduce in turn, on every PE: on 2 H100s
+    /// the 8B MLP fused took 70.5, 70.9, 71.0, 72.4 and 77.3 µs at 1, 2, 4, 8 and 16 tokens
+    /// against 70.2, 70.0, 71.0, 71.5 and 76.0 sequential (`tp_mlp --test mlp`). Measured on
+    /// 2 H200s with the fused
     /// kernel on low-latency lines (docs/gemm.md), three machines: the 8B MLP fused took
     /// 51.7, 53.0 and 54.0 µs at 1, 4 and 8 tokens against 53.6, 54.4 and 55.6 sequential;
     /// 53.1, 53.8 and 53.7 against 53.0, 54.5 and 55.2; 51.3, 53.0 and 53.6 against 53.1,

@@ -2,6 +2,7 @@
 //! products are summed across the PEs.
 
 use super::exchange::{peer_bases, ChunkFlags};
+use super::gemm::Stopwatch;
 use super::{check_tokens, check_weight, join, rows_of, shard_range, take_cols, LinearShape};
 use super::{GemmPath, Schedule, ScheduleThresholds, TensorParallel, DECODE_MAX_TOKENS};
 use crate::abi;
@@ -51,11 +52,11 @@ pub struct RowParallelLinear {
     /// PEs; with a replicated output, where the layer takes `FUSED_SCATTER_TOKENS` tokens
     /// per PE).
     exchange: Option<Exchange>,
-    /// Bit m - 1: every PE's calibration took our decode kernel for m tokens of this layer
-    /// (agreed when the weight was loaded), so that [`Schedule::Auto`] may fuse it with the
-    /// all-reduce there; and where the PEs agree (one flag per token count, the minimum
-    /// over PEs).
-    decode_everywhere: AtomicU32,
+    /// Bit m - 1: [`Schedule::Auto`] may fuse the GEMM of m tokens with the all-reduce.
+    /// Every PE's calibration took our decode kernel there, and the fused kernel measured
+    /// faster on every PE (agreed when the weight was loaded).
+    fused_decode: AtomicU32,
+    /// Where the PEs agree (one flag per token count, the minimum over PEs).
     agreed: SymmetricBuffer<i32>,
 }
 
@@ -297,7 +298,7 @@ impl RowParallelLinear {
             partial,
             reduced,
             exchange,
-            decode_everywhere: AtomicU32::new(0),
+            fused_decode: AtomicU32::new(0),
             agreed,
         })
     }
@@ -330,9 +331,13 @@ impl RowParallelLinear {
     /// Keep this PE's columns of the full weight (`out_features × in_features`, row-major).
     /// Then measures which GEMM path [`GemmPath::Auto`] takes for this shard on this GPU up
     /// to 16 tokens, and cuBLASLt's fastest algorithm up to 256 tokens
-    /// ([`Gemm::calibrate`](super::Gemm::calibrate)), and agrees with every PE
-    /// on the token counts where every PE's is our decode kernel: there [`Schedule::Auto`]
-    /// may take the fused decode kernel ([`ScheduleThresholds::fused_decode_max_tokens`](super::ScheduleThresholds::fused_decode_max_tokens)).
+    /// ([`Gemm::calibrate`](super::Gemm::calibrate)), and agrees with every PE on the token
+    /// counts where every PE's is our decode kernel. Where the thresholds would fuse there
+    /// ([`ScheduleThresholds::fused_decode_max_tokens`](super::ScheduleThresholds::fused_decode_max_tokens)),
+    /// it times the fused decode kernel against that kernel and the all-reduce one after the
+    /// other (a few milliseconds per token count), and [`Schedule::Auto`] fuses only where
+    /// the fused kernel was faster on every PE: on some GPUs it is, on others not (the 8B
+    /// MLP's down projection on 2 H200s at up to 8 tokens, and not on 2 H100s; docs/gemm.md).
     /// Collective: every PE calls it.
     pub fn load_weight(&self, full: &[bf16]) -> Result<()> {
         check_weight(
@@ -345,6 +350,11 @@ impl RowParallelLinear {
             .copy_from_host(&take_cols(full, self.in_features, self.local_in.clone()))?;
         // Which of our decode kernel and cuBLASLt GemmPath::Auto takes on this GPU...
         let k = self.local_in.len();
+        // (measure_fused's input, before the agreement: a PE without it agrees to none)
+        let x = self
+            .tp
+            .runtime()
+            .alloc_device::<bf16>(DECODE_MAX_TOKENS.min(self.max_tokens) * k);
         let calibrated =
             self.tp
                 .gemm()
@@ -355,12 +365,26 @@ impl RowParallelLinear {
         let mine: Vec<i32> = (1..=DECODE_MAX_TOKENS)
             .map(|m| {
                 let decode = calibrated.is_ok()
+                    && x.is_ok()
                     && m <= self.max_tokens
                     && self.gemm_path(m) == GemmPath::Decode;
                 i32::from(decode)
             })
             .collect();
-        self.agreed.copy_from_host(&mine)?;
+        let decode = self.agree(&mine)?;
+        // ...and where the fused kernel is faster than it and the all-reduce in turn (no
+        // token count where any PE's calibration failed).
+        self.fused_decode.store(0, Ordering::Relaxed);
+        let x = x?; // no bit of `decode` is set where it failed on any PE
+        let fused = self.measure_fused(decode, &x)?;
+        self.fused_decode.store(fused, Ordering::Relaxed);
+        calibrated
+    }
+
+    /// The token counts (bit m - 1 for m tokens) where `mine[m - 1]` is 1 on every PE.
+    /// Collective.
+    fn agree(&self, mine: &[i32]) -> Result<u32> {
+        self.agreed.copy_from_host(mine)?;
         let stream = self.tp.runtime().stream();
         self.tp.collectives().all_reduce(
             &self.agreed,
@@ -371,17 +395,61 @@ impl RowParallelLinear {
         )?;
         stream.synchronize().during("cuStreamSynchronize")?;
         let every = self.agreed.to_vec()?;
-        let bits = (0..DECODE_MAX_TOKENS)
+        Ok((0..DECODE_MAX_TOKENS)
             .filter(|&i| every[i] == 1)
-            .fold(0u32, |bits, i| bits | 1 << i);
-        self.decode_everywhere.store(bits, Ordering::Relaxed);
-        calibrated
+            .fold(0u32, |bits, i| bits | 1 << i))
+    }
+
+    /// Of the token counts in `decode` (bit m - 1), those where the thresholds fuse and
+    /// the fused decode kernel measured faster than the decode GEMM and the all-reduce one
+    /// after the other, on every PE. Every PE measures the same token counts (the
+    /// thresholds, the shape and `decode` are the same everywhere), on `x`'s zeros (the
+    /// kernels' time does not depend on the values; `x` holds the most tokens measured).
+    /// Collective.
+    fn measure_fused(&self, decode: u32, x: &DeviceBuffer<bf16>) -> Result<u32> {
+        let (n, limits) = (self.tp.n_pes(), self.tp.thresholds());
+        let todo: Vec<usize> = (1..=DECODE_MAX_TOKENS.min(self.max_tokens))
+            .filter(|&m| {
+                self.output == RowOutput::Replicated
+                    && decode & 1 << (m - 1) != 0
+                    && limits.replicated(Schedule::Auto, m, n, self.out_features) == Schedule::Fused
+                    && self.tp.fuses_decode(m, self.out_features)
+            })
+            .collect();
+        if todo.is_empty() {
+            return Ok(0);
+        }
+        let stream = self.tp.runtime().stream();
+        let ways = [Schedule::Sequential, Schedule::Fused];
+        let mut watch = Stopwatch::new(self.tp.runtime());
+        let enqueued = todo.iter().try_for_each(|&m| {
+            // The output in `reduced`, which holds max_tokens rows up to
+            // PIECES_BY_FEATURES_TOKENS (so m of them) and which neither schedule uses here.
+            let y = self.reduced.view(..m * self.out_features);
+            // SAFETY: `x` holds at least m × local_in elements.
+            let call = |way: usize| unsafe { self.run(y, x.device_ptr(), m, ways[way], stream) };
+            (0..ways.len()).try_for_each(call)?; // warm-up
+            watch.rounds(m, ways.len(), stream, call)
+        });
+        // One wait at the end, also after a failure (x must outlive what was enqueued).
+        stream.synchronize().during("cuStreamSynchronize")?;
+        let ms = enqueued.and_then(|()| watch.totals());
+        let mine: Vec<i32> = (1..=DECODE_MAX_TOKENS)
+            .map(|m| match &ms {
+                Ok(ms) if todo.contains(&m) => i32::from(ms[&(m, 1)] < ms[&(m, 0)]),
+                _ => 0,
+            })
+            .collect();
+        // Every PE takes part in the agreement, also one whose measurement failed.
+        let fused = self.agree(&mine)?;
+        ms.map(|_| fused)
     }
 
     /// The schedule that [`forward`](Self::forward) ([`Schedule::Auto`]) takes for `tokens`
     /// tokens: [`Schedule::Fused`] where the group's
     /// [`ScheduleThresholds`](super::ScheduleThresholds) fuse (for decode, where every PE's
-    /// calibration also took our decode kernel when the weight was loaded), with a
+    /// calibration also took our decode kernel, and the fused kernel measured faster, when
+    /// the weight was loaded), with a
     /// sequence-parallel output [`Schedule::Overlapped`] just below that (which this layer
     /// runs as `Sequential`; a [`SequenceParallelMlp`](super::SequenceParallelMlp)'s
     /// all-gather overlaps), else [`Schedule::Sequential`]. A fused call runs sequentially
@@ -413,12 +481,13 @@ impl RowParallelLinear {
         match limits.replicated(schedule, tokens, n, self.out_features) {
             // The fused decode kernel multiplies with our decode GEMM: Auto fuses only where
             // that is the GEMM every PE would take anyway (where cuBLASLt measured faster,
-            // the all-reduce saved costs less than the GEMM loses); agreed, so that every PE
+            // the all-reduce saved costs less than the GEMM loses) and where the fused kernel
+            // measured faster than it and the all-reduce in turn; agreed, so that every PE
             // makes the same call.
             Schedule::Fused
                 if schedule == Schedule::Auto
                     && (1..=DECODE_MAX_TOKENS).contains(&tokens)
-                    && self.decode_everywhere.load(Ordering::Relaxed) & 1 << (tokens - 1) == 0 =>
+                    && self.fused_decode.load(Ordering::Relaxed) & 1 << (tokens - 1) == 0 =>
             {
                 Schedule::Sequential
             }
