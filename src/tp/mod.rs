@@ -235,8 +235,8 @@ pub struct ScheduleThresholds {
     /// measured faster than that GEMM and the all-reduce in turn, on every PE: on 2 H100s
     /// the 8B MLP fused took 70.5, 70.9, 71.0, 72.4 and 77.3 µs at 1, 2, 4, 8 and 16 tokens
     /// against 70.2, 70.0, 71.0, 71.5 and 76.0 sequential (`tp_mlp --test mlp`). Measured on
-    /// 2 H200s with the fused
-    /// kernel on low-latency lines (docs/gemm.md), three machines: the 8B MLP fused took
+    /// 2 H200s with the fused kernel on low-latency lines (docs/gemm.md), three machines,
+    /// before that measurement at load time: the 8B MLP fused took
     /// 51.7, 53.0 and 54.0 µs at 1, 4 and 8 tokens against 53.6, 54.4 and 55.6 sequential;
     /// 53.1, 53.8 and 53.7 against 53.0, 54.5 and 55.2; 51.3, 53.0 and 53.6 against 53.1,
     /// 54.8 and 55.1; and 56.8-57.2 against 56.7-57.0 at 16. On more than 2 PEs never

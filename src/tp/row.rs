@@ -337,7 +337,7 @@ impl RowParallelLinear {
     /// it times the fused decode kernel against that kernel and the all-reduce one after the
     /// other (a few milliseconds per token count), and [`Schedule::Auto`] fuses only where
     /// the fused kernel was faster on every PE: on some GPUs it is, on others not (the 8B
-    /// MLP's down projection on 2 H200s at up to 8 tokens, and not on 2 H100s; docs/gemm.md).
+    /// MLP's down projection on 2 H200s at 1 to 4 tokens; not on 2 H100s; docs/gemm.md).
     /// Collective: every PE calls it.
     pub fn load_weight(&self, full: &[bf16]) -> Result<()> {
         check_weight(
@@ -449,11 +449,11 @@ impl RowParallelLinear {
     /// tokens: [`Schedule::Fused`] where the group's
     /// [`ScheduleThresholds`](super::ScheduleThresholds) fuse (for decode, where every PE's
     /// calibration also took our decode kernel, and the fused kernel measured faster, when
-    /// the weight was loaded), with a
-    /// sequence-parallel output [`Schedule::Overlapped`] just below that (which this layer
-    /// runs as `Sequential`; a [`SequenceParallelMlp`](super::SequenceParallelMlp)'s
-    /// all-gather overlaps), else [`Schedule::Sequential`]. A fused call runs sequentially
-    /// where `Fused` has no form of its own for it (see there). The same on every PE.
+    /// the weight was loaded), with a sequence-parallel output [`Schedule::Overlapped`] just
+    /// below that (which this layer runs as `Sequential`; a
+    /// [`SequenceParallelMlp`](super::SequenceParallelMlp)'s all-gather overlaps), else
+    /// [`Schedule::Sequential`]. A fused call runs sequentially where `Fused` has no form of
+    /// its own for it (see there). The same on every PE.
     ///
     /// ```no_run
     /// # fn main() -> nvshmem::Result<()> {
