@@ -346,6 +346,8 @@ impl RowParallelLinear {
             self.out_features,
             self.in_features,
         )?;
+        // No fusing at decode until this weight is measured, whatever fails below.
+        self.fused_decode.store(0, Ordering::Relaxed);
         self.weight
             .copy_from_host(&take_cols(full, self.in_features, self.local_in.clone()))?;
         // Which of our decode kernel and cuBLASLt GemmPath::Auto takes on this GPU...
@@ -374,7 +376,6 @@ impl RowParallelLinear {
         let decode = self.agree(&mine)?;
         // ...and where the fused kernel is faster than it and the all-reduce in turn (no
         // token count where any PE's calibration failed).
-        self.fused_decode.store(0, Ordering::Relaxed);
         let x = x?; // no bit of `decode` is set where it failed on any PE
         let fused = self.measure_fused(decode, &x)?;
         self.fused_decode.store(fused, Ordering::Relaxed);
