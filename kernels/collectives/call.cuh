@@ -92,6 +92,28 @@ struct Wait {
     }
 };
 
+// Poll the vectors v[p] of every source p with has(p) until ready(v[p]) holds for each, every
+// round's loads of the sources still missing in flight together: a source whose data came
+// while an earlier one was awaited then costs no round trip of its own. Polled one source
+// after another, each such source cost one more L2 round trip: the 8-byte all-reduce took
+// 2.97-3.03 us a call on 4 H200s, against 2.60-2.63 polled together (measured). False when
+// the wait gave up (see Wait); the caller reports.
+template <int MAXP, typename Has, typename At, typename Ready>
+__device__ __forceinline__ bool poll_together(Wait &w, uint4 *v, Has has, At at, Ready ready) {
+    bool ok = !(w.spins & WAIT_STUCK);
+    for (;;) {
+        int late = -1;
+#pragma unroll
+        for (int p = 0; p < MAXP; p++)
+            if (has(p) && !ready(v[p])) late = p;
+        if (late < 0) return true;
+        if (!ok || !(ok = w.again(late))) return false;
+#pragma unroll
+        for (int p = 0; p < MAXP; p++)
+            if (has(p) && !ready(v[p])) v[p] = ld_volatile(at(p));
+    }
+}
+
 // The epoch of this call.
 __device__ __forceinline__ uint64_t call_epoch(const Ctrl *ctrl) {
     return ctrl->epoch[blockIdx.x] + 1;

@@ -32,26 +32,31 @@ __device__ __forceinline__ bool arrived(uint4 v) {
     return v.x != SENTINEL && v.y != SENTINEL && v.z != SENTINEL && v.w != SENTINEL;
 }
 
-// Vector i of every source PE but me (PE p's at base + p * slot_bytes): all first loads in
-// flight together (one L2 round trip instead of one per peer), then each polled until it
-// has arrived.
-// False when a wait gave up (see Wait).
+// Vector i of every source PE but me (PE p's at base + p * slot_bytes), polled until each
+// has arrived: on more than 2 PEs all together (poll_together), on 2 the one peer's alone
+// (as ld_lines). False when a wait gave up (see Wait).
 template <int MAXP>
 __device__ __forceinline__ bool ld_arrived(Ctrl *ctrl, uint64_t e, const char *base, size_t slot_bytes, size_t i, int me, int npes, uint4 *in) {
     Wait w(ctrl);
+    auto has = [&](int p) { return p < npes && p != me; };
+    auto at = [&](int p) { return (const uint4 *)(base + (size_t)p * slot_bytes) + i; };
+#pragma unroll
+    for (int p = 0; p < MAXP; p++)
+        if (has(p)) in[p] = ld_volatile(at(p));
     bool ok = true;
+    if constexpr (MAXP > 2) {
+        ok = poll_together<MAXP>(w, in, has, at, [](uint4 v) { return arrived(v); });
+    } else {
 #pragma unroll
-    for (int p = 0; p < MAXP; p++)
-        if (p < npes && p != me) in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
-#pragma unroll
-    for (int p = 0; p < MAXP; p++)
-        if (p < npes && p != me) {
-            while (ok && !arrived(in[p])) {
-                ok = w.again(p);
-                in[p] = ld_volatile((const uint4 *)(base + (size_t)p * slot_bytes) + i);
+        for (int p = 0; p < MAXP; p++)
+            if (has(p)) {
+                while (ok && !arrived(in[p])) {
+                    ok = w.again(p);
+                    in[p] = ld_volatile(at(p));
+                }
+                ok = ok && arrived(in[p]);
             }
-            ok = ok && arrived(in[p]);
-        }
+    }
     if (!ok) w.report(FAULT_SENTINEL, e);
     return ok;
 }
