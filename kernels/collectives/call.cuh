@@ -96,7 +96,7 @@ struct Wait {
 // round's loads of the sources still missing in flight together: a source whose data came
 // while an earlier one was awaited then costs no round trip of its own. Polled one source
 // after another, each such source cost one more L2 round trip: the 8-byte all-reduce took
-// 2.97-3.03 us a call on 4 H200s, against 2.60-2.63 polled together (measured). False when
+// 2.93-3.03 us a call on 4 H200s, against 2.60-2.63 polled together (measured). False when
 // the wait gave up (see Wait); the caller reports.
 template <int MAXP, typename Has, typename At, typename Ready>
 __device__ __forceinline__ bool poll_together(Wait &w, uint4 *v, Has has, At at, Ready ready) {
