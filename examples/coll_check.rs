@@ -1365,7 +1365,7 @@ fn main() {
     }
     // Every algorithm, type and operator. Pull: blocks of 16-byte multiples go by vectors,
     // the others element by element; low-latency: blocks off an 8-byte boundary (n odd for
-    // 4-byte types, n % 4 != 0 for 2-byte ones) take the byte-wise loads. A low-latency call
+    // 4-byte types, n % 4 != 0 for 2-byte ones) are cut from aligned words. A low-latency call
     // too large for its lines must be refused, not overrun them.
     let ll = ll_limit(&coll);
     for algo in ReduceScatterAlgo::ALL {

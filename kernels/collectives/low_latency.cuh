@@ -227,7 +227,7 @@ __device__ __forceinline__ void push_block_lines(const char *in, size_t bytes, s
     uint2 v[MAXP];
 #pragma unroll
     for (int q = 0; q < MAXP; q++)
-        if (q < npes && q != me) v[q] = load8_any(in + (size_t)q * bytes, bytes, k);
+        if (q < npes && q != me) v[q] = load8_block(in, (size_t)q * bytes, bytes, k);
 #pragma unroll
     for (int q = 0; q < MAXP; q++)
         if (q < npes && q != me) st_line((uint4 *)(peers.slot[q] + offset) + k, v[q].x, v[q].y, t);
@@ -253,7 +253,7 @@ __device__ void ll_reducescatter(const T *src, T *dst, size_t n, Ctrl *ctrl, cha
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t k = first; k < lines; k += stride) push_block_lines<NP>(in, bytes, k, me, npes, peers, offset, t);
     for (size_t k = first; k < lines; k += stride) {
-        const uint2 own = load8_any(in + (size_t)me * bytes, bytes, k);
+        const uint2 own = load8_block(in, (size_t)me * bytes, bytes, k);
         uint2 got[MAXP];
         ld_lines<NP>(ctrl, c.e, base, slot_bytes, k, me, npes, t, got);
         store8((char *)dst, bytes, k, reduce_in_pe_order<T, Op, MAXP>(got, own, me, npes));

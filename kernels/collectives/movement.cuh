@@ -509,7 +509,7 @@ __device__ void ll_alltoall(const char *src, char *dst, size_t bytes, Ctrl *ctrl
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t k = first; k < lines; k += stride) {
         push_block_lines<NP>(src, bytes, k, me, npes, peers, offset, t);
-        store8(dst + (size_t)me * bytes, bytes, k, load8_any(src + (size_t)me * bytes, bytes, k));
+        store8(dst + (size_t)me * bytes, bytes, k, load8_block(src, (size_t)me * bytes, bytes, k));
     }
     for (size_t k = first; k < lines; k += stride) {
         uint2 in[MAXP];
