@@ -31,6 +31,15 @@ const ONESHOT_MAX_BLOCKS: usize = 128;
 const ONESHOT_THREADS: u32 = 128;
 /// Low-latency lines hold 8 bytes of data each; smaller blocks spread them over more SMs.
 pub(crate) const LL_THREADS: u32 = 128;
+/// From this many lines (or sentinel vectors) on, on more than 2 PEs, low-latency blocks may
+/// be as small as a warp, so that more SMs share the lines. Measured on 4 H200s: the
+/// all-gather of 32 and 64 KiB took 3.22 and 3.29-3.30 us against 3.27-3.28 and 3.41-3.44
+/// with 128-thread blocks, the all-to-all 3.39-3.40 and 3.47 against 3.44-3.46 and 3.59-3.62.
+/// Below it warp-sized blocks lost (one block of 32 threads: 2.80 us for the 8-byte
+/// all-reduce against 2.60), and so did they on 2 PEs (16 KiB 0.04-0.07 us slower).
+const LL_SPREAD_LINES: usize = 1024;
+/// The least low-latency block from LL_SPREAD_LINES on.
+const LL_SPREAD_THREADS: usize = 32;
 /// Largest low-latency block.
 pub(crate) const LL_MAX_THREADS: usize = abi::COLL_MAX_THREADS as usize;
 
@@ -82,19 +91,19 @@ pub(crate) fn all_reduce_plan(algo: AllReduceAlgo, bytes: usize, d: &Dims) -> Ca
     };
     match algo {
         AllReduceAlgo::Sentinel => plain(
-            ll_grid(bytes.div_ceil(16), max_blocks),
+            ll_grid(bytes.div_ceil(16), max_blocks, d.n_pes),
             d.sentinel_slot_bytes,
         ),
         AllReduceAlgo::SentinelTwoShot => plain(
-            ll_grid(bytes.div_ceil(16), max_blocks),
+            ll_grid(bytes.div_ceil(16), max_blocks, d.n_pes),
             sentinel_twoshot_max_input(d.sentinel_slot_bytes, d.n_pes),
         ),
         AllReduceAlgo::LowLatency => plain(
-            ll_grid(bytes.div_ceil(8), max_blocks),
+            ll_grid(bytes.div_ceil(8), max_blocks, d.n_pes),
             ll_max_input(d.lines_slot_bytes),
         ),
         AllReduceAlgo::LowLatencyTwoShot => plain(
-            ll_grid(bytes.div_ceil(8).div_ceil(d.n_pes), max_blocks),
+            ll_grid(bytes.div_ceil(8).div_ceil(d.n_pes), max_blocks, d.n_pes),
             ll_twoshot_max_input(d.lines_slot_bytes, d.n_pes),
         ),
         AllReduceAlgo::OneShot => plain(
@@ -132,7 +141,7 @@ pub(crate) fn all_gather_plan(algo: AllGatherAlgo, bytes: usize, d: &Dims) -> Ca
     let nvec = bytes.div_ceil(16);
     let (grid, limit) = match algo {
         AllGatherAlgo::LowLatency => (
-            ll_grid(bytes.div_ceil(8), d.sm_count),
+            ll_grid(bytes.div_ceil(8), d.sm_count, d.n_pes),
             ll_max_input(d.lines_slot_bytes),
         ),
         AllGatherAlgo::OneShot => (
@@ -178,7 +187,7 @@ pub(crate) fn reduce_scatter_plan(algo: ReduceScatterAlgo, bytes: usize, d: &Dim
 /// The plan of a low-latency call that sends `bytes` per destination: a line of each per
 /// thread, and room for them in a lines slot.
 fn ll_plan(bytes: usize, d: &Dims, extra: Extra) -> CallPlan {
-    let (blocks, threads) = ll_grid(bytes.div_ceil(8), d.sm_count);
+    let (blocks, threads) = ll_grid(bytes.div_ceil(8), d.sm_count, d.n_pes);
     CallPlan {
         blocks,
         threads,
@@ -222,7 +231,13 @@ pub(crate) fn copy_grid(bytes: usize, d: &Dims) -> (u32, u32) {
 pub(crate) fn broadcast_plan(algo: BroadcastAlgo, bytes: usize, root: usize, d: &Dims) -> CallPlan {
     match algo {
         BroadcastAlgo::LowLatency | BroadcastAlgo::LowLatencyRelay => {
-            ll_plan(bytes, d, Extra::Root(root as i32))
+            let (blocks, threads) =
+                ll_grid_from(bytes.div_ceil(8), d.sm_count, LL_THREADS as usize);
+            CallPlan {
+                blocks,
+                threads,
+                ..ll_plan(bytes, d, Extra::Root(root as i32))
+            }
         }
         BroadcastAlgo::Relay => relay_plan(bytes, root, d),
         _ => move_plan(
@@ -368,15 +383,27 @@ pub(crate) fn sentinel_twoshot_max_input(slot_bytes: usize, n_pes: usize) -> usi
     slot_bytes / 32 * n_pes.max(1) * 16
 }
 
-/// Low-latency grid for `lines` lines, one per thread where possible: 128-thread blocks, one
-/// per SM at most; above 128 lines per SM, larger blocks, so that every line still has its
-/// own thread (measured on 2 H200s at 256 KiB: 4.01 us against 4.97 with 128 threads).
-pub(crate) fn ll_grid(lines: usize, max_blocks: usize) -> (u32, u32) {
+/// Low-latency grid for `lines` lines (or sentinel vectors) on `n_pes` PEs, one per thread
+/// where possible, one block per SM at most: 128-thread blocks, or on more than 2 PEs from
+/// `LL_SPREAD_LINES` lines on blocks as small as a warp; where that leaves more than a block's
+/// lines per SM, larger blocks, so that every line still has its own thread (measured on 2
+/// H200s at 256 KiB: 4.01 us against 4.97 with 128 threads).
+pub(crate) fn ll_grid(lines: usize, max_blocks: usize, n_pes: usize) -> (u32, u32) {
+    let least = match n_pes > 2 && lines >= LL_SPREAD_LINES {
+        true => LL_SPREAD_THREADS,
+        false => LL_THREADS as usize,
+    };
+    ll_grid_from(lines, max_blocks, least)
+}
+
+/// `ll_grid` with blocks of at least `least` threads at every size. The low-latency broadcast
+/// keeps 128: spread like the others, it lost up to 0.16 us from 16 to 64 KiB on 2 PEs.
+fn ll_grid_from(lines: usize, max_blocks: usize, least: usize) -> (u32, u32) {
     let max_blocks = max_blocks.clamp(1, MAX_BLOCKS);
     let threads = lines
         .div_ceil(max_blocks)
         .next_multiple_of(32)
-        .clamp(LL_THREADS as usize, LL_MAX_THREADS);
+        .clamp(least, LL_MAX_THREADS);
     (blocks_for(lines, threads, max_blocks), threads as u32)
 }
 
@@ -473,7 +500,7 @@ mod tests {
             assert_eq!(all_to_all_plan(AllToAllAlgo::LowLatency, 1, &d).limit, most);
         }
         // A thread per line: 1 MiB of lines over 132 SMs takes 512-thread blocks.
-        assert_eq!(ll_grid((1 << 20) / 8, 132), (132, 512));
+        assert_eq!(ll_grid((1 << 20) / 8, 132, 4), (132, 512));
     }
 
     #[test]
@@ -530,23 +557,49 @@ mod tests {
 
     #[test]
     fn low_latency_grids_give_each_line_a_thread_while_they_can() {
-        for max_blocks in [1, 66, 132, 512] {
-            for lines in [1, 31, 128, 4096, 16_896, 16_897, 40_000, 67_584, 1 << 20] {
-                let (blocks, threads) = ll_grid(lines, max_blocks);
-                let (blocks, threads) = (blocks as usize, threads as usize);
-                assert!(blocks >= 1 && blocks <= max_blocks, "{lines} {max_blocks}");
-                assert!((LL_THREADS as usize..=LL_MAX_THREADS).contains(&threads));
-                assert_eq!(threads % 32, 0);
-                if lines <= max_blocks * LL_MAX_THREADS {
-                    assert!(blocks * threads >= lines, "{lines} {max_blocks}");
-                } else {
-                    assert_eq!((blocks, threads), (max_blocks, LL_MAX_THREADS));
+        for n_pes in [2, 4, 8] {
+            for max_blocks in [1, 66, 132, 512] {
+                for lines in [
+                    1,
+                    31,
+                    128,
+                    1024,
+                    4096,
+                    16_896,
+                    16_897,
+                    40_000,
+                    67_584,
+                    1 << 20,
+                ] {
+                    let (blocks, threads) = ll_grid(lines, max_blocks, n_pes);
+                    let (blocks, threads) = (blocks as usize, threads as usize);
+                    assert!(blocks >= 1 && blocks <= max_blocks, "{lines} {max_blocks}");
+                    let least = match n_pes > 2 && lines >= LL_SPREAD_LINES {
+                        true => LL_SPREAD_THREADS,
+                        false => LL_THREADS as usize,
+                    };
+                    assert!((least..=LL_MAX_THREADS).contains(&threads));
+                    assert_eq!(threads % 32, 0);
+                    if lines <= max_blocks * LL_MAX_THREADS {
+                        assert!(blocks * threads >= lines, "{lines} {max_blocks}");
+                    } else {
+                        assert_eq!((blocks, threads), (max_blocks, LL_MAX_THREADS));
+                    }
                 }
             }
         }
-        // Small inputs keep 128-thread blocks.
-        assert_eq!(ll_grid(16_384, 132), (128, 128));
-        assert_eq!(ll_grid(32_768, 132), (128, 256));
+        // Few lines keep 128-thread blocks; on 4 PEs from 1024 lines, blocks of a warp or
+        // more over every SM; from 16 384 lines, 128 threads or more again.
+        assert_eq!(ll_grid(512, 132, 4), (4, 128));
+        assert_eq!(ll_grid(1023, 132, 4), (8, 128));
+        assert_eq!(ll_grid(1024, 132, 4), (32, 32));
+        assert_eq!(ll_grid(8192, 132, 4), (128, 64));
+        assert_eq!(ll_grid(16_384, 132, 4), (128, 128));
+        assert_eq!(ll_grid(32_768, 132, 4), (128, 256));
+        // 2 PEs keep 128-thread blocks, as does the broadcast.
+        assert_eq!(ll_grid(1024, 132, 2), (8, 128));
+        assert_eq!(ll_grid(8192, 132, 2), (64, 128));
+        assert_eq!(ll_grid_from(2048, 132, LL_THREADS as usize), (16, 128));
     }
 
     #[test]
@@ -568,7 +621,7 @@ mod tests {
         };
         // 256 KiB: the sentinel paths take one vector per thread.
         let p = all_reduce_plan(AllReduceAlgo::SentinelTwoShot, 256 << 10, &d);
-        assert_eq!((p.blocks, p.threads), ll_grid(16_384, 132));
+        assert_eq!((p.blocks, p.threads), ll_grid(16_384, 132, 4));
         assert_eq!(p.limit, sentinel_twoshot_max_input(1 << 20, 4));
         let p = all_reduce_plan(AllReduceAlgo::OneShot, 64 << 10, &d);
         assert_eq!((p.blocks, p.threads, p.limit), (32, 128, 6 << 20));
@@ -579,7 +632,7 @@ mod tests {
         assert_eq!((p.blocks, p.threads), (264, BW_THREADS));
         assert!(matches!(p.extra, Extra::Plan(plan) if plan.chunk_vecs == 496));
         let p = all_gather_plan(AllGatherAlgo::LowLatency, 4096, &d);
-        assert_eq!((p.blocks, p.threads), ll_grid(512, 132));
+        assert_eq!((p.blocks, p.threads), ll_grid(512, 132, 4));
         assert_eq!(p.limit, ((6 << 20) - 16) / 2);
     }
 }
