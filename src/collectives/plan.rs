@@ -187,7 +187,11 @@ pub(crate) fn reduce_scatter_plan(algo: ReduceScatterAlgo, bytes: usize, d: &Dim
 /// The plan of a low-latency call that sends `bytes` per destination: a line of each per
 /// thread, and room for them in a lines slot.
 fn ll_plan(bytes: usize, d: &Dims, extra: Extra) -> CallPlan {
-    let (blocks, threads) = ll_grid(bytes.div_ceil(8), d.sm_count, d.n_pes);
+    ll_plan_on(ll_grid(bytes.div_ceil(8), d.sm_count, d.n_pes), d, extra)
+}
+
+/// `ll_plan` on a grid chosen by the caller.
+fn ll_plan_on((blocks, threads): (u32, u32), d: &Dims, extra: Extra) -> CallPlan {
     CallPlan {
         blocks,
         threads,
@@ -230,15 +234,11 @@ pub(crate) fn copy_grid(bytes: usize, d: &Dims) -> (u32, u32) {
 /// The plan of a broadcast of `bytes` from `root` (`algo` is not `Auto`).
 pub(crate) fn broadcast_plan(algo: BroadcastAlgo, bytes: usize, root: usize, d: &Dims) -> CallPlan {
     match algo {
-        BroadcastAlgo::LowLatency | BroadcastAlgo::LowLatencyRelay => {
-            let (blocks, threads) =
-                ll_grid_from(bytes.div_ceil(8), d.sm_count, LL_THREADS as usize);
-            CallPlan {
-                blocks,
-                threads,
-                ..ll_plan(bytes, d, Extra::Root(root as i32))
-            }
-        }
+        BroadcastAlgo::LowLatency | BroadcastAlgo::LowLatencyRelay => ll_plan_on(
+            ll_grid_from(bytes.div_ceil(8), d.sm_count, LL_THREADS as usize),
+            d,
+            Extra::Root(root as i32),
+        ),
         BroadcastAlgo::Relay => relay_plan(bytes, root, d),
         _ => move_plan(
             algo == BroadcastAlgo::OneShot,
@@ -633,6 +633,14 @@ mod tests {
         assert!(matches!(p.extra, Extra::Plan(plan) if plan.chunk_vecs == 496));
         let p = all_gather_plan(AllGatherAlgo::LowLatency, 4096, &d);
         assert_eq!((p.blocks, p.threads), ll_grid(512, 132, 4));
+        assert_eq!(p.limit, ((6 << 20) - 16) / 2);
+        // 16 KiB: the all-to-all's 2048 lines go in warp-sized blocks, the broadcast's in
+        // 128-thread ones.
+        let p = all_to_all_plan(AllToAllAlgo::LowLatency, 16 << 10, &d);
+        assert_eq!((p.blocks, p.threads), (64, 32));
+        let p = broadcast_plan(BroadcastAlgo::LowLatency, 16 << 10, 3, &d);
+        assert_eq!((p.blocks, p.threads), (16, 128));
+        assert!(matches!(p.extra, Extra::Root(3)));
         assert_eq!(p.limit, ((6 << 20) - 16) / 2);
     }
 }
