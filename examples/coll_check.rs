@@ -739,6 +739,68 @@ fn all_gather_case<T: Reducible>(
     compare("all_gather", &dst.to_vec()?, &want)
 }
 
+/// Low-latency all-gathers of `n` bf16 per PE, a block that is not a multiple of 8 bytes
+/// (by output words on more than 2 PEs, lines stored in pieces on 2): four back to back on
+/// one stream, each on inputs and into an output of its own (so that lines left set, or
+/// taken by the wrong call, show), then two captured in a graph and replayed on new inputs.
+fn all_gather_words_repeated(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    n: usize,
+) -> Result<()> {
+    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let algo = AllGatherAlgo::LowLatency;
+    let calls = 4;
+    let srcs = (0..calls)
+        .map(|_| shmem.malloc::<bf16>(n))
+        .collect::<Result<Vec<_>>>()?;
+    let dsts = (0..calls)
+        .map(|_| shmem.calloc::<bf16>(n * np))
+        .collect::<Result<Vec<_>>>()?;
+    let fill = |seed: u64| -> Result<Vec<Vec<bf16>>> {
+        let all: Vec<_> = (0..calls as u64)
+            .map(|c| inputs::<bf16>(seed + c, np, n))
+            .collect();
+        for (src, mine) in srcs.iter().zip(&all) {
+            src.copy_from_host(&mine[me])?;
+        }
+        Ok(all.into_iter().map(|a| a.concat()).collect())
+    };
+    let want = fill(seed)?;
+    let s = shmem.stream();
+    for (dst, src) in dsts.iter().zip(&srcs) {
+        coll.all_gather(dst, src, algo, s)?;
+    }
+    sync(shmem)?;
+    let mut found = Ok(());
+    for (c, (dst, want)) in dsts.iter().zip(&want).enumerate() {
+        found = found.and(compare(
+            &format!("back-to-back all_gather {c}"),
+            &dst.to_vec()?,
+            want,
+        ));
+    }
+    let stream = shmem.new_stream()?;
+    let graph = capture(&stream, || {
+        coll.all_gather(&dsts[0], &srcs[0], algo, &stream)?;
+        coll.all_gather(&dsts[1], &srcs[1], algo, &stream)
+    })?;
+    for round in [1u64, 2] {
+        let want = fill(seed + 100 * round)?;
+        cuda("cuGraphLaunch", graph.launch())?;
+        cuda("cuStreamSynchronize", stream.synchronize())?;
+        for c in 0..2 {
+            found = found.and(compare(
+                &format!("graph replay {round} of all_gather {c}"),
+                &dsts[c].to_vec()?,
+                &want[c],
+            ));
+        }
+    }
+    found
+}
+
 /// All-gathers chained back to back on one stream (each call gathers the blocks the call
 /// before it gathered, shifted by one PE, so a call that reads its input early, or writes a
 /// peer's output before that peer is done with it, shows), then one captured in a graph and
@@ -1552,6 +1614,14 @@ fn main() {
         c.check(
             &format!("all_gather {algo:?} chained back to back and in a graph"),
             |s, seed| all_gather_repeated(s, &coll, seed, algo, 4096 + 4),
+        );
+    }
+    // Blocks of 2, 6 and 8194 bytes: one output word over every PE's block (up to 4 PEs),
+    // words over two blocks, and lines of a block all off an 8-byte boundary.
+    for n in [1usize, 3, 4097] {
+        c.check(
+            &format!("all_gather LowLatency n={n} bf16 off 8 bytes, back to back and in a graph"),
+            |s, seed| all_gather_words_repeated(s, &coll, seed, n),
         );
     }
     c.check("all_gather Auto n=8M bf16", |s, seed| {

@@ -217,6 +217,86 @@ __device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctr
     finish_call(ctrl, c.e);
 }
 
+// ---- low-latency all-gather by output words ----------------------------------------------
+// The all-gather above gives a thread line j of every PE's block: on 4 PEs it polls 3 lines,
+// and where `bytes` is not a multiple of 8, block p starts off an 8-byte boundary and every
+// line of it is stored in pieces (byte stores). Here a thread takes one output word (bytes
+// [8w, 8w + 8) of the output): the OR of what each block it overlaps puts there, each
+// block's part shifted into place by its sender and zero elsewhere. PE p sends words
+// p * bytes / 8 .. ((p + 1) * bytes - 1) / 8 (line j of its slot is the j-th of them); the
+// reader of word w polls the blocks over it (one for whole lines, two at most from 8 bytes
+// on, every PE's for 2-byte blocks on 4 PEs), ORs them with its own part and stores the
+// word whole. The host takes it on more than 2 PEs (plan.rs says what it measured). Its own
+// kernel: inside the all-gather above, a branch for unaligned blocks made the whole lines
+// slower too (the code around them changed).
+
+// This PE's part of output word w, where its block starts `at` = 8w - p * bytes bytes into
+// the word's span (at in (-8, bytes)): the block's bytes in place, zero elsewhere.
+__device__ __forceinline__ uint2 block_in_word(const char *src, size_t bytes, long long at) {
+    if (at >= 0) return load8_block(src, (size_t)at, bytes - (size_t)at, 0);
+    const uint2 v = load8(src, bytes, 0);
+    const uint64_t w = ((uint64_t)v.y << 32 | v.x) << (8 * -at);
+    return make_uint2((uint32_t)w, (uint32_t)(w >> 32));
+}
+
+template <int NP>
+__device__ void ll_allgather_words(const char *src, char *dst, size_t bytes, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
+    const TableCall<NP> c(ctrl, staging, slot_bytes, peers);
+    constexpr int MAXP = TableCall<NP>::MAXP;
+    const int me = c.me, npes = c.npes;
+    const size_t offset = c.offset;
+    char *base = c.base;
+    const uint32_t t = ll_tag(c.e);
+    const size_t total = (size_t)npes * bytes, words = (total + 7) / 8;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    auto first_word = [&](int p) { return (size_t)p * bytes / 8; };
+    const size_t mine = first_word(me), sent = ((size_t)(me + 1) * bytes - 1) / 8 - mine + 1;
+    for (size_t j = first; j < sent; j += stride) {
+        const uint2 v = block_in_word(src, bytes, (long long)(8 * (mine + j)) - (long long)(me * bytes));
+        for (int p = 0; p < npes; p++)
+            if (p != me) st_line((uint4 *)(peers.slot[p] + offset) + j, v.x, v.y, t);
+    }
+    for (size_t w = first; w < words; w += stride) {
+        // The blocks over this word: lo .. hi (in 32 bits: a low-latency output is far
+        // below 4 GiB, and a 64-bit division is a long call).
+        const uint32_t end = (uint32_t)(8 * w + 8 < total ? 8 * w + 8 : total), b = (uint32_t)bytes;
+        const int lo = (int)((uint32_t)(8 * w) / b), hi = (int)((end - 1) / b);
+        uint2 acc = lo <= me && me <= hi ? block_in_word(src, bytes, (long long)(8 * w) - (long long)(me * bytes))
+                                         : make_uint2(0, 0);
+        Wait wait(ctrl);
+        auto at = [&](int p) { return (uint4 *)(base + (size_t)p * slot_bytes) + (w - first_word(p)); };
+        auto has = [&](int p) { return lo <= p && p <= hi && p != me; };
+        bool ok = true;
+        if constexpr (NP > 2) {
+            uint4 v[NP];
+#pragma unroll
+            for (int p = 0; p < NP; p++)
+                if (has(p)) v[p] = ld_volatile(at(p));
+            ok = poll_together<NP>(wait, v, has, at, [&](uint4 x) { return line_ready(x, t); });
+#pragma unroll
+            for (int p = 0; p < NP; p++)
+                if (has(p)) {
+                    st_volatile(at(p), make_uint4(0, 0, 0, 0));
+                    acc.x |= v[p].x;
+                    acc.y |= v[p].z;
+                }
+        } else {
+            for (int p = lo; p <= hi && p < MAXP; p++) {
+                if (p == me) continue;
+                uint2 r;
+                ok &= take_line(wait, at(p), ld_volatile(at(p)), t, p, &r);
+                acc.x |= r.x;
+                acc.y |= r.y;
+            }
+        }
+        if (!ok) wait.report(FAULT_LINE, c.e);
+        // After a wait that gave up the word is left alone (the host reports the fault).
+        if (ok) store8(dst, total, w, acc);
+    }
+    finish_call(ctrl, c.e);
+}
+
 // ---- low-latency reduce-scatter ----------------------------------------------------------
 // Line k of block q (of `bytes`, anywhere) of `in` into my slot (`offset`) of PE q's lines,
 // for every peer q: every block's line loaded first, then the stores (a line store keeps the

@@ -674,6 +674,7 @@ pub fn kernel_names() -> Vec<String> {
     names.extend(kernels(
         ALL_GATHER_ROWS.iter().map(all_gather_kernel).collect(),
     ));
+    names.push(ALL_GATHER_WORDS_KERNEL.into());
     names.extend(reduce_scatter_kernels().map(|(row, t, o)| reduce_scatter_kernel(row, t, o)));
     names.extend(kernels(
         BROADCAST_ROWS.iter().map(broadcast_kernel).collect(),
@@ -716,6 +717,10 @@ pub(crate) fn reduce_kernel(row: &Row<ReduceAlgo>, t: usize, o: usize) -> String
 
 /// The all-to-all with counts (one algorithm: a push straight into the outputs).
 pub(crate) const ALL_TO_ALL_V_KERNEL: &str = "push_alltoallv_bytes";
+
+/// The low-latency all-gather by output words, a thread per 8 bytes of the output (the host
+/// takes it in place of the `ll` row's kernel on more than 2 PEs, `plan::all_gather_words_plan`).
+pub(crate) const ALL_GATHER_WORDS_KERNEL: &str = "ll_words_allgather_bytes";
 
 /// `push_broadcast_bytes`.
 pub(crate) fn broadcast_kernel(row: &Row<BroadcastAlgo>) -> String {

@@ -60,7 +60,8 @@ use algo::{
 use cudarc::driver::{sys as cusys, CudaStream};
 use fault::FaultRecord;
 use plan::{
-    all_gather_plan, all_reduce_plan, reduce_plan, reduce_scatter_plan, CallPlan, Dims, Extra,
+    all_gather_plan, all_gather_words_plan, all_reduce_plan, reduce_plan, reduce_scatter_plan,
+    CallPlan, Dims, Extra,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -104,6 +105,8 @@ pub struct Collectives {
     all_reduce: Vec<Option<Function>>,
     /// By algorithm row.
     all_gather: Vec<Function>,
+    /// The low-latency all-gather by output words (more than 2 PEs).
+    all_gather_words: Function,
     /// By algorithm row, type and operator (`algo::reduce_scatter_kernels` order).
     reduce_scatter: Vec<Function>,
     /// By algorithm row.
@@ -295,6 +298,7 @@ impl Collectives {
                     .iter()
                     .map(|row| module.function(&all_gather_kernel(row)))
                     .collect::<Result<Vec<_>>>()?;
+                let all_gather = (all_gather, module.function(algo::ALL_GATHER_WORDS_KERNEL)?);
                 let reduce_scatter = reduce_scatter_kernels()
                     .map(|(row, t, o)| module.function(&reduce_scatter_kernel(row, t, o)))
                     .collect::<Result<Vec<_>>>()?;
@@ -399,7 +403,8 @@ impl Collectives {
             sentinel,
             tables,
             all_reduce,
-            all_gather,
+            all_gather: all_gather.0,
+            all_gather_words: all_gather.1,
             reduce_scatter,
             broadcast,
             all_to_all,
@@ -642,12 +647,20 @@ impl Collectives {
                 self.all_gather_copies(dst, src, bytes)
             }));
         }
+        // On more than 2 PEs the low-latency all-gather goes by output words, where they fit.
+        let (function, plan) = match all_gather_words_plan(algo, bytes, &self.dims) {
+            Some(plan) => (&self.all_gather_words, plan),
+            None => (
+                &self.all_gather[row],
+                all_gather_plan(algo, bytes, &self.dims),
+            ),
+        };
         planned(record, bytes == 0, || {
             self.plan_launch(
-                &self.all_gather[row],
+                function,
                 &algo,
                 algo::ALL_GATHER_ROWS[row].params,
-                all_gather_plan(algo, bytes, &self.dims),
+                plan,
                 (src.as_ptr() as u64, dst.as_ptr() as u64),
                 bytes,
                 bytes,
