@@ -131,7 +131,8 @@ REDUCE_TYPE(i32, int32_t)
 ALLGATHER_ENTRY(oneshot, NO_EXTRA, (oneshot_allgather(src, dst, bytes, ctrl, flags, staging, slot_bytes)))
 ALLGATHER_ENTRY(bandwidth, NO_EXTRA, (bandwidth_allgather(src, dst, bytes, ctrl, flags)))
 ALLGATHER_ENTRY(ll, PEERS_PARAM, WITH_NP(peers.npes, (ll_allgather<NP>(src, dst, bytes, ctrl, staging, slot_bytes, peers))))
-ALLGATHER_ENTRY(ll_words, PEERS_PARAM, WITH_NP(peers.npes, (ll_allgather_words<NP>(src, dst, bytes, ctrl, staging, slot_bytes, peers))))
+ALLGATHER_ENTRY(ll_words, PEERS_PARAM, WITH_NP(peers.npes, (ll_allgather_words<NP, false>(src, dst, bytes, ctrl, staging, slot_bytes, peers))))
+ALLGATHER_ENTRY(ll_words_cut, PEERS_PARAM, WITH_NP(peers.npes, (ll_allgather_words<NP, true>(src, dst, bytes, ctrl, staging, slot_bytes, peers))))
 
 // The broadcasts move bytes from PE `root`, whatever the element type (the low-latency one
 // takes the lines region's peer table before the root, the relay its segment size).

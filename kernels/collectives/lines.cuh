@@ -31,6 +31,28 @@ __device__ __forceinline__ uint2 load8(const char *src, size_t bytes, size_t j) 
     return make_uint2(load_word_tail(src, bytes, j * 8), load_word_tail(src, bytes, j * 8 + 4));
 }
 
+// Bytes [x, x + 8) of the input `in` (16-byte aligned) of `len` bytes, zero outside
+// [0, len); -8 < x < len. Both aligned words the span may cross are loaded, from indices
+// clamped into the input's words and with no branch, so that a thread's loads of several
+// spans go out together; a clamped word is then dropped. (Cut in branches, as load8_block
+// does, the loads of a thread's spans that took different branches waited for each other:
+// see ll_allgather_words.) A loaded word may hold bytes past the input, but it is an
+// aligned word that holds one of the input's bytes, so it lies in memory the input's pages
+// map.
+__device__ __forceinline__ uint2 load8_span(const char *in, size_t len, long long x) {
+    const unsigned long long *w = (const unsigned long long *)in;
+    const long long last = (long long)((len - 1) >> 3), k = x >> 3;  // k: -1 .. last
+    const uint32_t r = (uint32_t)x & 7;
+    uint64_t a = __ldcg(w + (k < 0 ? 0 : k)), b = __ldcg(w + (k + 1 > last ? last : k + 1));
+    a = k < 0 ? 0 : a;
+    b = k + 1 > last ? 0 : b;
+    // b's bytes shifted in above a's rest; two shifts, so that r = 0 shifts b out entirely.
+    uint64_t v = a >> (8 * r) | (b << 1) << (63 - 8 * r);
+    const long long left = (long long)len - x;
+    v &= left >= 8 ? ~0ull : (1ull << (8 * left)) - 1;
+    return make_uint2((uint32_t)v, (uint32_t)(v >> 32));
+}
+
 // 8 bytes at line j of the block at byte `start` (of `bytes`) of the input `in` (16-byte
 // aligned), zero-padded past the block's end. Blocks of an all-to-all or a reduce-scatter
 // whose size is not a multiple of 8 start off an 8-byte boundary: their lines are cut from the

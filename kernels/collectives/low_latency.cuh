@@ -226,20 +226,27 @@ __device__ void ll_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctr
 // p * bytes / 8 .. ((p + 1) * bytes - 1) / 8 (line j of its slot is the j-th of them); the
 // reader of word w polls the blocks over it (one for whole lines, two at most from 8 bytes
 // on, every PE's for 2-byte blocks on 4 PEs), ORs them with its own part and stores the
-// word whole. The host takes it on more than 2 PEs (plan.rs says what it measured). Its own
-// kernel: inside the all-gather above, a branch for unaligned blocks made the whole lines
-// slower too (the code around them changed).
+// word whole. The host takes it on more than 2 PEs (plan.rs says what it measured), with CUT
+// (block_in_word) where `bytes` is not a multiple of 8. Kernels of their own: inside the
+// all-gather above, a branch for unaligned blocks made the whole lines slower too (the code
+// around them changed), and so did a branch between the two ways to cut (0.04 us).
 
 // This PE's part of output word w, where its block starts `at` = 8w - p * bytes bytes into
-// the word's span (at in (-8, bytes)): the block's bytes in place, zero elsewhere.
+// the word's span (at in (-8, bytes)): the block's bytes in place, zero elsewhere. CUT: the
+// blocks are off an 8-byte boundary, and the part is cut without a branch (load8_span).
+// Cut in branches, a thread's parts of two words that took different branches (at < 0 and
+// at > 0) loaded one after the other: blocks of 6, 10 and 12 bytes took 2.96-3.04 us on 4
+// H200s, against 2.66-2.72 cut without (measured).
+template <bool CUT>
 __device__ __forceinline__ uint2 block_in_word(const char *src, size_t bytes, long long at) {
+    if constexpr (CUT) return load8_span(src, bytes, at);
     if (at >= 0) return load8_block(src, (size_t)at, bytes - (size_t)at, 0);
     const uint2 v = load8(src, bytes, 0);
     const uint64_t w = ((uint64_t)v.y << 32 | v.x) << (8 * -at);
     return make_uint2((uint32_t)w, (uint32_t)(w >> 32));
 }
 
-template <int NP>
+template <int NP, bool CUT>
 __device__ void ll_allgather_words(const char *src, char *dst, size_t bytes, Ctrl *ctrl, char *staging, size_t slot_bytes, const Peers &peers) {
     const TableCall<NP> c(ctrl, staging, slot_bytes, peers);
     constexpr int MAXP = TableCall<NP>::MAXP;
@@ -253,7 +260,7 @@ __device__ void ll_allgather_words(const char *src, char *dst, size_t bytes, Ctr
     auto first_word = [&](int p) { return (size_t)p * bytes / 8; };
     const size_t mine = first_word(me), sent = ((size_t)(me + 1) * bytes - 1) / 8 - mine + 1;
     for (size_t j = first; j < sent; j += stride) {
-        const uint2 v = block_in_word(src, bytes, (long long)(8 * (mine + j)) - (long long)(me * bytes));
+        const uint2 v = block_in_word<CUT>(src, bytes, (long long)(8 * (mine + j)) - (long long)(me * bytes));
         for (int p = 0; p < npes; p++)
             if (p != me) st_line((uint4 *)(peers.slot[p] + offset) + j, v.x, v.y, t);
     }
@@ -262,7 +269,7 @@ __device__ void ll_allgather_words(const char *src, char *dst, size_t bytes, Ctr
         // below 4 GiB, and a 64-bit division is a long call).
         const uint32_t end = (uint32_t)(8 * w + 8 < total ? 8 * w + 8 : total), b = (uint32_t)bytes;
         const int lo = (int)((uint32_t)(8 * w) / b), hi = (int)((end - 1) / b);
-        uint2 acc = lo <= me && me <= hi ? block_in_word(src, bytes, (long long)(8 * w) - (long long)(me * bytes))
+        uint2 acc = lo <= me && me <= hi ? block_in_word<CUT>(src, bytes, (long long)(8 * w) - (long long)(me * bytes))
                                          : make_uint2(0, 0);
         Wait wait(ctrl);
         auto at = [&](int p) { return (uint4 *)(base + (size_t)p * slot_bytes) + (w - first_word(p)); };

@@ -674,7 +674,7 @@ pub fn kernel_names() -> Vec<String> {
     names.extend(kernels(
         ALL_GATHER_ROWS.iter().map(all_gather_kernel).collect(),
     ));
-    names.push(ALL_GATHER_WORDS_KERNEL.into());
+    names.extend(ALL_GATHER_WORDS_KERNELS.map(String::from));
     names.extend(reduce_scatter_kernels().map(|(row, t, o)| reduce_scatter_kernel(row, t, o)));
     names.extend(kernels(
         BROADCAST_ROWS.iter().map(broadcast_kernel).collect(),
@@ -719,8 +719,10 @@ pub(crate) fn reduce_kernel(row: &Row<ReduceAlgo>, t: usize, o: usize) -> String
 pub(crate) const ALL_TO_ALL_V_KERNEL: &str = "push_alltoallv_bytes";
 
 /// The low-latency all-gather by output words, a thread per 8 bytes of the output (the host
-/// takes it in place of the `ll` row's kernel on more than 2 PEs, `plan::all_gather_words_plan`).
-pub(crate) const ALL_GATHER_WORDS_KERNEL: &str = "ll_words_allgather_bytes";
+/// takes it in place of the `ll` row's kernel on more than 2 PEs, `plan::all_gather_words_plan`):
+/// for blocks of a multiple of 8 bytes, and for the others.
+pub(crate) const ALL_GATHER_WORDS_KERNELS: [&str; 2] =
+    ["ll_words_allgather_bytes", "ll_words_cut_allgather_bytes"];
 
 /// `push_broadcast_bytes`.
 pub(crate) fn broadcast_kernel(row: &Row<BroadcastAlgo>) -> String {
@@ -835,7 +837,7 @@ mod tests {
         let names = kernel_names();
         assert_eq!(
             names.len(),
-            5 * 4 * 3 + 2 * 3 * 3 + 3 + 2 * 4 * 3 + 5 + 3 + 1 + 4 * 3 + 3
+            5 * 4 * 3 + 2 * 3 * 3 + 3 + 2 + 2 * 4 * 3 + 5 + 3 + 1 + 4 * 3 + 3
         );
         assert_eq!(names.last().unwrap(), "ce_local_copy");
         // Every name once.
@@ -844,6 +846,7 @@ mod tests {
         sorted.dedup();
         assert_eq!(sorted.len(), names.len());
         assert!(names.contains(&"push_alltoallv_bytes".to_string()));
+        assert!(names.contains(&"ll_words_cut_allgather_bytes".to_string()));
         assert!(names.contains(&"pull_reduce_i32_min".to_string()));
         assert!(names.contains(&"oneshot_broadcast_bytes".to_string()));
         assert!(names.contains(&"push_alltoall_bytes".to_string()));

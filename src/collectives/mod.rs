@@ -105,8 +105,9 @@ pub struct Collectives {
     all_reduce: Vec<Option<Function>>,
     /// By algorithm row.
     all_gather: Vec<Function>,
-    /// The low-latency all-gather by output words (more than 2 PEs).
-    all_gather_words: Function,
+    /// The low-latency all-gather by output words (more than 2 PEs), for blocks of a multiple
+    /// of 8 bytes and for the others.
+    all_gather_words: [Function; 2],
     /// By algorithm row, type and operator (`algo::reduce_scatter_kernels` order).
     reduce_scatter: Vec<Function>,
     /// By algorithm row.
@@ -298,7 +299,9 @@ impl Collectives {
                     .iter()
                     .map(|row| module.function(&all_gather_kernel(row)))
                     .collect::<Result<Vec<_>>>()?;
-                let all_gather = (all_gather, module.function(algo::ALL_GATHER_WORDS_KERNEL)?);
+                let [whole, cut] = algo::ALL_GATHER_WORDS_KERNELS;
+                let words = [module.function(whole)?, module.function(cut)?];
+                let all_gather = (all_gather, words);
                 let reduce_scatter = reduce_scatter_kernels()
                     .map(|(row, t, o)| module.function(&reduce_scatter_kernel(row, t, o)))
                     .collect::<Result<Vec<_>>>()?;
@@ -649,7 +652,7 @@ impl Collectives {
         }
         // On more than 2 PEs the low-latency all-gather goes by output words, where they fit.
         let (function, plan) = match all_gather_words_plan(algo, bytes, &self.dims) {
-            Some(plan) => (&self.all_gather_words, plan),
+            Some(plan) => (&self.all_gather_words[usize::from(bytes % 8 != 0)], plan),
             None => (
                 &self.all_gather[row],
                 all_gather_plan(algo, bytes, &self.dims),

@@ -171,10 +171,11 @@ pub(crate) fn all_gather_plan(algo: AllGatherAlgo, bytes: usize, d: &Dims) -> Ca
 /// The plan of the low-latency all-gather by output words, which takes the low-latency
 /// all-gathers on more than 2 PEs that fit its lines: a thread takes each 8 bytes of the
 /// output, and a PE sends the words its block overlaps (one more than its lines at most).
-/// Measured on 4 H200s against the all-gather by lines: 0.05-0.32 us faster from 8 B to
-/// 256 KiB (32 KiB: 2.97 us against 3.16-3.23), but 0.04-0.07 slower for blocks of 6 and
-/// 10 bytes; on 2 PEs, where a thread of the all-gather by lines already takes one peer's
-/// line, it was up to 0.5 us slower. `None` for every other all-gather.
+/// Measured on 4 H200s against the all-gather by lines: 0.03-0.4 us faster from 8 B to
+/// 256 KiB (32 KiB: 2.99 us against 3.18-3.19), and with blocks off 8 bytes cut without a
+/// branch, 0.2-0.3 us faster for blocks of 6 to 12 bytes; on 2 PEs, where a thread of the
+/// all-gather by lines already takes one peer's line, it was up to 0.5 us slower. `None`
+/// for every other all-gather.
 pub(crate) fn all_gather_words_plan(
     algo: AllGatherAlgo,
     bytes: usize,
