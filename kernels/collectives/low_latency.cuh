@@ -43,6 +43,25 @@ __device__ __forceinline__ bool take_line(Wait &w, uint4 *at, uint4 v, uint32_t 
     return ok;
 }
 
+// The lines at(p) of the sources p with has(p), NP of them at most, polled together
+// (poll_together) until each carries tag t, then zeroed; line p's data into out[p]. False
+// when the wait gave up.
+template <int NP, typename Has, typename At>
+__device__ __forceinline__ bool take_lines_together(Wait &w, Has has, At at, uint32_t t, uint2 *out) {
+    uint4 v[NP];
+#pragma unroll
+    for (int p = 0; p < NP; p++)
+        if (has(p)) v[p] = ld_volatile(at(p));
+    const bool ok = poll_together<NP>(w, v, has, at, [&](uint4 x) { return line_ready(x, t); });
+#pragma unroll
+    for (int p = 0; p < NP; p++)
+        if (has(p)) {
+            st_volatile(at(p), make_uint4(0, 0, 0, 0));
+            out[p] = make_uint2(v[p].x, v[p].z);
+        }
+    return ok;
+}
+
 // Line j of every source PE but me, and zeroed. On more than 2 PEs they are polled together
 // (poll_together); NP is the PE count when known at compile time, 0 for any, polled one
 // source at a time (an array of LL_MAX_PES lines would not stay in registers). On 2 PEs the
@@ -54,18 +73,7 @@ __device__ __forceinline__ bool ld_lines(Ctrl *ctrl, uint64_t e, char *base, siz
     bool ok = true;
     auto at = [&](int p) { return (uint4 *)(base + (size_t)p * slot_bytes) + j; };
     if constexpr (NP > 2) {
-        auto has = [&](int p) { return p != me; };
-        uint4 v[NP];
-#pragma unroll
-        for (int p = 0; p < NP; p++)
-            if (has(p)) v[p] = ld_volatile(at(p));
-        ok = poll_together<NP>(w, v, has, at, [&](uint4 x) { return line_ready(x, t); });
-#pragma unroll
-        for (int p = 0; p < NP; p++)
-            if (has(p)) {
-                st_volatile(at(p), make_uint4(0, 0, 0, 0));
-                out[p] = make_uint2(v[p].x, v[p].z);
-            }
+        ok = take_lines_together<NP>(w, [&](int p) { return p != me; }, at, t, out);
     } else if constexpr (NP == 2) {
         uint4 v[NP];
 #pragma unroll
@@ -276,17 +284,13 @@ __device__ void ll_allgather_words(const char *src, char *dst, size_t bytes, Ctr
         auto has = [&](int p) { return lo <= p && p <= hi && p != me; };
         bool ok = true;
         if constexpr (NP > 2) {
-            uint4 v[NP];
-#pragma unroll
-            for (int p = 0; p < NP; p++)
-                if (has(p)) v[p] = ld_volatile(at(p));
-            ok = poll_together<NP>(wait, v, has, at, [&](uint4 x) { return line_ready(x, t); });
+            uint2 got[NP];
+            ok = take_lines_together<NP>(wait, has, at, t, got);
 #pragma unroll
             for (int p = 0; p < NP; p++)
                 if (has(p)) {
-                    st_volatile(at(p), make_uint4(0, 0, 0, 0));
-                    acc.x |= v[p].x;
-                    acc.y |= v[p].z;
+                    acc.x |= got[p].x;
+                    acc.y |= got[p].y;
                 }
         } else {
             for (int p = lo; p <= hi && p < MAXP; p++) {
