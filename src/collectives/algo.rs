@@ -50,7 +50,8 @@ pub enum AllReduceAlgo {
 pub enum AllGatherAlgo {
     /// Chosen by size and PE count ([`Thresholds`](super::Thresholds)).
     Auto,
-    /// One-shot push with the flags packed into the data (smallest messages).
+    /// One-shot push with the flags packed into the data (smallest messages). On more than 2
+    /// PEs each reader thread takes one 8-byte word of the output, from every block over it.
     LowLatency,
     /// One-shot push with signals into staging buffers (small messages).
     OneShot,
