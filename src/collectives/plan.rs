@@ -181,12 +181,14 @@ pub(crate) fn all_gather_words_plan(
     bytes: usize,
     d: &Dims,
 ) -> Option<CallPlan> {
-    let limit = ll_max_input(d.lines_slot_bytes).saturating_sub(8);
-    let words = (bytes * d.n_pes).div_ceil(8);
+    let (limit, total) = (
+        ll_max_input(d.lines_slot_bytes).saturating_sub(8),
+        bytes * d.n_pes,
+    );
     // The kernel finds a word's blocks in 32-bit arithmetic.
-    let fits = bytes <= limit && bytes * d.n_pes <= u32::MAX as usize;
+    let fits = bytes <= limit && total <= u32::MAX as usize;
     (algo == AllGatherAlgo::LowLatency && d.n_pes > 2 && fits).then(|| {
-        let (blocks, threads) = ll_grid(words, d.sm_count, d.n_pes);
+        let (blocks, threads) = ll_grid(total.div_ceil(8), d.sm_count, d.n_pes);
         CallPlan {
             blocks,
             threads,
