@@ -193,6 +193,9 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
   overhead = (time - time of compute-only) / time of compute-only
   best ours over cublas-only = (time of the fastest of cublas+ours, overlapped and fused
              - time of cublas-only) / time of cublas-only
+  slowest PE's compute-only = the largest of the PEs' own medians of compute-only (the
+             times above are PE 0's; a layer that communicates waits for its slowest GPU),
+             and the fastest of ours over it and over the slowest PE's cublas-only
   auto     = which of cublas+ours, overlapped and fused TpMlp::forward (Schedule::Auto)
              takes at that shape and M (TpMlp::auto_schedule), and its speed-up over
              cublas+nccl

@@ -70,6 +70,12 @@ pub struct TpFigures {
     pub speedup_vs_nccl: Option<f64>,
     /// (this time - time of `compute-only`) / time of `compute-only`, in percent.
     pub overhead_percent: Option<f64>,
+    /// The largest of the PEs' own medians. The PEs run the same work on different GPUs,
+    /// which need not be equally fast; a layer that communicates ends with its slowest PE,
+    /// so the slowest PE's `compute-only` is the bound no schedule can beat.
+    pub slowest_pe_us: Option<f64>,
+    /// (this time - the slowest PE's `compute-only`) / the same, in percent.
+    pub overhead_slowest_percent: Option<f64>,
     /// Whether this is the schedule that `forward` (`Schedule::Auto`) runs at this shape
     /// and M.
     pub auto: bool,
@@ -593,6 +599,28 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
         if over_cublas {
             headers.push("best ours over cublas-only".into());
         }
+        // Against the slowest PE's local work, where the PEs' own medians were gathered.
+        let slowest = |imp: &str, m: usize| {
+            sel.iter()
+                .find(|r| {
+                    r.implementation == imp
+                        && r.status == Status::Ok
+                        && r.tp.is_some_and(|t| t.tokens == m)
+                })
+                .and_then(|r| r.tp.and_then(|t| t.slowest_pe_us))
+        };
+        let by_slowest = n_pes > 1
+            && any_ours
+            && sel.iter().any(|r| {
+                r.implementation == compute && r.tp.is_some_and(|t| t.slowest_pe_us.is_some())
+            });
+        if by_slowest {
+            headers.push("slowest PE's compute-only us".into());
+            headers.push("best ours over it".into());
+            if impls.contains(&cublas) {
+                headers.push("best ours over slowest PE's cublas-only".into());
+            }
+        }
         let mut tokens: Vec<usize> = sel.iter().filter_map(|r| r.tp.map(|t| t.tokens)).collect();
         tokens.sort_unstable();
         tokens.dedup();
@@ -649,6 +677,20 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
                         .and_then(|(t, c)| crate::tp::overhead_percent(t, c)),
                 ));
             }
+            if by_slowest {
+                row.push(slowest(compute, m).map_or("-".into(), fmt_us));
+                row.push(percent_cell(
+                    best.and_then(|r| r.tp)
+                        .and_then(|t| t.overhead_slowest_percent),
+                ));
+                if impls.contains(&cublas) {
+                    let t = best.and_then(|r| r.median_us());
+                    row.push(percent_cell(
+                        t.zip(slowest(cublas, m))
+                            .and_then(|(t, c)| crate::tp::overhead_percent(t, c)),
+                    ));
+                }
+            }
             rows.push(row);
         }
         let mut footer = vec![
@@ -674,6 +716,9 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
         }
         if over_cublas {
             footer.push("\"best ours over cublas-only\" = (the fastest of our schedules - cublas-only) / cublas-only: the TP overhead over cuBLAS's compute alone");
+        }
+        if by_slowest {
+            footer.push("the baselines' times are PE 0's; \"slowest PE's\" = the largest of the PEs' own medians, the local work of the slowest GPU, which a layer that communicates waits for; \"best ours over it\" = (the fastest of our schedules - that) / that");
         }
         footer.push("! = check failed");
         out.push(Table {
@@ -794,7 +839,7 @@ pub fn render_tables(results: &Results, cfg: &Config) -> String {
 }
 
 /// The CSV header and rows.
-pub const CSV_HEADER: &str = "test,variant,implementation,mode,dtype,bytes,count,n_pes,samples,median_us,mean_us,min_us,max_us,p10_us,p90_us,algbw_gbs,busbw_gbs,hidden,ffn,tokens,tflops_per_gpu,speedup_vs_nccl,tp_overhead_percent,tp_auto,status,check";
+pub const CSV_HEADER: &str = "test,variant,implementation,mode,dtype,bytes,count,n_pes,samples,median_us,mean_us,min_us,max_us,p10_us,p90_us,algbw_gbs,busbw_gbs,hidden,ffn,tokens,tflops_per_gpu,speedup_vs_nccl,tp_overhead_percent,tp_slowest_pe_us,tp_overhead_slowest_percent,tp_auto,status,check";
 
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
@@ -842,6 +887,8 @@ pub fn to_csv(records: &[Record]) -> String {
             opt(tp.and_then(|t| t.tflops_per_gpu)),
             opt(tp.and_then(|t| t.speedup_vs_nccl)),
             opt(tp.and_then(|t| t.overhead_percent)),
+            opt(tp.and_then(|t| t.slowest_pe_us)),
+            opt(tp.and_then(|t| t.overhead_slowest_percent)),
             tp.map(|t| t.auto.to_string()).unwrap_or_default(),
             status.to_string(),
             csv_field(&r.check),
@@ -965,6 +1012,8 @@ pub mod tests {
             tflops_per_gpu: Some(6.0 * tokens as f64 * 4096.0 * 14336.0 / 8.0 / median * 1e-6),
             speedup_vs_nccl: None,
             overhead_percent: None,
+            slowest_pe_us: None,
+            overhead_slowest_percent: None,
             auto: false,
         });
         r
@@ -1389,6 +1438,19 @@ pub mod tests {
         crate::tp::fill_relative(&mut rows[..3]);
         rows.push(record("allreduce", "ours", "plain", 64, 1.0, Status::Ok));
         let tables = tp_tables(&rows);
+        // Without the PEs' own medians there is no slowest PE to compare with.
+        assert!(!tables[0].render().contains("slowest PE"));
+        // The slowest PE's compute-only (12 us) where PE 0's took 10: ours (15) is 25% over it.
+        rows[0].tp.as_mut().unwrap().slowest_pe_us = Some(12.0);
+        crate::tp::fill_relative(&mut rows[..3]);
+        let with_slowest = tp_tables(&rows)[0].render();
+        assert!(
+            with_slowest.contains("slowest PE's compute-only us") && with_slowest.contains("25.0%"),
+            "{with_slowest}"
+        );
+        assert_eq!(rows[2].tp.unwrap().overhead_slowest_percent, Some(25.0));
+        rows[0].tp.as_mut().unwrap().slowest_pe_us = None;
+        crate::tp::fill_relative(&mut rows[..3]);
         assert_eq!(tables.len(), 2);
         let text = tables[0].render();
         assert!(
@@ -1421,8 +1483,8 @@ pub mod tests {
             lines[3]
         );
         assert!(lines[3].contains(",4096,14336,16,"), "{}", lines[3]);
-        assert!(lines[3].ends_with(",2,50,false,ok,ok"), "{}", lines[3]);
-        assert!(lines[5].ends_with(",,,,,,,,ok,ok"), "{}", lines[5]);
+        assert!(lines[3].ends_with(",2,50,,,false,ok,ok"), "{}", lines[3]);
+        assert!(lines[5].ends_with(",,,,,,,,,,ok,ok"), "{}", lines[5]);
         assert_eq!(rows[2].key(), "tp 8b M=16 cublas+ours");
         let json = to_json(
             &Results {

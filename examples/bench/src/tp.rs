@@ -22,7 +22,7 @@ use nvshmem::tp::{
     ColumnParallelLinear, GemmPath, LinearShape, RowParallelLinear, Schedule, SequenceParallelMlp,
     TensorParallel, TpMlp, DECODE_MAX_TOKENS, FUSED_SCATTER_TOKENS, TUNED_TOKENS,
 };
-use nvshmem::{Collectives, DeviceBuffer, Nvshmem, SymmetricBuffer};
+use nvshmem::{Collectives, DeviceBuffer, Nvshmem, ReduceOp, SymmetricBuffer};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
@@ -173,11 +173,18 @@ pub fn fill_relative(records: &mut [Record]) {
     };
     let nccl = median(TpImpl::CublasNccl, records);
     let compute = median(TpImpl::ComputeOnly, records);
+    let slowest_compute = records
+        .iter()
+        .find(|r| r.implementation == TpImpl::ComputeOnly.name())
+        .and_then(|r| r.tp.and_then(|t| t.slowest_pe_us));
     for r in records.iter_mut() {
         let t = r.median_us();
         if let Some(fig) = r.tp.as_mut() {
             fig.speedup_vs_nccl = t.zip(nccl).and_then(|(t, b)| speedup(b, t));
             fig.overhead_percent = t.zip(compute).and_then(|(t, c)| overhead_percent(t, c));
+            fig.overhead_slowest_percent = t
+                .zip(slowest_compute)
+                .and_then(|(t, c)| overhead_percent(t, c));
         }
     }
 }
@@ -997,6 +1004,8 @@ fn point(
             tflops_per_gpu: None,
             speedup_vs_nccl: None,
             overhead_percent: None,
+            slowest_pe_us: None,
+            overhead_slowest_percent: None,
             auto: false,
         }),
     };
@@ -1235,8 +1244,12 @@ fn point(
             r.check = problems.join("; ");
         }
         r.time_us = stats::summarize(samples);
+        // Positive f64s order as their bits do, so the largest median is a u64 maximum.
+        let median_bits = r.median_us().map_or(0, f64::to_bits);
+        let slowest = ctx.coord.reduce(ReduceOp::Max, &[median_bits])?[0];
         if let Some(fig) = r.tp.as_mut() {
             fig.tflops_per_gpu = r.time_us.and_then(|t| tflops(flops, t.median));
+            fig.slowest_pe_us = (slowest != 0).then(|| f64::from_bits(slowest));
         }
         records.push(r);
     }
@@ -1288,8 +1301,13 @@ mod tests {
             tp_record("8b", TpImpl::CublasNccl, 64, 80.0),
             tp_record("8b", TpImpl::CublasOurs, 64, 50.0),
         ];
+        // compute-only's slowest PE took 45 us where PE 0 took 40.
+        rows[0].tp.as_mut().unwrap().slowest_pe_us = Some(45.0);
         fill_relative(&mut rows);
         let fig = |i: usize| rows[i].tp.unwrap();
+        let near = |v: Option<f64>, want: f64| (v.unwrap() - want).abs() < 1e-9;
+        assert!(near(fig(0).overhead_slowest_percent, -100.0 / 9.0));
+        assert!(near(fig(2).overhead_slowest_percent, 100.0 / 9.0));
         assert_eq!(fig(0).overhead_percent, Some(0.0));
         assert_eq!(fig(1).overhead_percent, Some(100.0));
         assert_eq!(fig(2).overhead_percent, Some(25.0));
@@ -1301,6 +1319,7 @@ mod tests {
         fill_relative(&mut alone);
         let t = alone[0].tp.unwrap();
         assert_eq!((t.speedup_vs_nccl, t.overhead_percent), (None, None));
+        assert_eq!(t.overhead_slowest_percent, None);
     }
 
     #[test]
