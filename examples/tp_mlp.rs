@@ -2303,7 +2303,9 @@ fn main() {
         );
         // The fused decode kernel: one token (16-byte rows, the vector path), 8 and the most
         // tokens it takes with rows of an odd length (the element path), an odd output width,
-        // and 9 to 16 tokens (two groups of 8, the second partly masked).
+        // and 9 to 16 tokens (two groups of 8, the second partly masked). The widest ones
+        // give a block several tasks (1057 and 1321 of 16 features on a grid of 2 blocks per
+        // SM, a partial last one), whose sums it sends and takes back task by task.
         for s in [
             (1, 512 * n, 1030),
             (8, 520 * n + 3, 96),
@@ -2311,6 +2313,8 @@ fn main() {
             (DECODE_MAX_TOKENS, 264 * n + 5, 40),
             (11, 512 * n, 72),
             (DECODE_MAX_TOKENS, 256 * n, 1030),
+            (3, 64 * n, 16900),
+            (DECODE_MAX_TOKENS, 64 * n, 21124),
         ] {
             c.run(
                 format!(
