@@ -1,7 +1,7 @@
 # One-command setup, build, test and benchmark. `make test` and `make bench` do all set-up.
 #
-#   make setup     pinned CUDA compiler, NVSHMEM, NCCL, cuBLAS, cuBLASMp, CUTLASS (headers),
-#                  MPICH and libclang wheels into .venv,
+#   make setup     pinned CUDA compiler, NVSHMEM, NCCL, cuBLAS, cuBLASMp, MPICH and libclang
+#                  wheels into .venv,
 #                  and .venv/bin/nvshmemrun
 #   make test      CPU tests (no GPU needed)
 #   make run EXAMPLE=hello NP=2
@@ -32,12 +32,9 @@ CUDA_WHEELS := nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==1
 NVSHMEM_WHEELS := nvidia-nvshmem-cu13==3.4.5
 # libclang for bindgen (the wheel ships libclang.so; nvshmem-build's LIBCLANG_WHEEL agrees).
 OTHER_WHEELS := nvidia-nccl-cu13==2.28.9 nvidia-cublas==13.1.0.3 mpich==5.0.2 libclang==18.1.1
-# CUTLASS's C++ headers for our sm_90a GEMMs (nvshmem-build's CUTLASS_WHEEL agrees). Only the
-# headers are used, so its Python dependencies (numpy, scipy, cuda-python...) are not installed.
-CUTLASS_WHEELS := $(if $(CUTLASS_HOME),,nvidia-cutlass==4.2.0.0)
 # cuBLASMp, the bench's cublasmp baseline: 0.7 is the last release on NVSHMEM and NCCL 2.28
 # (0.8 and later need NCCL 2.29). Its dependencies are the pins above, so none is pulled in.
-NODEPS_WHEELS := $(CUTLASS_WHEELS) nvidia-cublasmp-cu13==0.7.0.125
+NODEPS_WHEELS := nvidia-cublasmp-cu13==0.7.0.125
 WHEELS := $(if $(CUDA_HOME),,$(CUDA_WHEELS)) $(if $(NVSHMEM_HOME),,$(NVSHMEM_WHEELS)) $(OTHER_WHEELS)
 STAMP := $(VENV)/.setup-done
 

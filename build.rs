@@ -1,9 +1,7 @@
-//! Compiles `kernels/*.cu` into linked cubins (one per architecture) and embeds them, builds
-//! our Hopper GEMM (`kernels/gemm`, CUTLASS, sm_90a) with the host code that prepares its
-//! parameters, and turns `kernels/abi.h`, the definitions the kernels and the Rust side share,
-//! into Rust.
+//! Compiles `kernels/*.cu` into linked cubins (one per architecture) and embeds them, and
+//! turns `kernels/abi.h`, the definitions the kernels and the Rust side share, into Rust.
 
-use nvshmem_build::{emit_rpath, fail, BuiltKernels, Error, KernelBuilder, Probe};
+use nvshmem_build::{emit_rpath, fail, Error, KernelBuilder, Probe};
 use std::path::{Path, PathBuf};
 
 fn main() {
@@ -12,20 +10,14 @@ fn main() {
     let builder = KernelBuilder::from_links_metadata("NVSHMEM", "nvshmem-sys")
         .and_then(|b| b.export_headers("kernels/include"))
         .unwrap_or_else(|e| fail(&e));
-    // The GEMM (about 45 s of one core and 3.3 GB) builds beside the other kernels.
-    let (built, gemm) = std::thread::scope(|s| {
-        let gemm = s.spawn(|| build_gemm(&builder));
-        let built = builder
-            .clone()
-            .rust_path("crate")
-            .source_dir("kernels")
-            .and_then(|b| b.build());
-        (built, gemm.join().expect("GEMM build panicked"))
-    });
-    let built = built.unwrap_or_else(|e| fail(&e));
-    let gemm_module = gemm.unwrap_or_else(|e| fail(&e));
+    let built = builder
+        .clone()
+        .rust_path("crate")
+        .source_dir("kernels")
+        .and_then(|b| b.build())
+        .unwrap_or_else(|e| fail(&e));
     let cubins = out_dir().join("cubins.rs");
-    std::fs::write(&cubins, built.rust_module() + &gemm_module).unwrap_or_else(|source| {
+    std::fs::write(&cubins, built.rust_module()).unwrap_or_else(|source| {
         fail(&Error::Io {
             path: cubins,
             source,
@@ -47,41 +39,6 @@ fn main() {
     // For crates that depend on us and build their own kernels (DEP_NVSHMEM_RS_*).
     builder.emit_links_metadata();
     println!("cargo:rerun-if-changed=build.rs");
-}
-
-/// Our Hopper GEMM: `kernels/gemm/gemm_sm90.cu` as a whole program for sm_90a (when the
-/// architectures asked for include sm_90), and the CUTLASS host code that prepares its
-/// parameters as a static library linked into the crate. Returns the Rust text of its
-/// `GEMM_SM90` cubin set (empty when sm_90 is not built for).
-fn build_gemm(builder: &KernelBuilder) -> Result<String, Error> {
-    let cutlass = Probe::from_env().find_cutlass()?;
-    let gemm = builder
-        .clone()
-        .rust_path("crate")
-        .archs(["sm_90a"])?
-        .cutlass(&cutlass)
-        // CUTLASS's host code asserts (aborts) where a TMA descriptor cannot be encoded; ours
-        // checks the result and returns an error instead.
-        .flag("-DNDEBUG")
-        .include_dir("kernels")
-        .include_dir("kernels/gemm");
-    gemm.build_host_library(
-        "nvshmem_rs_gemm_sm90",
-        &["kernels/gemm/gemm_sm90_params.cu"],
-    )?
-    .emit_link();
-    println!("cargo:rerun-if-changed=kernels/gemm");
-    if builder.arch_list().iter().any(|a| a.capability == 90) {
-        let built: BuiltKernels = gemm
-            .whole_program()
-            .source("kernels/gemm/gemm_sm90.cu")
-            .build()?;
-        Ok(built.rust_module())
-    } else {
-        Ok("/// Not built: NVSHMEM_RS_CUDA_ARCHS names no sm_90.\n#[allow(dead_code)]\n\
-            pub const GEMM_SM90: crate::module::CubinSet = crate::module::CubinSet::new(\"gemm_sm90\", &[]);\n"
-            .to_string())
-    }
 }
 
 /// `$OUT_DIR/abi.rs` from `kernels/abi.h` (included by src/abi.rs).

@@ -9,7 +9,7 @@
 //! `--m LIST` (its token counts), `--iters N` (timed graph replays per row), `--no-timing`.
 //! `--rounds N` makes every fused exchange N rounds (`ScheduleThresholds::fused_exchange_gemms`
 //! N × the PE count, `fused_mlp_rounds` 0). `gemm`
-//! checks the local GEMM paths (`GemmPath::CublasLt`, `Decode` and `Cutlass`) against f64
+//! checks the local GEMM paths (`GemmPath::CublasLt` and `Decode`) against f64
 //! sums and times them on this PE's shard of the shape for each `--m`: ours (the decode
 //! kernels up to 16 tokens, the CUTLASS kernel above) against cuBLASLt. `breakdown` (timing
 //! only, not part of `all`) splits the sequential MLP's time for each `--m`: its GEMMs alone,
@@ -49,8 +49,7 @@ use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
 use nvshmem::tp::{
     shard_range, take_cols, take_rows, ColumnInput, ColumnParallelLinear, GemmPath, LinearShape,
     RowOutput, RowParallelLinear, Schedule, ScheduleThresholds, SequenceParallelMlp,
-    TensorParallel, TpMlp, AUTO_OVERLAP_CHUNKS, DECODE_MAX_TOKENS, DECODE_TOKENS,
-    FUSED_GATHER_TOKENS, FUSED_SCATTER_TOKENS,
+    TensorParallel, TpMlp, DECODE_MAX_TOKENS, FUSED_DECODE_MAX_TOKENS, FUSED_EXCHANGE_TOKENS,
 };
 use nvshmem::{
     bf16, AllGatherAlgo, AllReduceAlgo, DeviceBuffer, Error, Nvshmem, ReduceOp, SymmetricBuffer,
@@ -401,14 +400,14 @@ fn bits(v: &[bf16]) -> Vec<u16> {
 
 // ---- the checks ---------------------------------------------------------------------------
 
-/// Every schedule is checked. With these few tokens, 3 pieces cut a row-parallel GEMM along
-/// its output features (a narrower last piece, one token or several); the cut along the
-/// tokens is checked at 1027 tokens (row all-reduce, below). Fused runs the fused decode
-/// kernels up to 16 tokens and is sequential above; Auto, with the default thresholds, is
-/// sequential at these sizes (`sequence_parallel_auto` checks its choice).
+/// Every schedule is checked. Overlapped overlaps a sequence-parallel column layer's
+/// all-gather and is sequential elsewhere; Fused runs the fused decode kernel up to
+/// `FUSED_DECODE_MAX_TOKENS` tokens (where the output's rows are whole lines) and is
+/// sequential above, at these sizes; Auto, with the default thresholds, is sequential at
+/// these sizes (`sequence_parallel_auto` checks its choice).
 const SCHEDULES: [Schedule; 4] = [
     Schedule::Sequential,
-    Schedule::Overlapped { chunks: 3 },
+    Schedule::Overlapped,
     Schedule::Fused,
     Schedule::Auto,
 ];
@@ -682,27 +681,18 @@ fn outputs(c: &Checks, count: usize, len: usize) -> Result<Vec<DeviceBuffer<bf16
 }
 
 /// The fused all-gather + GEMM (sequence-parallel input), `per_pe` rows per PE, through
-/// [`fused_exchange`]; with `cutlass`, by our CUTLASS kernel from `FUSED_GATHER_TOKENS`
-/// tokens. With `skew`, PE 0's outputs start 2 bytes past a 16-byte boundary, where that
-/// kernel cannot store: PE 0 then waits for every chunk and multiplies by cuBLASLt while the
-/// others' tiles wait for their rows, in the same exchange.
+/// [`fused_exchange`]. With `skew`, PE 0's outputs start 2 bytes past a 16-byte boundary,
+/// so that its GEMMs take other cuBLASLt kernels than its peers' in the same exchange.
 fn column_fused(
     c: &Checks,
     seed: u64,
     (per_pe, k, nn): (usize, usize, usize),
     skew: bool,
-    cutlass: bool,
 ) -> Outcome {
     let mut rng = Rng::new(seed);
     let m = per_pe * c.n();
     let w = weight(&mut rng, nn, k);
-    let tp = match cutlass {
-        true => c.tp.clone().with_thresholds(ScheduleThresholds {
-            fused_gather_cutlass_min_tokens: FUSED_GATHER_TOKENS,
-            ..*c.tp.thresholds()
-        }),
-        false => c.tp.clone(),
-    };
+    let tp = c.tp.clone();
     let build = || -> Result<ColumnParallelLinear, String> {
         let layer = ColumnParallelLinear::new(&tp, k, nn, ColumnInput::SequenceParallel, m)
             .map_err(text)?;
@@ -852,7 +842,7 @@ fn with_rounds(c: &Checks, rounds: Option<usize>) -> TensorParallel {
 /// The fused forms of the row-parallel layer ([`Schedule::Fused`]: the decode kernel, and
 /// from 512 tokens per PE the GEMM + all-reduce, in `rounds` rounds where given), through
 /// [`fused_exchange`] (whose all-reduces between calls share the fused kernel's epoch and
-/// staging); each output also the same on every PE, and up to `DECODE_TOKENS` tokens bit for
+/// lines); each output also the same on every PE, and up to `DECODE_MAX_TOKENS` tokens bit for
 /// bit what the sequential schedule gives (the same decode GEMM, the same order of the sum
 /// over PEs).
 fn row_fused(
@@ -868,11 +858,25 @@ fn row_fused(
         (m, k, n),
         RowOutput::Replicated,
     )?;
+    // The fused forms where they take the call, the sequential schedule elsewhere.
+    let fuses = (m <= FUSED_DECODE_MAX_TOKENS && n % 4 == 0)
+        || (c.n() > 1 && m % c.n() == 0 && m / c.n() >= FUSED_EXCHANGE_TOKENS);
+    let want_schedule = if fuses {
+        Schedule::Fused
+    } else {
+        Schedule::Sequential
+    };
+    let resolved = case.layers[0].resolved_schedule(Schedule::Fused, m);
+    if resolved != want_schedule {
+        return Err(format!(
+            "Fused at m={m} n={n} runs {resolved:?}, not {want_schedule:?}"
+        ));
+    }
     row_exchange(c, &case, k, m * n, &|i, got, spare| {
         let (want, terms) = row_parallel(&case.inputs[i], &case.w, m, n, k, c.n());
         compare_row("fused row-parallel output", got, (&want, &terms))?;
         c.identical("fused row-parallel output", got)?;
-        match m <= DECODE_TOKENS {
+        match m <= DECODE_MAX_TOKENS {
             true => same_as_sequential(c, &case, i, got, spare),
             false => Ok(()),
         }
@@ -902,7 +906,7 @@ fn row_reduce_scatter_fused(
         let (want, terms) = row_parallel(&case.inputs[i], &case.w, m, n, k, c.n());
         let mine = (&want[mine.clone()], &terms[mine.clone()]);
         compare_row("fused reduce-scatter output", got, mine)?;
-        match m <= DECODE_TOKENS {
+        match m <= DECODE_MAX_TOKENS {
             true => same_as_sequential(c, &case, i, got, spare),
             false => Ok(()),
         }
@@ -1058,9 +1062,7 @@ fn sequence_parallel_auto(
             ..*c.tp.thresholds()
         })
     };
-    let overlap = Schedule::Overlapped {
-        chunks: AUTO_OVERLAP_CHUNKS,
-    };
+    let overlap = Schedule::Overlapped;
     let fused = run(&c.tp, Schedule::Fused)?;
     let sequential = run(&c.tp, Schedule::Sequential)?;
     let overlapped = run(&c.tp, overlap)?;
@@ -1272,11 +1274,7 @@ fn large(
             let x = c.device(&d.x)?;
             let want = f64s(&mlp_unsharded(c, &d, m, hidden, ffn)?);
             let mut found: Outcome = Ok(());
-            for schedule in [
-                Schedule::Sequential,
-                Schedule::Overlapped { chunks: 4 },
-                Schedule::Fused,
-            ] {
+            for schedule in [Schedule::Sequential, Schedule::Fused] {
                 let y = c.shmem.malloc::<bf16>(m * hidden).map_err(text)?;
                 mlp.forward_with(&y, &x, schedule, s).map_err(text)?;
                 sync(s).map_err(text)?;
@@ -1547,7 +1545,7 @@ fn gemm_calibrated(c: &Checks, seed: u64) -> Outcome {
     for (m, path) in [
         (DECODE_MAX_TOKENS + 1, GemmPath::CublasLt),
         (0, GemmPath::Decode),
-        (4, GemmPath::Cutlass),
+        (4, GemmPath::CublasLtHeuristic),
     ] {
         let shape = LinearShape { m, n: 8, k: 8 };
         match gemm.set_auto_path(shape, path) {
@@ -1564,15 +1562,14 @@ fn gemm_calibrated(c: &Checks, seed: u64) -> Outcome {
 }
 
 /// This PE's GEMMs of the MLP shape (gate/up, then down) for each token count, by cuBLASLt
-/// (the algorithm calibration measured fastest), by our kernel for it (the decode kernel up
-/// to [`DECODE_MAX_TOKENS`] tokens, the CUTLASS kernel above) and by cuBLASLt with its
+/// (the algorithm calibration measured fastest), by our decode kernel (up to
+/// [`DECODE_MAX_TOKENS`] tokens; larger token counts are skipped) and by cuBLASLt with its
 /// heuristic's first choice, in CUDA graphs: time, TFLOP/s and the weight's bytes per second.
 /// Each timed output is checked bit for bit against an eager call, and the other paths
 /// against cuBLASLt within the tolerance.
 fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
     let f = shard_range(a.ffn, c.me(), c.n()).len();
     let shapes = [("gate/up", 2 * f, a.hidden), ("down", a.hidden, f)];
-    let cutlass = c.tp.gemm().cutlass_available();
     if c.me() == 0 {
         println!(
             "\nGEMMs of this PE's MLP shard ({} over {} PEs), bf16, CUDA graphs, {} replays, PE 0; us: median [p10, p90]; TFLOP/s; GB/s of weight read",
@@ -1580,9 +1577,6 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
             c.n(),
             a.iters
         );
-        if let Err(why) = &cutlass {
-            println!("(our CUTLASS kernel is not timed: {why})");
-        }
         println!(
             "{:>8} {:>5} {:>6} {:>6} {:>24} {:>7} {:>6} {:>8} {:>24} {:>7} {:>6} {:>8} {:>8} {:>24} {:>8}",
             "GEMM",
@@ -1616,13 +1610,10 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
             );
         }
         for &m in &a.ms {
-            let ours = if m <= DECODE_MAX_TOKENS {
-                GemmPath::Decode
-            } else if cutlass.is_ok() {
-                GemmPath::Cutlass
-            } else {
+            if m > DECODE_MAX_TOKENS {
                 continue;
-            };
+            }
+            let ours = GemmPath::Decode;
             let x = c.device(&rng.bf16s(m * k, 1.0))?;
             let ys = [
                 c.shmem.alloc_device::<bf16>(m * n).map_err(text)?,
@@ -1744,16 +1735,8 @@ fn timing(c: &Checks, a: &Args) -> Outcome {
             a.iters
         );
         println!(
-            "{:>6} {:>26} {:>26} {:>9} {:>26} {:>9} {:>26} {:>9} {:>13}",
-            "M",
-            "compute-only",
-            "sequential",
-            "overhead",
-            "overlapped (4 pieces)",
-            "overhead",
-            "fused",
-            "overhead",
-            "TFLOP/s/GPU"
+            "{:>6} {:>26} {:>26} {:>9} {:>26} {:>9} {:>13}",
+            "M", "compute-only", "sequential", "overhead", "fused", "overhead", "TFLOP/s/GPU"
         );
     }
     let mut rng = Rng::new(0x7136);
@@ -1793,12 +1776,11 @@ fn timing(c: &Checks, a: &Args) -> Outcome {
             bits(&y.to_vec().map_err(text)?),
             bits(&partial.to_vec().map_err(text)?),
         );
-        // The other schedules, each into its own output; fused only where it has a form of
-        // its own (the decode kernel; the GEMM + all-reduce from FUSED_SCATTER_TOKENS tokens
-        // per PE, shared equally): elsewhere it is the sequential schedule again.
-        let mut others = vec![Schedule::Overlapped { chunks: 4 }];
-        let n = c.n();
-        if m <= DECODE_MAX_TOKENS || (n > 1 && m % n == 0 && m / n >= FUSED_SCATTER_TOKENS) {
+        // The fused schedule, into its own output, where it has a form of its own (the
+        // decode kernel; the GEMM + all-reduce in rounds): elsewhere it is the sequential
+        // schedule again.
+        let mut others = Vec::new();
+        if mlp.down().resolved_schedule(Schedule::Fused, m) == Schedule::Fused {
             others.push(Schedule::Fused);
         }
         let mut outs = Vec::new();
@@ -1845,11 +1827,10 @@ fn timing(c: &Checks, a: &Args) -> Outcome {
         };
         if c.me() == 0 {
             println!(
-                "{m:>6} {:>26} {} {} {} {:>13.1}",
+                "{m:>6} {:>26} {} {} {:>13.1}",
                 cell(tc),
                 with_overhead(t.get(1)),
                 with_overhead(t.get(2)),
-                with_overhead(t.get(3)),
                 flops / best * 1e-6
             );
         }
@@ -1981,9 +1962,8 @@ fn breakdown(c: &Checks, a: &Args) -> Outcome {
 }
 
 /// The sequence-parallel layers in each schedule against their local GEMM alone: the
-/// gate/up projection (all-gather + GEMM; the GEMM alone by cuBLASLt as `Auto` picks it
-/// and by our CUTLASS kernel, which the fused schedule runs from FUSED_GATHER_TOKENS
-/// tokens) and the down projection (GEMM + reduce-scatter). Every timed output checked.
+/// gate/up projection (all-gather + GEMM; the GEMM alone as `Auto` picks it) and the down
+/// projection (GEMM + reduce-scatter). Every timed output checked.
 fn sequence_parallel_timing(c: &Checks, a: &Args) -> Outcome {
     let (hidden, ffn, n) = (a.hidden, a.ffn, c.n());
     let ms: Vec<usize> = a.ms.iter().copied().filter(|m| m % n == 0).collect();
@@ -2007,7 +1987,6 @@ fn sequence_parallel_timing(c: &Checks, a: &Args) -> Outcome {
     }
     let (out, f) = (column.local_out_features(), row.local_in_features().len());
     let s = &c.stream;
-    let cutlass = c.tp.gemm().cutlass_available().is_ok();
     let header = |what: String, columns: &[&str]| {
         if c.me() == 0 {
             println!(
@@ -2027,23 +2006,13 @@ fn sequence_parallel_timing(c: &Checks, a: &Args) -> Outcome {
             println!();
         }
     };
-    let schedules = [
-        Schedule::Sequential,
-        Schedule::Overlapped { chunks: 2 },
-        Schedule::Fused,
-    ];
+    let schedules = [Schedule::Sequential, Schedule::Overlapped, Schedule::Fused];
     header(
         format!(
             "Sequence-parallel gate/up {} (hidden {hidden} -> {out} features per PE)",
             a.shape_name
         ),
-        &[
-            "GEMM alone (Auto)",
-            "GEMM alone (CUTLASS)",
-            "sequential",
-            "overlapped",
-            "fused",
-        ],
+        &["GEMM alone (Auto)", "sequential", "overlapped", "fused"],
     );
     for &m in &ms {
         let x = c.symmetric(&rng.bf16s(m / n * hidden, 1.0))?;
@@ -2053,36 +2022,14 @@ fn sequence_parallel_timing(c: &Checks, a: &Args) -> Outcome {
             n: out,
             k: hidden,
         };
-        let ys = outputs(c, 5, m * out)?;
+        let ys = outputs(c, 4, m * out)?;
         let (ys, all, x, column) = (&ys, &all, &x, &column);
-        let gemm = |i: usize, p: GemmPath| {
-            move || {
-                c.tp.gemm()
-                    .linear_with(&ys[i], all, column.weight(), shape, p, s)
-            }
-        };
-        let layer = |i: usize| move || column.forward_with(&ys[i], x, schedules[i - 2], s);
-        let (g0, g1, l2, l3, l4) = (
-            gemm(0, GemmPath::Auto),
-            gemm(1, GemmPath::Cutlass),
-            layer(2),
-            layer(3),
-            layer(4),
-        );
-        let mut calls: Vec<&dyn Fn() -> Result<(), Error>> = vec![&g0, &g1, &l2, &l3, &l4];
-        if !cutlass {
-            calls.remove(1);
-        }
-        let read = |i: usize| {
-            ys[if cutlass || i == 0 { i } else { i + 1 }]
-                .to_vec()
-                .map_err(text)
-        };
-        let mut cells = time_calls(c, a.iters, &calls, &read)?;
-        if !cutlass {
-            cells.insert(1, "-".into());
-        }
-        line(m, &cells);
+        let g0 = || c.tp.gemm().linear(&ys[0], all, column.weight(), shape, s);
+        let layer = |i: usize| move || column.forward_with(&ys[i], x, schedules[i - 1], s);
+        let (l1, l2, l3) = (layer(1), layer(2), layer(3));
+        let calls: Vec<&dyn Fn() -> Result<(), Error>> = vec![&g0, &l1, &l2, &l3];
+        let read = |i: usize| ys[i].to_vec().map_err(text);
+        line(m, &time_calls(c, a.iters, &calls, &read)?);
     }
     header(
         format!(
@@ -2243,39 +2190,31 @@ fn main() {
         }
     }
     if args.column {
-        // The fused all-gather + GEMM: below FUSED_SCATTER_TOKENS rows per PE (sequential),
-        // from there a GEMM per PE's rows; and, with the CUTLASS threshold lowered, our CUTLASS
-        // kernel waiting per tile, with chunks that end inside a 128-row tile (a GEMM per PE's
-        // rows again for shard widths that kernel cannot store).
-        let big = FUSED_GATHER_TOKENS.div_ceil(n) + 6;
-        for (s, cutlass) in [
-            ((3, 200, 328), false),
-            ((16, 136, 64 * n), false),
-            ((FUSED_SCATTER_TOKENS + 3, 136, 64 * n), false),
-            ((big, 136, 512 * n), false),
-            ((big, 136, 512 * n), true),
-            ((big, 264, 16 * n + 5), true),
+        // The fused all-gather + GEMM: below FUSED_EXCHANGE_TOKENS rows per PE (sequential),
+        // from there a GEMM per PE's rows, with shard widths of odd lengths too.
+        let big = 2048usize.div_ceil(n) + 6;
+        for s in [
+            (3, 200, 328),
+            (16, 136, 64 * n),
+            (FUSED_EXCHANGE_TOKENS + 3, 136, 64 * n),
+            (big, 136, 512 * n),
+            (big, 264, 16 * n + 5),
         ] {
-            let path = if cutlass {
-                ", CUTLASS from 2048 tokens"
-            } else {
-                ""
-            };
             c.run(
                 format!(
-                    "column fused {} rows per PE k={} n={}{path}: back to back, two layers, graph replay",
+                    "column fused {} rows per PE k={} n={}: back to back, two layers, graph replay",
                     s.0, s.1, s.2
                 ),
-                |c, seed| column_fused(c, seed, s, false, cutlass),
+                |c, seed| column_fused(c, seed, s, false),
             );
         }
         let s = (big, 136, 512 * n);
         c.run(
             format!(
-                "column fused {} rows per PE k={} n={}, CUTLASS, PE 0's output misaligned: back to back, two layers, graph replay",
+                "column fused {} rows per PE k={} n={}, PE 0's output misaligned: back to back, two layers, graph replay",
                 s.0, s.1, s.2
             ),
-            |c, seed| column_fused(c, seed, s, true, true),
+            |c, seed| column_fused(c, seed, s, true),
         );
     }
     if args.row {
@@ -2291,30 +2230,23 @@ fn main() {
         }
     }
     if args.row {
-        // Pieces along the tokens: 2 pieces of at least 512, starting on 16-byte boundaries
-        // of an odd number of output features.
-        let s = (1027, 64 * n, 8 * n + 3);
-        c.run(
-            format!(
-                "row all-reduce m={} k={} n={} pieces along the tokens",
-                s.0, s.1, s.2
-            ),
-            |c, seed| row_all_reduce(c, seed, s, Schedule::Overlapped { chunks: 2 }),
-        );
-        // The fused decode kernel: one token (16-byte rows, the vector path), 8 and the most
-        // tokens it takes with rows of an odd length (the element path), an odd output width,
-        // and 9 to 16 tokens (two groups of 8, the second partly masked). The widest ones
-        // give a block several tasks (1057 and 1321 of 16 features on a grid of 2 blocks per
-        // SM, a partial last one), whose sums it sends and takes back task by task.
+        // The fused decode kernel: one token (16-byte rows, the vector path), the most tokens
+        // it takes with rows of an odd length (the element path), odd token counts and a
+        // partial task (36 features: two tasks and a quarter). The widest give a block
+        // several tasks (1057 and 1321 of 16 features on a grid of 2 blocks per SM, a
+        // partial last one), whose sums it sends and takes back task by task. Where the
+        // kernel does not take the call (an output width that is no multiple of 4, more
+        // than FUSED_DECODE_MAX_TOKENS tokens) Fused is the sequential schedule.
         for s in [
-            (1, 512 * n, 1030),
-            (8, 520 * n + 3, 96),
+            (1, 512 * n, 1032),
+            (FUSED_DECODE_MAX_TOKENS, 520 * n + 3, 96),
+            (5, 136 * n, 36),
+            (7, 264 * n + 5, 40),
+            (3, 64 * n, 16900),
+            (FUSED_DECODE_MAX_TOKENS, 64 * n, 21124),
             (5, 136 * n, 33),
-            (DECODE_MAX_TOKENS, 264 * n + 5, 40),
             (11, 512 * n, 72),
             (DECODE_MAX_TOKENS, 256 * n, 1030),
-            (3, 64 * n, 16900),
-            (DECODE_MAX_TOKENS, 64 * n, 21124),
         ] {
             c.run(
                 format!(
@@ -2328,11 +2260,11 @@ fn main() {
         // path), in one round and in rounds of 512 rows and odd sizes; tokens that the PEs do
         // not share equally go sequentially.
         for (s, rounds) in [
-            ((FUSED_SCATTER_TOKENS * n, 64 * n, 520), None),
+            ((FUSED_EXCHANGE_TOKENS * n, 64 * n, 520), None),
             ((515 * n, 136 * n, 33), None),
             ((1024 * n, 64 * n, 520), Some(2)),
             ((1539 * n, 72 * n, 33), Some(3)),
-            ((FUSED_SCATTER_TOKENS * n + 1, 64 * n, 72), Some(4)),
+            ((FUSED_EXCHANGE_TOKENS * n + 1, 64 * n, 72), Some(4)),
         ] {
             let per_round = rounds.map_or(String::new(), |r| format!(" in {r} rounds"));
             c.run(
@@ -2394,8 +2326,12 @@ fn main() {
                 );
             }
         }
-        // From FUSED_GATHER_TOKENS tokens and 512 per PE both exchanges fuse.
-        let s = (FUSED_GATHER_TOKENS.div_ceil(n).max(512) + 2, 136, 64 * n);
+        // From FUSED_EXCHANGE_TOKENS per PE both exchanges fuse.
+        let s = (
+            2048usize.div_ceil(n).max(FUSED_EXCHANGE_TOKENS) + 2,
+            136,
+            64 * n,
+        );
         c.run(
             format!(
                 "sequence-parallel mlp {} rows per PE hidden={} ffn={}: Auto at and below its threshold",
@@ -2437,52 +2373,6 @@ fn main() {
             "gemm Auto takes the path calibrate recorded".into(),
             gemm_calibrated,
         );
-        // Our CUTLASS kernel where it runs: partial tiles in m and n (a tile is 128 × 256,
-        // a cluster two tiles along m), k of one and of many 64-deep steps and not a multiple
-        // of 64, more tiles than SMs (the persistent schedule comes round again), and
-        // odd clusters; against cuBLASLt too. Shapes TMA cannot address are refused.
-        match c.tp.gemm().cutlass_available() {
-            Ok(()) => {
-                for (m, n, k) in [
-                    (1, 8, 8),
-                    (3, 264, 72),
-                    (129, 1000, 4096),
-                    (300, 520, 1032),
-                    (2100, 2056, 72),
-                    (4100, 1032, 136),
-                ] {
-                    for path in [GemmPath::Cutlass, GemmPath::CublasLt] {
-                        c.run(format!("gemm {path:?} m={m} n={n} k={k}"), |c, seed| {
-                            gemm_case(c, seed, LinearShape { m, n, k }, path)
-                        });
-                    }
-                }
-                c.run(
-                    "gemm Cutlass refuses rows TMA cannot address".into(),
-                    |c, _| {
-                        let shape = LinearShape { m: 4, n: 16, k: 12 };
-                        let (x, w) = (c.device(&[bf16::ONE; 48])?, c.device(&[bf16::ONE; 192])?);
-                        let y = c.device(&[bf16::ZERO; 64])?;
-                        let r = c.tp.gemm().linear_with(
-                            &y,
-                            &x,
-                            &w,
-                            shape,
-                            GemmPath::Cutlass,
-                            &c.stream,
-                        );
-                        match r {
-                            Err(Error::InvalidArgument(m)) if m.contains("multiples of 8") => {
-                                Ok(())
-                            }
-                            other => Err(format!("k = 12 on the CUTLASS path gave {other:?}")),
-                        }
-                    },
-                );
-            }
-            Err(why) if c.me() == 0 => println!("gemm Cutlass: not checked here: {why}"),
-            Err(_) => {}
-        }
         if args.timing {
             c.run("gemm timing (every timed output checked)".into(), |c, _| {
                 gemm_timing(c, &args)

@@ -101,67 +101,10 @@ typedef struct BandwidthPlan {
 // after the parameters every collective takes.
 typedef struct DecodeLinear {
     unsigned long long w;        // device address of w, n × k row-major bf16
-    unsigned long long m;        // tokens, 1 to DECODE_MAX_M
+    unsigned long long m;        // tokens, 1 to FUSED_DECODE_MAX_M
     unsigned long long n;
     unsigned long long k;
 } DecodeLinear;
-
-// ---- our Hopper GEMM (src/tp/cutlass.rs, kernels/gemm) ------------------------------------
-
-// Rows of x that arrive while the GEMM runs (the all-gather + GEMM): x's rows come in chunks
-// of rows_per_chunk, one per PE, and this launch's row 0 is row row_offset of the chunk
-// numbering. Before its first load of a tile's rows, the kernel waits until ready[c] >= want
-// for every chunk c they touch below `chunks`, own_chunk excepted. ready == 0: no waits.
-typedef struct GemmWait {
-    unsigned long long ready;    // device address of the chunks' flags
-    unsigned long long want;
-    long long rows_per_chunk;
-    long long row_offset;
-    int chunks;                  // the chunks this launch reads lie below it
-    int own_chunk;
-} GemmWait;
-
-// One y = x · wᵀ for the CUTLASS host code (kernels/gemm/gemm_sm90_params.cu) to prepare:
-// x is m × k, w is n × k, y is m × n with its rows ldy elements apart; row-major bf16.
-typedef struct GemmProblem {
-    unsigned long long x;        // device addresses
-    unsigned long long w;
-    unsigned long long y;
-    long long m;
-    long long n;
-    long long k;
-    long long ldy;
-    int sm_count;                // SMs the persistent grid spreads over
-    int max_active_clusters;     // clusters resident at once (cuOccupancyMaxActiveClusters), 0: unknown
-    int swizzle;                 // the tile schedule visits groups of this many tiles (1, 2, 4, 8)
-    int raster;                  // GemmRaster: which way the schedule walks the tiles
-    GemmWait wait;               // rows to wait for (wait.ready == 0: none)
-} GemmProblem;
-
-// Which way the tile schedule walks the output tiles.
-enum GemmRaster {
-    GEMM_RASTER_HEURISTIC = 0,   // CUTLASS's choice (along the longer side)
-    GEMM_RASTER_ALONG_M = 1,
-    GEMM_RASTER_ALONG_N = 2,
-};
-
-// How to launch the kernel whose parameter block the host code wrote.
-typedef struct GemmLaunch {
-    unsigned int grid[3];
-    unsigned int block[3];
-    unsigned int cluster[3];
-    unsigned int shared_mem_bytes;
-    int encode_status;           // GEMM_ENCODE_FAILED: the CUresult of cuTensorMapEncodeTiled
-} GemmLaunch;
-
-// What the host code returns.
-enum GemmStatus {
-    GEMM_OK = 0,
-    GEMM_PARAMS_TOO_SMALL = 1,   // the parameter block given is smaller than the kernel's
-    GEMM_UNSUPPORTED = 2,        // CUTLASS's can_implement refused the problem (alignment)
-    GEMM_NEEDS_WORKSPACE = 3,    // the kernel asks for a workspace (never for ours)
-    GEMM_ENCODE_FAILED = 4,      // a TMA descriptor could not be encoded
-};
 
 // ---- the host atomics' helper (src/atomic.rs, kernels/atomics.cu) ------------------------
 

@@ -52,19 +52,6 @@ extern "C" __global__ void silu_mul_bf16(const __nv_bfloat16 *gu, __nv_bfloat16 
     }
 }
 
-// dst (m × n, row-major) from src holding the same matrix cut into column pieces of width w
-// (the last one narrower), each piece stored whole (m × its width, row-major) after the one
-// before: how an overlapped row-parallel layer leaves its pieces' all-reduced products.
-extern "C" __global__ void unchunk_bf16(const __nv_bfloat16 *src, __nv_bfloat16 *dst, uint64_t m,
-                                        uint64_t n, uint64_t w) {
-    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < m * n; i += stride) {
-        const uint64_t r = i / n, c = i % n, piece = c / w;
-        const uint64_t first = piece * w, width = (n - first < w) ? n - first : w;
-        dst[i] = src[m * first + r * width + (c - first)];
-    }
-}
-
 // dst[i] = Σ over s < slabs of slab s's element i, in f32 in slab order, rounded once, where
 // slab s is src + s · slab_stride, except slab own_slab, which is `own` (a PE's own partial
 // product, where its GEMM left it): the fused GEMM + reduce-scatter (and + all-reduce) sums
@@ -135,49 +122,15 @@ extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear16_
 }
 
 // ---- decode GEMM + all-reduce ---------------------------------------------------------------
-// y (len = m × n, the same on every PE) = Σ over PEs of x · wᵀ, for m <= DECODE_MAX_M: the
-// parameters every collective takes (src is x, dst is y), then the weight and the shape.
-// Two blocks of DECODE_THREADS per SM, all resident (their handshakes wait for each other).
+// y (len = m × n, the same on every PE) = Σ over PEs of x · wᵀ, for m <= FUSED_DECODE_MAX_M
+// (tp/decode_allreduce.cuh): the parameters every collective takes (src is x, dst is y, the
+// region is the low-latency lines), the peer table, then the weight and the shape. Two blocks
+// of DECODE_THREADS per SM, all resident (a block polls for the lines of its peers' same block).
 extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear_allreduce_bf16(
-    const __nv_bfloat16 *x, __nv_bfloat16 *y, size_t len, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,
-    const DecodeLinear lin) {
-    __shared__ DecodeAllReduceShared<8> sh;
-    enter_call();
-    const __nv_bfloat16 *w = (const __nv_bfloat16 *)(uintptr_t)lin.w;
-    WITH_DECODE_M(lin.m, (decode_linear_allreduce<M>(x, w, y, (int)lin.m, lin.n, lin.k, ctrl, flags, staging, slot_bytes, sh)));
-}
-
-// The same for 9 to 16 tokens.
-extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear16_allreduce_bf16(
-    const __nv_bfloat16 *x, __nv_bfloat16 *y, size_t len, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes,
-    const DecodeLinear lin) {
-    __shared__ DecodeAllReduceShared<16> sh;
-    enter_call();
-    const __nv_bfloat16 *w = (const __nv_bfloat16 *)(uintptr_t)lin.w;
-    if (lin.m > 8 && lin.m <= 16)
-        decode_linear_allreduce<16>(x, w, y, (int)lin.m, lin.n, lin.k, ctrl, flags, staging, slot_bytes, sh);
-}
-
-// ---- decode GEMM + all-reduce on low-latency lines -------------------------------------------
-// The same product and sum through the low-latency lines region (tp/decode_allreduce.cuh):
-// the parameters every collective takes (region: the lines), the peer table, then the weight
-// and the shape.
-extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear_allreduce_lines_bf16(
     const __nv_bfloat16 *x, __nv_bfloat16 *y, size_t len, Ctrl *ctrl, uint64_t *flags, char *lines, size_t slot_bytes,
     const Peers peers, const DecodeLinear lin) {
-    __shared__ DecodeLinesShared<8> sh;
+    __shared__ DecodeLinesShared sh;
     enter_call();
     const __nv_bfloat16 *w = (const __nv_bfloat16 *)(uintptr_t)lin.w;
     WITH_DECODE_M(lin.m, (decode_linear_allreduce_lines<M>(x, w, y, (int)lin.m, lin.n, lin.k, ctrl, lines, slot_bytes, peers, sh)));
-}
-
-// The same for 9 to 16 tokens.
-extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear16_allreduce_lines_bf16(
-    const __nv_bfloat16 *x, __nv_bfloat16 *y, size_t len, Ctrl *ctrl, uint64_t *flags, char *lines, size_t slot_bytes,
-    const Peers peers, const DecodeLinear lin) {
-    __shared__ DecodeLinesShared<16> sh;
-    enter_call();
-    const __nv_bfloat16 *w = (const __nv_bfloat16 *)(uintptr_t)lin.w;
-    if (lin.m > 8 && lin.m <= 16)
-        decode_linear_allreduce_lines<16>(x, w, y, (int)lin.m, lin.n, lin.k, ctrl, lines, slot_bytes, peers, sh);
 }

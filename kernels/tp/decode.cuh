@@ -1,18 +1,12 @@
 // The decode GEMM: y (m × n) = x (m × k) · wᵀ (w: n × k), row-major bf16, f32 sums, for a
-// few tokens (m <= DECODE_MAX_M). Such a product reads each weight once and does m
-// multiply-adds with it: it is bound by the weight's bytes, so the kernel streams w at full
-// memory bandwidth (16-byte loads that skip L1, several in flight per lane) and keeps x in L1
-// (every warp reads all of it).
-//
-// A block takes 16 output features at a time (a task; tasks go round the grid). Where rows
-// are 16-byte vectors, the tensor cores do the multiply-adds (mma m16n8k16: the 16 features
-// by 8 tokens, twice from 9 tokens on), so that the instruction count stays far below the
-// memory time at any m: with f32 FMAs and their bf16 conversions the kernel ran out of issue
-// slots from 4 tokens on. The block's 8 warps split k, and their sums are added in warp order through shared
-// memory. Elsewhere a warp takes two features, its lanes stride over k, and a shuffle sums
-// the lanes. Every order is fixed, so the result is the same on every run and every GPU.
-// Where each sum goes is the caller's: a Store, called as store(j, i, sum) for feature j of
-// token i.
+// few tokens (m <= DECODE_MAX_M). Such a product is bound by reading the weight, so the kernel
+// streams w once at memory bandwidth (16-byte loads that skip L1, several in flight per lane)
+// and keeps x in L1. A block takes 16 output features at a time (a task; tasks go round the
+// grid). Where rows are 16-byte vectors the tensor cores do the multiply-adds (mma m16n8k16),
+// so that the instructions stay far below the memory time at any m, and the block's 8 warps
+// split k, their sums added in warp order; elsewhere a warp takes two features and a shuffle
+// sums its lanes. Every order is fixed: the result is the same on every run and GPU. Where
+// each sum goes is the caller's: a Store, called as store(j, i, sum) for feature j of token i.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -140,14 +134,11 @@ __device__ __forceinline__ void decode_task_mma(const __nv_bfloat16 *x, const __
     __syncthreads();  // red is free for the next task
 }
 
-// The start of a decode GEMM, which is launched with programmatic stream serialization
-// (Gemm::linear): its blocks may start while the kernel before it on the stream finishes (the
-// layer's SiLU kernel lets them, as it starts), so they are resident when it ends; here they
-// wait until that kernel's output (x) is complete and visible (without the launch attribute
-// this returns at once). A decode GEMM does not let the kernel after it start early, and does
-// not prefetch its weights before the wait: on 2 H200s both made the tensor-parallel MLP
-// slower (an all-reduce started early beside the 70B down product: +5 us; 4 KiB of each of a
-// block's first rows asked of L2 before the wait: the 8B MLP's local work +3 us).
+// The start of a decode GEMM launched with programmatic stream serialization (Gemm::linear):
+// its blocks may start while the kernel before it finishes (the layer's SiLU kernel lets
+// them), so they are resident when it ends; here they wait until that kernel's output (x) is
+// visible (without the launch attribute this returns at once). It neither lets the kernel
+// after it start early nor prefetches its weights before the wait: both measured slower.
 __device__ __forceinline__ void decode_enter() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 // Feature j of every token, element by element (rows that are not 16-byte vectors).
@@ -178,9 +169,8 @@ __device__ __forceinline__ void decode_feature(const __nv_bfloat16 *x, const __n
     for (uint64_t f0 = (uint64_t)blockIdx.x * DECODE_TASK; f0 < (n); f0 += (uint64_t)gridDim.x * DECODE_TASK)
 
 // The warps' sums of a task, in shared memory, for up to 8 tokens or up to 16: declared once
-// by the kernel (one per instantiation of a template would each take its own). The two
-// token ranges are separate kernels, so that the one for 9 to 16 tokens, with more
-// registers and shared memory, costs the one for up to 8 nothing.
+// by the kernel (each instantiation of a template would take its own). The two token ranges
+// are separate kernels, so that the larger one's registers cost the smaller one nothing.
 template <int R>
 using DecodeRed = float[DECODE_WARPS][DECODE_TASK][R];
 

@@ -1,4 +1,4 @@
-use crate::discovery::{Version, CUTLASS_MIN_VERSION, CUTLASS_WHEEL, LIBCLANG_WHEEL};
+use crate::discovery::{Version, LIBCLANG_WHEEL};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -53,25 +53,6 @@ pub enum Error {
         root: PathBuf,
         /// The file it lacks.
         missing: PathBuf,
-    },
-    /// CUTLASS's headers were not found anywhere; lists the places looked at.
-    CutlassNotFound {
-        /// The places, in order.
-        looked_in: Vec<String>,
-    },
-    /// `CUTLASS_HOME` named a place without CUTLASS's headers.
-    CutlassIncomplete {
-        /// The directory named.
-        root: PathBuf,
-        /// The file it lacks.
-        missing: PathBuf,
-    },
-    /// The CUTLASS found is older than our kernels need.
-    CutlassTooOld {
-        /// Its include folder.
-        include_dir: PathBuf,
-        /// Its release.
-        version: Version,
     },
     /// No libclang (clang's C API, which bindgen loads) was found; lists the places looked at.
     LibclangNotFound {
@@ -174,33 +155,6 @@ impl fmt::Display for Error {
                  `make setup`'s .venv.",
                 root.display(),
                 missing.display()
-            ),
-            Error::CutlassNotFound { looked_in } => write!(
-                f,
-                "CUTLASS's headers (cute/tensor.hpp) were not found (looked in: {}). Our sm_90a \
-                 GEMMs are built with them: run `make setup` in the nvshmem checkout (it installs \
-                 the pinned {CUTLASS_WHEEL} wheel into .venv), or `python3 -m pip install --no-deps \
-                 {CUTLASS_WHEEL}` in the Python that PYTHON (or python3) runs, or set CUTLASS_HOME \
-                 to a CUTLASS checkout (the folder holding include/cute).",
-                looked_in.join("; ")
-            ),
-            Error::CutlassIncomplete { root, missing } => write!(
-                f,
-                "{} does not look like CUTLASS: {} is missing. Point CUTLASS_HOME at a CUTLASS \
-                 checkout (the folder holding include/cute) or at the nvidia-cutlass wheel's \
-                 cutlass_library folder, or unset it to use `make setup`'s .venv.",
-                root.display(),
-                missing.display()
-            ),
-            Error::CutlassTooOld {
-                include_dir,
-                version,
-            } => write!(
-                f,
-                "CUTLASS {version} at {} is too old: our kernels need CUTLASS \
-                 {CUTLASS_MIN_VERSION} or later. Run `make setup` (it installs {CUTLASS_WHEEL}), \
-                 or set CUTLASS_HOME to a newer CUTLASS.",
-                include_dir.display()
             ),
             Error::LibclangNotFound { looked_in } => write!(
                 f,

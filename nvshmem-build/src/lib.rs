@@ -32,18 +32,17 @@
 //! }
 //! ```
 //!
-//! Kernels that call no NVSHMEM device function and need all of ptxas (CUTLASS 3 GEMMs with
-//! WGMMA and TMA) build as whole programs for `sm_90a`, with CUTLASS's headers from
-//! [`Probe::find_cutlass`]; their CUTLASS host code (which fills the kernel's parameter
-//! block) builds into a static library linked into the crate:
+//! Kernels that call no NVSHMEM device function and need all of ptxas (a CUTLASS 3 GEMM with
+//! WGMMA and TMA, say) build as whole programs, here for `sm_90a` with CUTLASS's headers
+//! from wherever your build finds them; host code that prepares such a kernel's parameters
+//! builds into a static library linked into the crate:
 //!
 //! ```no_run
 //! fn main() -> Result<(), nvshmem_build::Error> {
-//!     let cutlass = nvshmem_build::Probe::from_env().find_cutlass()?;
 //!     let builder = nvshmem_build::KernelBuilder::from_nvshmem_dependency()?
 //!         .archs(["sm_90a"])?
-//!         .cutlass(&cutlass)
-//!         .flag("-DNDEBUG");
+//!         .include_dir("third_party/cutlass/include")
+//!         .flag("--expt-relaxed-constexpr");
 //!     builder.build_host_library("my_gemm_params", &["cuda/gemm_params.cu"])?.emit_link();
 //!     builder.whole_program().source("cuda/gemm.cu").build()?.emit("gemm.rs")?;
 //!     Ok(())
@@ -53,9 +52,7 @@
 //! Discovery order for NVSHMEM: `NVSHMEM_HOME`, then the project's `.venv` made by
 //! `make setup`, then the Python package `nvidia.nvshmem`, then system paths. For the CUDA
 //! compiler: `NVCC` or `CUDA_HOME`, then the project's `.venv`, then `nvidia.cu13`, then
-//! `nvcc` on `PATH`, then `/usr/local/cuda`. For CUTLASS: `CUTLASS_HOME`, then the `.venv`
-//! (the `nvidia-cutlass` wheel), then the Python package `cutlass_library`, then the system's
-//! include folders. For libclang (bindgen's parser, used by
+//! `nvcc` on `PATH`, then `/usr/local/cuda`. For libclang (bindgen's parser, used by
 //! `nvshmem-sys`): `LIBCLANG_PATH`, then the `.venv`, then the Python package `clang` (the
 //! `libclang` wheel), then LLVM's and the system's library folders; only the names bindgen
 //! loads count, never `libclang-cpp`. [`SEARCH_VAR`] (`NVSHMEM_BUILD_SEARCH=venv,python,system`)
@@ -74,9 +71,8 @@ mod pipeline;
 
 pub use cubin::{Cubin, Symbol, SymbolKind, DEVICE_STATE_SYMBOL};
 pub use discovery::{
-    is_libclang_file_name, libclang_in, CudaToolkit, Cutlass, Libclang, NvshmemInstall, Probe,
-    Search, Source, Version, CUTLASS_MIN_VERSION, CUTLASS_WHEEL, DISCOVERY_VARS, LIBCLANG_WHEEL,
-    SEARCH_VAR,
+    is_libclang_file_name, libclang_in, CudaToolkit, Libclang, NvshmemInstall, Probe, Search,
+    Source, Version, DISCOVERY_VARS, LIBCLANG_WHEEL, SEARCH_VAR,
 };
 pub use error::Error;
 pub use pipeline::{

@@ -1,7 +1,7 @@
 //! The kernel pipeline: `nvcc -rdc=true -cubin`, then `nvlink` with `libnvshmem_device.a`,
 //! one linked cubin per source file and architecture.
 
-use crate::discovery::{CudaToolkit, Cutlass, NvshmemInstall, Probe, Source, Version};
+use crate::discovery::{CudaToolkit, NvshmemInstall, Probe, Source, Version};
 use crate::Error;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -450,14 +450,6 @@ impl KernelBuilder {
     pub fn whole_program(mut self) -> Self {
         self.whole_program = true;
         self
-    }
-
-    /// Put CUTLASS's headers on the include path, with the flag its CuTe code needs
-    /// (`--expt-relaxed-constexpr`). Build CUTLASS 3.x kernels for `sm_90a`
-    /// ([`archs`](Self::archs)) and as a [`whole_program`](Self::whole_program).
-    pub fn cutlass(self, cutlass: &Cutlass) -> Self {
-        self.include_dir(&cutlass.include_dir)
-            .flag("--expt-relaxed-constexpr")
     }
 
     /// Write cubins here instead of `OUT_DIR`.

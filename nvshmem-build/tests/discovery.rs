@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fake_cuda, fake_nvshmem, venv_nvidia, write, Scratch};
+use common::{fake_cuda, fake_nvshmem, venv_nvidia, Scratch};
 use nvshmem_build::{Error, KernelBuilder, Probe, Source, Version};
 use std::path::Path;
 
@@ -313,93 +313,4 @@ fn missing_metadata_says_to_add_the_dependency() {
         KernelBuilder::from_links_metadata_in(&probe, "nvshmem_rs", "nvshmem"),
         Err(Error::NvshmemIncomplete { .. })
     ));
-}
-
-/// CUTLASS's headers as the nvidia-cutlass wheel lays them out under `package`.
-fn fake_cutlass(include: &Path, (major, minor, patch): (u32, u32, u32)) {
-    write(&include.join("cute/tensor.hpp"), "#pragma once\n");
-    write(
-        &include.join("cutlass/version.h"),
-        &format!(
-            "#pragma once\n#define CUTLASS_MAJOR {major}\n#define CUTLASS_MINOR {minor}\n#define CUTLASS_PATCH {patch}\n"
-        ),
-    );
-}
-
-#[test]
-fn cutlass_is_found_in_the_venv_wheel_and_cutlass_home_wins() {
-    let tmp = Scratch::new("cutlass");
-    let project = tmp.join("project");
-    let site = venv_nvidia(&project).parent().unwrap().to_path_buf();
-    fake_cutlass(&site.join("cutlass_library/source/include"), (4, 2, 0));
-    let found = Probe::isolated()
-        .start_dir(&project)
-        .find_cutlass()
-        .unwrap();
-    assert_eq!(
-        found.include_dir,
-        site.join("cutlass_library/source/include")
-    );
-    assert_eq!(found.version, "4.2.0".parse().unwrap());
-    assert_eq!(found.source, Source::ProjectVenv(site.clone()));
-
-    // A checkout named by CUTLASS_HOME wins; its include/ folder is used.
-    let checkout = tmp.join("src/cutlass");
-    fake_cutlass(&checkout.join("include"), (4, 3, 1));
-    let found = Probe::isolated()
-        .start_dir(&project)
-        .var("CUTLASS_HOME", &checkout)
-        .find_cutlass()
-        .unwrap();
-    assert_eq!(found.include_dir, checkout.join("include"));
-    assert_eq!(found.source, Source::EnvVar("CUTLASS_HOME"));
-
-    // A CUTLASS_HOME without CUTLASS is an error, not a fallback to the venv.
-    let e = Probe::isolated()
-        .start_dir(&project)
-        .var("CUTLASS_HOME", tmp.join("nothing"))
-        .find_cutlass()
-        .unwrap_err();
-    assert!(matches!(e, Error::CutlassIncomplete { .. }), "{e}");
-    assert!(e.to_string().contains("CUTLASS_HOME"), "{e}");
-
-    // System folders come last, and only when asked for.
-    let system = tmp.join("usr/include");
-    fake_cutlass(&system, (4, 2, 0));
-    let found = Probe::isolated()
-        .start_dir(tmp.join("elsewhere"))
-        .system_cutlass_dirs(vec![system.clone()])
-        .find_cutlass()
-        .unwrap();
-    assert_eq!((found.include_dir, found.source), (system, Source::System));
-}
-
-#[test]
-fn a_missing_or_old_cutlass_says_what_to_install() {
-    let tmp = Scratch::new("cutlass-missing");
-    let e = Probe::isolated()
-        .start_dir(tmp.join("project"))
-        .find_cutlass()
-        .unwrap_err();
-    let text = e.to_string();
-    assert!(matches!(e, Error::CutlassNotFound { .. }), "{text}");
-    for needle in [
-        "make setup",
-        "nvidia-cutlass==4.2.0.0",
-        "--no-deps",
-        "CUTLASS_HOME",
-    ] {
-        assert!(text.contains(needle), "`{needle}` missing from: {text}");
-    }
-    let old = tmp.join("cutlass-3.5");
-    fake_cutlass(&old.join("include"), (3, 5, 1));
-    let e = Probe::isolated()
-        .var("CUTLASS_HOME", &old)
-        .find_cutlass()
-        .unwrap_err();
-    assert!(matches!(e, Error::CutlassTooOld { .. }), "{e}");
-    assert!(
-        e.to_string().contains("3.5.1") && e.to_string().contains("4.0.0"),
-        "{e}"
-    );
 }

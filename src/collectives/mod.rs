@@ -222,15 +222,6 @@ impl Drop for Collectives {
     }
 }
 
-/// Where a fused call ([`Collectives::fused_call`]) exchanges its data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FusedRegion {
-    /// The staging slots, with a flag handshake per block.
-    Staging,
-    /// The low-latency lines, data and tag together (up to `LL_MAX_PES` PEs).
-    Lines,
-}
-
 /// Where `buf` lives on every PE, as mapped here; `None` above `LL_MAX_PES` PEs. Every PE
 /// must be reachable (checked before).
 fn peer_table<T: Element>(shmem: &Nvshmem, buf: &SymmetricBuffer<T>) -> Result<Option<abi::Peers>> {
@@ -775,13 +766,8 @@ impl Collectives {
         self.dims.sm_count
     }
 
-    /// Bytes of one staging slot (what a fused call may stage per PE).
-    pub(crate) fn staging_slot_bytes(&self) -> usize {
-        self.dims.staging_slot_bytes
-    }
-
-    /// Whether a fused call can exchange `bytes` per PE through the low-latency lines
-    /// ([`FusedRegion::Lines`]): up to `LL_MAX_PES` PEs, and room in a lines slot.
+    /// Whether a fused call ([`fused_call`](Self::fused_call)) can exchange `bytes` per PE
+    /// through the low-latency lines: up to `LL_MAX_PES` PEs, and room in a lines slot.
     pub(crate) fn fused_lines_fit(&self, bytes: usize) -> bool {
         bytes <= self.fused_lines_room()
     }
@@ -797,42 +783,32 @@ impl Collectives {
 
     /// A call of `function`, a kernel of another module that follows our collectives'
     /// protocol (kernels/collectives/call.cuh) and takes the parameters every collective
-    /// takes (`src, dst, len, ctrl, flags, region, slot_bytes`), then, for
-    /// [`FusedRegion::Lines`], the peer table, then `extra`: a GEMM fused with its
-    /// all-reduce, whose result `dst` is the same on every PE. Like every call, it is checked
-    /// against this `Collectives`' state, agreed on with `check_calls`, ordered after the last
-    /// call and launched on the one launch path. `staged` is what it exchanges per PE (data
+    /// takes (`src, dst, len, ctrl, flags, region, slot_bytes`, its region the low-latency
+    /// lines), then the peer table, then `extra`: a GEMM fused with its all-reduce, whose
+    /// result `dst` is the same on every PE. Like every call, it is checked against this
+    /// `Collectives`' state, agreed on with `check_calls`, ordered after the last call and
+    /// launched on the one launch path. `staged` is what it exchanges per PE from `src` (data
     /// bytes), `blocks` × `threads` its grid (the same on every PE).
     ///
     /// # Safety
     /// `extra` must be the kernel's last parameter and `src` and everything `extra` points
     /// at valid for the kernel, until it has run on `stream`.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn fused_call<X: Copy + 'static>(
         &self,
         function: &Function,
-        region: FusedRegion,
         dst: SymmetricView<'_, half::bf16>,
-        src: u64,
-        staged: usize,
+        (src, staged): (u64, usize),
         (blocks, threads): (u32, u32),
         extra: X,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let plan = || {
             self.check_view(&dst, "the fused call's output")?;
-            let (base, slot_bytes, room) = match region {
-                FusedRegion::Staging => (
-                    self.staging.device_ptr(),
-                    self.dims.staging_slot_bytes,
-                    self.dims.staging_slot_bytes,
-                ),
-                FusedRegion::Lines => (
-                    self.lines.device_ptr(),
-                    self.dims.lines_slot_bytes,
-                    self.fused_lines_room(),
-                ),
-            };
+            let (base, slot_bytes, room) = (
+                self.lines.device_ptr(),
+                self.dims.lines_slot_bytes,
+                self.fused_lines_room(),
+            );
             if staged > room {
                 return Err(Error::InvalidArgument(format!(
                     "{} exchanges {staged} bytes per PE, more than its region holds ({room} \
@@ -868,7 +844,7 @@ impl Collectives {
                 .device_ptr(self.flags.device_ptr())
                 .device_ptr(base)
                 .value(slot_bytes);
-            if let (FusedRegion::Lines, Some((lines, _))) = (region, self.tables) {
+            if let Some((lines, _)) = self.tables {
                 args.value(lines);
             }
             args.value(extra);

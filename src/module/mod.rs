@@ -5,7 +5,7 @@
 //! `nvshmem-build` crate does this from a build script) and has to be registered with
 //! `nvshmemx_cumodule_init` before any of its kernels run: [`Module`] loads and registers
 //! it; it is unregistered and unloaded when the module and every [`Function`] of it are
-//! gone. A cubin that links no NVSHMEM device code (a whole program such as our CUTLASS GEMM:
+//! gone. A cubin that links no NVSHMEM device code (a whole program such as a CUTLASS GEMM:
 //! no `nvshmemi_device_state_d`) is loaded without registering. Every launch goes through
 //! [`Function::launch_with`].
 //!
@@ -105,7 +105,7 @@ const DEVICE_STATE: &std::ffi::CStr = c"nvshmemi_device_state_d";
 
 impl Handle {
     /// Whether the image links NVSHMEM's device library: a whole-program cubin that calls no
-    /// NVSHMEM device function (our CUTLASS GEMM) has no device state to register.
+    /// NVSHMEM device function (a CUTLASS GEMM, say) has no device state to register.
     ///
     /// # Safety
     /// A live handle, its context current.

@@ -1,17 +1,18 @@
 //! The column-parallel linear layer: each PE holds some of the output features.
 
-use super::cutlass::ALIGN_ELEMENTS;
-use super::exchange::{peer_bases, ChunkFlags};
-use super::TensorParallel;
+use super::exchange::{peer_bases, ChunkFlags, GatherCall};
+use super::gemm::Operands;
+use super::schedule::{column_path, ColumnPath, Facts};
 use super::{check_tokens, check_weight, join, merged_rows, rows_of, shard_range, LinearShape};
-use super::{Schedule, FUSED_SCATTER_TOKENS};
+use super::{Schedule, TensorParallel};
 use crate::collectives::AllGatherAlgo;
-use crate::error::CudaResultExt;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricBuffer, SymmetricView};
-use cudarc::driver::{result, CudaStream};
+use cudarc::driver::CudaStream;
 use half::bf16;
 use std::sync::Arc;
+
+const BF16: usize = std::mem::size_of::<bf16>();
 
 /// What a [`ColumnParallelLinear`] is given as input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,12 +59,6 @@ pub struct ColumnParallelLinear {
     /// and where `gathered` lies on every PE.
     exchange: Option<(ChunkFlags, Vec<u64>)>,
 }
-
-/// Tokens (all PEs' together) from which the fused all-gather + GEMM of a sequence-parallel
-/// layer may multiply with our CUTLASS kernel, whose tiles wait for their rows
-/// ([`ScheduleThresholds::fused_gather_cutlass_min_tokens`](super::ScheduleThresholds::fused_gather_cutlass_min_tokens)):
-/// from here on that kernel measured within 2% of cuBLASLt on one H100 (docs/gemm.md).
-pub const FUSED_GATHER_TOKENS: usize = 2048;
 
 impl ColumnParallelLinear {
     /// A layer of `in_features → out_features` with a zero weight (load it with
@@ -174,6 +169,26 @@ impl ColumnParallelLinear {
             .calibrate(&self.weight, n, self.in_features, self.max_tokens)
     }
 
+    /// What a call of `tokens` tokens (every PE's together) in `schedule` runs:
+    /// [`Schedule::Fused`] or [`Schedule::Overlapped`] where a sequence-parallel layer has
+    /// that form for it, else [`Schedule::Sequential`]. The same on every PE.
+    pub fn resolved_schedule(&self, schedule: Schedule, tokens: usize) -> Schedule {
+        self.path(schedule, tokens).schedule()
+    }
+
+    /// The path a call of `tokens` tokens in `schedule` takes.
+    fn path(&self, schedule: Schedule, tokens: usize) -> ColumnPath {
+        let facts = Facts {
+            n_pes: self.tp.n_pes(),
+            width: self.in_features,
+            exchange: self.exchange.is_some() && self.tp.pusher().is_some(),
+            decode_fits: false,
+            decode_measured: false,
+        };
+        let sequence = self.input == ColumnInput::SequenceParallel;
+        column_path(self.tp.thresholds(), schedule, (sequence, tokens), facts)
+    }
+
     /// `y = x · wᵀ` for this PE's output features, on `stream`. With replicated input `x` is
     /// `tokens × in_features`; sequence parallel, it is this PE's `tokens / n_pes` rows, and
     /// every PE passes as many. `y` is `tokens × local_out_features`. In [`Schedule::Auto`].
@@ -186,19 +201,9 @@ impl ColumnParallelLinear {
         self.forward_with(y, x, Schedule::Auto, stream)
     }
 
-    /// [`forward`](Self::forward) with a [`Schedule`]. Sequence parallel, with several PEs:
-    /// [`Schedule::Overlapped`] multiplies this PE's own tokens while the all-gather brings
-    /// the others', then the others'; [`Schedule::Fused`], from [`FUSED_SCATTER_TOKENS`]
-    /// tokens per PE, sends each PE's tokens to every peer by the copy engines, each chunk
-    /// raising a flag as it lands, multiplies this PE's own tokens meanwhile, then each
-    /// peer's after its flag; or, from
-    /// [`ScheduleThresholds::fused_gather_cutlass_min_tokens`](super::ScheduleThresholds::fused_gather_cutlass_min_tokens)
-    /// and [`FUSED_GATHER_TOKENS`] tokens on a GPU that runs our CUTLASS kernel (with input
-    /// features and every PE's output features multiples of 8), multiplies with that
-    /// kernel, whose tiles start with this PE's own rows and each wait for their chunk's
-    /// flag before their first load (where the kernel cannot take this PE's output,
-    /// misaligned, the GEMM waits for every chunk). Below, it runs sequentially. Replicated
-    /// input has no communication to overlap.
+    /// [`forward`](Self::forward) in `schedule` (see [`Schedule`]: a sequence-parallel layer
+    /// overlaps or fuses its all-gather with the GEMM; replicated input has no
+    /// communication).
     pub fn forward_with<'a>(
         &self,
         y: &impl DeviceSlice<bf16>,
@@ -208,10 +213,9 @@ impl ColumnParallelLinear {
     ) -> Result<()> {
         let x = x.into();
         let rows = rows_of("the column-parallel input", x.len(), self.in_features)?;
-        let (n, me) = (self.tp.n_pes(), self.tp.my_pe());
         let tokens = match self.input {
             ColumnInput::Replicated => rows,
-            ColumnInput::SequenceParallel => rows * n,
+            ColumnInput::SequenceParallel => rows * self.tp.n_pes(),
         };
         if y.len() != tokens * self.local_out {
             return Err(Error::Length {
@@ -220,161 +224,127 @@ impl ColumnParallelLinear {
                 got: y.len(),
             });
         }
-        let Some(gathered) = &self.gathered else {
-            // SAFETY: the lengths were checked above.
-            return unsafe { self.run(y.device_ptr(), x.as_ptr() as u64, tokens, stream) };
-        };
-        check_tokens("ColumnParallelLinear::forward", tokens, self.max_tokens)?;
-        let schedule = self
-            .tp
-            .thresholds()
-            .sequence(schedule, rows, self.in_features);
-        if let (Schedule::Fused, Some(exchange), Some(pusher)) =
-            (schedule, &self.exchange, self.tp.pusher())
-        {
-            let (y_at, x_at) = (y.device_ptr(), x.as_ptr() as u64);
-            let cutlass_from = self.tp.thresholds().fused_gather_cutlass_min_tokens;
-            let cutlass = tokens >= cutlass_from && self.fuses_gather(tokens);
-            if cutlass || rows >= FUSED_SCATTER_TOKENS {
-                // SAFETY: the lengths were checked above.
-                return unsafe {
-                    self.gather_and_run(exchange, pusher, y_at, x_at, rows, cutlass, stream)
-                };
-            }
+        if self.input == ColumnInput::SequenceParallel {
+            check_tokens("ColumnParallelLinear::forward", tokens, self.max_tokens)?;
         }
-        let all = gathered.view(..tokens * self.in_features);
+        // SAFETY: the lengths were checked above.
+        unsafe { self.run_path(y.device_ptr(), x, tokens, schedule, stream) }
+    }
+
+    /// The call's path into `y`.
+    ///
+    /// # Safety
+    /// `y` holds `tokens × local_out` elements and `x` this PE's rows of the input
+    /// (`tokens` of them with replicated input, `tokens / n_pes` sequence parallel), with
+    /// `tokens` at most `max_tokens` sequence parallel.
+    pub(super) unsafe fn run_path(
+        &self,
+        y: u64,
+        x: SymmetricView<'_, bf16>,
+        tokens: usize,
+        schedule: Schedule,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let (x_at, rows) = (x.as_ptr() as u64, tokens / self.tp.n_pes());
+        match self.path(schedule, tokens) {
+            ColumnPath::Local => self.run(y, x_at, tokens, stream),
+            ColumnPath::Sequential => self.gather_then_run(y, x, tokens, stream),
+            ColumnPath::Overlapped => self.overlapped(y, x, tokens, stream),
+            ColumnPath::FusedGather => self.fused_gather(y, x_at, rows, stream),
+        }
+    }
+
+    /// The rows of every PE, gathered (sequence parallel only).
+    fn gathered(&self, tokens: usize) -> Result<SymmetricView<'_, bf16>> {
+        match &self.gathered {
+            Some(g) => Ok(g.view(..tokens * self.in_features)),
+            None => Err(Error::InvalidArgument(
+                "a column-parallel layer with replicated input gathers nothing".into(),
+            )),
+        }
+    }
+
+    /// Our all-gather, then the GEMM of every token.
+    ///
+    /// # Safety
+    /// `y` holds `tokens × local_out` elements, `x` this PE's share of the tokens.
+    unsafe fn gather_then_run(
+        &self,
+        y: u64,
+        x: SymmetricView<'_, bf16>,
+        tokens: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let all = self.gathered(tokens)?;
         let coll = self.tp.collectives();
-        if !matches!(schedule, Schedule::Overlapped { .. }) || n == 1 {
-            coll.all_gather(all, x, AllGatherAlgo::Auto, stream)?;
-            // SAFETY: the lengths were checked above.
-            return unsafe { self.run(y.device_ptr(), all.as_ptr() as u64, tokens, stream) };
-        }
-        // The all-gather on the side stream (after everything before the call), this PE's
-        // own rows from `x` meanwhile, then the rows before and after them from `gathered`.
-        let side = self.tp.side();
+        coll.all_gather(all, x, AllGatherAlgo::Auto, stream)?;
+        self.run(y, all.as_ptr() as u64, tokens, stream)
+    }
+
+    /// The all-gather on the side stream (after everything before the call), this PE's own
+    /// rows from `x` meanwhile, then the rows before and after them from the gathered rows.
+    ///
+    /// # Safety
+    /// As for [`gather_then_run`](Self::gather_then_run).
+    unsafe fn overlapped(
+        &self,
+        y: u64,
+        x: SymmetricView<'_, bf16>,
+        tokens: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let (all, side) = (self.gathered(tokens)?, self.tp.side());
+        let rows = tokens / self.tp.n_pes();
         join(side, stream)?;
-        let gathering = coll.all_gather(all, x, AllGatherAlgo::Auto, side);
-        let bf = std::mem::size_of::<bf16>() as u64;
-        let y_row = |r: usize| y.device_ptr() + (r * self.local_out) as u64 * bf;
-        let all_row = |r: usize| all.as_ptr() as u64 + (r * self.in_features) as u64 * bf;
-        let (mine, end) = (me * rows..(me + 1) * rows, tokens);
-        // SAFETY: every range lies inside `y`, `x` and `gathered`, whose lengths were checked.
-        let own = unsafe { self.run(y_row(mine.start), x.as_ptr() as u64, rows, stream) };
+        let gathering = self
+            .tp
+            .collectives()
+            .all_gather(all, x, AllGatherAlgo::Auto, side);
+        let y_row = |r: usize| y + (r * self.local_out * BF16) as u64;
+        let all_row = |r: usize| all.as_ptr() as u64 + (r * self.in_features * BF16) as u64;
+        let mine = self.tp.my_pe() * rows..(self.tp.my_pe() + 1) * rows;
+        let own = self.run(y_row(mine.start), x.as_ptr() as u64, rows, stream);
         // Joined even after a failure, so that the side stream is ordered before what follows.
         let joined = join(stream, side);
         gathering.and(own).and(joined)?;
-        // SAFETY: as above.
-        unsafe {
-            self.run(y.device_ptr(), all_row(0), mine.start, stream)?;
-            self.run(y_row(mine.end), all_row(mine.end), end - mine.end, stream)
-        }
+        self.run(y, all_row(0), mine.start, stream)?;
+        self.run(
+            y_row(mine.end),
+            all_row(mine.end),
+            tokens - mine.end,
+            stream,
+        )
     }
 
-    /// Whether [`Schedule::Fused`] fuses a call of `tokens`: decided alike on every PE (the
-    /// tokens, the GPU, the shapes of every PE's shard), since the PEs exchange differently
-    /// in the fused and the sequential schedule.
-    fn fuses_gather(&self, tokens: usize) -> bool {
-        let n = self.tp.n_pes();
-        let aligned = |features: usize| features % ALIGN_ELEMENTS == 0;
-        tokens >= FUSED_GATHER_TOKENS
-            && self.tp.gemm().cutlass_available().is_ok()
-            && aligned(self.in_features)
-            && (0..n).all(|pe| {
-                aligned(
-                    self.parts
-                        .iter()
-                        .map(|&p| shard_range(p, pe, n).len())
-                        .sum(),
-                )
-            })
-    }
-
-    /// The fused all-gather + GEMM ([`Schedule::Fused`]) of `rows` tokens per PE: this PE's
-    /// rows go to every peer by the copy engines, a flag following each copy; then a GEMM
-    /// per PE's rows (this PE's own from `x` while the peers' travel, then each peer's after
-    /// its flag), or, `cutlass`, our CUTLASS kernel, whose tiles each wait for their rows.
+    /// The fused all-gather + GEMM of `rows` tokens per PE (exchange/gather.rs).
     ///
     /// # Safety
     /// `y` holds `rows × n_pes × local_out` and `x` `rows × in_features` elements, and
     /// `rows × n_pes` is at most `max_tokens`.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gather_and_run(
+    unsafe fn fused_gather(
         &self,
-        (flags, gathered): &(ChunkFlags, Vec<u64>),
-        pusher: &Arc<CudaStream>,
         y: u64,
         x: u64,
         rows: usize,
-        cutlass: bool,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let (n, me) = (self.tp.n_pes(), self.tp.my_pe());
-        let (k, out, tokens) = (self.in_features, self.local_out, rows * n);
-        let bf = std::mem::size_of::<bf16>();
-        let (bytes, base) = (rows * k * bf, gathered[me]);
-        let mine = (me * bytes) as u64;
-        flags.open(stream)?;
-        // This PE's rows to every peer, one after another on the copy stream after what
-        // `stream` holds (the input and the credits), and for our CUTLASS kernel into its
-        // own gathered rows on `stream`. Every peer's flag is raised even after a failure,
-        // so that no peer waits for ever (its output is then wrong, and this call returns
-        // the error).
-        let mut sent = join(pusher, stream);
-        for peer in flags.peers() {
-            sent = sent.and_then(|()| {
-                flags.take_credit(pusher, peer)?;
-                result::memcpy_dtod_async(gathered[peer] + mine, x, bytes, pusher.cu_stream())
-                    .during("cuMemcpyDtoDAsync")
-            });
-            sent = sent.and(flags.raise(pusher, peer));
-        }
-        let w = self.weight.device_ptr();
-        let at = |r: usize| (y + (r * out * bf) as u64, base + (r * k * bf) as u64);
-        let shape = |m: usize| LinearShape { m, n: out, k };
-        let gemm = self.tp.gemm();
-        let by_rows = || -> Result<()> {
-            self.run(at(me * rows).0, x, rows, stream)?;
-            flags.peers().try_for_each(|peer| {
-                flags.wait_from(stream, peer)?;
-                let (y_rows, x_rows) = at(peer * rows);
-                self.run(y_rows, x_rows, rows, stream)
-            })
+        let (Some((flags, gathered)), Some(pusher)) = (&self.exchange, self.tp.pusher()) else {
+            return Err(Error::InvalidArgument(
+                "the fused all-gather needs its buffers and stream memory operations".into(),
+            ));
         };
-        let waiting = || -> Result<()> {
-            result::memcpy_dtod_async(base + mine, x, bytes, stream.cu_stream())
-                .during("cuMemcpyDtoDAsync")?;
-            // This PE's rows and those after them first (the first tiles are this PE's
-            // rows, which are here), then those before them.
-            let (y_mine, x_mine) = at(me * rows);
-            let waiting = gemm.linear_waiting(
-                y_mine,
-                out,
-                x_mine,
-                w,
-                shape(tokens - me * rows),
-                flags.chunk_wait(rows, me * rows, n),
-                stream,
-            )?;
-            if !waiting {
-                flags.wait_all(stream)?;
-                return self.run(y, base, tokens, stream);
-            }
-            let wait = flags.chunk_wait(rows, 0, me);
-            if !gemm.linear_waiting(y, out, base, w, shape(me * rows), wait, stream)? {
-                return Err(Error::InvalidArgument(
-                    "the CUTLASS GEMM took this PE's rows but not the rows before them".into(),
-                ));
-            }
-            Ok(())
+        let call = GatherCall {
+            flags,
+            gathered,
+            pusher,
+            stream,
+            rows,
+            row_bytes: (self.in_features * BF16, self.local_out * BF16),
         };
-        let run = || match cutlass {
-            true => waiting(),
-            false => by_rows(),
-        };
-        // Closed even after a failure, and the copy stream joined: what follows on `stream`
-        // may overwrite `x`, and a capture stays whole.
-        let ran = sent.and_then(|()| run()).and(flags.close(stream));
-        ran.and(join(stream, pusher))
+        // SAFETY: every PE's rows lie inside `y` and the gathered buffer.
+        call.run(y, x, |y_rows, x_rows, m| unsafe {
+            self.run(y_rows, x_rows, m, stream)
+        })
     }
 
     /// The GEMM alone, on input that is already complete.
@@ -393,8 +363,12 @@ impl ColumnParallelLinear {
             n: self.local_out,
             k: self.in_features,
         };
-        self.tp
-            .gemm()
-            .linear_raw(y, shape.n, x, self.weight.device_ptr(), shape, stream)
+        let ops = Operands {
+            y,
+            ldy: shape.n,
+            x,
+            w: self.weight.device_ptr(),
+        };
+        self.tp.gemm().linear_raw(ops, shape, stream)
     }
 }

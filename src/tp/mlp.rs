@@ -1,4 +1,5 @@
-//! A Llama-style tensor-parallel MLP: `down(SiLU(gate(x)) * up(x))`.
+//! A Llama-style tensor-parallel MLP, `down(SiLU(gate(x)) * up(x))`, with its tokens
+//! replicated ([`TpMlp`]) or sharded ([`SequenceParallelMlp`]): one core, two layouts.
 
 use super::{check_tokens, check_weight, rows_of, ColumnInput, ColumnParallelLinear};
 use super::{RowOutput, RowParallelLinear, Schedule, TensorParallel};
@@ -9,62 +10,106 @@ use half::bf16;
 use std::ops::Range;
 use std::sync::Arc;
 
+const BF16: usize = std::mem::size_of::<bf16>();
+
 /// `y = down(SiLU(x · gateᵀ) * (x · upᵀ))` with the FFN features sharded across the PEs:
 /// the gate and up projections are one merged [`ColumnParallelLinear`] (replicated input),
 /// `SiLU(gate) * up` is one element-wise kernel, and the down projection is a
 /// [`RowParallelLinear`] whose all-reduce leaves `y` replicated, bitwise identical on every
-/// PE. One forward call is: GEMM, kernel, GEMM, all-reduce, on one stream. Where the down
-/// projection's [`Schedule::Fused`] is its GEMM + all-reduce in rounds (see there), the
-/// whole MLP runs round by round, each round's tokens through the gate and up projection,
-/// the activation and the down projection, so that a round's exchange travels beside the
-/// next round's GEMMs, all three of them.
+/// PE. Where the down projection fuses its all-reduce in rounds ([`Schedule::Fused`]), the
+/// whole MLP runs round by round, so that a round's exchange travels beside the next round's
+/// three GEMMs.
 ///
 /// See the [module documentation](super) for an example.
 pub struct TpMlp {
     layers: MlpLayers,
 }
 
+/// [`TpMlp`] in sequence parallelism (Megatron-LM's layout between the attention and the MLP):
+/// each PE holds an equal share of the tokens, in PE order, on the way in and on the way out.
+/// The gate and up projection all-gathers the tokens before its GEMM (a
+/// [`ColumnInput::SequenceParallel`] layer), and the down projection reduce-scatters its
+/// partial products (a [`RowOutput::SequenceParallel`] layer), so that each PE gets the sums
+/// of its own tokens back.
+///
+/// ```no_run
+/// # fn main() -> nvshmem::Result<()> {
+/// use nvshmem::{bf16, tp::{Schedule, SequenceParallelMlp, TensorParallel}};
+/// let shmem = nvshmem::Nvshmem::init()?;
+/// let tp = TensorParallel::new(&shmem)?;
+/// let (hidden, ffn, tokens) = (4096, 14336, 4096);
+/// let mlp = SequenceParallelMlp::new(&tp, hidden, ffn, tokens)?;
+/// # let (gate, up, down) = (vec![bf16::ZERO; ffn * hidden], vec![bf16::ZERO; ffn * hidden], vec![bf16::ZERO; hidden * ffn]);
+/// mlp.load_weights(&gate, &up, &down)?;
+/// let mine = tokens / shmem.n_pes();
+/// let x = shmem.malloc::<bf16>(mine * hidden)?; // this PE's tokens
+/// let y = shmem.malloc::<bf16>(mine * hidden)?; // their outputs
+/// mlp.forward_with(&y, &x, Schedule::Fused, shmem.stream())?;
+/// # Ok(()) }
+/// ```
+pub struct SequenceParallelMlp {
+    layers: MlpLayers,
+}
+
+/// What both MLPs share: their parts, and the loading of their weights.
+macro_rules! mlp_parts {
+    ($mlp:ident, $layout:expr, $tokens:literal) => {
+        impl $mlp {
+            #[doc = concat!("An MLP of `hidden → ffn → hidden` features with zero weights, for up \
+                to `max_tokens` tokens per call", $tokens, " (collective: allocates symmetric \
+                memory).")]
+            pub fn new(
+                tp: &TensorParallel,
+                hidden: usize,
+                ffn: usize,
+                max_tokens: usize,
+            ) -> Result<Self> {
+                let layers = MlpLayers::new(tp, (hidden, ffn, max_tokens), $layout)?;
+                Ok($mlp { layers })
+            }
+
+            /// Hidden features (the input and output width).
+            pub fn hidden(&self) -> usize {
+                self.layers.hidden
+            }
+
+            /// FFN features of the whole MLP.
+            pub fn ffn(&self) -> usize {
+                self.layers.ffn
+            }
+
+            /// The merged gate and up projection.
+            pub fn gate_up(&self) -> &ColumnParallelLinear {
+                &self.layers.gate_up
+            }
+
+            /// The down projection.
+            pub fn down(&self) -> &RowParallelLinear {
+                &self.layers.down
+            }
+
+            /// Keep this PE's shards of the full weights: `gate` and `up` are `ffn × hidden`,
+            /// `down` is `hidden × ffn`, row-major (as PyTorch stores `nn.Linear` weights).
+            /// Collective.
+            pub fn load_weights(&self, gate: &[bf16], up: &[bf16], down: &[bf16]) -> Result<()> {
+                self.layers.load_weights(gate, up, down)
+            }
+        }
+    };
+}
+
+mlp_parts!(TpMlp, (ColumnInput::Replicated, RowOutput::Replicated), "");
+mlp_parts!(
+    SequenceParallelMlp,
+    (ColumnInput::SequenceParallel, RowOutput::SequenceParallel),
+    ", all PEs' together"
+);
+
 impl TpMlp {
-    /// An MLP of `hidden → ffn → hidden` features with zero weights, for up to `max_tokens`
-    /// tokens per call (collective: allocates symmetric memory).
-    pub fn new(tp: &TensorParallel, hidden: usize, ffn: usize, max_tokens: usize) -> Result<Self> {
-        let layout = (ColumnInput::Replicated, RowOutput::Replicated);
-        Ok(TpMlp {
-            layers: MlpLayers::new(tp, (hidden, ffn, max_tokens), layout)?,
-        })
-    }
-
-    /// Hidden features (the input and output width).
-    pub fn hidden(&self) -> usize {
-        self.layers.hidden
-    }
-
-    /// FFN features of the whole MLP.
-    pub fn ffn(&self) -> usize {
-        self.layers.ffn
-    }
-
-    /// The merged gate and up projection.
-    pub fn gate_up(&self) -> &ColumnParallelLinear {
-        &self.layers.gate_up
-    }
-
-    /// The down projection.
-    pub fn down(&self) -> &RowParallelLinear {
-        &self.layers.down
-    }
-
-    /// The schedule that [`forward`](Self::forward) takes for `tokens` tokens: the down
-    /// projection's ([`RowParallelLinear::auto_schedule`]), [`Schedule::Fused`] or
-    /// [`Schedule::Sequential`].
+    /// What [`forward`](Self::forward) runs for `tokens` tokens: the down projection's
+    /// schedule ([`RowParallelLinear::auto_schedule`]).
     pub fn auto_schedule(&self, tokens: usize) -> Schedule {
         self.layers.down.auto_schedule(tokens)
-    }
-
-    /// Keep this PE's shards of the full weights: `gate` and `up` are `ffn × hidden`, `down`
-    /// is `hidden × ffn`, row-major (as PyTorch stores `nn.Linear` weights).
-    pub fn load_weights(&self, gate: &[bf16], up: &[bf16], down: &[bf16]) -> Result<()> {
-        self.layers.load_weights(gate, up, down)
     }
 
     /// The MLP of `x` (`tokens × hidden`, the same on every PE) into `y` (`tokens × hidden`,
@@ -88,27 +133,15 @@ impl TpMlp {
     ) -> Result<()> {
         let (y, l) = (y.into(), &self.layers);
         let tokens = rows_of("the MLP input", x.len(), l.hidden)?;
-        check_tokens("TpMlp::forward", tokens, l.max_tokens)?;
-        // Before anything is launched, so that a bad call leaves nothing running.
-        if y.len() != tokens * l.hidden {
-            return Err(Error::Length {
-                what: "the MLP output (tokens × hidden)",
-                expected: tokens * l.hidden,
-                got: y.len(),
-            });
-        }
+        l.check(tokens, y.len(), tokens * l.hidden)?;
         let f = l.down.local_in_features().len();
         let (gu, act) = (l.gate_up_out.device_ptr(), l.act.device_ptr());
-        let bf = std::mem::size_of::<bf16>();
         // The gate and up projection and the activation of some tokens: all of them first,
-        // or, fused, each round's just before the round (its exchange then travels beside
-        // the next round's projections, not only beside its down projection).
+        // or, fused, each round's just before the round.
         let produce = |rows: Range<usize>| {
-            let (gu_rows, act_rows) = (
-                gu + (rows.start * 2 * f * bf) as u64,
-                act + (rows.start * f * bf) as u64,
-            );
-            let x_rows = x.device_ptr() + (rows.start * l.hidden * bf) as u64;
+            let gu_rows = gu + (rows.start * 2 * f * BF16) as u64;
+            let act_rows = act + (rows.start * f * BF16) as u64;
+            let x_rows = x.device_ptr() + (rows.start * l.hidden * BF16) as u64;
             // SAFETY: `x` holds `tokens × hidden` elements and the scratch buffers
             // `max_tokens` rows, at least `tokens`; `rows` lies within `tokens`.
             unsafe {
@@ -120,6 +153,52 @@ impl TpMlp {
         unsafe {
             l.down
                 .run_producing(y, act, tokens, schedule, stream, Some(&produce))
+        }
+    }
+}
+
+impl SequenceParallelMlp {
+    /// What [`forward`](Self::forward) runs for `tokens` tokens (all PEs' together):
+    /// [`Schedule::Fused`] (both exchanges fused), [`Schedule::Overlapped`] (the all-gather
+    /// beside the gate and up projection) or [`Schedule::Sequential`]. Both projections
+    /// share the width and the tokens, so the gate and up projection's
+    /// [`resolved_schedule`](ColumnParallelLinear::resolved_schedule) says it.
+    pub fn auto_schedule(&self, tokens: usize) -> Schedule {
+        let gate_up = &self.layers.gate_up;
+        gate_up.resolved_schedule(Schedule::Auto, tokens)
+    }
+
+    /// The MLP of this PE's tokens `x` (`tokens / n_pes × hidden`; every PE passes as many)
+    /// into `y` (the same shape: their outputs), on `stream`, in [`Schedule::Auto`].
+    pub fn forward<'a>(
+        &self,
+        y: impl Into<SymmetricView<'a, bf16>>,
+        x: impl Into<SymmetricView<'a, bf16>>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        self.forward_with(y, x, Schedule::Auto, stream)
+    }
+
+    /// [`forward`](Self::forward) with both projections in `schedule`.
+    pub fn forward_with<'a>(
+        &self,
+        y: impl Into<SymmetricView<'a, bf16>>,
+        x: impl Into<SymmetricView<'a, bf16>>,
+        schedule: Schedule,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let (y, x, l) = (y.into(), x.into(), &self.layers);
+        let rows = rows_of("the MLP input (this PE's tokens)", x.len(), l.hidden)?;
+        let tokens = rows * l.tp.n_pes();
+        l.check(tokens, y.len(), x.len())?;
+        let f = l.down.local_in_features().len();
+        let (gu, act) = (l.gate_up_out.device_ptr(), l.act.device_ptr());
+        // SAFETY: the scratch buffers hold `max_tokens` rows, at least `tokens`, and `y`
+        // this PE's rows.
+        unsafe {
+            l.gate_up.run_path(gu, x, tokens, schedule, stream)?;
+            l.tp.silu_mul_raw(act, gu, tokens, f, stream)?;
+            l.down.run(y, act, tokens, schedule, stream)
         }
     }
 }
@@ -161,6 +240,20 @@ impl MlpLayers {
         })
     }
 
+    /// A call's tokens and its output's length, before anything is launched, so that a bad
+    /// call leaves nothing running.
+    fn check(&self, tokens: usize, got: usize, expected: usize) -> Result<()> {
+        check_tokens("the MLP's forward", tokens, self.max_tokens)?;
+        match got == expected {
+            true => Ok(()),
+            false => Err(Error::Length {
+                what: "the MLP output (as many tokens × hidden as its input)",
+                expected,
+                got,
+            }),
+        }
+    }
+
     /// Check the full weights and keep this PE's shards in the layers.
     fn load_weights(&self, gate: &[bf16], up: &[bf16], down: &[bf16]) -> Result<()> {
         let (hidden, ffn) = (self.hidden, self.ffn);
@@ -171,151 +264,7 @@ impl MlpLayers {
             hidden,
         )?;
         check_weight("the MLP up weight (ffn × hidden)", up.len(), ffn, hidden)?;
-        let mut merged = Vec::with_capacity(gate.len() + up.len());
-        merged.extend_from_slice(gate);
-        merged.extend_from_slice(up);
-        self.gate_up.load_weight(&merged)?;
+        self.gate_up.load_weight(&[gate, up].concat())?;
         self.down.load_weight(down)
-    }
-}
-
-/// [`TpMlp`] in sequence parallelism (Megatron-LM's layout between the attention and the MLP):
-/// each PE holds an equal share of the tokens, in PE order, on the way in and on the way out.
-/// The merged gate and up projection all-gathers the tokens before its GEMM (a
-/// [`ColumnInput::SequenceParallel`] layer), and the down projection reduce-scatters its
-/// partial products, so that each PE gets the sums of its own tokens back (a
-/// [`RowOutput::SequenceParallel`] layer). No PE holds every token's output.
-///
-/// With [`Schedule::Fused`] both exchanges are fused with their GEMMs (see there).
-///
-/// ```no_run
-/// # fn main() -> nvshmem::Result<()> {
-/// use nvshmem::{bf16, tp::{Schedule, SequenceParallelMlp, TensorParallel}};
-/// let shmem = nvshmem::Nvshmem::init()?;
-/// let tp = TensorParallel::new(&shmem)?;
-/// let (hidden, ffn, tokens) = (4096, 14336, 4096);
-/// let mlp = SequenceParallelMlp::new(&tp, hidden, ffn, tokens)?;
-/// # let (gate, up, down) = (vec![bf16::ZERO; ffn * hidden], vec![bf16::ZERO; ffn * hidden], vec![bf16::ZERO; hidden * ffn]);
-/// mlp.load_weights(&gate, &up, &down)?;
-/// let mine = tokens / shmem.n_pes();
-/// let x = shmem.malloc::<bf16>(mine * hidden)?; // this PE's tokens
-/// let y = shmem.malloc::<bf16>(mine * hidden)?; // their outputs
-/// mlp.forward_with(&y, &x, Schedule::Fused, shmem.stream())?;
-/// # Ok(()) }
-/// ```
-pub struct SequenceParallelMlp {
-    layers: MlpLayers,
-}
-
-impl SequenceParallelMlp {
-    /// An MLP of `hidden → ffn → hidden` features with zero weights, for up to `max_tokens`
-    /// tokens per call, all PEs' together (collective: allocates symmetric memory).
-    pub fn new(tp: &TensorParallel, hidden: usize, ffn: usize, max_tokens: usize) -> Result<Self> {
-        let layout = (ColumnInput::SequenceParallel, RowOutput::SequenceParallel);
-        Ok(SequenceParallelMlp {
-            layers: MlpLayers::new(tp, (hidden, ffn, max_tokens), layout)?,
-        })
-    }
-
-    /// Hidden features (the input and output width).
-    pub fn hidden(&self) -> usize {
-        self.layers.hidden
-    }
-
-    /// FFN features of the whole MLP.
-    pub fn ffn(&self) -> usize {
-        self.layers.ffn
-    }
-
-    /// The merged gate and up projection.
-    pub fn gate_up(&self) -> &ColumnParallelLinear {
-        &self.layers.gate_up
-    }
-
-    /// The down projection.
-    pub fn down(&self) -> &RowParallelLinear {
-        &self.layers.down
-    }
-
-    /// The schedule that [`forward`](Self::forward) takes for `tokens` tokens (all PEs'
-    /// together), both projections alike: [`Schedule::Fused`], [`Schedule::Overlapped`]
-    /// (the all-gather beside the gate and up projection) or [`Schedule::Sequential`]
-    /// ([`RowParallelLinear::auto_schedule`]).
-    pub fn auto_schedule(&self, tokens: usize) -> Schedule {
-        self.layers.down.auto_schedule(tokens)
-    }
-
-    /// Keep this PE's shards of the full weights, as [`TpMlp::load_weights`].
-    pub fn load_weights(&self, gate: &[bf16], up: &[bf16], down: &[bf16]) -> Result<()> {
-        self.layers.load_weights(gate, up, down)
-    }
-
-    /// The MLP of this PE's tokens `x` (`tokens / n_pes × hidden`; every PE passes as many)
-    /// into `y` (the same shape: their outputs), on `stream`, in [`Schedule::Auto`] (fused
-    /// from [`ScheduleThresholds::fused_sequence_min_elements`](super::ScheduleThresholds)
-    /// elements per PE, tokens per PE × hidden, and overlapped from
-    /// `overlapped_sequence_min_elements` below it).
-    pub fn forward<'a>(
-        &self,
-        y: impl Into<SymmetricView<'a, bf16>>,
-        x: impl Into<SymmetricView<'a, bf16>>,
-        stream: &Arc<CudaStream>,
-    ) -> Result<()> {
-        self.forward_with(y, x, Schedule::Auto, stream)
-    }
-
-    /// [`forward`](Self::forward) with both projections in `schedule`
-    /// ([`Schedule::Overlapped`] overlaps the gate and up projection's all-gather; the
-    /// down projection's reduce-scatter then runs sequentially).
-    pub fn forward_with<'a>(
-        &self,
-        y: impl Into<SymmetricView<'a, bf16>>,
-        x: impl Into<SymmetricView<'a, bf16>>,
-        schedule: Schedule,
-        stream: &Arc<CudaStream>,
-    ) -> Result<()> {
-        let (y, x, l) = (y.into(), x.into(), &self.layers);
-        let rows = rows_of("the MLP input (this PE's tokens)", x.len(), l.hidden)?;
-        let tokens = rows * l.tp.n_pes();
-        check_tokens("SequenceParallelMlp::forward", tokens, l.max_tokens)?;
-        // Before anything is launched, so that a bad call leaves nothing running.
-        if y.len() != x.len() {
-            return Err(Error::Length {
-                what: "the MLP output (this PE's tokens × hidden)",
-                expected: x.len(),
-                got: y.len(),
-            });
-        }
-        let f = l.down.local_in_features().len();
-        let gate_up_out = Prefix::of(&l.gate_up_out, tokens * 2 * f);
-        let act = Prefix::of(&l.act, tokens * f);
-        l.gate_up.forward_with(&gate_up_out, x, schedule, stream)?;
-        l.tp.silu_mul(&act, &gate_up_out, tokens, stream)?;
-        l.down.forward_with(y, &act, schedule, stream)
-    }
-}
-
-/// The first `len` elements of a scratch buffer: the layers take outputs of exact lengths.
-struct Prefix<'a> {
-    buf: &'a DeviceBuffer<bf16>,
-    len: usize,
-}
-
-impl<'a> Prefix<'a> {
-    fn of(buf: &'a DeviceBuffer<bf16>, len: usize) -> Self {
-        Prefix {
-            buf,
-            len: len.min(buf.len()),
-        }
-    }
-}
-
-// SAFETY: a prefix of a live buffer it borrows.
-unsafe impl DeviceSlice<bf16> for Prefix<'_> {
-    fn device_ptr(&self) -> u64 {
-        self.buf.device_ptr()
-    }
-    fn len(&self) -> usize {
-        self.len
     }
 }

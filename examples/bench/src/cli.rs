@@ -151,14 +151,12 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
                   partial product into the output (with nccl in --impls)
     cublas+ours   nvshmem::tp::TpMlp::forward_with(Schedule::Sequential): GEMM, kernel, GEMM,
                   our all-reduce (with ours in --impls)
-    overlapped    TpMlp::forward_with(Schedule::Overlapped { chunks: 4 }): the down GEMM in 4
-                  pieces, each piece's all-reduce on a second stream while the next computes
-                  (with ours in --impls)
     fused         TpMlp::forward_with(Schedule::Fused): the down projection's decode GEMM and
-                  its all-reduce in one kernel up to 16 tokens; from 512 tokens per PE (when
-                  the PEs share M equally) its GEMMs in rounds, each round's partial products
-                  and sums moved by the copy engines while the next round computes; not run
-                  between (with ours in --impls)
+                  its all-reduce in one kernel up to 8 tokens (FUSED_DECODE_MAX_TOKENS, where
+                  hidden is a multiple of 4); from 512 tokens per PE (when the PEs share M
+                  equally) its GEMMs in rounds, each round's partial products and sums moved
+                  by the copy engines while the next round computes; not run between (with
+                  ours in --impls)
     cublasmp      cuBLASMp 0.7 (libcublasmp.so.0, the nvidia-cublasmp-cu13 wheel): the gate/up
                   GEMM by cuBLASLt, the SiLU(gate)*up kernel, then cublasMpMatmul's GEMM +
                   all-reduce of the down projection (with cublasmp in --impls). cuBLASMp's
@@ -172,10 +170,10 @@ TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp
     cublas+ours   SequenceParallelMlp::forward_with(Schedule::Sequential): our all-gather,
                   GEMM, kernel, GEMM, our reduce-scatter
     overlapped    the gate/up GEMM of this PE's tokens while the all-gather brings the others
-    fused         Schedule::Fused: the all-gather by the copy engines with per-chunk flags
-                  that our CUTLASS GEMM's tiles wait for (from 2048 tokens), and the down
-                  GEMMs storing each peer's partial products straight into its memory (from
-                  512 tokens per PE); below, the sequential schedule
+    fused         Schedule::Fused, from 512 tokens per PE: the all-gather by the copy engines
+                  with a flag per PE, a GEMM per PE's rows after its flag, and the down
+                  GEMMs in rounds, each round's partial products moved by the copy engines
+                  to their PE while the next round computes; below, not run
     cublasmp      cublasMpMatmul's all-gather + GEMM (gate/up) and GEMM + reduce-scatter
                   (down), both its overlapped SPLIT_P2P algorithm, with the SiLU kernel
                   between; its workspaces come from the symmetric heap (on ordinary memory
@@ -930,11 +928,11 @@ impl Config {
     }
 
     /// Symmetric memory the tp test holds at once (0 without it), for the largest shape at
-    /// the largest token count M, in bf16. Replicated: the MLP's partial product (M x hidden)
-    /// and its scratch for pieces along the features (min(M, 2048) x hidden), the outputs of
-    /// cublas+ours, overlapped and fused (M x hidden each), and from 1024 tokens the fused
-    /// GEMM + reduce-scatter's exchange buffer and this PE's rows of the sum (M x hidden and
-    /// at most as much). Sequence parallel, at most: the gathered input, the partial product and the
+    /// the largest token count M, in bf16. Replicated: the MLP's partial product (M x hidden),
+    /// the output of the fused decode kernel's measurement (FUSED_DECODE_MAX_TOKENS x
+    /// hidden), the outputs of cublas+ours and fused (M x hidden each), and from 1024 tokens
+    /// the fused GEMM + all-reduce's exchange buffer and this PE's rows of the sum (M x hidden
+    /// and at most as much). Sequence parallel, at most: the gathered input, the partial product and the
     /// fused reduce-scatter's exchange buffer (M x hidden each), the input and the three
     /// outputs (M / PEs x hidden each, at most M x hidden). With cublasmp, its workspaces
     /// too: [`CUBLASMP_FIXED_BYTES`] each, plus 4 M x hidden for the GEMM + all-reduce, and
@@ -950,14 +948,15 @@ impl Config {
             .iter()
             .map(|l| match l {
                 TpLayout::Replicated => {
-                    // The fused GEMM + reduce-scatter's buffers (at most M + M / PEs; with
-                    // 2 PEs or more, from FUSED_SCATTER_TOKENS tokens per PE).
-                    let exchange = if m >= 2 * nvshmem::tp::FUSED_SCATTER_TOKENS {
+                    // The fused exchange's buffers (at most M + M / PEs; with 2 PEs or more,
+                    // from FUSED_EXCHANGE_TOKENS tokens per PE).
+                    let exchange = if m >= 2 * nvshmem::tp::FUSED_EXCHANGE_TOKENS {
                         2 * m
                     } else {
                         0
                     };
-                    4 * m + m.min(2048) + exchange + if mp { 4 * m } else { 0 }
+                    let probe = nvshmem::tp::FUSED_DECODE_MAX_TOKENS;
+                    3 * m + probe + exchange + if mp { 4 * m } else { 0 }
                 }
                 TpLayout::Sequence => 7 * m + if mp { 3 * m } else { 0 },
             })
@@ -1371,24 +1370,24 @@ mod tests {
             "ours,nccl",
         ];
         let c = parse(&replicated).unwrap();
-        assert_eq!(c.tp_symmetric_bytes(), (6 * 8192 + 2048) * 8192 * 2);
+        assert_eq!(c.tp_symmetric_bytes(), (5 * 8192 + 8) * 8192 * 2);
         // cublasmp's workspaces besides: the GEMM + all-reduce's of 4 M x hidden and the
         // fixed part of two (sequence parallel has two workspaces).
         let c = parse(&[&replicated[..4], &["--impls", "cublasmp"]].concat()).unwrap();
         assert_eq!(
             c.tp_symmetric_bytes(),
-            (10 * 8192 + 2048) * 8192 * 2 + 2 * CUBLASMP_FIXED_BYTES
+            (9 * 8192 + 8) * 8192 * 2 + 2 * CUBLASMP_FIXED_BYTES
         );
         // Below 1024 tokens no PE of several has 512 tokens: no exchange buffers.
         let c =
             parse(&[&replicated[..], &["--tp-shapes", "8b", "--tp-m", "16,512"]].concat()).unwrap();
-        assert_eq!(c.tp_symmetric_bytes(), 5 * 512 * 4096 * 2);
+        assert_eq!(c.tp_symmetric_bytes(), (3 * 512 + 8) * 4096 * 2);
         // Sequence parallel (on by default): the gathered input, the partial product and the
         // exchange buffer of 8192 x 8192, the input and three outputs of at most as much.
         let c = parse(&["--tests", "tp", "--impls", "ours"]).unwrap();
         assert_eq!(c.tp_symmetric_bytes(), 7 * 8192 * 8192 * 2);
         // And cublasmp's all-gather and reduce-scatter workspaces (1 and 2 M x hidden): 10 M
-        // x hidden, less than the replicated layout's with cublasmp, which is on by default.
+        // x hidden, more than the replicated layout's with cublasmp (on by default).
         let c = parse(&["--tests", "tp", "--tp-layouts", "sequence"]).unwrap();
         assert_eq!(
             c.tp_symmetric_bytes(),
@@ -1397,7 +1396,7 @@ mod tests {
         let c = parse(&["--tests", "tp"]).unwrap();
         assert_eq!(
             c.tp_symmetric_bytes(),
-            (10 * 8192 + 2048) * 8192 * 2 + 2 * CUBLASMP_FIXED_BYTES
+            10 * 8192 * 8192 * 2 + 2 * CUBLASMP_FIXED_BYTES
         );
     }
 

@@ -20,7 +20,7 @@ use cudarc::driver::{CudaGraph, CudaStream};
 use half::bf16;
 use nvshmem::tp::{
     ColumnParallelLinear, GemmPath, LinearShape, RowParallelLinear, Schedule, SequenceParallelMlp,
-    TensorParallel, TpMlp, DECODE_MAX_TOKENS, FUSED_SCATTER_TOKENS, TUNED_TOKENS,
+    TensorParallel, TpMlp, TUNED_TOKENS,
 };
 use nvshmem::{Collectives, DeviceBuffer, Nvshmem, ReduceOp, SymmetricBuffer};
 use std::collections::HashSet;
@@ -60,7 +60,7 @@ fn tolerance(imp: TpImpl, n: usize) -> f64 {
 /// The implementations of the tensor-parallel MLP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TpImpl {
-    /// The local GEMMs (as `GemmPath::Auto` chooses: up to `DECODE_TOKENS` tokens the faster
+    /// The local GEMMs (as `GemmPath::Auto` chooses: up to `DECODE_MAX_TOKENS` tokens the faster
     /// of our decode kernel and cuBLASLt as measured when the weights were loaded, cuBLASLt
     /// above, with the algorithm measured then up to `TUNED_TOKENS` tokens) and the SiLU
     /// kernel alone, no communication.
@@ -76,32 +76,21 @@ pub enum TpImpl {
     /// `TpMlp::forward_with(Schedule::Sequential)`: the local work, then our all-reduce
     /// (sequence parallel: `SequenceParallelMlp`, our all-gather and reduce-scatter).
     CublasOurs,
-    /// `TpMlp::forward_with(Schedule::Overlapped)`: the down projection in pieces, each
-    /// piece's all-reduce on a second stream while the next piece computes.
+    /// `SequenceParallelMlp::forward_with(Schedule::Overlapped)`: the gate/up GEMM of this
+    /// PE's tokens while the all-gather brings the others' (sequence parallel only: a
+    /// replicated MLP has no overlapped form).
     Overlapped,
     /// `TpMlp::forward_with(Schedule::Fused)`: the down projection's GEMM and all-reduce in
-    /// one kernel up to `DECODE_MAX_TOKENS` tokens; from `FUSED_SCATTER_TOKENS` tokens per
-    /// PE, its GEMMs in rounds with the all-reduce's exchanges beside them; run only there
-    /// ([`has_fused`]: elsewhere it is cublas+ours again). Sequence parallel: both
-    /// exchanges fused with their GEMMs.
+    /// one kernel up to `FUSED_DECODE_MAX_TOKENS` tokens; from `FUSED_EXCHANGE_TOKENS` tokens
+    /// per PE, its GEMMs in rounds with the all-reduce's exchanges beside them. Sequence
+    /// parallel: both exchanges fused with their GEMMs. Run only where the layers have that
+    /// form (`resolved_schedule`: elsewhere it is cublas+ours again).
     Fused,
     /// cuBLASMp: the gate/up GEMM by cuBLASLt, the SiLU kernel, then `cublasMpMatmul`'s
     /// GEMM and all-reduce (without overlap: its overlapped form needs NVLink multicast).
     /// Sequence parallel: its overlapped all-gather + GEMM and GEMM + reduce-scatter.
     Cublasmp,
 }
-
-/// Whether `TpMlp::forward_with(Schedule::Fused)` has a form of its own for `m` tokens
-/// over `n_pes` PEs in `layout`.
-pub fn has_fused(layout: TpLayout, m: usize, n_pes: usize) -> bool {
-    let n = n_pes.max(1);
-    layout == TpLayout::Sequence
-        || m <= DECODE_MAX_TOKENS
-        || (n > 1 && m % n == 0 && m / n >= FUSED_SCATTER_TOKENS)
-}
-
-/// Pieces of the overlapped schedule: those that `Schedule::Auto` takes.
-pub const OVERLAP_PIECES: usize = nvshmem::tp::AUTO_OVERLAP_CHUNKS;
 
 impl TpImpl {
     pub const ALL: [TpImpl; 7] = [
@@ -277,6 +266,15 @@ impl Mlp {
         match self {
             Mlp::Replicated(m) => m.down(),
             Mlp::Sequence(m) => m.down(),
+        }
+    }
+
+    /// What a forward of `m` tokens in `schedule` runs: the down projection's schedule
+    /// (replicated), the gate/up projection's (sequence parallel, where it overlaps).
+    fn resolved(&self, schedule: Schedule, m: usize) -> Schedule {
+        match self {
+            Mlp::Replicated(mlp) => mlp.down().resolved_schedule(schedule, m),
+            Mlp::Sequence(mlp) => mlp.gate_up().resolved_schedule(schedule, m),
         }
     }
 
@@ -725,10 +723,8 @@ impl Ops<'_> {
                     .overlapped
                     .as_deref()
                     .ok_or("overlapped has no output buffer")?;
-                let schedule = Schedule::Overlapped {
-                    chunks: OVERLAP_PIECES,
-                };
-                self.mlp.forward(y, self.input(), schedule, stream)
+                self.mlp
+                    .forward(y, self.input(), Schedule::Overlapped, stream)
             }
             TpImpl::Fused => {
                 let y = self
@@ -1017,20 +1013,20 @@ fn point(
     mlp.load_weights(gate, up, &d.down)?;
     full.gate_up.copy_from_host(&d.gate_up)?;
     full.down.copy_from_host(&d.down)?;
-    // What `forward` (Schedule::Auto) runs here, decided once the weights are loaded: the
-    // fused schedule where it has a form of its own, the overlapped one (sequence
-    // parallelism, always 4 chunks), else cublas+ours' sequential one.
-    let auto = match mlp.down().auto_schedule(m) {
-        Schedule::Fused if has_fused(layout, m, n) => TpImpl::Fused,
-        Schedule::Overlapped { .. } => TpImpl::Overlapped,
+    // What `forward` (Schedule::Auto) runs here, decided once the weights are loaded.
+    let auto = match mlp.resolved(Schedule::Auto, m) {
+        Schedule::Fused => TpImpl::Fused,
+        Schedule::Overlapped => TpImpl::Overlapped,
         _ => TpImpl::CublasOurs,
     };
-    // fused only where it has a form of its own.
+    // Overlapped and fused only where the layers have that form.
+    let runs = |schedule: Schedule| mlp.resolved(schedule, m) == schedule;
     let mut active: Vec<TpImpl> = impls
         .iter()
         .copied()
         .filter(|i| !disabled.contains(i))
-        .filter(|&i| i != TpImpl::Fused || has_fused(layout, m, ctx.shmem.n_pes()))
+        .filter(|&i| i != TpImpl::Fused || runs(Schedule::Fused))
+        .filter(|&i| i != TpImpl::Overlapped || runs(Schedule::Overlapped))
         .filter(|&i| i != TpImpl::CublasOnly || m <= TUNED_TOKENS)
         .collect();
     let bufs = Buffers::new(ctx.shmem, &active, layout, m, f, hidden)?;

@@ -1,10 +1,8 @@
-//! Finding NVSHMEM, the CUDA compiler, CUTLASS and libclang: the variable that names an install, then
+//! Finding NVSHMEM, the CUDA compiler and libclang: the variable that names an install, then
 //! the project's `.venv`, then the Python environment, then the system.
 
-mod cutlass;
 mod libclang;
 
-pub use cutlass::{Cutlass, CUTLASS_MIN_VERSION, CUTLASS_WHEEL};
 pub use libclang::{is_libclang_file_name, libclang_in, Libclang, LIBCLANG_WHEEL};
 
 use crate::Error;
@@ -20,7 +18,6 @@ pub const DISCOVERY_VARS: &[&str] = &[
     "NVSHMEM_HOME",
     "CUDA_HOME",
     "NVCC",
-    "CUTLASS_HOME",
     "LIBCLANG_PATH",
     "PYTHON",
     "PATH",
@@ -304,7 +301,6 @@ pub struct Probe {
     system_nvshmem: Vec<(PathBuf, PathBuf)>,
     system_cuda: Vec<PathBuf>,
     system_libclang: Vec<PathBuf>,
-    system_cutlass: Vec<PathBuf>,
 }
 
 impl Probe {
@@ -362,9 +358,6 @@ impl Probe {
             system_nvshmem,
             system_cuda: vec![PathBuf::from("/usr/local/cuda")],
             system_libclang: system_libclang_dirs(&arch_lib),
-            system_cutlass: ["/usr/local/include", "/usr/include"]
-                .map(PathBuf::from)
-                .to_vec(),
         }
     }
 
@@ -377,7 +370,6 @@ impl Probe {
             system_nvshmem: Vec::new(),
             system_cuda: Vec::new(),
             system_libclang: Vec::new(),
-            system_cutlass: Vec::new(),
         }
     }
 
@@ -411,12 +403,6 @@ impl Probe {
     /// Replace the system folders searched for libclang.
     pub fn system_libclang_dirs(mut self, dirs: Vec<PathBuf>) -> Self {
         self.system_libclang = dirs;
-        self
-    }
-
-    /// Replace the system include folders searched for CUTLASS.
-    pub fn system_cutlass_dirs(mut self, dirs: Vec<PathBuf>) -> Self {
-        self.system_cutlass = dirs;
         self
     }
 

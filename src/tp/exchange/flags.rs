@@ -1,14 +1,10 @@
-//! Chunks of rows that the PEs of a fused tensor-parallel call hand each other, with a flag
-//! per chunk: the all-gather of the fused all-gather + GEMM (each PE's rows go to every peer
-//! by the copy engines) and the exchanges of the fused GEMM + reduce-scatter and GEMM +
-//! all-reduce (in rounds, the copy engines take each PE's partial products of a peer's rows
-//! to that peer, and with a replicated output each PE's sums to every peer).
+//! The flags of a fused exchange: a chunk of rows that one PE hands another raises a flag
+//! when it lands.
 //!
 //! The flags are set and waited for by stream memory operations (`cuStreamWriteValue64` /
-//! `cuStreamWaitValue64`), not by kernels: a persistent GEMM that holds every SM while it
-//! waits for a chunk cannot starve the transfer it waits for. Every value written is a
-//! constant (a flag is 1 when set and 0 when clear; in rounds, the count of rounds done), so
-//! a captured call replays correctly.
+//! `cuStreamWaitValue64`), not by kernels, so that no SM is held while a transfer is awaited.
+//! Every value written is a constant (a flag is 1 when set and 0 when clear; in rounds, the
+//! count of rounds done), so a captured call replays correctly.
 //!
 //! Per PE, three flags per PE `c` in symmetric memory:
 //! - `ready[c]`: PE `c`'s chunk has landed here (set by `c` after its transfer, cleared here
@@ -25,10 +21,7 @@
 //! only after its last one saw every peer's chunk, which each peer sent after taking its
 //! credit; and it clears its `ready` and `done` flags before it opens the next call, whose
 //! credits any new chunk waits for.
-//!
-//! [`Schedule::Fused`]: super::Schedule::Fused
 
-use super::cutlass::ChunkWait;
 use crate::element::Element;
 use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::{SymmetricBuffer, SymmetricView};
@@ -36,11 +29,11 @@ use crate::runtime::Nvshmem;
 use cudarc::driver::{sys, CudaStream};
 
 /// The flags of one layer's exchange buffer.
-pub(super) struct ChunkFlags {
+pub(in crate::tp) struct ChunkFlags {
     n: usize,
     me: usize,
-    /// `ready`, `credit` and `done` (`n` flags each), on every PE.
-    flags: SymmetricBuffer<u64>,
+    /// `ready`, `credit` and `done` (`n` flags each), on every PE: kept for `peer_flags`.
+    _flags: SymmetricBuffer<u64>,
     /// Per PE: its flag array, as mapped here.
     peer_flags: Vec<u64>,
 }
@@ -48,7 +41,9 @@ pub(super) struct ChunkFlags {
 const FLAG: u64 = std::mem::size_of::<u64>() as u64;
 
 /// Per PE: where `buf` (a symmetric buffer, or a view of one) starts on it, as mapped here.
-pub(super) fn peer_bases<'a, T: Element>(buf: impl Into<SymmetricView<'a, T>>) -> Result<Vec<u64>> {
+pub(in crate::tp) fn peer_bases<'a, T: Element>(
+    buf: impl Into<SymmetricView<'a, T>>,
+) -> Result<Vec<u64>> {
     let buf = buf.into();
     let shmem = buf.runtime();
     (0..shmem.n_pes())
@@ -66,7 +61,7 @@ pub(super) fn peer_bases<'a, T: Element>(buf: impl Into<SymmetricView<'a, T>>) -
 impl ChunkFlags {
     /// The flags of one exchange, all clear (collective: allocates symmetric memory, then
     /// waits for every PE).
-    pub(super) fn new(shmem: &Nvshmem) -> Result<Self> {
+    pub(in crate::tp) fn new(shmem: &Nvshmem) -> Result<Self> {
         let (n, me) = (shmem.n_pes(), shmem.my_pe());
         let flags = shmem.calloc::<u64>(3 * n)?;
         let peer_flags = peer_bases(&flags)?;
@@ -75,13 +70,18 @@ impl ChunkFlags {
         Ok(ChunkFlags {
             n,
             me,
-            flags,
+            _flags: flags,
             peer_flags,
         })
     }
 
+    /// This PE.
+    pub(in crate::tp) fn me(&self) -> usize {
+        self.me
+    }
+
     /// The peers in the order this PE serves them: the next PE first.
-    pub(super) fn peers(&self) -> impl Iterator<Item = usize> + '_ {
+    pub(in crate::tp) fn peers(&self) -> impl Iterator<Item = usize> + '_ {
         (1..self.n).map(move |i| (self.me + i) % self.n)
     }
 
@@ -99,37 +99,42 @@ impl ChunkFlags {
 
     /// On `stream`, first in a call: let every peer write its chunk here (after everything
     /// before on `stream`, which may still read the buffer).
-    pub(super) fn open(&self, stream: &CudaStream) -> Result<()> {
+    pub(in crate::tp) fn open(&self, stream: &CudaStream) -> Result<()> {
         self.peers()
             .try_for_each(|c| write(stream, self.credit(c, self.me), 1))
     }
 
     /// On `stream`: wait until `peer` may receive this PE's chunk, and take the credit.
-    pub(super) fn take_credit(&self, stream: &CudaStream, peer: usize) -> Result<()> {
+    pub(in crate::tp) fn take_credit(&self, stream: &CudaStream, peer: usize) -> Result<()> {
         wait_set(stream, self.credit(self.me, peer))?;
         write(stream, self.credit(self.me, peer), 0)
     }
 
     /// On `stream`, after the transfer before it: tell `peer` that this PE's chunk has landed.
-    pub(super) fn raise(&self, stream: &CudaStream, peer: usize) -> Result<()> {
+    pub(in crate::tp) fn raise(&self, stream: &CudaStream, peer: usize) -> Result<()> {
         self.raise_rounds(stream, peer, 1)
     }
 
     /// On `stream`, after the transfers before it: tell `peer` that this PE's chunks of its
     /// first `rounds` rounds have landed.
-    pub(super) fn raise_rounds(&self, stream: &CudaStream, peer: usize, rounds: u64) -> Result<()> {
+    pub(in crate::tp) fn raise_rounds(
+        &self,
+        stream: &CudaStream,
+        peer: usize,
+        rounds: u64,
+    ) -> Result<()> {
         write(stream, self.ready(peer, self.me), rounds)
     }
 
     /// Make `stream` wait until every peer's chunks of the first `rounds` rounds are here.
-    pub(super) fn wait_rounds(&self, stream: &CudaStream, rounds: u64) -> Result<()> {
+    pub(in crate::tp) fn wait_rounds(&self, stream: &CudaStream, rounds: u64) -> Result<()> {
         self.peers()
             .try_for_each(|c| wait_at_least(stream, self.ready(self.me, c), rounds))
     }
 
     /// On `stream`, after the copies before it: tell `peer` that the sums of this PE's rows
     /// of the first `rounds` rounds have landed in its output.
-    pub(super) fn announce_sums(
+    pub(in crate::tp) fn announce_sums(
         &self,
         stream: &CudaStream,
         peer: usize,
@@ -138,46 +143,27 @@ impl ChunkFlags {
         write(stream, self.done(peer, self.me), rounds)
     }
 
-    /// What a GEMM over the rows `[row_offset, row_offset + m)` of the exchange buffer waits
-    /// for, in chunks of `rows_per_chunk`: the flags of the chunks below `chunks`, this PE's
-    /// own (written on the GEMM's stream) excepted.
-    pub(super) fn chunk_wait(
-        &self,
-        rows_per_chunk: usize,
-        row_offset: usize,
-        chunks: usize,
-    ) -> ChunkWait {
-        ChunkWait {
-            ready: self.flags.device_ptr(),
-            want: 1,
-            rows_per_chunk,
-            row_offset,
-            chunks,
-            own_chunk: self.me,
-        }
-    }
-
     /// Make `stream` wait for `peer`'s chunk.
-    pub(super) fn wait_from(&self, stream: &CudaStream, peer: usize) -> Result<()> {
+    pub(in crate::tp) fn wait_from(&self, stream: &CudaStream, peer: usize) -> Result<()> {
         wait_set(stream, self.ready(self.me, peer))
     }
 
     /// Make `stream` wait for every peer's chunk.
-    pub(super) fn wait_all(&self, stream: &CudaStream) -> Result<()> {
+    pub(in crate::tp) fn wait_all(&self, stream: &CudaStream) -> Result<()> {
         self.wait_rounds(stream, 1)
     }
 
     /// On `stream`, last in a call: wait for every peer's chunk (already seen where the
     /// work waited chunk by chunk; after a failure, so that no late chunk is cleared), then
     /// clear the `ready` flags.
-    pub(super) fn close(&self, stream: &CudaStream) -> Result<()> {
+    pub(in crate::tp) fn close(&self, stream: &CudaStream) -> Result<()> {
         self.wait_all(stream)?;
         self.clear_ready(stream)
     }
 
     /// On `stream`, once every peer's chunks of the last round have been awaited there:
     /// clear the `ready` flags (no peer sends more in this call).
-    pub(super) fn clear_ready(&self, stream: &CudaStream) -> Result<()> {
+    pub(in crate::tp) fn clear_ready(&self, stream: &CudaStream) -> Result<()> {
         self.peers()
             .try_for_each(|c| write(stream, self.ready(self.me, c), 0))
     }
@@ -186,7 +172,7 @@ impl ChunkFlags {
     /// [`clear_ready`](Self::clear_ready) was enqueued (on a stream this one has joined),
     /// wait for every peer's chunks of every round and clear those flags; where the peers
     /// also sent `sums`, wait for their sums of every round and clear those flags.
-    pub(super) fn close_rounds(
+    pub(in crate::tp) fn close_rounds(
         &self,
         stream: &CudaStream,
         rounds: u64,
@@ -234,7 +220,7 @@ fn write(stream: &CudaStream, addr: u64, value: u64) -> Result<()> {
 
 /// Whether this PE's GPU takes 64-bit stream memory operations (all GPUs of compute
 /// capability 7.0 and later with CUDA 12 drivers).
-pub(super) fn stream_memops(shmem: &Nvshmem) -> Result<bool> {
+pub(in crate::tp) fn stream_memops(shmem: &Nvshmem) -> Result<bool> {
     let attr = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS;
     Ok(shmem
         .context()
