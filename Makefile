@@ -99,6 +99,7 @@ fmt:
 
 clippy: setup
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p nvshmem --all-targets -- -D warnings
 
 ci: test clippy
 	cargo fmt --all -- --check

@@ -4,6 +4,7 @@
 //! (`Err(Error::PeOutOfRange { pe, .. })`); driver failures keep the driver's error as their
 //! [`source`](std::error::Error::source).
 
+#[cfg(feature = "tp")]
 use cudarc::cublaslt::result::CublasError;
 use cudarc::driver::DriverError;
 use std::fmt;
@@ -208,7 +209,8 @@ pub enum Error {
         /// The driver's error.
         source: DriverError,
     },
-    /// cuBLASLt could not be loaded, or refused a call.
+    /// cuBLASLt could not be loaded, or refused a call (the `tp` feature).
+    #[cfg(feature = "tp")]
     Cublas {
         /// The cuBLASLt function, or `"load"` when the library was not found.
         call: &'static str,
@@ -379,6 +381,7 @@ impl fmt::Display for Error {
             Error::Launch { kernel, source } => {
                 write!(f, "the launch of kernel {kernel} failed: {source:?}")
             }
+            #[cfg(feature = "tp")]
             Error::Cublas {
                 call,
                 message,
@@ -432,6 +435,7 @@ impl std::error::Error for Error {
                 source: Some(source),
                 ..
             } => Some(source),
+            #[cfg(feature = "tp")]
             Error::Cublas {
                 source: Some(source),
                 ..

@@ -19,9 +19,15 @@
 //! ([`rma`], [`signal`], [`atomic`], [`sync`]), [`team`]s with NVSHMEM's own collectives,
 //! kernel modules with the one launch path ([`module`]), our device collectives
 //! ([`collectives`]), whose kernels are in [`cubins`], tensor-parallel layers on them
-//! ([`tp`]), and structures in symmetric memory: [`channel`]s between PEs (pipeline
-//! hand-off) and the [`pool`] of pages handed out on any PE (KV-cache blocks) with gathers and
-//! scatters. Every operation takes its destination first, as NVSHMEM does.
+//! (`tp`, with the `tp` feature), and structures in symmetric memory: [`channel`]s between
+//! PEs (pipeline hand-off) and the [`pool`] of pages handed out on any PE (KV-cache blocks)
+//! with gathers and scatters. Every operation takes its destination first, as NVSHMEM does.
+//!
+//! # Features
+//! | feature | what it adds |
+//! |---|---|
+//! | (none, the default) | everything above but the tensor-parallel layers |
+//! | `tp` | `nvshmem::tp`: tensor-parallel linear layers and MLPs, their cuBLASLt and decode GEMMs, and their kernels |
 //!
 //! # Threads
 //! Every type is `Send + Sync` and may be used from any thread. NVSHMEM's host library runs
@@ -52,6 +58,7 @@ pub mod runtime;
 pub mod signal;
 pub mod sync;
 pub mod team;
+#[cfg(feature = "tp")]
 pub mod tp;
 
 pub use channel::Channel;

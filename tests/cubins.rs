@@ -42,6 +42,7 @@ fn atomics_cubin_has_the_host_atomics_kernel() {
     check_set(&nvshmem::cubins::ATOMICS, &["host_amo".to_string()]);
 }
 
+#[cfg(feature = "tp")]
 #[test]
 fn tp_cubin_has_the_kernels_of_the_layers() {
     let names: Vec<String> = nvshmem::tp::kernel_names()
@@ -97,20 +98,29 @@ fn pool_cubin_has_the_page_pool_kernels() {
     );
 }
 
+/// The crate's own cubin sets: the tensor-parallel one with the `tp` feature.
+fn library_sets() -> Vec<&'static CubinSet> {
+    #[allow(unused_mut)]
+    let mut sets = vec![
+        &nvshmem::cubins::COLLECTIVES,
+        &nvshmem::cubins::ATOMICS,
+        &nvshmem::cubins::CHANNEL,
+        &nvshmem::cubins::POOL,
+    ];
+    #[cfg(feature = "tp")]
+    sets.push(&nvshmem::cubins::TP);
+    sets
+}
+
 #[test]
 fn the_library_ships_only_library_kernels() {
     // Demos and benchmark kernels live in their own crates (examples/bench).
-    let names: Vec<&str> = [
-        nvshmem::cubins::COLLECTIVES,
-        nvshmem::cubins::ATOMICS,
-        nvshmem::cubins::TP,
-        nvshmem::cubins::CHANNEL,
-        nvshmem::cubins::POOL,
-    ]
-    .iter()
-    .map(|s| s.name())
-    .collect();
-    assert_eq!(names, ["collectives", "atomics", "tp", "channel", "pool"]);
+    let names: Vec<&str> = library_sets().iter().map(|s| s.name()).collect();
+    let mut want = vec!["collectives", "atomics", "channel", "pool"];
+    if cfg!(feature = "tp") {
+        want.push("tp");
+    }
+    assert_eq!(names, want);
     let kernels = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels")).unwrap();
     let mut sources: Vec<String> = kernels
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
@@ -145,13 +155,7 @@ fn cubins_are_built_for_hopper_unless_told_otherwise() {
             })
             .collect(),
     };
-    for set in [
-        &nvshmem::cubins::COLLECTIVES,
-        &nvshmem::cubins::ATOMICS,
-        &nvshmem::cubins::TP,
-        &nvshmem::cubins::CHANNEL,
-        &nvshmem::cubins::POOL,
-    ] {
+    for set in library_sets() {
         let caps: Vec<u32> = set.images().iter().map(|i| i.capability).collect();
         assert_eq!(caps, expected, "{}", set.name());
     }

@@ -762,18 +762,21 @@ impl Collectives {
 
     /// SMs every PE can use (the smallest over PEs): kernels whose blocks pair up with the
     /// same block of every peer size their grids by it.
+    #[cfg(feature = "tp")]
     pub(crate) fn sm_count(&self) -> usize {
         self.dims.sm_count
     }
 
     /// Whether a fused call ([`fused_call`](Self::fused_call)) can exchange `bytes` per PE
     /// through the low-latency lines: up to `LL_MAX_PES` PEs, and room in a lines slot.
+    #[cfg(feature = "tp")]
     pub(crate) fn fused_lines_fit(&self, bytes: usize) -> bool {
         bytes <= self.fused_lines_room()
     }
 
     /// The data bytes per PE a fused call can exchange through the low-latency lines: none
     /// above `LL_MAX_PES` PEs (no peer table).
+    #[cfg(feature = "tp")]
     fn fused_lines_room(&self) -> usize {
         match self.tables {
             Some(_) => plan::ll_max_input(self.dims.lines_slot_bytes),
@@ -793,6 +796,7 @@ impl Collectives {
     /// # Safety
     /// `extra` must be the kernel's last parameter and `src` and everything `extra` points
     /// at valid for the kernel, until it has run on `stream`.
+    #[cfg(feature = "tp")]
     pub(crate) unsafe fn fused_call<X: Copy + 'static>(
         &self,
         function: &Function,

@@ -765,6 +765,7 @@ impl Nvshmem {
     }
 
     /// Bytes of this GPU's L2 cache.
+    #[cfg(feature = "tp")]
     pub(crate) fn l2_bytes(&self) -> Result<usize> {
         let bytes = self
             .rt
