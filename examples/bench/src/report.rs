@@ -702,7 +702,7 @@ pub fn tp_tables(records: &[Record]) -> Vec<Table> {
         }
         if both {
             footer.push(
-                "\"best ours vs nccl\" = time of cublas+nccl / the fastest of cublas+ours, overlapped and fused (> 1: ours is faster); fused runs up to 16 tokens and from 512 tokens per PE (in sequence parallelism, -sp, at every M)",
+                "\"best ours vs nccl\" = time of cublas+nccl / the fastest of cublas+ours, overlapped and fused (> 1: ours is faster); fused runs where the layers have a fused form (up to 8 tokens, and from 512 tokens per PE), overlapped in sequence parallelism (-sp) only",
             );
         }
         if has_auto {
