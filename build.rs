@@ -4,6 +4,7 @@
 //! feature.
 
 use nvshmem_build::{emit_rpath, fail, Error, KernelBuilder, Probe};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 fn main() {
@@ -12,10 +13,12 @@ fn main() {
     let builder = KernelBuilder::from_links_metadata("NVSHMEM", "nvshmem-sys")
         .and_then(|b| b.export_headers("kernels/include"))
         .unwrap_or_else(|e| fail(&e));
-    let built = kernel_sources()
-        .map(|sources| {
-            let crate_kernels = builder.clone().rust_path("crate").include_dir("kernels");
-            sources.iter().fold(crate_kernels, |b, s| b.source(s))
+    let tp = std::env::var_os("CARGO_FEATURE_TP").is_some();
+    let built = builder
+        .clone()
+        .rust_path("crate")
+        .source_dir_where("kernels", |p| {
+            tp || p.file_name() != Some(OsStr::new("tp.cu"))
         })
         .and_then(|b| b.build())
         .unwrap_or_else(|e| fail(&e));
@@ -42,24 +45,6 @@ fn main() {
     // For crates that depend on us and build their own kernels (DEP_NVSHMEM_RS_*).
     builder.emit_links_metadata();
     println!("cargo:rerun-if-changed=build.rs");
-}
-
-/// The crate's `.cu` files: `kernels/*.cu`, `tp.cu` only with the `tp` feature.
-fn kernel_sources() -> Result<Vec<PathBuf>, Error> {
-    let dir = Path::new("kernels");
-    let entries = std::fs::read_dir(dir).map_err(|source| Error::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let tp = std::env::var_os("CARGO_FEATURE_TP").is_some();
-    let mut sources: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
-        .filter(|p| tp || p.file_name() != Some(std::ffi::OsStr::new("tp.cu")))
-        .collect();
-    sources.sort();
-    println!("cargo:rerun-if-changed=kernels");
-    Ok(sources)
 }
 
 /// `$OUT_DIR/abi.rs` from `kernels/abi.h` (included by src/abi.rs).

@@ -412,7 +412,17 @@ impl KernelBuilder {
     }
 
     /// Add every `.cu` file in `dir` (sorted), and its headers to the include path.
-    pub fn source_dir(mut self, dir: impl AsRef<Path>) -> Result<Self, Error> {
+    pub fn source_dir(self, dir: impl AsRef<Path>) -> Result<Self, Error> {
+        self.source_dir_where(dir, |_| true)
+    }
+
+    /// [`source_dir`](Self::source_dir) with only the `.cu` files for which `keep` is true
+    /// (a crate whose features leave some kernels out).
+    pub fn source_dir_where(
+        mut self,
+        dir: impl AsRef<Path>,
+        keep: impl Fn(&Path) -> bool,
+    ) -> Result<Self, Error> {
         let dir = dir.as_ref();
         let entries = std::fs::read_dir(dir).map_err(|source| Error::Io {
             path: dir.to_path_buf(),
@@ -420,7 +430,7 @@ impl KernelBuilder {
         })?;
         let mut files: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "cu"))
+            .filter(|p| p.extension().is_some_and(|e| e == "cu") && keep(p))
             .collect();
         files.sort();
         if std::env::var_os("OUT_DIR").is_some() {

@@ -141,6 +141,15 @@ fn every_source_is_compiled_and_linked_for_every_arch() {
         link.contains(&tc.nvshmem.device_lib.display().to_string()),
         "{link}"
     );
+    // A filter leaves files out.
+    let only_ring = tc
+        .builder()
+        .source_dir_where(&dir, |p| p.ends_with("ring.cu"))
+        .unwrap()
+        .build()
+        .unwrap();
+    let names: Vec<&str> = only_ring.kernels.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["ring"]);
 }
 
 #[test]

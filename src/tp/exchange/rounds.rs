@@ -136,7 +136,7 @@ impl RoundsCall<'_> {
     /// `tokens` is a multiple of the PE count; `gemm` and `produce` enqueue work on buffers
     /// that hold the call's tokens; the exchange buffer holds `tokens × cols` on every PE.
     pub(in crate::tp) unsafe fn run(&self) -> Result<()> {
-        let (n, me) = (self.flags.peers().count() + 1, self.flags.me());
+        let (n, me) = (self.tp.n_pes(), self.tp.my_pe());
         let rows = self.tokens / n;
         let produced = self.replicated && self.produce.is_some();
         let mut rounds = exchange_rounds(rows, n, self.tp.thresholds(), produced);
