@@ -199,7 +199,7 @@ fn device_side(shmem: &Nvshmem) -> Outcome {
     let mut args = KernelArgs::new();
     args.value(pool.handle())
         .value(COUNT as u32)
-        .device_ptr(staging.device_ptr());
+        .device_ptr(staging.addr());
     // SAFETY: kv_device_produce(nvshmem_rs_pool, uint32_t, char *); staging holds COUNT
     // pages and outlives the kernel, which is waited for.
     let produced = unsafe { produce.launch(grid(1, 256), stream, &mut args) }
@@ -213,8 +213,8 @@ fn device_side(shmem: &Nvshmem) -> Outcome {
     args.value(pool.handle())
         .value(from as i32)
         .value(COUNT as u32)
-        .device_ptr(ids.device_ptr())
-        .device_ptr(dst.device_ptr());
+        .device_ptr(ids.addr())
+        .device_ptr(dst.addr());
     // SAFETY: kv_device_consume(nvshmem_rs_pool, int32_t, uint32_t, uint64_t *, char *);
     // ids and dst hold COUNT words and pages.
     let consumed = unsafe { consume.launch(grid(1, 256), stream, &mut args) }
@@ -297,7 +297,7 @@ fn main() {
             me as i32,
             n as i32,
         );
-        if fields != want || h.pages as u64 != pool.pages().device_ptr() {
+        if fields != want || h.pages as u64 != pool.pages().addr() {
             return Err(format!("handle {fields:?}, expected {want:?}"));
         }
         Ok(())

@@ -211,7 +211,7 @@ fn pipeline(shmem: &Nvshmem, seed: u64, mode: u32, batches: usize) -> Result<Dur
     let mut args = KernelArgs::new();
     args.value(input.handle())
         .value(output.handle())
-        .device_ptr(stage_buf.device_ptr())
+        .device_ptr(stage_buf.addr())
         .value(max_len as u32)
         .value(batches as u32)
         .value(me as u32)

@@ -454,6 +454,17 @@ pub(crate) fn check(call: &'static str, status: i32) -> Result<()> {
     }
 }
 
+/// cudarc's errors, so `?` works in code that mixes cudarc's calls and ours. The driver
+/// does not say which call failed; our own calls name it.
+impl From<DriverError> for Error {
+    fn from(source: DriverError) -> Self {
+        Error::Cuda {
+            call: "a cudarc call",
+            source,
+        }
+    }
+}
+
 /// Attach the name of the failed call to a CUDA driver error.
 pub(crate) trait CudaResultExt<T> {
     fn during(self, call: &'static str) -> Result<T>;
@@ -470,6 +481,26 @@ mod tests {
     use super::*;
     use cudarc::driver::sys::CUresult;
     use std::error::Error as _;
+
+    #[test]
+    fn cudarc_errors_convert_with_question_mark() {
+        fn cudarc_call() -> std::result::Result<(), DriverError> {
+            Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY))
+        }
+        fn ours() -> Result<()> {
+            cudarc_call()?;
+            Ok(())
+        }
+        // (Printing a driver error asks the driver for its text: not here, with no GPU.)
+        let e = ours().unwrap_err();
+        assert!(matches!(
+            e,
+            Error::Cuda {
+                call: "a cudarc call",
+                source: DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+            }
+        ));
+    }
 
     #[test]
     fn statuses_map_to_errors_that_name_the_call() {

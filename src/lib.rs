@@ -71,7 +71,7 @@ pub use cudarc::driver::{CudaStream, LaunchConfig};
 pub use element::{AtomicElement, AtomicInteger, DataType, Element, ReduceOp};
 pub use error::{Error, HeapLimit, Result};
 pub use half::{bf16, f16};
-pub use memory::{DeviceBuffer, DeviceSlice, SymmetricBuffer, SymmetricView};
+pub use memory::{DeviceBuffer, DeviceMemory, SymmetricBuffer, SymmetricView};
 pub use nvshmem_sys as sys;
 pub use pool::{PageId, PagePool};
 pub use runtime::{InitOptions, Nvshmem, RuntimeInfo, UniqueId};

@@ -37,6 +37,7 @@ use crate::runtime::Nvshmem;
 use cudarc::driver::CudaStream;
 use nvshmem_sys as sys;
 use std::ffi::c_void;
+use std::sync::Arc;
 
 /// One put or get form: its documentation, its name (with `(stream)` for the on-stream
 /// forms) and the NVSHMEM function it calls (with `(s)`, the stream, for those) through the
@@ -52,7 +53,7 @@ macro_rules! transfer {
             dest: impl Into<SymmetricView<'a, T>>,
             src: impl Into<SymmetricView<'a, T>>,
             pe: usize,
-            $($stream: &CudaStream,)?
+            $($stream: &Arc<CudaStream>,)?
         ) -> Result<()> {
             let stream = None $(.or(transfer!(@stream $stream)))?;
             self.rma(dest.into(), src.into(), pe, stream, |t, transfer!(@param $($s)?)| unsafe {
@@ -98,7 +99,7 @@ impl Nvshmem {
         dest: SymmetricView<'_, T>,
         src: SymmetricView<'_, T>,
         pe: usize,
-        stream: Option<&CudaStream>,
+        stream: Option<&Arc<CudaStream>>,
         call: impl FnOnce(&Transfer, sys::cudaStream_t),
     ) -> Result<()> {
         let t = self.transfer(dest, src, pe)?;
@@ -252,7 +253,7 @@ impl Nvshmem {
         index: usize,
         value: T,
         pe: usize,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (ptr, pe) = self.element_at(dest.into(), index, pe)?;
         let s = self.raw_stream(stream)?;
@@ -268,7 +269,7 @@ impl Nvshmem {
         src: impl Into<SymmetricView<'a, T>>,
         index: usize,
         pe: usize,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<T> {
         let (ptr, pe) = self.element_at(src.into(), index, pe)?;
         let s = self.raw_stream(stream)?;

@@ -37,6 +37,7 @@ use crate::runtime::Nvshmem;
 use cudarc::driver::CudaStream;
 use nvshmem_sys as sys;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// How a signal update combines with the signal's current value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -120,7 +121,7 @@ macro_rules! put_signal {
             value: u64,
             op: SignalOp,
             pe: usize,
-            $($stream: &CudaStream,)?
+            $($stream: &Arc<CudaStream>,)?
         ) -> Result<()> {
             let stream = None $(.or(put_signal!(@stream $stream)))?;
             let (dest, src, sig) = (dest.into(), src.into(), sig.into());
@@ -150,7 +151,7 @@ pub(crate) fn complete_own_stream(shmem: &Nvshmem) -> Result<()> {
 impl Nvshmem {
     /// `stream`'s raw handle (checked), or for the host forms (`None`) the runtime's own
     /// stream, which they wait for or leave to `quiet`.
-    fn stream_or_own(&self, stream: Option<&CudaStream>) -> Result<sys::cudaStream_t> {
+    fn stream_or_own(&self, stream: Option<&Arc<CudaStream>>) -> Result<sys::cudaStream_t> {
         match stream {
             Some(stream) => self.raw_stream(stream),
             None => Ok(self.stream().cu_stream() as sys::cudaStream_t),
@@ -170,7 +171,7 @@ impl Nvshmem {
         value: u64,
         op: SignalOp,
         pe: usize,
-        stream: Option<&CudaStream>,
+        stream: Option<&Arc<CudaStream>>,
         nbi: bool,
     ) -> Result<()> {
         let t = self.transfer(dest, src, pe)?;
@@ -283,7 +284,7 @@ impl Nvshmem {
         value: u64,
         op: SignalOp,
         pe: usize,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.signal_op_with(sig.into(), index, value, op, pe, Some(stream))
     }
@@ -295,7 +296,7 @@ impl Nvshmem {
         value: u64,
         op: SignalOp,
         pe: usize,
-        stream: Option<&CudaStream>,
+        stream: Option<&Arc<CudaStream>>,
     ) -> Result<()> {
         let ptr = sig.element_ptr(self, "the signal buffer", index)?;
         let pe = self.check_pe(pe)?;
@@ -331,7 +332,7 @@ impl Nvshmem {
         index: usize,
         cmp: Cmp,
         value: u64,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.signal_wait_with(sig.into(), index, cmp, value, Some(stream))
             .map(|_| ())
@@ -344,7 +345,7 @@ impl Nvshmem {
         index: usize,
         cmp: Cmp,
         value: u64,
-        stream: Option<&CudaStream>,
+        stream: Option<&Arc<CudaStream>>,
     ) -> Result<*mut u64> {
         let ptr = sig.element_ptr(self, "the signal buffer", index)?;
         let s = self.stream_or_own(stream)?;

@@ -39,6 +39,7 @@ use crate::signal::{complete_own_stream, Cmp};
 use crate::team::Team;
 use cudarc::driver::CudaStream;
 use nvshmem_sys as sys;
+use std::sync::Arc;
 
 impl Nvshmem {
     /// The team's handle, after checking that it belongs to this runtime.
@@ -160,7 +161,7 @@ impl Nvshmem {
         index: usize,
         cmp: Cmp,
         value: T,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let ptr = ivar.into().element_ptr(self, "the wait variable", index)?;
         let s = self.raw_stream(stream)?;
@@ -183,31 +184,31 @@ impl Nvshmem {
     /// stream.synchronize().unwrap();
     /// # Ok(()) }
     /// ```
-    pub fn quiet_on_stream(&self, stream: &CudaStream) -> Result<()> {
+    pub fn quiet_on_stream(&self, stream: &Arc<CudaStream>) -> Result<()> {
         self.enqueue(stream, |s| unsafe { sys::nvshmemx_quiet_on_stream(s) })
     }
 
     /// [`barrier_all`](Self::barrier_all) enqueued on `stream`.
-    pub fn barrier_all_on_stream(&self, stream: &CudaStream) -> Result<()> {
+    pub fn barrier_all_on_stream(&self, stream: &Arc<CudaStream>) -> Result<()> {
         self.enqueue(stream, |s| unsafe {
             sys::nvshmemx_barrier_all_on_stream(s)
         })
     }
 
     /// [`barrier`](Self::barrier) enqueued on `stream`.
-    pub fn barrier_on_stream(&self, team: &Team, stream: &CudaStream) -> Result<()> {
+    pub fn barrier_on_stream(&self, team: &Team, stream: &Arc<CudaStream>) -> Result<()> {
         self.enqueue_team(team, stream, "nvshmemx_barrier_on_stream", |t, s| unsafe {
             sys::nvshmemx_barrier_on_stream(t, s)
         })
     }
 
     /// [`sync_all`](Self::sync_all) enqueued on `stream`.
-    pub fn sync_all_on_stream(&self, stream: &CudaStream) -> Result<()> {
+    pub fn sync_all_on_stream(&self, stream: &Arc<CudaStream>) -> Result<()> {
         self.enqueue(stream, |s| unsafe { sys::nvshmemx_sync_all_on_stream(s) })
     }
 
     /// [`sync`](Self::sync) enqueued on `stream`.
-    pub fn sync_on_stream(&self, team: &Team, stream: &CudaStream) -> Result<()> {
+    pub fn sync_on_stream(&self, team: &Team, stream: &Arc<CudaStream>) -> Result<()> {
         self.enqueue_team(
             team,
             stream,
@@ -217,7 +218,11 @@ impl Nvshmem {
     }
 
     /// Check `stream`, make the context current and enqueue `call` on it.
-    fn enqueue(&self, stream: &CudaStream, call: impl FnOnce(sys::cudaStream_t)) -> Result<()> {
+    fn enqueue(
+        &self,
+        stream: &Arc<CudaStream>,
+        call: impl FnOnce(sys::cudaStream_t),
+    ) -> Result<()> {
         let s = self.raw_stream(stream)?;
         let _host = self.host_call()?;
         call(s);
@@ -228,7 +233,7 @@ impl Nvshmem {
     fn enqueue_team(
         &self,
         team: &Team,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         name: &'static str,
         call: impl FnOnce(sys::nvshmem_team_t, sys::cudaStream_t) -> i32,
     ) -> Result<()> {

@@ -9,7 +9,7 @@ pub(crate) fn checks(h: &mut Harness) {
     h.check("errors: RMA", |_| {
         let sh = &c.shmem;
         let (a, b) = (c.zeros::<i32>(8)?, c.zeros::<i32>(9)?);
-        let s = &*c.stream;
+        let s = &c.stream;
         let mut p = Problems::default();
         p.note(refused("put to PE n", sh.put(&a, &a, n), pe_error));
         p.note(refused(
@@ -81,7 +81,7 @@ pub(crate) fn checks(h: &mut Harness) {
         let sh = &c.shmem;
         let (a, b) = (c.zeros::<u8>(16)?, c.zeros::<u8>(15)?);
         let sig = c.zeros::<u64>(2)?;
-        let s = &*c.stream;
+        let s = &c.stream;
         let mut p = Problems::default();
         p.note(refused(
             "put_signal to PE n",
@@ -140,7 +140,7 @@ pub(crate) fn checks(h: &mut Harness) {
         let sh = &c.shmem;
         let a = c.zeros::<u64>(4)?;
         let f = c.zeros::<f32>(4)?;
-        let s = &*c.stream;
+        let s = &c.stream;
         let mut p = Problems::default();
         p.note(refused(
             "atomic_fetch from PE n",
@@ -212,7 +212,7 @@ pub(crate) fn checks(h: &mut Harness) {
 
     h.check("errors: collectives", |_| {
         let w = &c.world;
-        let s = &*c.stream;
+        let s = &c.stream;
         let f = c.zeros::<f32>(4 * n)?;
         let g = c.zeros::<f32>(4 * n + 1)?;
         let small = c.zeros::<f32>(4)?;

@@ -86,11 +86,11 @@ pub(crate) fn checks(h: &mut Harness) {
             // Keep a side stream busy for milliseconds, then have it write the small buffer.
             let busy = sh.malloc::<u8>(256 << 20)?;
             let small = sh.malloc::<u8>(SMALL)?;
-            let addr = small.device_ptr();
+            let addr = small.addr();
             let side = sh.new_stream()?;
             unsafe {
                 for _ in 0..40 {
-                    cu::memset_d8_async(busy.device_ptr(), 1, busy.len(), side.cu_stream())?;
+                    cu::memset_d8_async(busy.addr(), 1, busy.len(), side.cu_stream())?;
                 }
                 cu::memset_d8_async(addr, 0xAA, SMALL, side.cu_stream())?;
             }
@@ -98,11 +98,11 @@ pub(crate) fn checks(h: &mut Harness) {
             // The same request gets the freed memory back; what the side stream wrote into the
             // old buffer must not show up in the new one.
             let again = sh.malloc::<u8>(SMALL)?;
-            ensure(again.device_ptr() == addr, || {
+            ensure(again.addr() == addr, || {
                 format!(
                     "the heap did not hand the freed memory back ({:#x}, then {addr:#x}): the \
                  check cannot tell",
-                    again.device_ptr()
+                    again.addr()
                 )
             })?;
             again.copy_from_host(&vec![0x55; SMALL])?;

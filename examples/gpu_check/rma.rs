@@ -35,7 +35,7 @@ fn get_name(mode: Mode) -> &'static str {
 
 /// Every PE puts `src[2..len]` into `dst[off..]` on the next PE.
 fn check_put<T: Num>(c: &Ctx, seed: u64, len: usize, mode: Mode) -> Result {
-    let (sh, s) = (&c.shmem, &*c.stream);
+    let (sh, s) = (&c.shmem, &c.stream);
     let src = c.upload(&data::<T>(seed, c.me, len, Kind::Bits))?;
     let dst = c.zeros::<T>(len + 8)?;
     let (off, m) = (1 + mode as usize, len - 2);
@@ -71,7 +71,7 @@ fn check_put<T: Num>(c: &Ctx, seed: u64, len: usize, mode: Mode) -> Result {
 
 /// Every PE gets `src[2..len]` of the next PE into its own `dst[off..]`.
 fn check_get<T: Num>(c: &Ctx, seed: u64, len: usize, mode: Mode) -> Result {
-    let (sh, s) = (&c.shmem, &*c.stream);
+    let (sh, s) = (&c.shmem, &c.stream);
     let src = c.upload(&data::<T>(seed, c.me, len, Kind::Bits))?;
     let dst = c.zeros::<T>(len + 8)?;
     sh.barrier_all()?; // every source is in place
@@ -102,7 +102,7 @@ fn check_get<T: Num>(c: &Ctx, seed: u64, len: usize, mode: Mode) -> Result {
 /// Every PE writes its `K` values into its slots on every PE with `p`.
 fn check_p<T: Num>(c: &Ctx, seed: u64, on_stream: bool) -> Result {
     const K: usize = 3;
-    let (sh, s) = (&c.shmem, &*c.stream);
+    let (sh, s) = (&c.shmem, &c.stream);
     let dst = c.zeros::<T>(c.n * K)?;
     let mine = data::<T>(seed, c.me, K, Kind::Bits);
     for pe in 0..c.n {
@@ -130,7 +130,7 @@ fn check_p<T: Num>(c: &Ctx, seed: u64, on_stream: bool) -> Result {
 /// Every PE reads every PE's `K` values with `g`.
 fn check_g<T: Num>(c: &Ctx, seed: u64, on_stream: bool) -> Result {
     const K: usize = 3;
-    let (sh, s) = (&c.shmem, &*c.stream);
+    let (sh, s) = (&c.shmem, &c.stream);
     let src = c.upload(&data::<T>(seed, c.me, K, Kind::Bits))?;
     sh.barrier_all()?;
     let mut got = Vec::with_capacity(c.n * K);

@@ -163,7 +163,7 @@ pub(crate) fn checks(h: &mut Harness) {
         let al = sh.malloc_aligned::<u16>(4096, 300)?;
         let empty = sh.malloc::<u8>(0)?;
         same("calloc", &z.to_vec()?, &vec![0u64; 777])?;
-        ensure(al.device_ptr() % 4096 == 0 && al.len() == 300, || {
+        ensure(al.addr() % 4096 == 0 && al.len() == 300, || {
             format!("{al:?} not aligned")
         })?;
         ensure(empty.is_empty() && empty.to_vec()?.is_empty(), || {
@@ -177,7 +177,7 @@ pub(crate) fn checks(h: &mut Harness) {
             || "sizes".into(),
         )?;
         ensure(
-            a.runtime().my_pe() == c.me && a.device_ptr() == a.as_ptr() as u64,
+            a.runtime().my_pe() == c.me && a.addr() == a.as_ptr() as u64,
             || "pointers".into(),
         )?;
         let y = data::<u16>(seed ^ 1, c.me, 300, Kind::Bits);

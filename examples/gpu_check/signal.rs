@@ -15,7 +15,7 @@ enum SigMode {
 
 /// Every PE puts its data into the next PE with a signal, and waits for its own.
 fn check_put_signal<T: Num>(c: &Ctx, seed: u64, len: usize, mode: SigMode) -> Result {
-    let (sh, s) = (&c.shmem, &*c.stream);
+    let (sh, s) = (&c.shmem, &c.stream);
     let src = c.upload(&data::<T>(seed, c.me, len, Kind::Bits))?;
     let dst = c.zeros::<T>(len)?;
     let sig = c.zeros::<u64>(3)?;
@@ -86,7 +86,7 @@ pub(crate) fn checks(h: &mut Harness) {
             "signal_op"
         };
         h.check(name, |_| {
-            let (sh, s) = (&c.shmem, &*c.stream);
+            let (sh, s) = (&c.shmem, &c.stream);
             let sig = c.zeros::<u64>(3)?;
             let total = (c.n * (c.n + 1) / 2) as u64;
             let from_left = 5000 + c.left as u64;
@@ -121,7 +121,7 @@ pub(crate) fn checks(h: &mut Harness) {
             "signal_wait_until: every Cmp"
         };
         h.check(name, |_| {
-            let (sh, s) = (&c.shmem, &*c.stream);
+            let (sh, s) = (&c.shmem, &c.stream);
             let sig = c.zeros::<u64>(1)?;
             sh.signal_op(&sig, 0, 10, SignalOp::Set, c.me)?;
             // Each comparison holds for the value 10, so none may wait.

@@ -21,7 +21,7 @@ enum Step {
 /// Every member writes `me + 1` into its slot on every member, then the members step together
 /// with `step` (over `team` where it takes one) and check every slot.
 fn check_step(c: &Ctx, team: Option<&Team>, step: Step) -> Result {
-    let (sh, s) = (&c.shmem, &*c.stream);
+    let (sh, s) = (&c.shmem, &c.stream);
     let buf = c.zeros::<u32>(c.n)?;
     let members: Vec<usize> = match team {
         Some(t) => (0..t.n_pes())
@@ -82,7 +82,7 @@ fn check_step(c: &Ctx, team: Option<&Team>, step: Step) -> Result {
 
 /// `wait_until` (or its stream form) for every comparison, on a value the previous PE wrote.
 fn check_wait_until<T: Ones>(c: &Ctx, on_stream: bool) -> Result {
-    let (sh, s) = (&c.shmem, &*c.stream);
+    let (sh, s) = (&c.shmem, &c.stream);
     let ivar = c.zeros::<T>(2)?;
     let expect = small::<T>(c.left + 1);
     if on_stream {

@@ -62,11 +62,12 @@ use crate::abi::{CHANNEL_LAST_BYTES, CHANNEL_RECEIVED};
 use crate::cubins::CHANNEL;
 use crate::element::Element;
 use crate::error::{CudaResultExt, Error, Result};
-use crate::memory::{DeviceSlice, SymmetricBuffer};
+use crate::memory::{DeviceMemory, SymmetricBuffer};
 use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
 use crate::runtime::Nvshmem;
 use cudarc::driver::{sys as cusys, CudaStream};
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 /// How the send and receive kernels are launched: each may begin launching while the kernel
 /// before it on the stream runs (it waits for that kernel before touching memory), which
@@ -214,12 +215,13 @@ impl<T: Element> Channel<T> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn send(&self, src: &impl DeviceSlice<T>, stream: &CudaStream) -> Result<()> {
-        self.layout.check_send(self.shmem.my_pe(), src.len())?;
-        let bytes = (src.len() * size_of::<T>()) as u64;
+    pub fn send(&self, src: &impl DeviceMemory<T>, stream: &Arc<CudaStream>) -> Result<()> {
+        self.layout
+            .check_send(self.shmem.my_pe(), src.device_len())?;
+        let bytes = (src.device_len() * size_of::<T>()) as u64;
         let mut args = KernelArgs::new();
         args.value(self.handle())
-            .device_ptr(src.device_ptr())
+            .device_ptr(src.device_addr(stream))
             .value(bytes);
         let (blocks, threads) = (layout::blocks_for(bytes), layout::threads_for(bytes));
         // SAFETY: the arguments match channel_send(nvshmem_rs_channel, const char *, uint64_t);
@@ -235,12 +237,13 @@ impl<T: Element> Channel<T> {
     /// [`max_len`](Self::max_len) elements (a message has at most that many; the length of
     /// the one received is [`last_len`](Self::last_len)). Called on the consumer. The kernel
     /// waits on the GPU for a message.
-    pub fn recv(&self, dst: &mut impl DeviceSlice<T>, stream: &CudaStream) -> Result<()> {
-        self.layout.check_recv(self.shmem.my_pe(), dst.len())?;
-        let capacity = (dst.len() * size_of::<T>()) as u64;
+    pub fn recv(&self, dst: &mut impl DeviceMemory<T>, stream: &Arc<CudaStream>) -> Result<()> {
+        self.layout
+            .check_recv(self.shmem.my_pe(), dst.device_len())?;
+        let capacity = (dst.device_len() * size_of::<T>()) as u64;
         let mut args = KernelArgs::new();
         args.value(self.handle())
-            .device_ptr(dst.device_ptr())
+            .device_ptr(dst.device_addr(stream))
             .value(capacity);
         // The message's size is known only on the GPU: size the grid for the largest one.
         let largest = capacity.min(self.layout.slot_bytes as u64);
@@ -257,8 +260,13 @@ impl<T: Element> Channel<T> {
     /// [`recv`](Self::recv) if a message is waiting now; `Ok(false)` without enqueueing
     /// anything if not. Waits for `stream` first (so the receives already on it are counted),
     /// which makes it unusable while `stream` is being captured into a graph (an error).
-    pub fn try_recv(&self, dst: &mut impl DeviceSlice<T>, stream: &CudaStream) -> Result<bool> {
-        self.layout.check_recv(self.shmem.my_pe(), dst.len())?;
+    pub fn try_recv(
+        &self,
+        dst: &mut impl DeviceMemory<T>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<bool> {
+        self.layout
+            .check_recv(self.shmem.my_pe(), dst.device_len())?;
         if !self.has_message(stream)? {
             return Ok(false);
         }
@@ -268,7 +276,7 @@ impl<T: Element> Channel<T> {
 
     /// The number of elements of the message received last on this PE (0 before the first).
     /// Waits for `stream`, on which the receives were made.
-    pub fn last_len(&self, stream: &CudaStream) -> Result<usize> {
+    pub fn last_len(&self, stream: &Arc<CudaStream>) -> Result<usize> {
         self.layout
             .check_recv(self.shmem.my_pe(), self.layout.max_len)?;
         let ctrl = self.control_block(stream)?;
@@ -276,7 +284,7 @@ impl<T: Element> Channel<T> {
     }
 
     /// Whether the next message has arrived, after the work on `stream`.
-    fn has_message(&self, stream: &CudaStream) -> Result<bool> {
+    fn has_message(&self, stream: &Arc<CudaStream>) -> Result<bool> {
         let ctrl = self.control_block(stream)?;
         let received = ctrl[self.word(CHANNEL_RECEIVED)];
         Ok(ctrl[(received % self.layout.depth as u64) as usize] > received)
@@ -289,7 +297,7 @@ impl<T: Element> Channel<T> {
 
     /// This PE's control block, after the work on `stream` (the ready words still move as
     /// the producer sends).
-    fn control_block(&self, stream: &CudaStream) -> Result<Vec<u64>> {
+    fn control_block(&self, stream: &Arc<CudaStream>) -> Result<Vec<u64>> {
         if stream.capture_status().during("cuStreamIsCapturing")?
             != cusys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
         {

@@ -37,7 +37,7 @@ impl Collectives {
     /// same offset from our control words there (every PE's symmetric heap has the same
     /// layout, and every peer is mapped: checked at construction).
     fn on_pe(&self, addr: u64, pe: usize) -> u64 {
-        self.ctrl_peers[pe].wrapping_add(addr.wrapping_sub(self.ctrl.device_ptr()))
+        self.ctrl_peers[pe].wrapping_add(addr.wrapping_sub(self.ctrl.addr()))
     }
 
     /// The peers in the order this PE serves them: the next PE first, itself last (so that
@@ -110,8 +110,8 @@ impl Collectives {
     ) -> Result<()> {
         let barrier = |function: &Function| -> Result<()> {
             let mut args = KernelArgs::new();
-            args.device_ptr(self.ctrl.device_ptr())
-                .device_ptr(self.flags.device_ptr());
+            args.device_ptr(self.ctrl.addr())
+                .device_ptr(self.flags.addr());
             let threads = self.dims.n_pes.next_multiple_of(32) as u32;
             // SAFETY: the barrier's parameters; the control words and flags live as long as
             // this Collectives, whose drop waits for the device.

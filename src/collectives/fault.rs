@@ -47,7 +47,7 @@ impl FaultRecord {
     }
 
     /// The address the kernels write the record at.
-    pub(crate) fn device_ptr(&self) -> u64 {
+    pub(crate) fn addr(&self) -> u64 {
         self.device
     }
 

@@ -187,12 +187,12 @@ fn planned_copies(
 }
 
 /// Whether `stream` is being captured into a graph.
-fn capturing(shmem: &Nvshmem, stream: &CudaStream) -> Result<bool> {
+fn capturing(shmem: &Nvshmem, stream: &Arc<CudaStream>) -> Result<bool> {
     Ok(capture_of(shmem, stream)?.is_some())
 }
 
 /// The id of the capture `stream` takes part in (also one already invalidated), if any.
-fn capture_of(shmem: &Nvshmem, stream: &CudaStream) -> Result<Option<u64>> {
+fn capture_of(shmem: &Nvshmem, stream: &Arc<CudaStream>) -> Result<Option<u64>> {
     use cusys::CUstreamCaptureStatus as Status;
     shmem.bind_context()?;
     let (mut status, mut id) = (Status::CU_STREAM_CAPTURE_STATUS_NONE, 0);
@@ -351,7 +351,7 @@ impl Collectives {
             .timeout
             .map_or(0, |t| t.as_nanos().clamp(1, u64::MAX as u128) as u64);
         ctrl.view(CTRL_TIMEOUT..CTRL_TIMEOUT + 2)
-            .copy_from_host(&[bound, fault.device_ptr()])?;
+            .copy_from_host(&[bound, fault.addr()])?;
         let flags = shmem.calloc::<u64>(abi::COLL_FLAG_SETS as usize * plan::MAX_BLOCKS * n)?;
         let staging = shmem.malloc::<u8>(2 * n * dims.staging_slot_bytes)?;
         // Zeroed: no tag is 0, so no line is taken for data before it is sent (a dropped
@@ -747,7 +747,7 @@ impl Collectives {
         src: &SymmetricView<'_, T>,
         len: usize,
     ) -> Record {
-        let offset = |p: *mut T| (p as u64).wrapping_sub(self.ctrl.device_ptr()) as i64;
+        let offset = |p: *mut T| (p as u64).wrapping_sub(self.ctrl.addr()) as i64;
         Record::Call {
             collective,
             dtype: T::DTYPE,
@@ -809,7 +809,7 @@ impl Collectives {
         let plan = || {
             self.check_view(&dst, "the fused call's output")?;
             let (base, slot_bytes, room) = (
-                self.lines.device_ptr(),
+                self.lines.addr(),
                 self.dims.lines_slot_bytes,
                 self.fused_lines_room(),
             );
@@ -835,7 +835,7 @@ impl Collectives {
                 op: Some(ReduceOp::Sum),
                 row: 0,
                 len: dst.len(),
-                dst: (dst.as_ptr() as u64).wrapping_sub(self.ctrl.device_ptr()) as i64,
+                dst: (dst.as_ptr() as u64).wrapping_sub(self.ctrl.addr()) as i64,
                 // The input is this PE's own memory: nothing to agree on.
                 src: 0,
                 root: None,
@@ -844,8 +844,8 @@ impl Collectives {
             args.device_ptr(src)
                 .device_ptr(dst.as_ptr() as u64)
                 .value(dst.len())
-                .device_ptr(self.ctrl.device_ptr())
-                .device_ptr(self.flags.device_ptr())
+                .device_ptr(self.ctrl.addr())
+                .device_ptr(self.flags.addr())
                 .device_ptr(base)
                 .value(slot_bytes);
             if let Some((lines, _)) = self.tables {
@@ -871,7 +871,7 @@ impl Collectives {
     fn agree_call<'f>(
         &self,
         planned: Result<Planned<'f>>,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<Planned<'f>> {
         if !self.check_calls || capturing(&self.shmem, stream)? {
             return planned;
@@ -906,15 +906,12 @@ impl Collectives {
             )));
         }
         let (region, slot_bytes) = match params {
-            Params::SentinelPeers => (self.sentinel.device_ptr(), self.dims.sentinel_slot_bytes),
-            Params::LinesPeers => (self.lines.device_ptr(), self.dims.lines_slot_bytes),
+            Params::SentinelPeers => (self.sentinel.addr(), self.dims.sentinel_slot_bytes),
+            Params::LinesPeers => (self.lines.addr(), self.dims.lines_slot_bytes),
             Params::Staging | Params::StagingPlan | Params::StagingChunks => {
-                (self.staging.device_ptr(), self.dims.staging_slot_bytes)
+                (self.staging.addr(), self.dims.staging_slot_bytes)
             }
-            Params::CountsTable => (
-                self.counts_table.device_ptr(),
-                self.counts_table.num_bytes(),
-            ),
+            Params::CountsTable => (self.counts_table.addr(), self.counts_table.num_bytes()),
             Params::CopyEngine => {
                 return Err(Error::InvalidArgument(format!(
                     "the {algo:?} {} launches copies, not a kernel of its own",
@@ -926,8 +923,8 @@ impl Collectives {
         args.device_ptr(src)
             .device_ptr(dst)
             .value(n)
-            .device_ptr(self.ctrl.device_ptr())
-            .device_ptr(self.flags.device_ptr())
+            .device_ptr(self.ctrl.addr())
+            .device_ptr(self.flags.addr())
             .device_ptr(region)
             .value(slot_bytes);
         // The by-value parameters, in the kernels' order: the peer table, then the plan or

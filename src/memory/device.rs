@@ -93,7 +93,7 @@ impl<T: Element> DeviceBuffer<T> {
     }
 
     /// The device address of the first element.
-    pub fn device_ptr(&self) -> u64 {
+    pub fn addr(&self) -> u64 {
         self.ptr
     }
 

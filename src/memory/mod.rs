@@ -3,6 +3,7 @@
 mod check;
 mod device;
 mod heap;
+mod interop;
 mod view;
 
 pub use device::DeviceBuffer;
@@ -14,10 +15,12 @@ use crate::error::{CudaResultExt, Error, HeapLimit, Result};
 use crate::runtime::{note_alloc, note_free, Nvshmem};
 pub(crate) use check::AllocCheck;
 use check::{CheckKind, Proposal};
+use cudarc::driver::CudaStream;
 use heap::HeapUse;
 use nvshmem_sys as sys;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// A typed allocation in the symmetric heap: the same size at the same offset on every PE,
 /// so any PE can address any other PE's copy.
@@ -48,49 +51,68 @@ pub struct SymmetricBuffer<T: Element> {
 unsafe impl<T: Element> Send for SymmetricBuffer<T> {}
 unsafe impl<T: Element> Sync for SymmetricBuffer<T> {}
 
-/// Device memory of this PE seen as `len()` elements at `device_ptr()`: what a kernel or a
-/// library call on this PE reads or writes, symmetric or not.
+/// Device memory of this PE seen as `device_len()` elements: what a kernel or a library call
+/// on this PE reads or writes, symmetric or not. Our calls that take ordinary device memory
+/// take any `impl DeviceMemory<T>`: our buffers and views, and cudarc's [`CudaSlice`],
+/// [`CudaView`] and [`CudaViewMut`] (what candle and burn hold).
+///
+/// Our calls ask for the address on the stream they will run on, and cudarc's types order
+/// that stream after their pending writes (cudarc's event tracking). cudarc's later work does
+/// not see ours, so before cudarc reads what we wrote on another stream, order the streams
+/// (`their_stream.join(&our_stream)`) or use one stream for both.
+///
+/// ```no_run
+/// # fn main() -> nvshmem::Result<()> {
+/// use nvshmem::DeviceMemory;
+/// let shmem = nvshmem::Nvshmem::init()?;
+/// let ours = shmem.malloc::<f32>(256)?;
+/// let theirs = shmem.stream().alloc_zeros::<f32>(256)?; // a cudarc CudaSlice<f32>
+/// assert_eq!(ours.device_len(), theirs.device_len());
+/// # Ok(()) }
+/// ```
 ///
 /// # Safety
-/// `device_ptr()` must be the address of `len()` elements of `T` in memory of this PE's GPU
-/// that stay allocated while the value is borrowed: kernels and cuBLASLt use them as given.
-pub unsafe trait DeviceSlice<T: Element> {
-    /// The device address of the first element on this PE.
-    fn device_ptr(&self) -> u64;
+/// `device_addr()` must return the address of `device_len()` elements of `T` in memory of
+/// this PE's GPU that stay allocated while the value is borrowed, ready for work enqueued on
+/// `stream` after the call: kernels and cuBLASLt use them as given.
+///
+/// [`CudaSlice`]: cudarc::driver::CudaSlice
+/// [`CudaView`]: cudarc::driver::CudaView
+/// [`CudaViewMut`]: cudarc::driver::CudaViewMut
+pub unsafe trait DeviceMemory<T: Element> {
+    /// The device address of the first element on this PE, for work enqueued on `stream`
+    /// after this call.
+    fn device_addr(&self, stream: &Arc<CudaStream>) -> u64;
     /// The number of elements.
-    fn len(&self) -> usize;
-    /// Whether there is no element.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+    fn device_len(&self) -> usize;
 }
 
 // SAFETY: the buffer's own allocation.
-unsafe impl<T: Element> DeviceSlice<T> for SymmetricBuffer<T> {
-    fn device_ptr(&self) -> u64 {
+unsafe impl<T: Element> DeviceMemory<T> for SymmetricBuffer<T> {
+    fn device_addr(&self, _: &Arc<CudaStream>) -> u64 {
         self.ptr as u64
     }
-    fn len(&self) -> usize {
+    fn device_len(&self) -> usize {
         self.len
     }
 }
 
 // SAFETY: a view lies inside a buffer it borrows.
-unsafe impl<T: Element> DeviceSlice<T> for SymmetricView<'_, T> {
-    fn device_ptr(&self) -> u64 {
+unsafe impl<T: Element> DeviceMemory<T> for SymmetricView<'_, T> {
+    fn device_addr(&self, _: &Arc<CudaStream>) -> u64 {
         self.as_ptr() as u64
     }
-    fn len(&self) -> usize {
+    fn device_len(&self) -> usize {
         SymmetricView::len(self)
     }
 }
 
 // SAFETY: the buffer's own allocation.
-unsafe impl<T: Element> DeviceSlice<T> for DeviceBuffer<T> {
-    fn device_ptr(&self) -> u64 {
-        DeviceBuffer::device_ptr(self)
+unsafe impl<T: Element> DeviceMemory<T> for DeviceBuffer<T> {
+    fn device_addr(&self, _: &Arc<CudaStream>) -> u64 {
+        DeviceBuffer::addr(self)
     }
-    fn len(&self) -> usize {
+    fn device_len(&self) -> usize {
         DeviceBuffer::len(self)
     }
 }
@@ -261,7 +283,7 @@ impl<T: Element> SymmetricBuffer<T> {
     }
 
     /// The device address as a `CUdeviceptr`.
-    pub fn device_ptr(&self) -> u64 {
+    pub fn addr(&self) -> u64 {
         self.ptr as u64
     }
 

@@ -64,6 +64,11 @@ impl<'a, T: Element> SymmetricView<'a, T> {
         self.ptr
     }
 
+    /// The device address of the first element on this PE, as a number.
+    pub fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+
     /// Size in bytes.
     pub fn num_bytes(&self) -> usize {
         self.len * std::mem::size_of::<T>()

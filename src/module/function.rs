@@ -92,7 +92,7 @@ impl Function {
     pub unsafe fn launch(
         &self,
         cfg: LaunchConfig,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         args: &mut KernelArgs,
     ) -> Result<()> {
         self.launch_with(cfg, LaunchOptions::default(), stream, args)
@@ -110,7 +110,7 @@ impl Function {
     pub unsafe fn launch_collective(
         &self,
         cfg: LaunchConfig,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         args: &mut KernelArgs,
     ) -> Result<()> {
         let options = LaunchOptions {
@@ -137,7 +137,7 @@ impl Function {
         &self,
         cfg: LaunchConfig,
         options: LaunchOptions,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         args: &mut KernelArgs,
     ) -> Result<()> {
         check_config(&self.name, &cfg)?;

@@ -59,7 +59,7 @@ pub use layout::{PageId, NO_PAGE};
 use crate::cubins::POOL;
 use crate::element::Element;
 use crate::error::{CudaResultExt, Error, Result};
-use crate::memory::{DeviceSlice, SymmetricBuffer, SymmetricView};
+use crate::memory::{DeviceMemory, SymmetricBuffer, SymmetricView};
 use crate::module::{grid, Function, KernelArgs, Module};
 use crate::runtime::Nvshmem;
 use cudarc::driver::{result as cu, CudaStream};
@@ -176,7 +176,7 @@ impl PagePool {
         // Equal region sizes do not make equal pools (2 pages of 32 KiB, 4 of 16 KiB): every
         // PE compares every PE's sizes, so all fail alike.
         for pe in 0..shmem.n_pes() {
-            let theirs = pool.read_words(pool.bitmap.device_ptr() + 8 * words as u64, pe, 3)?;
+            let theirs = pool.read_words(pool.bitmap.addr() + 8 * words as u64, pe, 3)?;
             if theirs != sizes {
                 return Err(Error::CollectiveMismatch(format!(
                     "PagePool::new on PE {} has (pages_per_pe, page_bytes, table_len) = {:?} and \
@@ -358,7 +358,7 @@ impl PagePool {
     /// Pages of PE `pe` allocated now.
     pub fn in_use(&self, pe: usize) -> Result<usize> {
         let words = bitmap_words(self.pages_per_pe);
-        let bits = self.read_words(self.bitmap.device_ptr(), pe, words)?;
+        let bits = self.read_words(self.bitmap.addr(), pe, words)?;
         Ok(pages_in_use(&bits, self.pages_per_pe))
     }
 
@@ -398,9 +398,9 @@ impl PagePool {
     /// checks, use [`gather_device`](Self::gather_device).
     pub fn gather<T: Element>(
         &self,
-        dst: &impl DeviceSlice<T>,
+        dst: &impl DeviceMemory<T>,
         ids: &[PageId],
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.host_copy(Direction::Gather, dst, ids, stream)
     }
@@ -411,8 +411,8 @@ impl PagePool {
     pub fn scatter<T: Element>(
         &self,
         ids: &[PageId],
-        src: &impl DeviceSlice<T>,
-        stream: &CudaStream,
+        src: &impl DeviceMemory<T>,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.host_copy(Direction::Scatter, src, ids, stream)
     }
@@ -423,9 +423,9 @@ impl PagePool {
     /// it was); whether a page is allocated is not checked.
     pub fn gather_device<T: Element>(
         &self,
-        dst: &impl DeviceSlice<T>,
-        ids: &impl DeviceSlice<u64>,
-        stream: &CudaStream,
+        dst: &impl DeviceMemory<T>,
+        ids: &impl DeviceMemory<u64>,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.device_copy(Direction::Gather, dst, ids, stream)
     }
@@ -434,9 +434,9 @@ impl PagePool {
     /// [`gather_device`](Self::gather_device).
     pub fn scatter_device<T: Element>(
         &self,
-        ids: &impl DeviceSlice<u64>,
-        src: &impl DeviceSlice<T>,
-        stream: &CudaStream,
+        ids: &impl DeviceMemory<u64>,
+        src: &impl DeviceMemory<T>,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.device_copy(Direction::Scatter, src, ids, stream)
     }
@@ -445,18 +445,24 @@ impl PagePool {
     fn device_copy<T: Element>(
         &self,
         dir: Direction,
-        local: &impl DeviceSlice<T>,
-        ids: &impl DeviceSlice<u64>,
-        stream: &CudaStream,
+        local: &impl DeviceMemory<T>,
+        ids: &impl DeviceMemory<u64>,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         check_pages_len(
             dir.local_side(),
             std::mem::size_of::<T>(),
-            local.len(),
-            ids.len(),
+            local.device_len(),
+            ids.device_len(),
             self.page_bytes,
         )?;
-        self.launch_copy(dir, local.device_ptr(), ids.device_ptr(), ids.len(), stream)
+        self.launch_copy(
+            dir,
+            local.device_addr(stream),
+            ids.device_addr(stream),
+            ids.device_len(),
+            stream,
+        )
     }
 
     /// The checked host forms: lengths, ids, allocation; then the ids to the device in stream
@@ -464,14 +470,14 @@ impl PagePool {
     fn host_copy<T: Element>(
         &self,
         dir: Direction,
-        local: &impl DeviceSlice<T>,
+        local: &impl DeviceMemory<T>,
         ids: &[PageId],
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         check_pages_len(
             dir.local_side(),
             std::mem::size_of::<T>(),
-            local.len(),
+            local.device_len(),
             ids.len(),
             self.page_bytes,
         )?;
@@ -488,7 +494,9 @@ impl PagePool {
             let dev = cu::malloc_async(s, 8 * raw.len()).during("cuMemAllocAsync")?;
             let copied = cu::memcpy_htod_async(dev, &raw, s)
                 .during("cuMemcpyHtoDAsync")
-                .and_then(|()| self.launch_copy(dir, local.device_ptr(), dev, raw.len(), stream));
+                .and_then(|()| {
+                    self.launch_copy(dir, local.device_addr(stream), dev, raw.len(), stream)
+                });
             let freed = cu::free_async(dev, s).during("cuMemFreeAsync");
             copied.and(freed)
         }
@@ -501,7 +509,7 @@ impl PagePool {
         local: u64,
         ids: u64,
         n: usize,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let n32 = u32::try_from(n).map_err(|_| {
             Error::InvalidArgument(format!("a copy of {n} pages: at most {} at once", u32::MAX))

@@ -132,6 +132,7 @@ fn parse_bool(text: &str) -> Option<bool> {
 #[derive(Debug, Clone, Default)]
 pub struct InitOptions {
     device: Option<usize>,
+    context: Option<Arc<CudaContext>>,
     start_timeout: Option<Option<Duration>>,
 }
 
@@ -158,6 +159,36 @@ impl InitOptions {
     pub fn device(mut self, ordinal: usize) -> Self {
         self.device = Some(ordinal);
         self
+    }
+
+    /// Run on a CUDA context this process already has (cudarc's, as candle and burn hold
+    /// it) instead of retaining the device's primary context: its device is the PE's GPU,
+    /// and its streams and memory work with ours. cudarc's contexts are primary contexts, the
+    /// kind NVSHMEM needs. Giving both this and [`device`](Self::device) for different GPUs
+    /// is an error.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::{cudarc::driver::CudaContext, InitOptions, Nvshmem};
+    /// let ctx = CudaContext::new(0)?; // the context the rest of the program uses
+    /// let shmem = Nvshmem::init_with(InitOptions::new().context(ctx.clone()))?;
+    /// assert_eq!(shmem.device_ordinal(), ctx.ordinal());
+    /// # Ok(()) }
+    /// ```
+    pub fn context(mut self, ctx: Arc<CudaContext>) -> Self {
+        self.context = Some(ctx);
+        self
+    }
+
+    /// The GPU asked for, by [`device`](Self::device) or [`context`](Self::context).
+    fn chosen_device(&self) -> Result<Option<usize>> {
+        match (self.device, &self.context) {
+            (Some(d), Some(ctx)) if d != ctx.ordinal() => Err(Error::InvalidArgument(format!(
+                "InitOptions asks for device {d} and for a context on device {}: give one",
+                ctx.ordinal()
+            ))),
+            (d, ctx) => Ok(d.or(ctx.as_ref().map(|c| c.ordinal()))),
+        }
     }
 
     /// How long NVSHMEM's start may wait for the other PEs (`None`: for ever). A start that
@@ -586,6 +617,7 @@ impl Nvshmem {
             ));
         }
         let _host = host_call();
+        let chosen = options.chosen_device()?;
         check_library_version()?;
         let device_count = check_gpu()?;
 
@@ -646,9 +678,7 @@ impl Nvshmem {
                     status: my_pe,
                 });
             }
-            let ordinal = options
-                .device
-                .unwrap_or(node_pe as usize % device_count as usize);
+            let ordinal = chosen.unwrap_or(node_pe as usize % device_count as usize);
             if ordinal >= device_count as usize {
                 return Err(Error::NoGpu(format!(
                     "CUDA device {ordinal} asked for, but only {device_count} are visible (check \
@@ -656,7 +686,7 @@ impl Nvshmem {
                 )));
             }
             // (A device chosen by the caller is the caller's to share.)
-            let sharing = options.device.is_none().then(|| {
+            let sharing = chosen.is_none().then(|| {
                 gpu_sharing_problem(node_n_pes.max(1) as usize, device_count as usize, |name| {
                     std::env::var(name).ok()
                 })
@@ -664,7 +694,13 @@ impl Nvshmem {
             if let Some(e) = sharing.flatten() {
                 return Err(e);
             }
-            let ctx = CudaContext::new(ordinal).during("cuDevicePrimaryCtxRetain")?;
+            let ctx = match &options.context {
+                Some(ctx) => {
+                    ctx.bind_to_thread().during("cuCtxSetCurrent")?;
+                    ctx.clone()
+                }
+                None => CudaContext::new(ordinal).during("cuDevicePrimaryCtxRetain")?,
+            };
             let stream = ctx.new_stream().during("cuStreamCreate")?;
             // The host-library init only bootstraps; NVSHMEM sets up the GPU side lazily on the
             // first call that needs it, with a context current. Do it now, for every PE, so
@@ -746,7 +782,8 @@ impl Nvshmem {
         self.rt.ctx.ordinal()
     }
 
-    /// The CUDA context (the device's primary context).
+    /// The CUDA context (the device's primary context, or the one given to
+    /// [`InitOptions::context`]).
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.rt.ctx
     }
@@ -888,7 +925,7 @@ impl Nvshmem {
     }
 
     /// The raw handle of `stream`, after checking that it runs on this PE's GPU.
-    pub(crate) fn raw_stream(&self, stream: &CudaStream) -> Result<sys::cudaStream_t> {
+    pub(crate) fn raw_stream(&self, stream: &Arc<CudaStream>) -> Result<sys::cudaStream_t> {
         check_device(
             "the stream",
             stream.context().ordinal(),

@@ -35,6 +35,7 @@ use crate::error::{check, Error, Result};
 use crate::memory::{check_len, SymmetricView};
 use cudarc::driver::CudaStream;
 use nvshmem_sys as sys;
+use std::sync::Arc;
 
 /// Pointers and raw handles of a checked collective call.
 struct Call<T> {
@@ -57,7 +58,7 @@ impl Team {
         src: &SymmetricView<'_, T>,
         n: usize,
         in_place: bool,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         call: impl FnOnce(&Call<T>, usize) -> Result<i32>,
     ) -> Result<()> {
         check_overlap(name, dest, src, in_place)?;
@@ -96,7 +97,7 @@ impl Team {
         dest: impl Into<SymmetricView<'a, T>>,
         src: impl Into<SymmetricView<'a, T>>,
         op: ReduceOp,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (dest, src) = (dest.into(), src.into());
         check_op::<T>(op)?;
@@ -131,7 +132,7 @@ impl Team {
         dest: impl Into<SymmetricView<'a, T>>,
         src: impl Into<SymmetricView<'a, T>>,
         op: ReduceOp,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (dest, src) = (dest.into(), src.into());
         check_op::<T>(op)?;
@@ -166,7 +167,7 @@ impl Team {
         &self,
         dest: impl Into<SymmetricView<'a, T>>,
         src: impl Into<SymmetricView<'a, T>>,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.exchange(Exchange::Fcollect, dest.into(), src.into(), stream)
     }
@@ -176,7 +177,7 @@ impl Team {
         &self,
         dest: impl Into<SymmetricView<'a, T>>,
         src: impl Into<SymmetricView<'a, T>>,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.fcollect(dest, src, stream)
     }
@@ -198,7 +199,7 @@ impl Team {
         dest: impl Into<SymmetricView<'a, T>>,
         src: impl Into<SymmetricView<'a, T>>,
         root: usize,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (dest, src) = (dest.into(), src.into());
         let n = broadcast_count(dest.len(), src.len(), root, self.n_pes())?;
@@ -233,7 +234,7 @@ impl Team {
         &self,
         dest: impl Into<SymmetricView<'a, T>>,
         src: impl Into<SymmetricView<'a, T>>,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.exchange(Exchange::Alltoall, dest.into(), src.into(), stream)
     }
@@ -244,7 +245,7 @@ impl Team {
         kind: Exchange,
         dest: SymmetricView<'_, T>,
         src: SymmetricView<'_, T>,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (n, name) = match kind {
             Exchange::Fcollect => (

@@ -7,7 +7,7 @@ use super::{check_tokens, check_weight, join, merged_rows, rows_of, shard_range,
 use super::{Schedule, TensorParallel};
 use crate::collectives::AllGatherAlgo;
 use crate::error::{Error, Result};
-use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricBuffer, SymmetricView};
+use crate::memory::{DeviceBuffer, DeviceMemory, SymmetricBuffer, SymmetricView};
 use cudarc::driver::CudaStream;
 use half::bf16;
 use std::sync::Arc;
@@ -194,7 +194,7 @@ impl ColumnParallelLinear {
     /// every PE passes as many. `y` is `tokens × local_out_features`. In [`Schedule::Auto`].
     pub fn forward<'a>(
         &self,
-        y: &impl DeviceSlice<bf16>,
+        y: &impl DeviceMemory<bf16>,
         x: impl Into<SymmetricView<'a, bf16>>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
@@ -206,7 +206,7 @@ impl ColumnParallelLinear {
     /// communication).
     pub fn forward_with<'a>(
         &self,
-        y: &impl DeviceSlice<bf16>,
+        y: &impl DeviceMemory<bf16>,
         x: impl Into<SymmetricView<'a, bf16>>,
         schedule: Schedule,
         stream: &Arc<CudaStream>,
@@ -217,18 +217,18 @@ impl ColumnParallelLinear {
             ColumnInput::Replicated => rows,
             ColumnInput::SequenceParallel => rows * self.tp.n_pes(),
         };
-        if y.len() != tokens * self.local_out {
+        if y.device_len() != tokens * self.local_out {
             return Err(Error::Length {
                 what: "the column-parallel output (tokens × local_out_features)",
                 expected: tokens * self.local_out,
-                got: y.len(),
+                got: y.device_len(),
             });
         }
         if self.input == ColumnInput::SequenceParallel {
             check_tokens("ColumnParallelLinear::forward", tokens, self.max_tokens)?;
         }
         // SAFETY: the lengths were checked above.
-        unsafe { self.run_path(y.device_ptr(), x, tokens, schedule, stream) }
+        unsafe { self.run_path(y.device_addr(stream), x, tokens, schedule, stream) }
     }
 
     /// The call's path into `y`.
@@ -356,7 +356,7 @@ impl ColumnParallelLinear {
         y: u64,
         x: u64,
         tokens: usize,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let shape = LinearShape {
             m: tokens,
@@ -367,7 +367,7 @@ impl ColumnParallelLinear {
             y,
             ldy: shape.n,
             x,
-            w: self.weight.device_ptr(),
+            w: self.weight.addr(),
         };
         self.tp.gemm().linear_raw(ops, shape, stream)
     }

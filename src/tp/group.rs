@@ -6,7 +6,7 @@ use super::{Gemm, ScheduleThresholds};
 use crate::collectives::Collectives;
 use crate::cubins::TP;
 use crate::error::{Error, Result};
-use crate::memory::DeviceSlice;
+use crate::memory::DeviceMemory;
 use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
 use crate::runtime::Nvshmem;
 use cudarc::driver::CudaStream;
@@ -162,22 +162,30 @@ impl TensorParallel {
     /// decode GEMM after it ([`GemmPath::Decode`](super::GemmPath::Decode)) starts at once.
     pub fn silu_mul(
         &self,
-        out: &impl DeviceSlice<bf16>,
-        gu: &impl DeviceSlice<bf16>,
+        out: &impl DeviceMemory<bf16>,
+        gu: &impl DeviceMemory<bf16>,
         tokens: usize,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let f = out.len().checked_div(tokens).unwrap_or(0);
-        if out.len() != tokens * f || gu.len() != 2 * tokens * f {
+        let f = out.device_len().checked_div(tokens).unwrap_or(0);
+        if out.device_len() != tokens * f || gu.device_len() != 2 * tokens * f {
             return Err(Error::InvalidArgument(format!(
                 "silu_mul of {tokens} tokens: the output has {} elements and the gate/up input \
                  {}; they must be tokens × f and tokens × 2f",
-                out.len(),
-                gu.len()
+                out.device_len(),
+                gu.device_len()
             )));
         }
         // SAFETY: the lengths were checked.
-        unsafe { self.silu_mul_raw(out.device_ptr(), gu.device_ptr(), tokens, f, stream) }
+        unsafe {
+            self.silu_mul_raw(
+                out.device_addr(stream),
+                gu.device_addr(stream),
+                tokens,
+                f,
+                stream,
+            )
+        }
     }
 
     /// [`silu_mul`](Self::silu_mul) on addresses.
@@ -190,7 +198,7 @@ impl TensorParallel {
         gu: u64,
         m: usize,
         f: usize,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         // As the kernel chooses its path (tp.cu).
         let vectors = f % 8 == 0 && (gu | out) % 16 == 0;
@@ -227,7 +235,7 @@ impl TensorParallel {
         dst: u64,
         (src, own): (u64, (usize, u64)),
         (len, slabs, stride): (usize, usize, usize),
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         if len == 0 {
             return Ok(());

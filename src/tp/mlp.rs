@@ -4,7 +4,7 @@
 use super::{check_tokens, check_weight, rows_of, ColumnInput, ColumnParallelLinear};
 use super::{RowOutput, RowParallelLinear, Schedule, TensorParallel};
 use crate::error::{Error, Result};
-use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricView};
+use crate::memory::{DeviceBuffer, DeviceMemory, SymmetricView};
 use cudarc::driver::CudaStream;
 use half::bf16;
 use std::ops::Range;
@@ -117,7 +117,7 @@ impl TpMlp {
     pub fn forward<'a>(
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,
-        x: &impl DeviceSlice<bf16>,
+        x: &impl DeviceMemory<bf16>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.forward_with(y, x, Schedule::Auto, stream)
@@ -127,21 +127,21 @@ impl TpMlp {
     pub fn forward_with<'a>(
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,
-        x: &impl DeviceSlice<bf16>,
+        x: &impl DeviceMemory<bf16>,
         schedule: Schedule,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (y, l) = (y.into(), &self.layers);
-        let tokens = rows_of("the MLP input", x.len(), l.hidden)?;
+        let tokens = rows_of("the MLP input", x.device_len(), l.hidden)?;
         l.check(tokens, y.len(), tokens * l.hidden)?;
         let f = l.down.local_in_features().len();
-        let (gu, act) = (l.gate_up_out.device_ptr(), l.act.device_ptr());
+        let (gu, act) = (l.gate_up_out.addr(), l.act.addr());
         // The gate and up projection and the activation of some tokens: all of them first,
         // or, fused, each round's just before the round.
         let produce = |rows: Range<usize>| {
             let gu_rows = gu + (rows.start * 2 * f * BF16) as u64;
             let act_rows = act + (rows.start * f * BF16) as u64;
-            let x_rows = x.device_ptr() + (rows.start * l.hidden * BF16) as u64;
+            let x_rows = x.device_addr(stream) + (rows.start * l.hidden * BF16) as u64;
             // SAFETY: `x` holds `tokens × hidden` elements and the scratch buffers
             // `max_tokens` rows, at least `tokens`; `rows` lies within `tokens`.
             unsafe {
@@ -192,7 +192,7 @@ impl SequenceParallelMlp {
         let tokens = rows * l.tp.n_pes();
         l.check(tokens, y.len(), x.len())?;
         let f = l.down.local_in_features().len();
-        let (gu, act) = (l.gate_up_out.device_ptr(), l.act.device_ptr());
+        let (gu, act) = (l.gate_up_out.addr(), l.act.addr());
         // SAFETY: the scratch buffers hold `max_tokens` rows, at least `tokens`, and `y`
         // this PE's rows.
         unsafe {

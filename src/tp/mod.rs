@@ -64,9 +64,10 @@ pub use shard::{merged_rows, shard_range, take_cols, take_rows};
 
 use crate::error::{Error, Result};
 use cudarc::driver::CudaStream;
+use std::sync::Arc;
 
 /// `waiter` waits, on the device, for what `stream` has enqueued so far.
-pub(crate) fn join(waiter: &CudaStream, stream: &CudaStream) -> Result<()> {
+pub(crate) fn join(waiter: &CudaStream, stream: &Arc<CudaStream>) -> Result<()> {
     waiter.join(stream).map_err(|source| Error::Cuda {
         call: "cuStreamWaitEvent",
         source,

@@ -11,7 +11,7 @@ use crate::abi::DecodeLinear;
 use crate::collectives::{AllReduceAlgo, ReduceScatterAlgo};
 use crate::element::ReduceOp;
 use crate::error::{Error, Result};
-use crate::memory::{DeviceBuffer, DeviceSlice, SymmetricBuffer, SymmetricView};
+use crate::memory::{DeviceBuffer, DeviceMemory, SymmetricBuffer, SymmetricView};
 use cudarc::driver::CudaStream;
 use half::bf16;
 use std::ops::Range;
@@ -244,7 +244,7 @@ impl RowParallelLinear {
     /// [`Schedule::Auto`] would fuse if it did. The same token counts on every PE (the
     /// thresholds, the shape and `decode` are), measured on `x`. Collective.
     fn measure_fused(&self, decode: u32, x: &DeviceBuffer<bf16>) -> Result<u32> {
-        let probe = self.probe.device_ptr();
+        let probe = self.probe.addr();
         let todo: Vec<usize> = (1..=FUSED_DECODE_MAX_TOKENS.min(self.max_tokens))
             .filter(|&m| {
                 let facts = Facts {
@@ -267,7 +267,7 @@ impl RowParallelLinear {
         let measured = decode::measure(&self.tp, &todo, |m, way| {
             let y = self.probe.view(..m * self.out_features);
             // SAFETY: `x` holds FUSED_DECODE_MAX_TOKENS.min(max_tokens) >= m rows.
-            unsafe { self.run(y, x.device_ptr(), m, way, stream) }
+            unsafe { self.run(y, x.addr(), m, way, stream) }
         });
         // Every PE takes part in the agreement, also one whose measurement failed.
         let none = vec![0; FUSED_DECODE_MAX_TOKENS];
@@ -331,7 +331,7 @@ impl RowParallelLinear {
     pub fn forward<'a>(
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,
-        x: &impl DeviceSlice<bf16>,
+        x: &impl DeviceMemory<bf16>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.forward_with(y, x, Schedule::Auto, stream)
@@ -341,13 +341,17 @@ impl RowParallelLinear {
     pub fn forward_with<'a>(
         &self,
         y: impl Into<SymmetricView<'a, bf16>>,
-        x: &impl DeviceSlice<bf16>,
+        x: &impl DeviceMemory<bf16>,
         schedule: Schedule,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let tokens = rows_of("the row-parallel input", x.len(), self.local_in.len())?;
+        let tokens = rows_of(
+            "the row-parallel input",
+            x.device_len(),
+            self.local_in.len(),
+        )?;
         // SAFETY: `x` holds `tokens × local_in` elements.
-        unsafe { self.run(y.into(), x.device_ptr(), tokens, schedule, stream) }
+        unsafe { self.run(y.into(), x.device_addr(stream), tokens, schedule, stream) }
     }
 
     /// The GEMM and the collective into `y`, in `schedule`.
@@ -392,7 +396,7 @@ impl RowParallelLinear {
             RowPath::FusedDecode => {
                 produce_rows(produce, 0..tokens)?;
                 let lin = DecodeLinear {
-                    w: self.weight.device_ptr(),
+                    w: self.weight.addr(),
                     m: tokens as u64,
                     n: self.out_features as u64,
                     k: self.local_in.len() as u64,
@@ -479,7 +483,7 @@ impl RowParallelLinear {
                 y: dst,
                 ldy: cols,
                 x: x + (first * k * BF16) as u64,
-                w: self.weight.device_ptr(),
+                w: self.weight.addr(),
             };
             // SAFETY: the rounds ask for tokens of the call, into the call's buffers.
             unsafe {
@@ -509,13 +513,13 @@ impl RowParallelLinear {
     ///
     /// # Safety
     /// As for [`run`](Self::run), with `rows` inside the call's tokens.
-    unsafe fn gemm_rows(&self, x: u64, rows: Range<usize>, stream: &CudaStream) -> Result<()> {
+    unsafe fn gemm_rows(&self, x: u64, rows: Range<usize>, stream: &Arc<CudaStream>) -> Result<()> {
         let (n, k) = (self.out_features, self.local_in.len());
         let ops = Operands {
-            y: self.partial.device_ptr() + (rows.start * n * BF16) as u64,
+            y: self.partial.addr() + (rows.start * n * BF16) as u64,
             ldy: n,
             x: x + (rows.start * k * BF16) as u64,
-            w: self.weight.device_ptr(),
+            w: self.weight.addr(),
         };
         let shape = LinearShape {
             m: rows.len(),

@@ -349,11 +349,11 @@ fn handoff(
                     // SAFETY: both buffers hold `bytes` bytes and outlive the graph.
                     unsafe {
                         if ends.initiator() {
-                            nccl.send(src.device_ptr(), bytes, other, stream)?;
-                            nccl.recv(dst.device_ptr(), bytes, other, stream)?;
+                            nccl.send(src.addr(), bytes, other, stream)?;
+                            nccl.recv(dst.addr(), bytes, other, stream)?;
                         } else {
-                            nccl.recv(dst.device_ptr(), bytes, other, stream)?;
-                            nccl.send(src.device_ptr(), bytes, other, stream)?;
+                            nccl.recv(dst.addr(), bytes, other, stream)?;
+                            nccl.send(src.addr(), bytes, other, stream)?;
                         }
                     }
                 }
@@ -433,7 +433,7 @@ fn throughput(
         if nccl {
             let n = ctx.nccl.ok_or("NCCL is not initialised")?;
             // SAFETY: `src` holds `bytes` bytes and outlives the graph.
-            unsafe { n.send(src.device_ptr(), bytes, ends.peer, s) }.map_err(|e| e.to_string())
+            unsafe { n.send(src.addr(), bytes, ends.peer, s) }.map_err(|e| e.to_string())
         } else {
             ch.send(&*src, s).map_err(|e| e.to_string())
         }
@@ -442,7 +442,7 @@ fn throughput(
         if nccl {
             let n = ctx.nccl.ok_or("NCCL is not initialised")?;
             // SAFETY: `dst` holds `bytes` bytes and outlives the graph.
-            unsafe { n.recv(dst.device_ptr(), bytes, 0, s) }.map_err(|e| e.to_string())
+            unsafe { n.recv(dst.addr(), bytes, 0, s) }.map_err(|e| e.to_string())
         } else {
             ch.recv(&mut dst_view, s).map_err(|e| e.to_string())
         }

@@ -44,9 +44,9 @@ impl<T: BenchElem> Operands<'_, T> {
     /// The source and destination addresses `imp` works on.
     fn pointers(&self, imp: Impl) -> Result<(u64, u64), String> {
         match (imp, self.windows) {
-            (Impl::NcclSymm, Some((src, dst))) => Ok((src.device_ptr(), dst.device_ptr())),
+            (Impl::NcclSymm, Some((src, dst))) => Ok((src.addr(), dst.addr())),
             (Impl::NcclSymm, None) => Err("no symmetric windows for nccl-symm".into()),
-            _ => Ok((self.src.device_ptr(), self.dst.device_ptr())),
+            _ => Ok((self.src.addr(), self.dst.addr())),
         }
     }
 

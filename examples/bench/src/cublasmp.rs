@@ -580,7 +580,7 @@ impl<'a> Plan<'a> {
                 self,
                 matmul,
                 (w, x, y),
-                work.device_ptr() as *mut c_void,
+                work.addr() as *mut c_void,
                 work.num_bytes(),
                 host.as_mut_ptr() as *mut c_void,
                 host.len()

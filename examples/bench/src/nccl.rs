@@ -338,7 +338,7 @@ impl Nccl {
 }
 
 impl SymmetricWindow<'_> {
-    pub fn device_ptr(&self) -> u64 {
+    pub fn addr(&self) -> u64 {
         self.ptr as u64
     }
 }

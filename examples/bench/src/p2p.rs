@@ -347,7 +347,7 @@ impl P2p<'_> {
         let f = self.function("bench_fill_random")?;
         let words = used / 8;
         let mut args = KernelArgs::new();
-        args.value(self.src.device_ptr())
+        args.value(self.src.addr())
             .value(words)
             .value(data::pe_base(key, self.me));
         let cfg = LaunchConfig {
@@ -366,7 +366,7 @@ impl P2p<'_> {
         self.bind()?;
         unsafe {
             cudarc::driver::result::memset_d8_async(
-                self.dst.device_ptr(),
+                self.dst.addr(),
                 0,
                 len,
                 self.stream.cu_stream(),
@@ -477,7 +477,7 @@ impl P2p<'_> {
     }
 
     fn times_ptr(&self, slot: usize) -> u64 {
-        self.times.device_ptr() + 8 * slot as u64
+        self.times.addr() + 8 * slot as u64
     }
 
     fn one_block(threads: u32) -> LaunchConfig {
@@ -495,7 +495,7 @@ impl P2p<'_> {
         let inner = self.cfg.inner_for(4);
         let inner_warm = inner_warmup(inner);
         let total = inner_warm + inner;
-        let words = self.words.device_ptr();
+        let words = self.words.addr();
 
         // p: PE 0 writes token + i into the target's words[i % 32].
         let key = data::key(self.cfg.seed, &[K_P]);
@@ -539,11 +539,11 @@ impl P2p<'_> {
             let f = self.function("bench_g_latency")?;
             for s in 0..warm + launches {
                 let mut args = KernelArgs::new();
-                args.value(self.gwords.device_ptr())
+                args.value(self.gwords.addr())
                     .value(self.peer as i32)
                     .value(inner_warm as i32)
                     .value(inner as i32)
-                    .value(self.gsum.device_ptr())
+                    .value(self.gsum.addr())
                     .value(self.times_ptr(s));
                 // SAFETY: matches bench_g_latency(const uint32_t*, int, int, int, u64*, u64*).
                 unsafe { f.launch(Self::one_block(1), self.stream, &mut args)? };
@@ -605,8 +605,7 @@ impl P2p<'_> {
             for s in 0..warm + launches {
                 let mut args = KernelArgs::new();
                 // put: dst on the peer <- local src; get: local dst <- slots of src on the peer.
-                args.value(self.dst.device_ptr())
-                    .value(self.src.device_ptr());
+                args.value(self.dst.addr()).value(self.src.addr());
                 if get {
                     args.value(slots.slot_bytes)
                         .value(slots.nslots)
@@ -670,7 +669,7 @@ impl P2p<'_> {
             self.bind()?;
             unsafe {
                 cudarc::driver::result::memset_d8_async(
-                    self.sig.device_ptr(),
+                    self.sig.addr(),
                     0,
                     8,
                     self.stream.cu_stream(),
@@ -680,10 +679,10 @@ impl P2p<'_> {
             unsafe { sys::nvshmemx_barrier_all_on_stream(self.raw_stream()) };
             if let Some(f) = &f {
                 let mut args = KernelArgs::new();
-                args.value(self.dst.device_ptr())
-                    .value(self.src.device_ptr())
+                args.value(self.dst.addr())
+                    .value(self.src.addr())
                     .value(bytes)
-                    .value(self.sig.device_ptr())
+                    .value(self.sig.addr())
                     .value(self.other() as i32)
                     .value(self.is_initiator() as i32)
                     .value(inner_warmup(inner) as i32)
@@ -770,8 +769,8 @@ impl P2p<'_> {
             |launch| match &f {
                 Some(f) => {
                     let mut args = KernelArgs::new();
-                    args.value(self.dst.device_ptr())
-                        .value(self.src.device_ptr())
+                    args.value(self.dst.addr())
+                        .value(self.src.addr())
                         .value(slots.slot_bytes)
                         .value(slots.nslots)
                         .value(launch * reps)
@@ -900,7 +899,7 @@ impl P2p<'_> {
         let (warm, iters) = self.cfg.iters_for(bytes);
         let key = data::key(self.cfg.seed, &[K_NCCL, 0, bytes as u64]);
         self.prepare(key, bytes)?;
-        let (src, dst, other) = (self.src.device_ptr(), self.dst.device_ptr(), self.other());
+        let (src, dst, other) = (self.src.addr(), self.dst.addr(), self.other());
         let mut samples = Vec::new();
         if self.is_initiator() {
             samples = timer.time_each(
@@ -957,7 +956,7 @@ impl P2p<'_> {
         let (warm, iters) = self.cfg.iters_for(bytes);
         let key = data::key(self.cfg.seed, &[K_NCCL, 1 + bidir as u64, bytes as u64]);
         self.prepare(key, bytes)?;
-        let (src, dst, other) = (self.src.device_ptr(), self.dst.device_ptr(), self.other());
+        let (src, dst, other) = (self.src.addr(), self.dst.addr(), self.other());
         let n = warm + iters;
         let mut samples = Vec::new();
         if self.is_initiator() || self.is_target() {

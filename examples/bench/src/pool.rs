@@ -235,7 +235,7 @@ fn row(
                 // SAFETY: the destination's own address and size.
                 unsafe {
                     cudarc::driver::result::memset_d8_async(
-                        dst.device_ptr(),
+                        dst.addr(),
                         0xff,
                         bytes,
                         stream.cu_stream(),

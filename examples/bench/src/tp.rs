@@ -553,27 +553,22 @@ impl Buffers {
     /// Where `imp` leaves its output: device address and bytes.
     fn output(&self, imp: TpImpl) -> Option<(u64, usize)> {
         match imp {
-            TpImpl::ComputeOnly => {
-                Some((self.compute.out.device_ptr(), self.compute.out.num_bytes()))
-            }
+            TpImpl::ComputeOnly => Some((self.compute.out.addr(), self.compute.out.num_bytes())),
             TpImpl::CublasOnly => self
                 .cublas
                 .as_ref()
-                .map(|s| (s.out.device_ptr(), s.out.num_bytes())),
+                .map(|s| (s.out.addr(), s.out.num_bytes())),
             TpImpl::CublasNccl => self
                 .nccl
                 .as_ref()
-                .map(|(_, out)| (out.device_ptr(), out.num_bytes())),
-            TpImpl::CublasOurs => self.ours.as_ref().map(|y| (y.device_ptr(), y.num_bytes())),
-            TpImpl::Overlapped => self
-                .overlapped
-                .as_ref()
-                .map(|y| (y.device_ptr(), y.num_bytes())),
-            TpImpl::Fused => self.fused.as_ref().map(|y| (y.device_ptr(), y.num_bytes())),
+                .map(|(_, out)| (out.addr(), out.num_bytes())),
+            TpImpl::CublasOurs => self.ours.as_ref().map(|y| (y.addr(), y.num_bytes())),
+            TpImpl::Overlapped => self.overlapped.as_ref().map(|y| (y.addr(), y.num_bytes())),
+            TpImpl::Fused => self.fused.as_ref().map(|y| (y.addr(), y.num_bytes())),
             TpImpl::Cublasmp => self
                 .cublasmp
                 .as_ref()
-                .map(|s| (s.out.device_ptr(), s.out.num_bytes())),
+                .map(|s| (s.out.addr(), s.out.num_bytes())),
         }
     }
 
@@ -616,7 +611,7 @@ impl Ops<'_> {
         x: &DeviceBuffer<bf16>,
         s: &Scratch,
         path: GemmPath,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> nvshmem::Result<()> {
         let (m, f, hidden) = (self.m, self.f, self.hidden);
         let gemm = self.tp.gemm();
@@ -679,8 +674,8 @@ impl Ops<'_> {
                     // SAFETY: the partial product and the output both hold M × hidden bf16.
                     return unsafe {
                         nccl.all_reduce(
-                            scratch.out.device_ptr(),
-                            out.device_ptr(),
+                            scratch.out.addr(),
+                            out.addr(),
                             self.m * self.hidden,
                             bf,
                             stream,
@@ -690,22 +685,10 @@ impl Ops<'_> {
                 // SAFETY: this PE's tokens and its output hold M / PEs × hidden bf16, the
                 // gathered input and the partial product M × hidden.
                 unsafe {
-                    nccl.all_gather(
-                        mine.device_ptr(),
-                        gathered.device_ptr(),
-                        mine.len(),
-                        bf,
-                        stream,
-                    )?;
+                    nccl.all_gather(mine.addr(), gathered.addr(), mine.len(), bf, stream)?;
                     self.local(gathered, scratch, GemmPath::Auto, stream)
                         .map_err(|e| e.to_string())?;
-                    nccl.reduce_scatter(
-                        scratch.out.device_ptr(),
-                        out.device_ptr(),
-                        out.len(),
-                        bf,
-                        stream,
-                    )
+                    nccl.reduce_scatter(scratch.out.addr(), out.addr(), out.len(), bf, stream)
                 }
             }
             TpImpl::CublasOurs => {
@@ -754,12 +737,7 @@ impl Ops<'_> {
             // SAFETY: this PE's M / PEs tokens, its 2f gate/up rows and M × 2f outputs, as
             // the plan was made for.
             (Some(gather), (_, Some(mine))) => unsafe {
-                gather.enqueue(
-                    s.gu.device_ptr(),
-                    mine.device_ptr(),
-                    gate_up.device_ptr(),
-                    stream,
-                )?
+                gather.enqueue(s.gu.addr(), mine.addr(), gate_up.addr(), stream)?
             },
             (_, (x, _)) => self
                 .tp
@@ -785,9 +763,9 @@ impl Ops<'_> {
         // M / PEs or M rows, as the plan was made for.
         unsafe {
             plans.down.enqueue(
-                s.out.device_ptr(),
-                s.act.device_ptr(),
-                self.mlp.down().weight().device_ptr(),
+                s.out.addr(),
+                s.act.addr(),
+                self.mlp.down().weight().addr(),
                 stream,
             )
         }
@@ -827,21 +805,13 @@ fn mp_plans<'a>(
                     k: hidden,
                 };
                 let plan = Plan::new(mp, cublasmp::Kind::AllGather, dims)?;
-                let ptrs = (
-                    s.gu.device_ptr(),
-                    mine.device_ptr(),
-                    mlp.gate_up().weight().device_ptr(),
-                );
+                let ptrs = (s.gu.addr(), mine.addr(), mlp.gate_up().weight().addr());
                 (Some((plan, ptrs)), cublasmp::Kind::ReduceScatter)
             }
             None => (None, cublasmp::Kind::AllReduce),
         };
         let down_plan = Plan::new(mp, kind, down)?;
-        let down_ptrs = (
-            s.out.device_ptr(),
-            s.act.device_ptr(),
-            mlp.down().weight().device_ptr(),
-        );
+        let down_ptrs = (s.out.addr(), s.act.addr(), mlp.down().weight().addr());
         let mut sizes = Vec::new();
         if let Some((plan, (y, x, w))) = &gate_up {
             sizes.push(plan.workspace_bytes(*w, *x, *y)?);

@@ -27,6 +27,7 @@ use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::{SymmetricBuffer, SymmetricView};
 use crate::runtime::Nvshmem;
 use cudarc::driver::{sys, CudaStream};
+use std::sync::Arc;
 
 /// The flags of one layer's exchange buffer.
 pub(in crate::tp) struct ChunkFlags {
@@ -99,19 +100,19 @@ impl ChunkFlags {
 
     /// On `stream`, first in a call: let every peer write its chunk here (after everything
     /// before on `stream`, which may still read the buffer).
-    pub(in crate::tp) fn open(&self, stream: &CudaStream) -> Result<()> {
+    pub(in crate::tp) fn open(&self, stream: &Arc<CudaStream>) -> Result<()> {
         self.peers()
             .try_for_each(|c| write(stream, self.credit(c, self.me), 1))
     }
 
     /// On `stream`: wait until `peer` may receive this PE's chunk, and take the credit.
-    pub(in crate::tp) fn take_credit(&self, stream: &CudaStream, peer: usize) -> Result<()> {
+    pub(in crate::tp) fn take_credit(&self, stream: &Arc<CudaStream>, peer: usize) -> Result<()> {
         wait_set(stream, self.credit(self.me, peer))?;
         write(stream, self.credit(self.me, peer), 0)
     }
 
     /// On `stream`, after the transfer before it: tell `peer` that this PE's chunk has landed.
-    pub(in crate::tp) fn raise(&self, stream: &CudaStream, peer: usize) -> Result<()> {
+    pub(in crate::tp) fn raise(&self, stream: &Arc<CudaStream>, peer: usize) -> Result<()> {
         self.raise_rounds(stream, peer, 1)
     }
 
@@ -119,7 +120,7 @@ impl ChunkFlags {
     /// first `rounds` rounds have landed.
     pub(in crate::tp) fn raise_rounds(
         &self,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         peer: usize,
         rounds: u64,
     ) -> Result<()> {
@@ -127,7 +128,7 @@ impl ChunkFlags {
     }
 
     /// Make `stream` wait until every peer's chunks of the first `rounds` rounds are here.
-    pub(in crate::tp) fn wait_rounds(&self, stream: &CudaStream, rounds: u64) -> Result<()> {
+    pub(in crate::tp) fn wait_rounds(&self, stream: &Arc<CudaStream>, rounds: u64) -> Result<()> {
         self.peers()
             .try_for_each(|c| wait_at_least(stream, self.ready(self.me, c), rounds))
     }
@@ -136,7 +137,7 @@ impl ChunkFlags {
     /// of the first `rounds` rounds have landed in its output.
     pub(in crate::tp) fn announce_sums(
         &self,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         peer: usize,
         rounds: u64,
     ) -> Result<()> {
@@ -144,26 +145,26 @@ impl ChunkFlags {
     }
 
     /// Make `stream` wait for `peer`'s chunk.
-    pub(in crate::tp) fn wait_from(&self, stream: &CudaStream, peer: usize) -> Result<()> {
+    pub(in crate::tp) fn wait_from(&self, stream: &Arc<CudaStream>, peer: usize) -> Result<()> {
         wait_set(stream, self.ready(self.me, peer))
     }
 
     /// Make `stream` wait for every peer's chunk.
-    pub(in crate::tp) fn wait_all(&self, stream: &CudaStream) -> Result<()> {
+    pub(in crate::tp) fn wait_all(&self, stream: &Arc<CudaStream>) -> Result<()> {
         self.wait_rounds(stream, 1)
     }
 
     /// On `stream`, last in a call: wait for every peer's chunk (already seen where the
     /// work waited chunk by chunk; after a failure, so that no late chunk is cleared), then
     /// clear the `ready` flags.
-    pub(in crate::tp) fn close(&self, stream: &CudaStream) -> Result<()> {
+    pub(in crate::tp) fn close(&self, stream: &Arc<CudaStream>) -> Result<()> {
         self.wait_all(stream)?;
         self.clear_ready(stream)
     }
 
     /// On `stream`, once every peer's chunks of the last round have been awaited there:
     /// clear the `ready` flags (no peer sends more in this call).
-    pub(in crate::tp) fn clear_ready(&self, stream: &CudaStream) -> Result<()> {
+    pub(in crate::tp) fn clear_ready(&self, stream: &Arc<CudaStream>) -> Result<()> {
         self.peers()
             .try_for_each(|c| write(stream, self.ready(self.me, c), 0))
     }
@@ -174,7 +175,7 @@ impl ChunkFlags {
     /// also sent `sums`, wait for their sums of every round and clear those flags.
     pub(in crate::tp) fn close_rounds(
         &self,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         rounds: u64,
         ready_cleared: bool,
         sums: bool,
@@ -194,12 +195,12 @@ impl ChunkFlags {
 }
 
 /// `stream` waits until the flag at `addr` is set (at least 1).
-fn wait_set(stream: &CudaStream, addr: u64) -> Result<()> {
+fn wait_set(stream: &Arc<CudaStream>, addr: u64) -> Result<()> {
     wait_at_least(stream, addr, 1)
 }
 
 /// `stream` waits until the flag at `addr` is at least `value`.
-fn wait_at_least(stream: &CudaStream, addr: u64, value: u64) -> Result<()> {
+fn wait_at_least(stream: &Arc<CudaStream>, addr: u64, value: u64) -> Result<()> {
     let geq = sys::CUstreamWaitValue_flags_enum::CU_STREAM_WAIT_VALUE_GEQ as u32;
     // SAFETY: `addr` is a flag of symmetric memory mapped here; freeing it is collective
     // and waits for all work of this PE's GPU first.
@@ -210,7 +211,7 @@ fn wait_at_least(stream: &CudaStream, addr: u64, value: u64) -> Result<()> {
 
 /// `stream` writes `value` to the flag at `addr`, after everything before it on `stream`
 /// (the default flags include a memory barrier: the data copied before is visible first).
-fn write(stream: &CudaStream, addr: u64, value: u64) -> Result<()> {
+fn write(stream: &Arc<CudaStream>, addr: u64, value: u64) -> Result<()> {
     let fenced = sys::CUstreamWriteValue_flags_enum::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
     // SAFETY: as in `wait_at_least`.
     unsafe { sys::cuStreamWriteValue64_v2(stream.cu_stream(), addr, value, fenced) }

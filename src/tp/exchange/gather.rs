@@ -6,6 +6,7 @@ use super::flags::ChunkFlags;
 use crate::error::{CudaResultExt, Result};
 use crate::tp::join;
 use cudarc::driver::{result, CudaStream};
+use std::sync::Arc;
 
 /// One fused all-gather + GEMM call of `rows` tokens per PE.
 pub(in crate::tp) struct GatherCall<'a> {
@@ -13,8 +14,8 @@ pub(in crate::tp) struct GatherCall<'a> {
     /// Where the gathered rows lie on every PE, as mapped here.
     pub gathered: &'a [u64],
     /// The copy stream.
-    pub pusher: &'a CudaStream,
-    pub stream: &'a CudaStream,
+    pub pusher: &'a Arc<CudaStream>,
+    pub stream: &'a Arc<CudaStream>,
     /// Tokens per PE.
     pub rows: usize,
     /// Bytes of one row of the input and of the output.

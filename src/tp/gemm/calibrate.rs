@@ -4,13 +4,14 @@
 use super::plan::{common_alignment, Key, Tuned};
 use super::{Gemm, GemmPath, LinearShape, Operands, DECODE_MAX_TOKENS};
 use crate::error::{CudaResultExt, Error, Result};
-use crate::memory::{DeviceBuffer, DeviceSlice};
+use crate::memory::{DeviceBuffer, DeviceMemory};
 use crate::runtime::Nvshmem;
 use cudarc::cublaslt::sys as ltsys;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream};
 use half::bf16;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Tokens up to which [`Gemm::calibrate`] measures the candidates of cuBLASLt's heuristic
 /// (at 1, 2, 4, ... tokens) and [`GemmPath::CublasLt`] takes the fastest: a call of `m`
@@ -54,7 +55,7 @@ struct Rotation {
 impl Rotation {
     fn new(w: u64, copies: &[DeviceBuffer<bf16>]) -> Self {
         let mut weights = vec![w];
-        weights.extend(copies.iter().map(|c| c.device_ptr()));
+        weights.extend(copies.iter().map(|c| c.addr()));
         Rotation {
             weights,
             next: std::cell::Cell::new(0),
@@ -95,7 +96,7 @@ impl<'a> Stopwatch<'a> {
         &mut self,
         m: usize,
         ways: usize,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         call: impl Fn(usize) -> Result<()>,
     ) -> Result<()> {
         let event = || {
@@ -163,22 +164,24 @@ impl Gemm {
     /// ```
     pub fn calibrate(
         &self,
-        w: &impl DeviceSlice<bf16>,
+        w: &impl DeviceMemory<bf16>,
         n: usize,
         k: usize,
         max_tokens: usize,
     ) -> Result<()> {
-        if w.len() != n * k {
+        if w.device_len() != n * k {
             return Err(Error::Length {
                 what: "the GEMM weight w (n × k)",
                 expected: n * k,
-                got: w.len(),
+                got: w.device_len(),
             });
         }
         if n == 0 || k == 0 {
             return Ok(());
         }
-        self.tune(w.device_ptr(), n, k, max_tokens)?;
+        let stream = self.shmem.stream();
+        let w = w.device_addr(stream);
+        self.tune(w, n, k, max_tokens)?;
         let todo: Vec<usize> = {
             let known = self.decode_choice.lock().unwrap_or_else(|e| e.into_inner());
             (1..=max_tokens.min(DECODE_MAX_TOKENS))
@@ -189,14 +192,13 @@ impl Gemm {
             return Ok(());
         };
         let (x, y) = self.calibration_inputs(most, n, k)?;
-        let stream = self.shmem.stream();
-        let copies = self.weight_copies(w.device_ptr(), n * k)?;
-        let weights = Rotation::new(w.device_ptr(), &copies);
+        let copies = self.weight_copies(w, n * k)?;
+        let weights = Rotation::new(w, &copies);
         let paths = [GemmPath::Decode, GemmPath::CublasLt];
         let mut watch = Stopwatch::new(&self.shmem);
         let enqueued = todo.iter().try_for_each(|&m| -> Result<()> {
             let shape = LinearShape { m, n, k };
-            let (x, y) = (x.device_ptr(), y.device_ptr());
+            let (x, y) = (x.addr(), y.addr());
             let call = |which: usize| {
                 let ops = Operands {
                     y,
@@ -243,7 +245,7 @@ impl Gemm {
             return Ok(());
         };
         let (x, y) = self.calibration_inputs(most, n, k)?;
-        let (x, y) = (x.device_ptr(), y.device_ptr());
+        let (x, y) = (x.addr(), y.addr());
         let copies = self.weight_copies(w, n * k)?;
         let weights = Rotation::new(w, &copies);
         let bf = std::mem::size_of::<bf16>();
@@ -312,12 +314,7 @@ impl Gemm {
             // SAFETY: both hold `len` elements of this GPU; the stream orders the copy before
             // the calls that read it.
             unsafe {
-                cudarc::driver::result::memcpy_dtod_async(
-                    copy.device_ptr(),
-                    w,
-                    bytes,
-                    stream.cu_stream(),
-                )
+                cudarc::driver::result::memcpy_dtod_async(copy.addr(), w, bytes, stream.cu_stream())
             }
             .during("cuMemcpyDtoDAsync")?;
             copies.push(copy);

@@ -13,7 +13,7 @@ pub use calibrate::TUNED_TOKENS;
 
 use crate::cubins::TP;
 use crate::error::{Error, Result};
-use crate::memory::{DeviceBuffer, DeviceSlice};
+use crate::memory::{DeviceBuffer, DeviceMemory};
 use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
 use crate::runtime::Nvshmem;
 use cudarc::cublaslt::result as lt;
@@ -251,11 +251,11 @@ impl Gemm {
     /// each exactly that long. Nothing is launched when `m` is 0.
     pub fn linear(
         &self,
-        y: &impl DeviceSlice<bf16>,
-        x: &impl DeviceSlice<bf16>,
-        w: &impl DeviceSlice<bf16>,
+        y: &impl DeviceMemory<bf16>,
+        x: &impl DeviceMemory<bf16>,
+        w: &impl DeviceMemory<bf16>,
         shape: LinearShape,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.linear_with(y, x, w, shape, GemmPath::Auto, stream)
     }
@@ -263,18 +263,18 @@ impl Gemm {
     /// [`linear`](Self::linear) computed by `path`.
     pub fn linear_with(
         &self,
-        y: &impl DeviceSlice<bf16>,
-        x: &impl DeviceSlice<bf16>,
-        w: &impl DeviceSlice<bf16>,
+        y: &impl DeviceMemory<bf16>,
+        x: &impl DeviceMemory<bf16>,
+        w: &impl DeviceMemory<bf16>,
         shape: LinearShape,
         path: GemmPath,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let LinearShape { m, n, k } = shape;
         for (what, got, (a, b)) in [
-            ("the GEMM input x (m × k)", x.len(), (m, k)),
-            ("the GEMM weight w (n × k)", w.len(), (n, k)),
-            ("the GEMM output y (m × n)", y.len(), (m, n)),
+            ("the GEMM input x (m × k)", x.device_len(), (m, k)),
+            ("the GEMM weight w (n × k)", w.device_len(), (n, k)),
+            ("the GEMM output y (m × n)", y.device_len(), (m, n)),
         ] {
             match a.checked_mul(b) {
                 Some(want) if want == got => {}
@@ -293,10 +293,10 @@ impl Gemm {
             }
         }
         let ops = Operands {
-            y: y.device_ptr(),
+            y: y.device_addr(stream),
             ldy: n,
-            x: x.device_ptr(),
-            w: w.device_ptr(),
+            x: x.device_addr(stream),
+            w: w.device_addr(stream),
         };
         // SAFETY: the lengths were checked against the shape, and the slices are device
         // memory of this PE.
@@ -313,7 +313,7 @@ impl Gemm {
         &self,
         ops: Operands,
         shape: LinearShape,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         self.linear_path(ops, shape, GemmPath::Auto, stream)
     }
@@ -327,7 +327,7 @@ impl Gemm {
         ops: Operands,
         shape: LinearShape,
         path: GemmPath,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (LinearShape { m, n, k }, Operands { y, ldy, x, w }) = (shape, ops);
         if n == 0 || k == 0 {
@@ -387,7 +387,7 @@ impl Gemm {
         ops: Operands,
         shape: LinearShape,
         programmatic: bool,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (LinearShape { m, n, k }, Operands { y, ldy, x, w }) = (shape, ops);
         self.shmem.bind_context()?;

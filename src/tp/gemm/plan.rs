@@ -81,7 +81,7 @@ impl Gemm {
         y: u64,
         x: u64,
         w: u64,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (alpha, beta) = (1.0f32, 0.0f32);
         lt::matmul(
@@ -98,7 +98,7 @@ impl Gemm {
             y as *mut c_void,
             plan.y,
             algo,
-            self.workspace.device_ptr() as *mut c_void,
+            self.workspace.addr() as *mut c_void,
             WORKSPACE_BYTES,
             stream.cu_stream() as ltsys::cudaStream_t,
         )
