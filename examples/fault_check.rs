@@ -128,7 +128,7 @@ fn drive(np: usize, launcher: String, limit: Duration, only: Option<String>, tra
     let (mut passed, mut failed) = (0, 0);
     let chosen = |name: &str| {
         only.as_ref()
-            .map_or(true, |o| o.split(',').any(|n| n == name))
+            .is_none_or(|o| o.split(',').any(|n| n == name))
     };
     for case in CASES.iter().filter(|c| chosen(c.name)) {
         let began = Instant::now();

@@ -12,7 +12,7 @@
 //! Prints `N passed, M failed` on PE 0 and exits non-zero if anything failed.
 
 use nvshmem::module::{grid, KernelArgs, Module};
-use nvshmem::pool::{PageId, PagePool, NO_PAGE};
+use nvshmem::pool::{PageId, PagePool, PagePoolConfig, NO_PAGE};
 use nvshmem::{DeviceBuffer, Error, Nvshmem};
 use std::collections::HashSet;
 
@@ -186,7 +186,11 @@ fn device_side(shmem: &Nvshmem) -> Outcome {
     const COUNT: usize = 4;
     let (me, n) = (shmem.my_pe(), shmem.n_pes());
     // Room for every PE's pages on any one PE (all of them with one PE).
-    let pool = PagePool::new(shmem, COUNT * n, PAGE_BYTES, COUNT).map_err(e)?;
+    let pool = PagePool::new(
+        shmem,
+        PagePoolConfig::new(COUNT * n, PAGE_BYTES).table_len(COUNT),
+    )
+    .map_err(e)?;
     let module = Module::load(shmem, &kernels::KV_POOL_DEVICE).map_err(e)?;
     let produce = module.function("kv_device_produce").map_err(e)?;
     let consume = module.function("kv_device_consume").map_err(e)?;
@@ -266,7 +270,10 @@ fn main() {
         }
     };
     let (me, n) = (shmem.my_pe(), shmem.n_pes());
-    let pool = match PagePool::new(&shmem, PAGES, PAGE_BYTES, TABLE) {
+    let pool = match PagePool::new(
+        &shmem,
+        PagePoolConfig::new(PAGES, PAGE_BYTES).table_len(TABLE),
+    ) {
         Ok(p) => p,
         Err(err) => {
             eprintln!("kv_pool: PE {me}: {err}");
@@ -480,7 +487,7 @@ fn main() {
 
     c.run("exhaustion, double free and reuse", || {
         // Five pages: the last bitmap word has padding bits that must never be handed out.
-        let small = PagePool::new(&shmem, 5, 64, 1).map_err(e)?;
+        let small = PagePool::new(&shmem, PagePoolConfig::new(5, 64).table_len(1)).map_err(e)?;
         let all = small.alloc_n(me, 5).map_err(e)?;
         let mut indices: Vec<u32> = all.iter().map(|id| id.index).collect();
         indices.sort_unstable();
@@ -538,7 +545,11 @@ fn main() {
         || {
             // Room for everyone's pages and 5 more (padding in the last word).
             let pages = CONCURRENT * n + 5;
-            let shared = PagePool::new(&shmem, pages, 16, CONCURRENT * n).map_err(e)?;
+            let shared = PagePool::new(
+                &shmem,
+                PagePoolConfig::new(pages, 16).table_len(CONCURRENT * n),
+            )
+            .map_err(e)?;
             // Every PE allocates on PE 0 at once, in batches (no error returns before the
             // barrier, which every PE must reach).
             let mut got = Vec::new();

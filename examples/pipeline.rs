@@ -14,7 +14,7 @@
 //! flow control with a consumer that starts late, `try_recv`, CUDA graph replay, and the
 //! errors. Prints `N passed, M failed` on PE 0 and exits non-zero if anything failed.
 
-use nvshmem::channel::Channel;
+use nvshmem::channel::{Channel, ChannelConfig};
 use nvshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use nvshmem::module::{grid, KernelArgs, Module};
 use nvshmem::{CudaStream, DeviceBuffer, Error, Nvshmem, ReduceOp, Result};
@@ -124,7 +124,12 @@ fn ring_messages(
 ) -> Result<()> {
     let (me, n) = (shmem.my_pe(), shmem.n_pes());
     let ring = (0..n)
-        .map(|i| Channel::<u32>::new(shmem, i, (i + 1) % n, max_len, depth))
+        .map(|i| {
+            Channel::<u32>::new(
+                shmem,
+                ChannelConfig::new(i, (i + 1) % n, max_len).depth(depth),
+            )
+        })
         .collect::<Result<Vec<_>>>()?;
     let (out, inc) = (&ring[me], &ring[(me + n - 1) % n]);
     let prev = (me + n - 1) % n;
@@ -190,11 +195,11 @@ fn pipeline(shmem: &Nvshmem, seed: u64, mode: u32, batches: usize) -> Result<Dur
     let max_len = 3000;
     let depth = 3;
     // feed: PE 0 -> stage 0; link i: stage i -> stage i + 1; drain: the last stage -> PE 0.
-    let feed = Channel::<u32>::new(shmem, 0, 0, max_len, depth)?;
+    let feed = Channel::<u32>::new(shmem, ChannelConfig::new(0, 0, max_len).depth(depth))?;
     let links = (0..n - 1)
-        .map(|i| Channel::<u32>::new(shmem, i, i + 1, max_len, depth))
+        .map(|i| Channel::<u32>::new(shmem, ChannelConfig::new(i, i + 1, max_len).depth(depth)))
         .collect::<Result<Vec<_>>>()?;
-    let drain = Channel::<u32>::new(shmem, n - 1, 0, max_len, depth)?;
+    let drain = Channel::<u32>::new(shmem, ChannelConfig::new(n - 1, 0, max_len).depth(depth))?;
     let input = if me == 0 { &feed } else { &links[me - 1] };
     let output = if me == n - 1 { &drain } else { &links[me] };
     let lens: Vec<usize> = (0..batches).map(|k| 1 + (k * 977 + 13) % max_len).collect();
@@ -272,7 +277,7 @@ fn pipeline(shmem: &Nvshmem, seed: u64, mode: u32, batches: usize) -> Result<Dur
 fn try_recv(shmem: &Nvshmem, seed: u64) -> Result<()> {
     let (me, n) = (shmem.my_pe(), shmem.n_pes());
     let ring = (0..n)
-        .map(|i| Channel::<u32>::new(shmem, i, (i + 1) % n, 64, 2))
+        .map(|i| Channel::<u32>::new(shmem, ChannelConfig::new(i, (i + 1) % n, 64).depth(2)))
         .collect::<Result<Vec<_>>>()?;
     let (out, inc) = (&ring[me], &ring[(me + n - 1) % n]);
     let stream = shmem.stream();
@@ -310,7 +315,7 @@ fn graph_replay(shmem: &Nvshmem, seed: u64) -> Result<()> {
     let (me, n) = (shmem.my_pe(), shmem.n_pes());
     let (len, per_graph) = (1000, 3);
     let ring = (0..n)
-        .map(|i| Channel::<u32>::new(shmem, i, (i + 1) % n, len, 2))
+        .map(|i| Channel::<u32>::new(shmem, ChannelConfig::new(i, (i + 1) % n, len).depth(2)))
         .collect::<Result<Vec<_>>>()?;
     let (out, inc) = (&ring[me], &ring[(me + n - 1) % n]);
     let srcs = (0..per_graph)
@@ -382,15 +387,15 @@ fn errors(shmem: &Nvshmem) -> Result<()> {
     };
     expect(
         "a producer out of range",
-        Channel::<u32>::new(shmem, n, 0, 8, 2).map(drop),
+        Channel::<u32>::new(shmem, ChannelConfig::new(n, 0, 8).depth(2)).map(drop),
         |e| matches!(e, Error::PeOutOfRange { .. }),
     )?;
     expect(
         "a channel of no slots",
-        Channel::<u32>::new(shmem, 0, 0, 8, 0).map(drop),
+        Channel::<u32>::new(shmem, ChannelConfig::new(0, 0, 8).depth(0)).map(drop),
         |e| e.to_string().contains("at least one slot"),
     )?;
-    let ch = Channel::<u32>::new(shmem, 0, n - 1, 16, 2)?;
+    let ch = Channel::<u32>::new(shmem, ChannelConfig::new(0, n - 1, 16).depth(2))?;
     let big = shmem.calloc::<u32>(17)?;
     let mut small = shmem.alloc_device::<u32>(15)?;
     let stream = shmem.stream();

@@ -48,8 +48,8 @@ use nvshmem::cudarc::driver::sys::CUevent_flags;
 use nvshmem::cudarc::driver::{CudaGraph, CudaStream};
 use nvshmem::tp::{
     shard_range, take_cols, take_rows, ColumnInput, ColumnParallelLinear, GemmPath, LinearShape,
-    RowOutput, RowParallelLinear, Schedule, ScheduleThresholds, SequenceParallelMlp,
-    TensorParallel, TpMlp, DECODE_MAX_TOKENS, FUSED_DECODE_MAX_TOKENS, FUSED_EXCHANGE_TOKENS,
+    MlpShape, RowOutput, RowParallelLinear, Schedule, SequenceParallelMlp, TensorParallel, TpMlp,
+    DECODE_MAX_TOKENS, FUSED_DECODE_MAX_TOKENS, FUSED_EXCHANGE_TOKENS,
 };
 use nvshmem::{
     bf16, AllGatherAlgo, AllReduceAlgo, DeviceBuffer, Error, Nvshmem, ReduceOp, SymmetricBuffer,
@@ -830,11 +830,11 @@ fn same_as_sequential(
 /// The checks' layers, with the fused exchanges in `rounds` rounds where given.
 fn with_rounds(c: &Checks, rounds: Option<usize>) -> TensorParallel {
     match rounds {
-        Some(r) => c.tp.clone().with_thresholds(ScheduleThresholds {
-            fused_exchange_gemms: r * c.shmem.n_pes(),
-            fused_mlp_rounds: 0,
-            ..*c.tp.thresholds()
-        }),
+        Some(r) => {
+            let mut t = *c.tp.thresholds();
+            (t.fused_exchange_gemms, t.fused_mlp_rounds) = (r * c.shmem.n_pes(), 0);
+            c.tp.clone().with_thresholds(t)
+        }
         None => c.tp.clone(),
     }
 }
@@ -990,7 +990,15 @@ fn mlp_small(
     schedule: Schedule,
 ) -> Outcome {
     let d = mlp_data(seed, m, hidden, ffn);
-    let mlp = TpMlp::new(&c.tp, hidden, ffn, m).map_err(text)?;
+    let mlp = TpMlp::new(
+        &c.tp,
+        MlpShape {
+            hidden,
+            ffn,
+            max_tokens: m,
+        },
+    )
+    .map_err(text)?;
     mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
     let x = c.device(&d.x)?;
     let y = c.shmem.malloc::<bf16>(m * hidden).map_err(text)?;
@@ -1013,7 +1021,15 @@ fn mlp_sequence_parallel(
 ) -> Outcome {
     let m = per_pe * c.n();
     let d = mlp_data(seed, m, hidden, ffn);
-    let mlp = SequenceParallelMlp::new(&c.tp, hidden, ffn, m).map_err(text)?;
+    let mlp = SequenceParallelMlp::new(
+        &c.tp,
+        MlpShape {
+            hidden,
+            ffn,
+            max_tokens: m,
+        },
+    )
+    .map_err(text)?;
     mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
     let rows = c.me() * per_pe..(c.me() + 1) * per_pe;
     let x = c.symmetric(&take_rows(&d.x, hidden, rows.clone()))?;
@@ -1047,7 +1063,15 @@ fn sequence_parallel_auto(
     let x = c.symmetric(&take_rows(&d.x, hidden, rows.clone()))?;
     let y = c.shmem.malloc::<bf16>(per_pe * hidden).map_err(text)?;
     let run = |tp: &TensorParallel, schedule: Schedule| -> Result<Vec<bf16>, String> {
-        let mlp = SequenceParallelMlp::new(tp, hidden, ffn, m).map_err(text)?;
+        let mlp = SequenceParallelMlp::new(
+            tp,
+            MlpShape {
+                hidden,
+                ffn,
+                max_tokens: m,
+            },
+        )
+        .map_err(text)?;
         mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
         mlp.forward_with(&y, &x, schedule, &c.stream)
             .map_err(text)?;
@@ -1056,11 +1080,10 @@ fn sequence_parallel_auto(
     };
     // The group's thresholds with fused and overlapped from these tokens per PE.
     let at = |fused: usize, overlapped: usize| {
-        c.tp.clone().with_thresholds(ScheduleThresholds {
-            fused_sequence_min_elements: fused * hidden,
-            overlapped_sequence_min_elements: overlapped * hidden,
-            ..*c.tp.thresholds()
-        })
+        let mut t = *c.tp.thresholds();
+        t.fused_sequence_min_elements = fused * hidden;
+        t.overlapped_sequence_min_elements = overlapped * hidden;
+        c.tp.clone().with_thresholds(t)
     };
     let overlap = Schedule::Overlapped;
     let fused = run(&c.tp, Schedule::Fused)?;
@@ -1202,7 +1225,7 @@ fn large(
                 &y.to_vec().map_err(text)?,
                 &want,
             )?;
-            if m % c.n() != 0 {
+            if !m.is_multiple_of(c.n()) {
                 return Ok(());
             }
             // Sequence parallel, fused: the same product from this PE's share of the tokens.
@@ -1269,7 +1292,15 @@ fn large(
     }
     if which.2 {
         let mlp = || -> Outcome {
-            let mlp = TpMlp::new(&c.tp, hidden, ffn, m).map_err(text)?;
+            let mlp = TpMlp::new(
+                &c.tp,
+                MlpShape {
+                    hidden,
+                    ffn,
+                    max_tokens: m,
+                },
+            )
+            .map_err(text)?;
             mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
             let x = c.device(&d.x)?;
             let want = f64s(&mlp_unsharded(c, &d, m, hidden, ffn)?);
@@ -1283,12 +1314,20 @@ fn large(
                     compare_unsharded(&format!("MLP ({schedule:?}) vs unsharded"), &got, &want);
                 found = found.and(compared).and(c.identical("MLP output", &got));
             }
-            if m % c.n() != 0 {
+            if !m.is_multiple_of(c.n()) {
                 return found;
             }
             // Sequence parallel: this PE's rows of the same outputs.
             let per_pe = m / c.n();
-            let sp = SequenceParallelMlp::new(&c.tp, hidden, ffn, m).map_err(text)?;
+            let sp = SequenceParallelMlp::new(
+                &c.tp,
+                MlpShape {
+                    hidden,
+                    ffn,
+                    max_tokens: m,
+                },
+            )
+            .map_err(text)?;
             sp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
             let rows = c.me() * per_pe..(c.me() + 1) * per_pe;
             let x = c.symmetric(&take_rows(&d.x, hidden, rows.clone()))?;
@@ -1326,7 +1365,15 @@ fn mlp_graph_and_back_to_back(
     (m, hidden, ffn): (usize, usize, usize),
 ) -> Outcome {
     let d = mlp_data(seed, m, hidden, ffn);
-    let mlp = TpMlp::new(&c.tp, hidden, ffn, m).map_err(text)?;
+    let mlp = TpMlp::new(
+        &c.tp,
+        MlpShape {
+            hidden,
+            ffn,
+            max_tokens: m,
+        },
+    )
+    .map_err(text)?;
     mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
     let mut rng = Rng::new(seed ^ 2);
     let inputs: Vec<Vec<bf16>> = (0..3).map(|_| rng.bf16s(m * hidden, 1.0)).collect();
@@ -1386,7 +1433,15 @@ fn errors(c: &Checks, _seed: u64) -> Outcome {
         }
     };
     let (hidden, ffn, m) = (64, 32 * c.n(), 4);
-    let mlp = TpMlp::new(&c.tp, hidden, ffn, m).map_err(text)?;
+    let mlp = TpMlp::new(
+        &c.tp,
+        MlpShape {
+            hidden,
+            ffn,
+            max_tokens: m,
+        },
+    )
+    .map_err(text)?;
     let x = c.shmem.alloc_device::<bf16>(m * hidden).map_err(text)?;
     let big = c
         .shmem
@@ -1722,7 +1777,15 @@ fn timing(c: &Checks, a: &Args) -> Outcome {
     let (hidden, ffn) = (a.hidden, a.ffn);
     let max_m = *a.ms.iter().max().expect("a non-empty --m");
     let d = mlp_data(0x7135, 0, hidden, ffn);
-    let mlp = TpMlp::new(&c.tp, hidden, ffn, max_m).map_err(text)?;
+    let mlp = TpMlp::new(
+        &c.tp,
+        MlpShape {
+            hidden,
+            ffn,
+            max_tokens: max_m,
+        },
+    )
+    .map_err(text)?;
     mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
     let f = mlp.down().local_in_features().len();
     let (gemm, s) = (c.tp.gemm(), &c.stream);
@@ -1884,7 +1947,15 @@ fn breakdown(c: &Checks, a: &Args) -> Outcome {
     let (hidden, ffn) = (a.hidden, a.ffn);
     let max_m = *a.ms.iter().max().expect("a non-empty --m");
     let d = mlp_data(0x7137, 0, hidden, ffn);
-    let mlp = TpMlp::new(&c.tp, hidden, ffn, max_m).map_err(text)?;
+    let mlp = TpMlp::new(
+        &c.tp,
+        MlpShape {
+            hidden,
+            ffn,
+            max_tokens: max_m,
+        },
+    )
+    .map_err(text)?;
     mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
     let f = mlp.down().local_in_features().len();
     let (gemm, s, coll) = (c.tp.gemm(), &c.stream, c.tp.collectives());
@@ -2054,7 +2125,15 @@ fn sequence_parallel_timing(c: &Checks, a: &Args) -> Outcome {
         };
         line(m, &time_calls(c, a.iters, &[&g, &seq, &fused], &read)?);
     }
-    let mlp = SequenceParallelMlp::new(&c.tp, hidden, ffn, max_m).map_err(text)?;
+    let mlp = SequenceParallelMlp::new(
+        &c.tp,
+        MlpShape {
+            hidden,
+            ffn,
+            max_tokens: max_m,
+        },
+    )
+    .map_err(text)?;
     for (w, from) in [
         (mlp.gate_up().weight(), column.weight()),
         (mlp.down().weight(), row.weight()),
@@ -2134,11 +2213,9 @@ fn main() {
     let tp = match TensorParallel::new(&shmem) {
         Ok(t) => match args.rounds {
             Some(r) => {
-                let thresholds = ScheduleThresholds {
-                    fused_exchange_gemms: r * shmem.n_pes(),
-                    fused_mlp_rounds: 0,
-                    ..*t.thresholds()
-                };
+                let mut thresholds = *t.thresholds();
+                thresholds.fused_exchange_gemms = r * shmem.n_pes();
+                thresholds.fused_mlp_rounds = 0;
                 t.with_thresholds(thresholds)
             }
             None => t,

@@ -136,16 +136,16 @@ pub(crate) mod ffi {
 
     /// Typed RMA and collectives of one element type.
     pub trait ElementFfi: Sized {
-        unsafe fn p(dest: *mut Self, value: Self, pe: i32);
+        unsafe fn p(dst: *mut Self, value: Self, pe: i32);
         unsafe fn g(src: *const Self, pe: i32) -> Self;
-        unsafe fn p_on_stream(dest: *mut Self, value: Self, pe: i32, stream: cudaStream_t);
+        unsafe fn p_on_stream(dst: *mut Self, value: Self, pe: i32, stream: cudaStream_t);
         unsafe fn g_on_stream(src: *const Self, pe: i32, stream: cudaStream_t) -> Self;
         /// `nvshmemx_<type>_<op>_<kind>_on_stream`: an all-reduce or a reduce-scatter.
         unsafe fn reduction_on_stream(
             kind: Reduction,
             op: ReduceOp,
             team: i32,
-            dest: *mut Self,
+            dst: *mut Self,
             src: *const Self,
             n: usize,
             stream: cudaStream_t,
@@ -154,14 +154,14 @@ pub(crate) mod ffi {
         unsafe fn exchange_on_stream(
             kind: Exchange,
             team: i32,
-            dest: *mut Self,
+            dst: *mut Self,
             src: *const Self,
             n: usize,
             stream: cudaStream_t,
         ) -> i32;
         unsafe fn broadcast_on_stream(
             team: i32,
-            dest: *mut Self,
+            dst: *mut Self,
             src: *const Self,
             n: usize,
             root: i32,
@@ -237,26 +237,26 @@ macro_rules! element {
             const IS_INTEGER: bool = $int;
         }
         impl ffi::ElementFfi for $t {
-            unsafe fn p(dest: *mut Self, value: Self, pe: i32) {
-                paste::paste! { sys::[<nvshmem_ $name _p>](dest as *mut $ffi, ($to)(value), pe) }
+            unsafe fn p(dst: *mut Self, value: Self, pe: i32) {
+                paste::paste! { sys::[<nvshmem_ $name _p>](dst as *mut $ffi, ($to)(value), pe) }
             }
             unsafe fn g(src: *const Self, pe: i32) -> Self {
                 paste::paste! { ($from)(sys::[<nvshmem_ $name _g>](src as *const $ffi, pe)) }
             }
-            unsafe fn p_on_stream(dest: *mut Self, value: Self, pe: i32, stream: cudaStream_t) {
-                paste::paste! { sys::[<nvshmemx_ $name _p_on_stream>](dest as *mut $ffi, ($to)(value), pe, stream) }
+            unsafe fn p_on_stream(dst: *mut Self, value: Self, pe: i32, stream: cudaStream_t) {
+                paste::paste! { sys::[<nvshmemx_ $name _p_on_stream>](dst as *mut $ffi, ($to)(value), pe, stream) }
             }
             unsafe fn g_on_stream(src: *const Self, pe: i32, stream: cudaStream_t) -> Self {
                 paste::paste! { ($from)(sys::[<nvshmemx_ $name _g_on_stream>](src as *const $ffi, pe, stream)) }
             }
-            unsafe fn reduction_on_stream(kind: Reduction, op: ReduceOp, team: i32, dest: *mut Self, src: *const Self, n: usize, stream: cudaStream_t) -> Result<i32> {
+            unsafe fn reduction_on_stream(kind: Reduction, op: ReduceOp, team: i32, dst: *mut Self, src: *const Self, n: usize, stream: cudaStream_t) -> Result<i32> {
                 match kind {
-                    Reduction::AllReduce => element!(@reduction $int, $name, reduce, $ffi, op, team, dest, src, n, stream),
-                    Reduction::ReduceScatter => element!(@reduction $int, $name, reducescatter, $ffi, op, team, dest, src, n, stream),
+                    Reduction::AllReduce => element!(@reduction $int, $name, reduce, $ffi, op, team, dst, src, n, stream),
+                    Reduction::ReduceScatter => element!(@reduction $int, $name, reducescatter, $ffi, op, team, dst, src, n, stream),
                 }
             }
-            unsafe fn exchange_on_stream(kind: Exchange, team: i32, dest: *mut Self, src: *const Self, n: usize, stream: cudaStream_t) -> i32 {
-                let (d, s) = (dest as *mut $ffi, src as *const $ffi);
+            unsafe fn exchange_on_stream(kind: Exchange, team: i32, dst: *mut Self, src: *const Self, n: usize, stream: cudaStream_t) -> i32 {
+                let (d, s) = (dst as *mut $ffi, src as *const $ffi);
                 paste::paste! {
                     match kind {
                         Exchange::Fcollect => sys::[<nvshmemx_ $name _fcollect_on_stream>](team, d, s, n, stream),
@@ -264,14 +264,14 @@ macro_rules! element {
                     }
                 }
             }
-            unsafe fn broadcast_on_stream(team: i32, dest: *mut Self, src: *const Self, n: usize, root: i32, stream: cudaStream_t) -> i32 {
-                paste::paste! { sys::[<nvshmemx_ $name _broadcast_on_stream>](team, dest as *mut $ffi, src as *const $ffi, n, root, stream) }
+            unsafe fn broadcast_on_stream(team: i32, dst: *mut Self, src: *const Self, n: usize, root: i32, stream: cudaStream_t) -> i32 {
+                paste::paste! { sys::[<nvshmemx_ $name _broadcast_on_stream>](team, dst as *mut $ffi, src as *const $ffi, n, root, stream) }
             }
         }
     };
     // `nvshmemx_<type>_<op>_<kind>_on_stream` for `op`: kind is reduce or reducescatter.
-    (@reduction $int:tt, $name:ident, $kind:ident, $ffi:ty, $op:expr, $team:expr, $dest:expr, $src:expr, $n:expr, $stream:expr) => {{
-        let (d, s) = ($dest as *mut $ffi, $src as *const $ffi);
+    (@reduction $int:tt, $name:ident, $kind:ident, $ffi:ty, $op:expr, $team:expr, $dst:expr, $src:expr, $n:expr, $stream:expr) => {{
+        let (d, s) = ($dst as *mut $ffi, $src as *const $ffi);
         paste::paste! {
             Ok(match $op {
                 ReduceOp::Sum => sys::[<nvshmemx_ $name _sum_ $kind _on_stream>]($team, d, s, $n, $stream),

@@ -48,6 +48,7 @@ pub mod atomic;
 pub mod channel;
 pub mod collectives;
 pub mod cubins;
+mod diag;
 pub mod element;
 pub mod error;
 pub mod memory;
@@ -61,7 +62,7 @@ pub mod team;
 #[cfg(feature = "tp")]
 pub mod tp;
 
-pub use channel::Channel;
+pub use channel::{Channel, ChannelConfig};
 pub use collectives::{
     AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives, CollectivesConfig,
     ReduceAlgo, ReduceScatterAlgo, Thresholds, Workspace,
@@ -73,7 +74,7 @@ pub use error::{Error, HeapLimit, Result};
 pub use half::{bf16, f16};
 pub use memory::{DeviceBuffer, DeviceMemory, SymmetricBuffer, SymmetricView};
 pub use nvshmem_sys as sys;
-pub use pool::{PageId, PagePool};
+pub use pool::{PageId, PagePool, PagePoolConfig};
 pub use runtime::{InitOptions, Nvshmem, RuntimeInfo, UniqueId};
 pub use signal::{Cmp, SignalOp};
 pub use team::Team;

@@ -29,7 +29,7 @@ fn check_add_inc<T: Ones>(c: &Ctx) -> Result {
     // Everyone's fetched values, gathered.
     let mine = c.upload(&[as_u64(fetched_add), as_u64(ticket)])?;
     let all = sh.malloc::<u64>(2 * n)?;
-    c.world.fcollect(&all, &mine, &c.stream)?;
+    c.world.all_gather(&all, &mine, &c.stream)?;
     c.sync()?;
     let all = all.to_vec()?;
     let mut tickets: Vec<u64> = all.chunks(2).map(|x| x[1]).collect();
@@ -60,7 +60,7 @@ fn check_compare_swap<T: Ones>(c: &Ctx) -> Result {
     let old = sh.atomic_compare_swap(&buf, 0, small::<T>(0), small::<T>(c.me + 1), 0)?;
     let mine = c.upload(&[as_u64(old)])?;
     let all = sh.malloc::<u64>(c.n)?;
-    c.world.fcollect(&all, &mine, &c.stream)?;
+    c.world.all_gather(&all, &mine, &c.stream)?;
     c.sync()?;
     let olds = all.to_vec()?;
     let winners: Vec<usize> = (0..c.n).filter(|&q| olds[q] == 0).collect();

@@ -96,23 +96,18 @@ fn check_reduce_scatter<T: Num>(c: &Ctx, seed: u64, per_pe: usize) -> Result {
     p.done()
 }
 
-fn check_fcollect<T: Num>(
+fn check_all_gather<T: Num>(
     c: &Ctx,
     seed: u64,
     per_pe: usize,
     team: &Team,
     members: &[usize],
-    alias: bool,
 ) -> Result {
     let src = c.upload(&data::<T>(seed, c.me, per_pe, Kind::Bits))?;
     // Sized for the world: team sizes may differ between PEs (node teams), allocations may not.
     let dst = c.zeros::<T>(per_pe * c.n)?;
     let used = dst.view(..per_pe * members.len());
-    if alias {
-        team.all_gather(used, &src, &c.stream)?;
-    } else {
-        team.fcollect(used, &src, &c.stream)?;
-    }
+    team.all_gather(used, &src, &c.stream)?;
     c.sync()?;
     let want: Vec<T> = members
         .iter()
@@ -133,11 +128,11 @@ fn check_broadcast<T: Num>(c: &Ctx, seed: u64, len: usize, root: usize) -> Resul
     )
 }
 
-fn check_alltoall<T: Num>(c: &Ctx, seed: u64, per_pair: usize) -> Result {
+fn check_all_to_all<T: Num>(c: &Ctx, seed: u64, per_pair: usize) -> Result {
     let n = c.n;
     let src = c.upload(&data::<T>(seed, c.me, per_pair * n, Kind::Bits))?;
     let dst = c.zeros::<T>(per_pair * n)?;
-    c.world.alltoall(&dst, &src, &c.stream)?;
+    c.world.all_to_all(&dst, &src, &c.stream)?;
     c.sync()?;
     let want: Vec<T> = (0..n)
         .flat_map(|q| {
@@ -242,27 +237,27 @@ pub(crate) fn checks(h: &mut Harness) {
     });
 
     let world: Vec<usize> = (0..c.n).collect();
-    h.check("fcollect<uint8>", |seed| {
-        check_fcollect::<u8>(c, seed, 1001, &c.world, &world, false)
+    h.check("all_gather<uint8>", |seed| {
+        check_all_gather::<u8>(c, seed, 1001, &c.world, &world)
     });
-    h.check("fcollect<int64>", |seed| {
-        check_fcollect::<i64>(c, seed, 4097, &c.world, &world, false)
+    h.check("all_gather<int64>", |seed| {
+        check_all_gather::<i64>(c, seed, 4097, &c.world, &world)
     });
-    h.check("fcollect<double>", |seed| {
-        check_fcollect::<f64>(c, seed, 65_536, &c.world, &world, false)
+    h.check("all_gather<double>", |seed| {
+        check_all_gather::<f64>(c, seed, 65_536, &c.world, &world)
     });
-    h.check("fcollect<half>", |seed| {
-        check_fcollect::<f16>(c, seed, 333, &c.world, &world, false)
+    h.check("all_gather<half>", |seed| {
+        check_all_gather::<f16>(c, seed, 333, &c.world, &world)
     });
     h.check("all_gather<int16>", |seed| {
-        check_fcollect::<i16>(c, seed, 999, &c.world, &world, true)
+        check_all_gather::<i16>(c, seed, 999, &c.world, &world)
     });
-    h.check("fcollect<uint32> over the node team", |seed| {
+    h.check("all_gather<uint32> over the node team", |seed| {
         let node = c.shmem.team_node();
         let members: Vec<usize> = (0..node.n_pes())
             .map(|k| node.world_pe(k))
             .collect::<nvshmem::Result<_>>()?;
-        check_fcollect::<u32>(c, seed, 100, &node, &members, false)
+        check_all_gather::<u32>(c, seed, 100, &node, &members)
     });
 
     let last = c.n - 1;
@@ -279,14 +274,16 @@ pub(crate) fn checks(h: &mut Harness) {
         check_broadcast::<u64>(c, seed, 4096, 0)
     });
 
-    h.check("alltoall<int32>", |seed| {
-        check_alltoall::<i32>(c, seed, 513)
+    h.check("all_to_all<int32>", |seed| {
+        check_all_to_all::<i32>(c, seed, 513)
     });
-    h.check("alltoall<double>", |seed| {
-        check_alltoall::<f64>(c, seed, 1000)
+    h.check("all_to_all<double>", |seed| {
+        check_all_to_all::<f64>(c, seed, 1000)
     });
-    h.check("alltoall<uint16>", |seed| check_alltoall::<u16>(c, seed, 7));
-    h.check("alltoall<bfloat16>", |seed| {
-        check_alltoall::<bf16>(c, seed, 64)
+    h.check("all_to_all<uint16>", |seed| {
+        check_all_to_all::<u16>(c, seed, 7)
+    });
+    h.check("all_to_all<bfloat16>", |seed| {
+        check_all_to_all::<bf16>(c, seed, 64)
     });
 }

@@ -240,8 +240,8 @@ pub(crate) fn checks(h: &mut Harness) {
             length_error,
         ));
         p.note(refused(
-            "fcollect into a short destination",
-            w.fcollect(f.view(1..), &small, s),
+            "all_gather into a short destination",
+            w.all_gather(f.view(1..), &small, s),
             length_error,
         ));
         p.note(refused(
@@ -250,19 +250,19 @@ pub(crate) fn checks(h: &mut Harness) {
             length_error,
         ));
         p.note(refused(
-            "fcollect within one buffer",
-            w.fcollect(f.view(..), f.view(..4), s),
+            "all_gather within one buffer",
+            w.all_gather(f.view(..), f.view(..4), s),
             overlap_error,
         ));
         p.note(refused(
-            "alltoall of unequal lengths",
-            w.alltoall(&f, &g, s),
+            "all_to_all of unequal lengths",
+            w.all_to_all(&f, &g, s),
             length_error,
         ));
         // (With one PE the lengths divide, and the overlap is refused instead.)
         p.note(refused(
-            "alltoall not divisible by n_pes",
-            w.alltoall(&g, &g, s),
+            "all_to_all not divisible by n_pes",
+            w.all_to_all(&g, &g, s),
             if n == 1 {
                 overlap_error
             } else {

@@ -33,13 +33,13 @@
 //!
 //! ```no_run
 //! # fn main() -> nvshmem::Result<()> {
-//! use nvshmem::channel::Channel;
+//! use nvshmem::channel::{Channel, ChannelConfig};
 //! let shmem = nvshmem::Nvshmem::init()?;
 //! let (me, n) = (shmem.my_pe(), shmem.n_pes());
 //! // A ring: channel i goes from PE i to PE i + 1. Making channels is collective, so every
 //! // PE makes all of them, in one order; each PE then uses the two it is an end of.
 //! let ring: Vec<Channel<f32>> = (0..n)
-//!     .map(|i| Channel::new(&shmem, i, (i + 1) % n, 4096, 4))
+//!     .map(|i| Channel::new(&shmem, ChannelConfig::new(i, (i + 1) % n, 4096).depth(4)))
 //!     .collect::<nvshmem::Result<_>>()?;
 //! let (to_next, from_prev) = (&ring[me], &ring[(me + n - 1) % n]);
 //! let mut batch = shmem.calloc::<f32>(4096)?;
@@ -127,21 +127,63 @@ impl<T: Element> std::fmt::Debug for Channel<T> {
     }
 }
 
+/// What a [`Channel`] is: its two ends, its largest message and its number of slots.
+///
+/// ```
+/// let config = nvshmem::channel::ChannelConfig::new(0, 1, 4096).depth(4);
+/// assert_eq!((config.producer, config.consumer, config.max_len, config.depth), (0, 1, 4096, 4));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ChannelConfig {
+    /// The PE that sends.
+    pub producer: usize,
+    /// The PE that receives (may be the producer).
+    pub consumer: usize,
+    /// Elements of the largest message.
+    pub max_len: usize,
+    /// Messages in flight at once (slots); [`DEFAULT_DEPTH`] unless set.
+    pub depth: usize,
+}
+
+/// Slots of a channel unless [`ChannelConfig::depth`] says otherwise: double buffering, so
+/// the producer fills one slot while the consumer drains the other.
+pub const DEFAULT_DEPTH: usize = 2;
+
+impl ChannelConfig {
+    /// A channel from PE `producer` to PE `consumer` of messages of up to `max_len`
+    /// elements, with [`DEFAULT_DEPTH`] slots.
+    pub fn new(producer: usize, consumer: usize, max_len: usize) -> Self {
+        ChannelConfig {
+            producer,
+            consumer,
+            max_len,
+            depth: DEFAULT_DEPTH,
+        }
+    }
+
+    /// Set the number of slots.
+    pub fn depth(mut self, depth: usize) -> Self {
+        self.depth = depth;
+        self
+    }
+}
+
 impl<T: Element> Channel<T> {
-    /// A channel from PE `producer` to PE `consumer` (they may be the same PE) of `depth`
-    /// slots, each holding one message of up to `max_len` elements.
+    /// A channel as `config` says: from PE `producer` to PE `consumer` (they may be the
+    /// same PE) of `depth` slots, each holding one message of up to `max_len` elements.
     ///
     /// Collective: every PE makes every channel, in the same order and with the same
     /// arguments, as for any symmetric allocation (it takes `depth × max_len` elements, plus
     /// `2 × depth + 6` words, of symmetric memory on every PE). Bad arguments are an error on
     /// every PE alike.
-    pub fn new(
-        shmem: &Nvshmem,
-        producer: usize,
-        consumer: usize,
-        max_len: usize,
-        depth: usize,
-    ) -> Result<Self> {
+    pub fn new(shmem: &Nvshmem, config: ChannelConfig) -> Result<Self> {
+        let ChannelConfig {
+            producer,
+            consumer,
+            max_len,
+            depth,
+        } = config;
         let layout = ChannelLayout::new::<T>(producer, consumer, shmem.n_pes(), max_len, depth)?;
         let kernels = shmem.with_service(Kernels::load, |k| Ok(k.clone()))?;
         let slots = shmem.calloc::<u8>(layout.slots_bytes())?;

@@ -9,6 +9,7 @@ use std::str::FromStr;
 
 /// All-reduce algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AllReduceAlgo {
     /// Chosen by size, PE count and element type ([`Thresholds`](super::Thresholds)).
     Auto,
@@ -47,6 +48,7 @@ pub enum AllReduceAlgo {
 
 /// All-gather algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AllGatherAlgo {
     /// Chosen by size and PE count ([`Thresholds`](super::Thresholds)).
     Auto,
@@ -67,6 +69,7 @@ pub enum AllGatherAlgo {
 
 /// Reduce-scatter algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ReduceScatterAlgo {
     /// Chosen by size and PE count ([`Thresholds`](super::Thresholds)).
     Auto,
@@ -82,6 +85,7 @@ pub enum ReduceScatterAlgo {
 
 /// Reduce (to one root) algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ReduceAlgo {
     /// Chosen by size and PE count (today: [`Pull`](Self::Pull)).
     Auto,
@@ -92,6 +96,7 @@ pub enum ReduceAlgo {
 
 /// Broadcast algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum BroadcastAlgo {
     /// Chosen by size: [`LowLatency`](Self::LowLatency) up to
     /// [`Thresholds::broadcast_ll_max_bytes`](super::Thresholds::broadcast_ll_max_bytes)
@@ -136,6 +141,7 @@ pub enum BroadcastAlgo {
 
 /// All-to-all algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AllToAllAlgo {
     /// Chosen by size: [`LowLatency`](Self::LowLatency) up to
     /// [`Thresholds::alltoall_ll_max_bytes`](super::Thresholds::alltoall_ll_max_bytes) per
@@ -589,7 +595,7 @@ impl AllReduceAlgo {
     /// Whether it takes elements of type `t` (`Auto` takes whatever some algorithm takes).
     pub fn takes(self, t: DataType) -> bool {
         TYPES.iter().any(|(ty, _)| *ty == t)
-            && self.row().map_or(true, |r| !r.floats_only || t.is_float())
+            && self.row().is_none_or(|r| !r.floats_only || t.is_float())
     }
 }
 

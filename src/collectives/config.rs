@@ -42,6 +42,7 @@ const RELAY_MIN_BYTES: usize = 2 << 20;
 /// Size thresholds of the automatic choice (the `Auto` algorithm of every collective), in
 /// bytes per PE (per block for the all-to-all). Every PE must use the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Thresholds {
     /// Floating-point all-reduce inputs above this, up to `sentinel_max_bytes`, use the
     /// sentinel one-shot; those up to it use the low-latency one-shot, a little faster for a
@@ -304,6 +305,7 @@ impl Thresholds {
 /// low-latency lines slot and one sentinel slot per PE and epoch parity. Explicitly chosen algorithms take any input that
 /// fits; `Auto` never picks one that does not.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Workspace {
     /// Bytes of one staging slot: one-shot inputs whole, and the bandwidth all-reduce's
     /// chunk ring. A multiple of 256.
@@ -383,6 +385,7 @@ impl Workspace {
 
 /// Everything [`Collectives::with_config`](super::Collectives::with_config) takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CollectivesConfig {
     /// What `Auto` picks; may change later with
     /// [`Collectives::set_thresholds`](super::Collectives::set_thresholds).

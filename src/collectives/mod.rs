@@ -515,7 +515,7 @@ impl Collectives {
         what: &'static str,
     ) -> Result<()> {
         self.shmem.check_same_runtime(view.runtime(), what)?;
-        if view.as_ptr() as usize % 16 != 0 {
+        if !(view.as_ptr() as usize).is_multiple_of(16) {
             return Err(Error::Misaligned { what, align: 16 });
         }
         Ok(())
@@ -643,7 +643,10 @@ impl Collectives {
         }
         // On more than 2 PEs the low-latency all-gather goes by output words, where they fit.
         let (function, plan) = match all_gather_words_plan(algo, bytes, &self.dims) {
-            Some(plan) => (&self.all_gather_words[usize::from(bytes % 8 != 0)], plan),
+            Some(plan) => (
+                &self.all_gather_words[usize::from(!bytes.is_multiple_of(8))],
+                plan,
+            ),
             None => (
                 &self.all_gather[row],
                 all_gather_plan(algo, bytes, &self.dims),

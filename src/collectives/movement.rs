@@ -183,7 +183,7 @@ impl Collectives {
             src.len(),
             dst.len(),
         )?;
-        if src.len() % n != 0 {
+        if !src.len().is_multiple_of(n) {
             return Err(Error::InvalidArgument(format!(
                 "an all_to_all of {} elements over {n} PEs: the buffers hold one equal block per \
                  PE, so their length must be a multiple of {n}",

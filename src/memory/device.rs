@@ -152,7 +152,11 @@ impl<T: Element> Drop for DeviceBuffer<T> {
         match freed {
             // A stranded runtime leaks everything, for the reason it reported already.
             Ok(()) | Err(Error::Stranded(_)) => {}
-            Err(e) => eprintln!("nvshmem: leaking a DeviceBuffer<{}>: {e}", T::NVSHMEM_NAME),
+            Err(e) => crate::diag::warn_pe!(
+                Some(self.shmem.my_pe()),
+                "leaking a DeviceBuffer<{}>: {e}",
+                T::NVSHMEM_NAME
+            ),
         }
     }
 }

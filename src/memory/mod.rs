@@ -373,8 +373,9 @@ impl<T: Element> Drop for SymmetricBuffer<T> {
             if matches!(e, Error::Stranded(_)) {
                 return;
             }
-            eprintln!(
-                "nvshmem: leaking a SymmetricBuffer<{}>: {e}",
+            crate::diag::warn_pe!(
+                Some(self.shmem.my_pe()),
+                "leaking a SymmetricBuffer<{}>: {e}",
                 T::NVSHMEM_NAME
             );
         }

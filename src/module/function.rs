@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 /// How a kernel is launched, besides its grid.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LaunchOptions {
     /// Every block resident at once (a cooperative launch, as `nvshmemx_collective_launch`
     /// does), for kernels whose blocks wait on each other or on other PEs. The grid is
@@ -23,6 +24,36 @@ pub struct LaunchOptions {
     /// Thread-block clusters of this many blocks along x, y and z (Hopper and later); the
     /// grid must be a multiple of it. `None`: no clusters (or those the kernel declares).
     pub cluster: Option<[u32; 3]>,
+}
+
+impl LaunchOptions {
+    /// A plain launch: not cooperative, not programmatic, no clusters.
+    ///
+    /// ```
+    /// let options = nvshmem::module::LaunchOptions::new().cooperative(true).programmatic(true);
+    /// assert!(options.cooperative && options.programmatic && options.cluster.is_none());
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Set [`cooperative`](Self::cooperative).
+    pub fn cooperative(mut self, on: bool) -> Self {
+        self.cooperative = on;
+        self
+    }
+
+    /// Set [`programmatic`](Self::programmatic).
+    pub fn programmatic(mut self, on: bool) -> Self {
+        self.programmatic = on;
+        self
+    }
+
+    /// Set [`cluster`](Self::cluster).
+    pub fn cluster(mut self, dims: Option<[u32; 3]>) -> Self {
+        self.cluster = dims;
+        self
+    }
 }
 
 /// A kernel of a loaded [`Module`](super::Module). Cheap to clone; it keeps its module
@@ -161,7 +192,7 @@ impl Function {
         }
         self.loaded.enter()?;
         if let Some(c) = options.cluster {
-            let (g, fits) = (cfg.grid_dim, |g: u32, c: u32| c > 0 && g % c == 0);
+            let (g, fits) = (cfg.grid_dim, |g: u32, c: u32| c > 0 && g.is_multiple_of(c));
             if !(fits(g.0, c[0]) && fits(g.1, c[1]) && fits(g.2, c[2])) {
                 return Err(Error::InvalidArgument(format!(
                     "launch of {} with a grid {g:?} that is not a multiple of its clusters {c:?}",

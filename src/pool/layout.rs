@@ -100,7 +100,7 @@ pub(crate) fn check_sizes(
             u32::MAX
         ));
     }
-    if page_bytes == 0 || page_bytes % align != 0 {
+    if page_bytes == 0 || !page_bytes.is_multiple_of(align) {
         return bad(format!(
             "a page pool with pages of {page_bytes} bytes: a page must hold a positive multiple \
              of {align} bytes"
@@ -152,7 +152,7 @@ pub(crate) fn check_pages_len(
     n_pages: usize,
     page_bytes: usize,
 ) -> Result<()> {
-    if page_bytes % elem_bytes != 0 {
+    if !page_bytes.is_multiple_of(elem_bytes) {
         return Err(Error::InvalidArgument(format!(
             "{what}: pages of {page_bytes} bytes are not a whole number of {elem_bytes}-byte \
              elements; use bytes (u8) or an element that divides the page"

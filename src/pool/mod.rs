@@ -31,10 +31,10 @@
 //!
 //! ```no_run
 //! # fn main() -> nvshmem::Result<()> {
-//! use nvshmem::pool::PagePool;
+//! use nvshmem::pool::{PagePool, PagePoolConfig};
 //! let shmem = nvshmem::Nvshmem::init()?;
 //! // 1024 pages of 16 KiB on every PE, and a page table of 64 entries (collective).
-//! let pool = PagePool::new(&shmem, 1024, 16 << 10, 64)?;
+//! let pool = PagePool::new(&shmem, PagePoolConfig::new(1024, 16 << 10).table_len(64))?;
 //! let me = shmem.my_pe();
 //! let page = pool.alloc(me)?;
 //! pool.page_view(page.index as usize)?.copy_from_host(&vec![7u8; 16 << 10])?;
@@ -130,16 +130,50 @@ impl Direction {
     }
 }
 
+/// The sizes of a [`PagePool`].
+///
+/// ```
+/// let config = nvshmem::pool::PagePoolConfig::new(1024, 16 << 10).table_len(64);
+/// assert_eq!((config.pages_per_pe, config.page_bytes, config.table_len), (1024, 16 << 10, 64));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PagePoolConfig {
+    /// Pages on every PE.
+    pub pages_per_pe: usize,
+    /// Bytes of a page: a positive multiple of 16.
+    pub page_bytes: usize,
+    /// Entries of every PE's page table; 0 (no table) unless set.
+    pub table_len: usize,
+}
+
+impl PagePoolConfig {
+    /// `pages_per_pe` pages of `page_bytes` bytes on every PE, and no page table.
+    pub fn new(pages_per_pe: usize, page_bytes: usize) -> Self {
+        PagePoolConfig {
+            pages_per_pe,
+            page_bytes,
+            table_len: 0,
+        }
+    }
+
+    /// Give every PE a page table of `entries` entries.
+    pub fn table_len(mut self, entries: usize) -> Self {
+        self.table_len = entries;
+        self
+    }
+}
+
 impl PagePool {
     /// A pool of `pages_per_pe` pages of `page_bytes` bytes (a positive multiple of 16) on
     /// every PE, and a page table of `table_len` entries on every PE, all empty (collective:
     /// every PE passes the same sizes, or every PE gets [`Error::CollectiveMismatch`]).
-    pub fn new(
-        shmem: &Nvshmem,
-        pages_per_pe: usize,
-        page_bytes: usize,
-        table_len: usize,
-    ) -> Result<Self> {
+    pub fn new(shmem: &Nvshmem, config: PagePoolConfig) -> Result<Self> {
+        let PagePoolConfig {
+            pages_per_pe,
+            page_bytes,
+            table_len,
+        } = config;
         let region = check_sizes(pages_per_pe, page_bytes, table_len, shmem.n_pes())?;
         let module = Module::load(shmem, &POOL)?;
         let kernels = Kernels {
@@ -238,7 +272,8 @@ impl PagePool {
     /// # let shmem = nvshmem::Nvshmem::init()?;
     /// # let module = nvshmem::module::Module::from_file(&shmem, "my_kernels.cubin")?;
     /// use nvshmem::module::{grid, KernelArgs};
-    /// let pool = nvshmem::pool::PagePool::new(&shmem, 256, 4096, 16)?;
+    /// use nvshmem::pool::{PagePool, PagePoolConfig};
+    /// let pool = PagePool::new(&shmem, PagePoolConfig::new(256, 4096).table_len(16))?;
     /// // extern "C" __global__ void my_kernel(nvshmem_rs_pool pool, int pe)
     /// let kernel = module.function("my_kernel")?;
     /// let mut args = KernelArgs::new();
@@ -272,7 +307,8 @@ impl PagePool {
     /// ```no_run
     /// # fn main() -> nvshmem::Result<()> {
     /// # let shmem = nvshmem::Nvshmem::init()?;
-    /// let pool = nvshmem::pool::PagePool::new(&shmem, 64, 4096, 0)?;
+    /// use nvshmem::pool::{PagePool, PagePoolConfig};
+    /// let pool = PagePool::new(&shmem, PagePoolConfig::new(64, 4096))?;
     /// match pool.alloc_n(0, 100) {
     ///     Err(nvshmem::Error::PoolExhausted { available, .. }) => assert!(available <= 64),
     ///     other => panic!("{other:?}"),

@@ -8,6 +8,7 @@ mod exchange;
 
 pub(crate) use exchange::{Exchanged, WordExchange, FINALIZE_KIND, RECORD_WORDS};
 
+use crate::diag;
 use crate::error::{check, CudaResultExt, Error, Result};
 use cudarc::driver::{CudaContext, CudaStream};
 use nvshmem_sys as sys;
@@ -364,10 +365,7 @@ impl Drop for Runtime {
         let _ = self.ctx.bind_to_thread();
         if let Err(e) = check_not_stranded() {
             // The GPU never becomes idle: leave everything as it is.
-            eprintln!(
-                "nvshmem: PE {}: leaving without finalizing: {e}",
-                self.my_pe
-            );
+            diag::error_pe!(Some(self.my_pe), "leaving without finalizing: {e}");
             std::mem::forget(std::mem::take(
                 self.services.get_mut().unwrap_or_else(|p| p.into_inner()),
             ));
@@ -384,10 +382,10 @@ impl Drop for Runtime {
         // that failed or left would hang this one. A bounded barrier first; past it, leave
         // NVSHMEM as it is (the process cannot start it again anyway) and say why.
         if !self.every_pe_arrives() {
-            eprintln!(
-                "nvshmem: PE {}: at finalize, not every PE arrived within {:?} \
-                 (NVSHMEM_RS_TIMEOUT): a PE failed or exited early; leaving without finalizing",
-                self.my_pe,
+            diag::error_pe!(
+                Some(self.my_pe),
+                "at finalize, not every PE arrived within {:?} (NVSHMEM_RS_TIMEOUT): a PE \
+                 failed or exited early; leaving without finalizing",
                 self.wait_limit.unwrap_or_default()
             );
             std::mem::forget(services);
@@ -431,24 +429,20 @@ impl Runtime {
                 match all.chunks(RECORD_WORDS).position(|r| r[0] != FINALIZE_KIND) {
                     None => true,
                     Some(pe) => {
-                        eprintln!(
-                            "nvshmem: PE {}: at finalize, PE {pe} was still allocating or freeing \
-                         symmetric memory",
-                            self.my_pe
+                        diag::error_pe!(
+                            Some(self.my_pe),
+                            "at finalize, PE {pe} was still allocating or freeing symmetric memory"
                         );
                         false
                     }
                 }
             }
             Ok(Exchanged::GaveUp(pe)) => {
-                eprintln!(
-                    "nvshmem: PE {}: at finalize, PE {pe} did not arrive",
-                    self.my_pe
-                );
+                diag::error_pe!(Some(self.my_pe), "at finalize, PE {pe} did not arrive");
                 false
             }
             Err(e) => {
-                eprintln!("nvshmem: PE {}: at finalize: {e}", self.my_pe);
+                diag::error_pe!(Some(self.my_pe), "at finalize: {e}");
                 false
             }
         }
@@ -654,8 +648,9 @@ impl Nvshmem {
             None => format!("this PE ({} bootstrap)", bootstrap_name()),
         };
         let watchdog = Watchdog::spawn(limit, move || {
-            eprintln!(
-                "nvshmem: the start of NVSHMEM on {who} has waited {:.0?} for the other PEs: one \
+            diag::error_pe!(
+                None,
+                "the start of NVSHMEM on {who} has waited {:.0?} for the other PEs: one \
                  did not start, failed, or has another unique ID. A blocked start cannot be \
                  cancelled, so this process exits (status 1). Raise {START_TIMEOUT_VARIABLE} \
                  (seconds, 0 for no limit) if the PEs start slowly.",
@@ -1013,6 +1008,7 @@ fn bootstrap_name() -> String {
 
 /// A printable summary of a PE's configuration.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RuntimeInfo {
     /// This PE in the world team.
     pub my_pe: usize,

@@ -1,18 +1,18 @@
 //! NVSHMEM's own collectives over a [`Team`], enqueued on a CUDA stream: all-reduce,
-//! reduce-scatter, fcollect (all-gather), broadcast and all-to-all.
+//! reduce-scatter, all-gather (NVSHMEM's fcollect), broadcast and all-to-all.
 //!
 //! Every PE of the team calls the same collective with the same lengths (and root); the call
-//! returns once the work is enqueued, and the results are in `dest` for the work after it on
+//! returns once the work is enqueued, and the results are in `dst` for the work after it on
 //! the stream. Sources and destinations are symmetric views (a `&SymmetricBuffer` converts).
 //! Lengths are checked against the team's size before anything is enqueued:
 //!
-//! | collective | `src.len()` | `dest.len()` |
+//! | collective | `src.len()` | `dst.len()` |
 //! |---|---|---|
 //! | [`all_reduce`](Team::all_reduce) | `n` | `n` |
 //! | [`reduce_scatter`](Team::reduce_scatter) | `n * team.n_pes()` | `n` |
-//! | [`fcollect`](Team::fcollect) / [`all_gather`](Team::all_gather) | `n` | `n * team.n_pes()` |
+//! | [`all_gather`](Team::all_gather) (`fcollect`) | `n` | `n * team.n_pes()` |
 //! | [`broadcast`](Team::broadcast) | `n` | `n` |
-//! | [`alltoall`](Team::alltoall) | `n * team.n_pes()` | `n * team.n_pes()` |
+//! | [`all_to_all`](Team::all_to_all) | `n * team.n_pes()` | `n * team.n_pes()` |
 //!
 //! ```no_run
 //! # fn main() -> nvshmem::Result<()> {
@@ -40,7 +40,7 @@ use std::sync::Arc;
 /// Pointers and raw handles of a checked collective call.
 struct Call<T> {
     team: sys::nvshmem_team_t,
-    dest: *mut T,
+    dst: *mut T,
     src: *const T,
     stream: sys::cudaStream_t,
 }
@@ -54,20 +54,20 @@ impl Team {
     fn collective<T: Element>(
         &self,
         name: &'static str,
-        dest: &SymmetricView<'_, T>,
+        dst: &SymmetricView<'_, T>,
         src: &SymmetricView<'_, T>,
         n: usize,
         in_place: bool,
         stream: &Arc<CudaStream>,
         call: impl FnOnce(&Call<T>, usize) -> Result<i32>,
     ) -> Result<()> {
-        check_overlap(name, dest, src, in_place)?;
+        check_overlap(name, dst, src, in_place)?;
         let shmem = self.runtime();
-        shmem.check_same_runtime(dest.runtime(), "the destination")?;
+        shmem.check_same_runtime(dst.runtime(), "the destination")?;
         shmem.check_same_runtime(src.runtime(), "the source")?;
         let c = Call {
             team: self.handle(),
-            dest: dest.as_ptr(),
+            dst: dst.as_ptr(),
             src: src.as_ptr() as *const T,
             stream: shmem.raw_stream(stream)?,
         };
@@ -78,7 +78,7 @@ impl Team {
         check(name, call(&c, n)?)
     }
 
-    /// `dest[i] = op(src[i] of every PE of the team)`, enqueued on `stream`. `dest` and
+    /// `dst[i] = op(src[i] of every PE of the team)`, enqueued on `stream`. `dst` and
     /// `src` have the same length; they may be the same view (in place) but must not
     /// otherwise overlap. Bitwise operators are refused for floating-point types.
     ///
@@ -94,22 +94,22 @@ impl Team {
     /// ```
     pub fn all_reduce<'a, T: Element>(
         &self,
-        dest: impl Into<SymmetricView<'a, T>>,
+        dst: impl Into<SymmetricView<'a, T>>,
         src: impl Into<SymmetricView<'a, T>>,
         op: ReduceOp,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let (dest, src) = (dest.into(), src.into());
+        let (dst, src) = (dst.into(), src.into());
         check_op::<T>(op)?;
-        let n = all_reduce_count(dest.len(), src.len())?;
+        let n = all_reduce_count(dst.len(), src.len())?;
         let kind = Reduction::AllReduce;
-        self.collective(kind.call(op), &dest, &src, n, true, stream, |c, n| unsafe {
-            T::reduction_on_stream(kind, op, c.team, c.dest, c.src, n, c.stream)
+        self.collective(kind.call(op), &dst, &src, n, true, stream, |c, n| unsafe {
+            T::reduction_on_stream(kind, op, c.team, c.dst, c.src, n, c.stream)
         })
     }
 
     /// Reduce across the team, then scatter: PE `i` of the team gets
-    /// `dest[j] = op(src[i * n + j] of every PE)` with `n = dest.len()`; `src` holds
+    /// `dst[j] = op(src[i * n + j] of every PE)` with `n = dst.len()`; `src` holds
     /// `n * team.n_pes()` elements. Enqueued on `stream`.
     ///
     /// Where NVLink SHARP is not used, NVSHMEM stages the whole of `src` in its reduction
@@ -129,29 +129,23 @@ impl Team {
     /// ```
     pub fn reduce_scatter<'a, T: Element>(
         &self,
-        dest: impl Into<SymmetricView<'a, T>>,
+        dst: impl Into<SymmetricView<'a, T>>,
         src: impl Into<SymmetricView<'a, T>>,
         op: ReduceOp,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let (dest, src) = (dest.into(), src.into());
+        let (dst, src) = (dst.into(), src.into());
         check_op::<T>(op)?;
-        let n = reduce_scatter_count(dest.len(), src.len(), self.n_pes())?;
+        let n = reduce_scatter_count(dst.len(), src.len(), self.n_pes())?;
         let kind = Reduction::ReduceScatter;
-        self.collective(
-            kind.call(op),
-            &dest,
-            &src,
-            n,
-            false,
-            stream,
-            |c, n| unsafe { T::reduction_on_stream(kind, op, c.team, c.dest, c.src, n, c.stream) },
-        )
+        self.collective(kind.call(op), &dst, &src, n, false, stream, |c, n| unsafe {
+            T::reduction_on_stream(kind, op, c.team, c.dst, c.src, n, c.stream)
+        })
     }
 
-    /// Concatenate the `src` of every PE of the team, in team order, into `dest` on every PE:
-    /// `dest[i * n .. (i + 1) * n]` is PE `i`'s `src`, with `n = src.len()`. Enqueued on
-    /// `stream`.
+    /// Concatenate the `src` of every PE of the team, in team order, into `dst` on every PE:
+    /// `dst[i * n .. (i + 1) * n]` is PE `i`'s `src`, with `n = src.len()`. Enqueued on
+    /// `stream`. (NVSHMEM's `fcollect`.)
     ///
     /// ```no_run
     /// # fn main() -> nvshmem::Result<()> {
@@ -160,30 +154,20 @@ impl Team {
     /// let stream = shmem.new_stream()?;
     /// let mine = shmem.malloc::<u8>(1000)?;
     /// let all = shmem.malloc::<u8>(1000 * world.n_pes())?;
-    /// world.fcollect(&all, &mine, &stream)?;
+    /// world.all_gather(&all, &mine, &stream)?;
     /// # Ok(()) }
     /// ```
-    pub fn fcollect<'a, T: Element>(
-        &self,
-        dest: impl Into<SymmetricView<'a, T>>,
-        src: impl Into<SymmetricView<'a, T>>,
-        stream: &Arc<CudaStream>,
-    ) -> Result<()> {
-        self.exchange(Exchange::Fcollect, dest.into(), src.into(), stream)
-    }
-
-    /// Another name for [`fcollect`](Self::fcollect).
     pub fn all_gather<'a, T: Element>(
         &self,
-        dest: impl Into<SymmetricView<'a, T>>,
+        dst: impl Into<SymmetricView<'a, T>>,
         src: impl Into<SymmetricView<'a, T>>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        self.fcollect(dest, src, stream)
+        self.exchange(Exchange::Fcollect, dst.into(), src.into(), stream)
     }
 
-    /// Copy `src` of the team's PE `root` into `dest` on every PE of the team, enqueued on
-    /// `stream`. `dest` and `src` have the same length.
+    /// Copy `src` of the team's PE `root` into `dst` on every PE of the team, enqueued on
+    /// `stream`. `dst` and `src` have the same length.
     ///
     /// ```no_run
     /// # fn main() -> nvshmem::Result<()> {
@@ -196,18 +180,18 @@ impl Team {
     /// ```
     pub fn broadcast<'a, T: Element>(
         &self,
-        dest: impl Into<SymmetricView<'a, T>>,
+        dst: impl Into<SymmetricView<'a, T>>,
         src: impl Into<SymmetricView<'a, T>>,
         root: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let (dest, src) = (dest.into(), src.into());
-        let n = broadcast_count(dest.len(), src.len(), root, self.n_pes())?;
+        let (dst, src) = (dst.into(), src.into());
+        let n = broadcast_count(dst.len(), src.len(), root, self.n_pes())?;
         let name = "nvshmemx_TYPENAME_broadcast_on_stream";
-        self.collective(name, &dest, &src, n, true, stream, |c, n| unsafe {
+        self.collective(name, &dst, &src, n, true, stream, |c, n| unsafe {
             Ok(T::broadcast_on_stream(
                 c.team,
-                c.dest,
+                c.dst,
                 c.src,
                 n,
                 root as i32,
@@ -218,7 +202,7 @@ impl Team {
 
     /// Exchange blocks between all PEs of the team: with `n = src.len() / team.n_pes()`,
     /// block `j` of `src` on PE `i` (`src[j * n .. (j + 1) * n]`) lands in block `i` of
-    /// `dest` on PE `j`. Both views hold `n * team.n_pes()` elements. Enqueued on `stream`.
+    /// `dst` on PE `j`. Both views hold `n * team.n_pes()` elements. Enqueued on `stream`.
     ///
     /// ```no_run
     /// # fn main() -> nvshmem::Result<()> {
@@ -227,39 +211,39 @@ impl Team {
     /// let stream = shmem.new_stream()?;
     /// let out = shmem.malloc::<i32>(64 * world.n_pes())?;
     /// let inbox = shmem.malloc::<i32>(64 * world.n_pes())?;
-    /// world.alltoall(&inbox, &out, &stream)?;
+    /// world.all_to_all(&inbox, &out, &stream)?;
     /// # Ok(()) }
     /// ```
-    pub fn alltoall<'a, T: Element>(
+    pub fn all_to_all<'a, T: Element>(
         &self,
-        dest: impl Into<SymmetricView<'a, T>>,
+        dst: impl Into<SymmetricView<'a, T>>,
         src: impl Into<SymmetricView<'a, T>>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        self.exchange(Exchange::Alltoall, dest.into(), src.into(), stream)
+        self.exchange(Exchange::Alltoall, dst.into(), src.into(), stream)
     }
 
     /// An fcollect or an all-to-all: their counts differ, the rest is the same.
     fn exchange<T: Element>(
         &self,
         kind: Exchange,
-        dest: SymmetricView<'_, T>,
+        dst: SymmetricView<'_, T>,
         src: SymmetricView<'_, T>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (n, name) = match kind {
             Exchange::Fcollect => (
-                fcollect_count(dest.len(), src.len(), self.n_pes())?,
+                fcollect_count(dst.len(), src.len(), self.n_pes())?,
                 "nvshmemx_TYPENAME_fcollect_on_stream",
             ),
             Exchange::Alltoall => (
-                alltoall_count(dest.len(), src.len(), self.n_pes())?,
+                alltoall_count(dst.len(), src.len(), self.n_pes())?,
                 "nvshmemx_TYPENAME_alltoall_on_stream",
             ),
         };
-        self.collective(name, &dest, &src, n, false, stream, |c, n| unsafe {
+        self.collective(name, &dst, &src, n, false, stream, |c, n| unsafe {
             Ok(T::exchange_on_stream(
-                kind, c.team, c.dest, c.src, n, c.stream,
+                kind, c.team, c.dst, c.src, n, c.stream,
             ))
         })
     }
@@ -276,11 +260,11 @@ fn check_op<T: Element>(op: ReduceOp) -> Result<()> {
 /// Source and destination must not overlap, except (where `same_ok`) by being the same view.
 pub(crate) fn check_overlap<T: Element>(
     what: &'static str,
-    dest: &SymmetricView<'_, T>,
+    dst: &SymmetricView<'_, T>,
     src: &SymmetricView<'_, T>,
     same_ok: bool,
 ) -> Result<()> {
-    let d = (dest.as_ptr() as usize, dest.num_bytes());
+    let d = (dst.as_ptr() as usize, dst.num_bytes());
     let s = (src.as_ptr() as usize, src.num_bytes());
     if overlap_is_allowed(d, s, same_ok) {
         Ok(())
@@ -311,7 +295,7 @@ pub(crate) fn reduce_scatter_count(dest_len: usize, src_len: usize, n_pes: usize
 
 /// Elements per PE of an fcollect (`src_len`): the destination holds `src_len * n_pes`.
 pub(crate) fn fcollect_count(dest_len: usize, src_len: usize, n_pes: usize) -> Result<usize> {
-    let what = "fcollect destination (source length times the team's PEs)";
+    let what = "all_gather destination (source length times the team's PEs)";
     check_len(what, times(src_len, n_pes)?, dest_len)?;
     Ok(src_len)
 }
@@ -319,13 +303,13 @@ pub(crate) fn fcollect_count(dest_len: usize, src_len: usize, n_pes: usize) -> R
 /// Elements per PE pair of an all-to-all: equal lengths that divide by `n_pes`.
 pub(crate) fn alltoall_count(dest_len: usize, src_len: usize, n_pes: usize) -> Result<usize> {
     check_len(
-        "alltoall destination (must match the source)",
+        "all_to_all destination (must match the source)",
         src_len,
         dest_len,
     )?;
-    if n_pes == 0 || src_len % n_pes != 0 {
+    if n_pes == 0 || !src_len.is_multiple_of(n_pes) {
         return Err(Error::InvalidArgument(format!(
-            "alltoall: {src_len} elements do not split into equal blocks for {n_pes} PEs"
+            "all_to_all: {src_len} elements do not split into equal blocks for {n_pes} PEs"
         )));
     }
     Ok(src_len / n_pes)

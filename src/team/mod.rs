@@ -81,11 +81,11 @@ impl Team {
         unsafe { sys::nvshmem_team_n_pes(self.handle) }.max(0) as usize
     }
 
-    /// The number in `dest` of this team's PE `pe`, `None` if it is not in `dest`.
-    pub fn translate_pe(&self, pe: usize, dest: &Team) -> Result<Option<usize>> {
+    /// The number in `dst` of this team's PE `pe`, `None` if it is not in `dst`.
+    pub fn translate_pe(&self, pe: usize, dst: &Team) -> Result<Option<usize>> {
         self.check_pe(pe)?;
         let _host = host_call();
-        let t = unsafe { sys::nvshmem_team_translate_pe(self.handle, pe as i32, dest.handle) };
+        let t = unsafe { sys::nvshmem_team_translate_pe(self.handle, pe as i32, dst.handle) };
         Ok((t >= 0).then_some(t as usize))
     }
 

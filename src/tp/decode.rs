@@ -56,7 +56,7 @@ impl FusedDecode {
         (1..=FUSED_DECODE_MAX_TOKENS).contains(&tokens)
             && self.blocks > 0
             && out_features % 4 == 0
-            && y % 8 == 0
+            && y.is_multiple_of(8)
             && c.fused_lines_fit(bytes)
     }
 

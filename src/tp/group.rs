@@ -96,10 +96,9 @@ impl TensorParallel {
     /// # fn main() -> nvshmem::Result<()> {
     /// use nvshmem::tp::{ScheduleThresholds, TensorParallel};
     /// let shmem = nvshmem::Nvshmem::init()?;
-    /// let tp = TensorParallel::new(&shmem)?.with_thresholds(ScheduleThresholds {
-    ///     fused_sequence_min_elements: 2048 * 4096,
-    ///     ..ScheduleThresholds::for_pes(shmem.n_pes())
-    /// });
+    /// let mut thresholds = ScheduleThresholds::for_pes(shmem.n_pes());
+    /// thresholds.fused_sequence_min_elements = 2048 * 4096;
+    /// let tp = TensorParallel::new(&shmem)?.with_thresholds(thresholds);
     /// # Ok(()) }
     /// ```
     pub fn with_thresholds(mut self, thresholds: ScheduleThresholds) -> Self {
@@ -201,7 +200,7 @@ impl TensorParallel {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         // As the kernel chooses its path (tp.cu).
-        let vectors = f % 8 == 0 && (gu | out) % 16 == 0;
+        let vectors = f.is_multiple_of(8) && (gu | out).is_multiple_of(16);
         let work = if vectors { m * f / 8 } else { m * f };
         if work == 0 {
             return Ok(());

@@ -12,6 +12,23 @@ use std::sync::Arc;
 
 const BF16: usize = std::mem::size_of::<bf16>();
 
+/// The sizes of an MLP: `hidden → ffn → hidden` features, for up to `max_tokens` tokens per
+/// call (this PE's for [`TpMlp`], all PEs' together for [`SequenceParallelMlp`]).
+///
+/// ```
+/// let shape = nvshmem::tp::MlpShape { hidden: 4096, ffn: 14336, max_tokens: 64 };
+/// # assert_eq!(shape.ffn, 14336);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MlpShape {
+    /// Input and output features.
+    pub hidden: usize,
+    /// FFN features of the whole MLP (every PE holds `ffn / n_pes` of them).
+    pub ffn: usize,
+    /// The most tokens a call may take.
+    pub max_tokens: usize,
+}
+
 /// `y = down(SiLU(x · gateᵀ) * (x · upᵀ))` with the FFN features sharded across the PEs:
 /// the gate and up projections are one merged [`ColumnParallelLinear`] (replicated input),
 /// `SiLU(gate) * up` is one element-wise kernel, and the down projection is a
@@ -34,11 +51,11 @@ pub struct TpMlp {
 ///
 /// ```no_run
 /// # fn main() -> nvshmem::Result<()> {
-/// use nvshmem::{bf16, tp::{Schedule, SequenceParallelMlp, TensorParallel}};
+/// use nvshmem::{bf16, tp::{MlpShape, Schedule, SequenceParallelMlp, TensorParallel}};
 /// let shmem = nvshmem::Nvshmem::init()?;
 /// let tp = TensorParallel::new(&shmem)?;
 /// let (hidden, ffn, tokens) = (4096, 14336, 4096);
-/// let mlp = SequenceParallelMlp::new(&tp, hidden, ffn, tokens)?;
+/// let mlp = SequenceParallelMlp::new(&tp, MlpShape { hidden, ffn, max_tokens: tokens })?;
 /// # let (gate, up, down) = (vec![bf16::ZERO; ffn * hidden], vec![bf16::ZERO; ffn * hidden], vec![bf16::ZERO; hidden * ffn]);
 /// mlp.load_weights(&gate, &up, &down)?;
 /// let mine = tokens / shmem.n_pes();
@@ -58,12 +75,8 @@ macro_rules! mlp_parts {
             #[doc = concat!("An MLP of `hidden → ffn → hidden` features with zero weights, for up \
                 to `max_tokens` tokens per call", $tokens, " (collective: allocates symmetric \
                 memory).")]
-            pub fn new(
-                tp: &TensorParallel,
-                hidden: usize,
-                ffn: usize,
-                max_tokens: usize,
-            ) -> Result<Self> {
+            pub fn new(tp: &TensorParallel, shape: MlpShape) -> Result<Self> {
+                let MlpShape { hidden, ffn, max_tokens } = shape;
                 let layers = MlpLayers::new(tp, (hidden, ffn, max_tokens), $layout)?;
                 Ok($mlp { layers })
             }

@@ -29,11 +29,11 @@
 //!
 //! ```no_run
 //! # fn main() -> nvshmem::Result<()> {
-//! use nvshmem::{bf16, tp::{TensorParallel, TpMlp}};
+//! use nvshmem::{bf16, tp::{MlpShape, TensorParallel, TpMlp}};
 //! let shmem = nvshmem::Nvshmem::init()?;
 //! let tp = TensorParallel::new(&shmem)?;
 //! let (hidden, ffn, tokens) = (4096, 14336, 128);
-//! let mlp = TpMlp::new(&tp, hidden, ffn, tokens)?;
+//! let mlp = TpMlp::new(&tp, MlpShape { hidden, ffn, max_tokens: tokens })?;
 //! # let (gate, up, down) = (vec![bf16::ZERO; ffn * hidden], vec![bf16::ZERO; ffn * hidden], vec![bf16::ZERO; hidden * ffn]);
 //! mlp.load_weights(&gate, &up, &down)?; // full weights; each PE keeps its shard
 //! let x = shmem.alloc_device::<bf16>(tokens * hidden)?;
@@ -57,7 +57,7 @@ pub use decode::FUSED_DECODE_MAX_TOKENS;
 pub use exchange::FUSED_EXCHANGE_TOKENS;
 pub use gemm::{Gemm, GemmPath, LinearShape, DECODE_MAX_TOKENS, TUNED_TOKENS, WORKSPACE_BYTES};
 pub use group::{kernel_names, TensorParallel};
-pub use mlp::{SequenceParallelMlp, TpMlp};
+pub use mlp::{MlpShape, SequenceParallelMlp, TpMlp};
 pub use row::{RowOutput, RowParallelLinear};
 pub use schedule::{Schedule, ScheduleThresholds};
 pub use shard::{merged_rows, shard_range, take_cols, take_rows};
@@ -76,7 +76,7 @@ pub(crate) fn join(waiter: &CudaStream, stream: &Arc<CudaStream>) -> Result<()> 
 
 /// Check that `got` elements are `rows × cols` for some `rows`, and return `rows`.
 fn rows_of(what: &str, got: usize, cols: usize) -> Result<usize> {
-    if cols == 0 || got % cols != 0 {
+    if cols == 0 || !got.is_multiple_of(cols) {
         return Err(Error::InvalidArgument(format!(
             "{what} has {got} elements, not a whole number of rows of {cols}"
         )));

@@ -414,7 +414,7 @@ impl RowParallelLinear {
         let (n, cols) = (self.tp.n_pes(), self.out_features);
         let (what, rows) = match self.output {
             RowOutput::Replicated => ("the row-parallel output (tokens × out_features)", tokens),
-            RowOutput::SequenceParallel if tokens % n != 0 => {
+            RowOutput::SequenceParallel if !tokens.is_multiple_of(n) => {
                 return Err(Error::InvalidArgument(format!(
                     "a row-parallel layer with a sequence-parallel output shares the tokens \
                      equally: {tokens} tokens over {n} PEs"

@@ -11,6 +11,7 @@ use super::{RowOutput, FUSED_DECODE_MAX_TOKENS, FUSED_EXCHANGE_TOKENS};
 /// call's shape, the group's thresholds and what every PE agreed when the weights were
 /// loaded, never on anything one PE sees alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Schedule {
     /// Chosen per call by the group's [`ScheduleThresholds`]: [`Fused`](Self::Fused) where
     /// it measured faster, [`Overlapped`](Self::Overlapped) for sequence-parallel layers
@@ -56,6 +57,7 @@ pub enum Schedule {
 /// [`TensorParallel::with_thresholds`](super::TensorParallel::with_thresholds). Every PE
 /// must use the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ScheduleThresholds {
     /// Elements per PE of the exchanged rows (tokens per PE × the rows' width: a column
     /// layer's input features, a row layer's output features) from which the
@@ -232,7 +234,7 @@ impl RowPath {
 /// Whether `tokens` over `n_pes` PEs make a fused exchange: several PEs sharing the tokens
 /// equally, [`FUSED_EXCHANGE_TOKENS`] each at least.
 fn exchanges(tokens: usize, n_pes: usize) -> bool {
-    n_pes > 1 && tokens % n_pes == 0 && tokens / n_pes >= FUSED_EXCHANGE_TOKENS
+    n_pes > 1 && tokens.is_multiple_of(n_pes) && tokens / n_pes >= FUSED_EXCHANGE_TOKENS
 }
 
 /// The path of a column-parallel call of `tokens` tokens (every PE's together) in

@@ -16,7 +16,7 @@ use crate::stats;
 use crate::timing::{self, Timer};
 use crate::Progress;
 use cudarc::driver::CudaStream;
-use nvshmem::channel::Channel;
+use nvshmem::channel::{Channel, ChannelConfig};
 use nvshmem::{Cmp, Nvshmem, SignalOp, SymmetricBuffer};
 use std::sync::Arc;
 
@@ -274,10 +274,12 @@ fn handoff(
     let (there, back) = match how {
         HandOff::Channel => (
             Some(Guard::new(Channel::<u8>::new(
-                shmem, 0, ends.peer, bytes, 2,
+                shmem,
+                ChannelConfig::new(0, ends.peer, bytes),
             )?)),
             Some(Guard::new(Channel::<u8>::new(
-                shmem, ends.peer, 0, bytes, 2,
+                shmem,
+                ChannelConfig::new(ends.peer, 0, bytes),
             )?)),
         ),
         _ => (None, None),
@@ -416,10 +418,7 @@ fn throughput(
     let (src, dst) = prepare(ctx, key, bytes)?;
     let ch = Guard::new(Channel::<u8>::new(
         shmem,
-        0,
-        ends.peer,
-        bytes,
-        THROUGHPUT_DEPTH,
+        ChannelConfig::new(0, ends.peer, bytes).depth(THROUGHPUT_DEPTH),
     )?);
     let ops = ctx.cfg.graph_ops.max(1);
     // On one PE the consumer runs on a stream of its own, beside the producer's.

@@ -32,6 +32,7 @@ fn all_gather_of_family(algo: AllReduceAlgo) -> AllGatherAlgo {
         | AllReduceAlgo::LowLatencyTwoShot => AllGatherAlgo::LowLatency,
         AllReduceAlgo::OneShot => AllGatherAlgo::OneShot,
         AllReduceAlgo::TwoShot | AllReduceAlgo::Bandwidth => AllGatherAlgo::Bandwidth,
+        _ => AllGatherAlgo::Auto,
     }
 }
 

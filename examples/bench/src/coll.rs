@@ -135,12 +135,12 @@ impl Ops<'_> {
                 // nvshmemx_<type>_sum_reducescatter_on_stream
                 let r = match coll {
                     Collective::AllReduce => self.world.all_reduce(dst, src, ReduceOp::Sum, stream),
-                    Collective::AllGather => self.world.fcollect(dst, src, stream),
+                    Collective::AllGather => self.world.all_gather(dst, src, stream),
                     Collective::ReduceScatter => {
                         self.world.reduce_scatter(dst, src, ReduceOp::Sum, stream)
                     }
                     Collective::Broadcast => self.world.broadcast(dst, src, BROADCAST_ROOT, stream),
-                    Collective::AllToAll => self.world.alltoall(dst, src, stream),
+                    Collective::AllToAll => self.world.all_to_all(dst, src, stream),
                 };
                 r.map_err(|e| e.to_string())
             }

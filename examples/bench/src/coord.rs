@@ -90,7 +90,7 @@ impl Coord {
         self.words.view(0..SLOTS).copy_from_host(values)?;
         let dst = self.words.view(2 * SLOTS..(2 + n_pes) * SLOTS);
         self.team
-            .fcollect(dst, self.words.view(0..SLOTS), self.shmem.stream())?;
+            .all_gather(dst, self.words.view(0..SLOTS), self.shmem.stream())?;
         let all = self.words.view(2 * SLOTS..(2 + n_pes) * SLOTS).to_vec()?;
         Ok(all
             .chunks_exact(SLOTS)

@@ -14,7 +14,7 @@ use crate::stats;
 use crate::timing::{self, Timer};
 use crate::Progress;
 use cudarc::driver::CudaStream;
-use nvshmem::pool::{PageId, PagePool};
+use nvshmem::pool::{PageId, PagePool, PagePoolConfig};
 use nvshmem::{DeviceBuffer, Nvshmem};
 use std::sync::Arc;
 use std::time::Instant;
@@ -135,7 +135,10 @@ pub fn run(ctx: &Ctx, timer: &mut Timer, results: &mut Results) -> Result<()> {
             "pool: {} pages: building the pool",
             format_size(page_bytes)
         ));
-        let pool = Guard::new(PagePool::new(ctx.shmem, POOL_PAGES, page_bytes, 0)?);
+        let pool = Guard::new(PagePool::new(
+            ctx.shmem,
+            PagePoolConfig::new(POOL_PAGES, page_bytes),
+        )?);
         // Every page of every PE allocated: any index is a page a gather may name.
         let mine = pool.alloc_n(ctx.shmem.my_pe(), POOL_PAGES)?;
         for count in PAGE_COUNTS {

@@ -19,8 +19,8 @@ use crate::Progress;
 use cudarc::driver::{CudaGraph, CudaStream};
 use half::bf16;
 use nvshmem::tp::{
-    ColumnParallelLinear, GemmPath, LinearShape, RowParallelLinear, Schedule, SequenceParallelMlp,
-    TensorParallel, TpMlp, TUNED_TOKENS,
+    ColumnParallelLinear, GemmPath, LinearShape, MlpShape, RowParallelLinear, Schedule,
+    SequenceParallelMlp, TensorParallel, TpMlp, TUNED_TOKENS,
 };
 use nvshmem::{Collectives, DeviceBuffer, Nvshmem, ReduceOp, SymmetricBuffer};
 use std::collections::HashSet;
@@ -350,9 +350,14 @@ fn run_shape(
         layout.name()
     ));
     timing::step(format!("tp {variant}: building the MLP"));
+    let mlp_shape = MlpShape {
+        hidden,
+        ffn,
+        max_tokens: max_m,
+    };
     let mlp = Guard::new(match layout {
-        TpLayout::Replicated => Mlp::Replicated(TpMlp::new(tp, hidden, ffn, max_m)?),
-        TpLayout::Sequence => Mlp::Sequence(SequenceParallelMlp::new(tp, hidden, ffn, max_m)?),
+        TpLayout::Replicated => Mlp::Replicated(TpMlp::new(tp, mlp_shape)?),
+        TpLayout::Sequence => Mlp::Sequence(SequenceParallelMlp::new(tp, mlp_shape)?),
     });
     let full = Weights {
         gate_up: Guard::new(ctx.shmem.alloc_device::<bf16>(2 * ffn * hidden)?),

@@ -83,7 +83,7 @@ fn all_reduced_round(
     cols: usize,
 ) -> Option<Range<usize>> {
     let last = rounds.last()?;
-    if (n * last.start * cols) % 8 != 0 {
+    if !(n * last.start * cols).is_multiple_of(8) {
         return None;
     }
     rounds.pop().map(|part| n * part.start..n * part.end)

@@ -40,6 +40,7 @@ pub(crate) const DECODE_KERNELS: [&str; 2] = ["decode_linear_bf16", "decode_line
 
 /// Which kernel computes a [`Gemm`] call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum GemmPath {
     /// Up to [`DECODE_MAX_TOKENS`] tokens, our decode kernel or cuBLASLt, whichever
     /// [`Gemm::calibrate`] measured faster for these sizes on this GPU (our decode kernel
