@@ -245,9 +245,9 @@ impl<T: Element> Channel<T> {
     ///
     /// ```no_run
     /// # fn main() -> nvshmem::Result<()> {
-    /// # use nvshmem::channel::Channel;
+    /// # use nvshmem::channel::{Channel, ChannelConfig};
     /// # let shmem = nvshmem::Nvshmem::init()?;
-    /// let ch = Channel::<f32>::new(&shmem, 0, shmem.n_pes() - 1, 1024, 2)?;
+    /// let ch = Channel::<f32>::new(&shmem, ChannelConfig::new(0, shmem.n_pes() - 1, 1024))?;
     /// let mut buf = shmem.calloc::<f32>(1024)?;
     /// if shmem.my_pe() == ch.producer() {
     ///     ch.send(&buf, shmem.stream())?;
