@@ -1,6 +1,7 @@
 //! cudarc and nvshmem in one program, as a crate built on candle or burn would mix them: the
 //! program's own cudarc context becomes the PE's, cudarc allocates and runs a kernel, our
-//! all-reduce sums across the PEs on cudarc's stream, and cudarc copies the result back.
+//! all-reduce sums across the PEs on cudarc's stream, cudarc copies the result back, and a
+//! channel hands a cudarc slice to the next PE straight from and into cudarc's memory.
 //!
 //! ```text
 //! make run EXAMPLE=cudarc_interop NP=4
@@ -8,9 +9,11 @@
 //! ```
 //!
 //! Every PE starts from `x[i] = i % 1024`, cudarc's kernel makes it `(pe + 1) x[i] + pe`,
-//! and the sum over the PEs (exact in f32 for up to 180 PEs) is checked on the host. Prints `1 passed, 0 failed` on PE 0 (or the
-//! first difference) and exits non-zero on failure.
+//! and the sum over the PEs (exact in f32 for up to 180 PEs) and what came from the previous
+//! PE are checked on the host. Prints `1 passed, 0 failed` on PE 0 (or the first difference)
+//! and exits non-zero on failure.
 
+use nvshmem::channel::{Channel, ChannelConfig};
 use nvshmem::cudarc::driver::sys::CUdevice_attribute::{
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR as CC_MAJOR,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR as CC_MINOR,
@@ -82,7 +85,26 @@ fn run() -> Result<usize, Box<dyn std::error::Error>> {
     let n = n_pes as f64;
     let want = |i: usize| ((i % 1024) as f64 * n * (n + 1.0) / 2.0 + n * (n - 1.0) / 2.0) as f32;
     if let Some(i) = (0..N).find(|&i| got[i] != want(i)) {
-        return Err(format!("PE {pe}: x[{i}] = {}, expected {}", got[i], want(i)).into());
+        return Err(format!("PE {pe}: sum[{i}] = {}, expected {}", got[i], want(i)).into());
+    }
+
+    // cudarc's slices are device memory to our calls: PE p sends its x to PE p + 1.
+    let ring: Vec<Channel<f32>> = (0..n_pes)
+        .map(|p| Channel::new(&shmem, ChannelConfig::new(p, (p + 1) % n_pes, N)))
+        .collect::<nvshmem::Result<_>>()?;
+    let mut from_prev = stream.alloc_zeros::<f32>(N)?;
+    ring[pe].send(&x, &stream)?;
+    ring[(pe + n_pes - 1) % n_pes].recv(&mut from_prev, &stream)?;
+    let prev = (pe + n_pes - 1) % n_pes;
+    let got = stream.clone_dtoh(&from_prev)?;
+    let want = |i: usize| ((prev + 1) * (i % 1024) + prev) as f32;
+    if let Some(i) = (0..N).find(|&i| got[i] != want(i)) {
+        return Err(format!(
+            "PE {pe}: from PE {prev}[{i}] = {}, expected {}",
+            got[i],
+            want(i)
+        )
+        .into());
     }
     shmem.barrier_all()?;
     Ok(pe)
