@@ -2,8 +2,11 @@
 //! turns `kernels/abi.h`, the definitions the kernels and the Rust side share, into Rust.
 //! The tensor-parallel layers' kernels (`kernels/tp.cu`) are built only with the `tp`
 //! feature.
+//!
+//! On docs.rs (`DOCS_RS` set: no NVSHMEM, nvcc or libclang) nothing is compiled: the cubin
+//! constants are declared empty, and `abi.rs` is the copy shipped in src/abi/generated.rs.
 
-use nvshmem_build::{emit_rpath, fail, Error, KernelBuilder, Probe};
+use nvshmem_build::{fail, Error, KernelBuilder, Probe};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -40,8 +43,12 @@ fn main() {
             .and_then(|b| b.write_rust_module("kernels.rs"))
             .unwrap_or_else(|e| fail(&e));
     }
-    emit_rpath(&built.nvshmem.lib_dir);
-    generate_abi().unwrap_or_else(|e| fail(&e));
+    built.emit_rpath();
+    if builder.is_docs_rs() {
+        copy_shipped_abi().unwrap_or_else(|e| fail(&e));
+    } else {
+        generate_abi().unwrap_or_else(|e| fail(&e));
+    }
     // For crates that depend on us and build their own kernels (DEP_NVSHMEM_RS_*).
     builder.emit_links_metadata();
     println!("cargo:rerun-if-changed=build.rs");
@@ -67,6 +74,9 @@ fn generate_abi() -> Result<(), Error> {
         .derive_eq(true)
         .layout_tests(true)
         .generate_comments(true)
+        // Formatted in-process, not by whichever rustfmt is on PATH: the same output
+        // everywhere, so tests/shipped_abi.rs can compare the shipped copy with it.
+        .formatter(bindgen::Formatter::Prettyplease)
         .generate()
         .map_err(|e| Error::Bindgen {
             header: header.clone(),
@@ -78,6 +88,21 @@ fn generate_abi() -> Result<(), Error> {
         .map_err(|source| Error::Io { path, source })?;
     println!("cargo:rerun-if-changed={}", header.display());
     println!("cargo:rerun-if-changed=kernels/include");
+    Ok(())
+}
+
+/// The copy of `abi.rs` shipped for docs.rs builds, which have no libclang
+/// (`tests/shipped_abi.rs` keeps it equal to what bindgen generates).
+const SHIPPED_ABI: &str = "src/abi/generated.rs";
+
+/// docs.rs: `$OUT_DIR/abi.rs` from the shipped copy.
+fn copy_shipped_abi() -> Result<(), Error> {
+    let path = out_dir().join("abi.rs");
+    std::fs::copy(SHIPPED_ABI, &path).map_err(|source| Error::Io {
+        path: PathBuf::from(SHIPPED_ABI),
+        source,
+    })?;
+    println!("cargo:rerun-if-changed={SHIPPED_ABI}");
     Ok(())
 }
 

@@ -3,17 +3,27 @@
 //! Only functions that the host library really exports are bound: the headers also declare
 //! device functions and static inline wrappers (`nvshmem_init` exits the process on error),
 //! which a Rust caller must not reach.
+//!
+//! On docs.rs (`DOCS_RS` set), which has no NVSHMEM, CUDA compiler or libclang, the bindings
+//! are the ones shipped in src/bindings/ for the pinned release, and nothing is linked.
 
-use nvshmem_build::{fail, CudaToolkit, Error, NvshmemInstall, Probe};
+use nvshmem_build::{fail, CudaToolkit, Error, NvshmemInstall, Probe, PINNED_NVSHMEM};
 use object::{Object, ObjectSymbol};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn main() {
     let probe = Probe::from_env();
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
+    println!("cargo:rerun-if-changed=build.rs");
+    if probe.docs_rs() {
+        docs_rs(&out).unwrap_or_else(|e| fail(&e));
+        return;
+    }
     let nvshmem = probe.find_nvshmem().unwrap_or_else(|e| fail(&e));
+    // Headers, host library and device library of one release, or a message saying which.
+    nvshmem.check_release().unwrap_or_else(|e| fail(&e));
     let cuda = probe.find_cuda().unwrap_or_else(|e| fail(&e));
     let clang_args = probe.prepare_bindgen().unwrap_or_else(|e| fail(&e));
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
 
     let exported = exported_functions(&nvshmem).unwrap_or_else(|e| fail(&e));
     let bindings = generate(&nvshmem, &cuda, &clang_args, &exported).unwrap_or_else(|e| fail(&e));
@@ -50,7 +60,36 @@ fn main() {
         "cargo:rustc-env=NVSHMEM_SYS_HOST_LIB={}",
         nvshmem.host_lib.display()
     );
-    println!("cargo:rerun-if-changed=build.rs");
+}
+
+/// The bindings bindgen generates from the pinned release's headers, as shipped
+/// (`src/bindings/nvshmem_3_4_5.rs`; `tests/shipped_bindings.rs` keeps them equal).
+fn shipped_bindings() -> PathBuf {
+    let v = PINNED_NVSHMEM;
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo");
+    Path::new(&manifest)
+        .join("src/bindings")
+        .join(format!("nvshmem_{}_{}_{}.rs", v.major, v.minor, v.patch))
+}
+
+/// docs.rs: the shipped bindings, the pinned release, no library.
+fn docs_rs(out: &Path) -> Result<(), Error> {
+    let shipped = shipped_bindings();
+    let path = out.join("bindings.rs");
+    std::fs::copy(&shipped, &path).map_err(|source| Error::Io {
+        path: shipped.clone(),
+        source,
+    })?;
+    println!("cargo:rerun-if-changed={}", shipped.display());
+    println!("cargo:version={PINNED_NVSHMEM}");
+    println!("cargo:rustc-env=NVSHMEM_SYS_VERSION={PINNED_NVSHMEM}");
+    println!("cargo:rustc-env=NVSHMEM_SYS_HOST_LIB=");
+    println!(
+        "nvshmem-sys: DOCS_RS is set: bindings of NVSHMEM {PINNED_NVSHMEM} from {}, nothing \
+         linked (documentation only)",
+        shipped.display()
+    );
+    Ok(())
 }
 
 /// Names of the `nvshmem_*`/`nvshmemx_*` functions in the host library's dynamic symbol table.
@@ -112,6 +151,9 @@ fn generate(
         .default_enum_style(bindgen::EnumVariation::Consts)
         .layout_tests(true)
         .generate_comments(false)
+        // Formatted in-process, not by whichever rustfmt is on PATH, so the output is the
+        // same everywhere and the shipped copy can be compared with it.
+        .formatter(bindgen::Formatter::Prettyplease)
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()));
     for dir in &cuda.include_dirs {
         builder = builder.clang_arg(format!("-I{}", dir.display()));

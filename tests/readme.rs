@@ -136,4 +136,10 @@ fn the_readme_pip_line_pins_what_make_setup_installs() {
         "Makefile does not pin {}",
         nvshmem_build::LIBCLANG_WHEEL
     );
+    // The release whose bindings nvshmem-sys ships for docs.rs.
+    let nvshmem = format!("nvidia-nvshmem-cu13=={}", nvshmem_build::PINNED_NVSHMEM);
+    assert!(
+        make.contains(&nvshmem),
+        "Makefile does not pin {nvshmem} (nvshmem_build::PINNED_NVSHMEM)"
+    );
 }

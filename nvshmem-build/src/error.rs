@@ -1,4 +1,4 @@
-use crate::discovery::{Version, LIBCLANG_WHEEL};
+use crate::discovery::{Version, LIBCLANG_WHEEL, PINNED_NVSHMEM};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -33,6 +33,29 @@ pub enum Error {
         built_at: PathBuf,
         /// The crate whose metadata was read (`nvshmem`).
         crate_name: String,
+    },
+    /// The headers, the host library and the device library of one NVSHMEM install are not
+    /// all the same release ([`NvshmemInstall::check_release`](crate::NvshmemInstall::check_release)).
+    NvshmemReleaseMismatch {
+        /// The version header (`non_abi/nvshmem_version.h`).
+        version_header: PathBuf,
+        /// The release it names.
+        headers: Version,
+        /// The host library.
+        host_lib: PathBuf,
+        /// Its release.
+        host: Version,
+        /// The device library.
+        device_lib: PathBuf,
+        /// Its release.
+        device: Version,
+    },
+    /// A library of an NVSHMEM install does not say which release it is.
+    NvshmemReleaseUnknown {
+        /// The library.
+        library: PathBuf,
+        /// What was looked for in it.
+        looked_for: String,
     },
     /// A `links` metadata variable is missing: the builder was called outside the build
     /// script of a crate that depends on `crate_name`.
@@ -135,6 +158,37 @@ impl fmt::Display for Error {
                  rebuild {crate_name} with it (cargo clean -p nvshmem-sys -p {crate_name}).",
                 requested_at.display(),
                 built_at.display()
+            ),
+            Error::NvshmemReleaseMismatch {
+                version_header,
+                headers,
+                host_lib,
+                host,
+                device_lib,
+                device,
+            } => write!(
+                f,
+                "this NVSHMEM mixes releases: the headers ({}) are NVSHMEM {headers}, the host \
+                 library ({}) is NVSHMEM {host} and the device library ({}) is NVSHMEM {device}. Kernels link the \
+                 device library, and the host library that runs them (and the bindings made from \
+                 the headers) must be the same release. Install one release whole: `make setup` \
+                 (NVSHMEM {PINNED_NVSHMEM}), or `pip install --force-reinstall --no-deps \
+                 nvidia-nvshmem-cu13==VERSION` with one pinned VERSION (3.4.5 to 3.8.0), and \
+                 point NVSHMEM_HOME at the folder holding that release's include/ and lib/.",
+                version_header.display(),
+                host_lib.display(),
+                device_lib.display()
+            ),
+            Error::NvshmemReleaseUnknown {
+                library,
+                looked_for,
+            } => write!(
+                f,
+                "cannot tell which NVSHMEM release {} is (looked for {looked_for}), so it cannot \
+                 be checked against the headers and the other library. Point NVSHMEM_HOME at an \
+                 NVSHMEM 3 install as NVIDIA ships it (the nvidia-nvshmem-cu13 wheel or NVIDIA's \
+                 packages), or unset it to use `make setup`'s .venv.",
+                library.display()
             ),
             Error::MissingMetadata { var, crate_name } => write!(
                 f,

@@ -58,7 +58,19 @@
 //! loads count, never `libclang-cpp`. [`SEARCH_VAR`] (`NVSHMEM_BUILD_SEARCH=venv,python,system`)
 //! narrows where discovery looks after the variables. Crates that depend on `nvshmem` skip
 //! discovery: they read what `nvshmem` found from its `links` metadata, so their kernels
-//! link the same NVSHMEM.
+//! link the same NVSHMEM. The NVSHMEM found must be one release throughout: headers, host
+//! library and device library ([`NvshmemInstall::check_release`]); the crates build against
+//! NVSHMEM 3.4.5 to 3.8.0.
+//!
+//! # docs.rs
+//!
+//! docs.rs builds documentation with `DOCS_RS` set and no NVSHMEM, CUDA compiler or libclang.
+//! While [`DOCS_RS_VAR`] is set, `nvshmem-sys` binds the NVSHMEM [`PINNED_NVSHMEM`] headers
+//! from the file it ships and links nothing, and the kernel pipeline looks for nothing and
+//! compiles nothing: [`build_kernels`] (and [`KernelBuilder::build`]) still write
+//! `kernels.rs`, with every `CubinSet` constant empty, so a dependent's build script and its
+//! `include!` need no change for docs.rs. A build script that does more (its own bindgen, say)
+//! can ask [`docs_rs`] and skip it.
 
 // The examples show whole build scripts, `fn main` included.
 #![allow(clippy::needless_doctest_main)]
@@ -71,8 +83,9 @@ mod pipeline;
 
 pub use cubin::{Cubin, Symbol, SymbolKind, DEVICE_STATE_SYMBOL};
 pub use discovery::{
-    is_libclang_file_name, libclang_in, CudaToolkit, Libclang, NvshmemInstall, Probe, Search,
-    Source, Version, DISCOVERY_VARS, LIBCLANG_WHEEL, SEARCH_VAR,
+    is_libclang_file_name, libclang_in, CudaToolkit, Libclang, NvshmemInstall, Probe, Releases,
+    Search, Source, Version, DISCOVERY_VARS, DOCS_RS_VAR, LIBCLANG_WHEEL, PINNED_NVSHMEM,
+    SEARCH_VAR,
 };
 pub use error::Error;
 pub use pipeline::{
@@ -100,6 +113,26 @@ pub fn build_kernels(dir: impl AsRef<Path>) -> Result<BuiltKernels, Error> {
     Ok(built)
 }
 
+/// Whether this is a docs.rs build ([`DOCS_RS_VAR`] set and not empty), which has no NVSHMEM,
+/// CUDA compiler or libclang. Inside a build script this also tells cargo to re-run the
+/// script when the variable changes.
+///
+/// ```no_run
+/// // build.rs of a crate that also generates bindings of its own
+/// fn main() {
+///     nvshmem_build::build_kernels("kernels").unwrap_or_else(|e| nvshmem_build::fail(&e));
+///     if !nvshmem_build::docs_rs() {
+///         // bindgen, a C library... what docs.rs cannot run
+///     }
+/// }
+/// ```
+pub fn docs_rs() -> bool {
+    if std::env::var_os("OUT_DIR").is_some() {
+        println!("cargo:rerun-if-env-changed={DOCS_RS_VAR}");
+    }
+    std::env::var_os(DOCS_RS_VAR).is_some_and(|v| !v.is_empty())
+}
+
 /// Print a build error the way cargo shows it best, then exit the build script.
 ///
 /// Build scripts have no caller to return an error to; this keeps the message readable
@@ -114,7 +147,10 @@ pub fn fail(err: &Error) -> ! {
 ///
 /// Cargo passes link arguments only to the package whose build script prints them, so every
 /// package that produces executables calls this itself ([`build_kernels`] and
-/// [`BuiltKernels::emit`] do).
+/// [`BuiltKernels::emit`] do). Nothing for an empty path (a docs.rs build's stand-in).
 pub fn emit_rpath(lib_dir: &Path) {
+    if lib_dir.as_os_str().is_empty() {
+        return;
+    }
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib_dir.display());
 }

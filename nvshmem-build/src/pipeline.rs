@@ -1,7 +1,9 @@
 //! The kernel pipeline: `nvcc -rdc=true -cubin`, then `nvlink` with `libnvshmem_device.a`,
 //! one linked cubin per source file and architecture.
 
-use crate::discovery::{CudaToolkit, NvshmemInstall, Probe, Source, Version};
+use crate::discovery::{
+    CudaToolkit, NvshmemInstall, Probe, Source, Version, DOCS_RS_VAR, PINNED_NVSHMEM,
+};
 use crate::Error;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -135,9 +137,12 @@ impl BuiltKernels {
     }
 
     /// Give the calling package's binaries, tests and examples an rpath to the NVSHMEM host
-    /// library these kernels were linked against (see [`crate::emit_rpath`]).
+    /// library these kernels were linked against (see [`crate::emit_rpath`]). Nothing in a
+    /// docs.rs build.
     pub fn emit_rpath(&self) {
-        crate::emit_rpath(&self.nvshmem.lib_dir);
+        if !self.nvshmem.is_docs_rs() {
+            crate::emit_rpath(&self.nvshmem.lib_dir);
+        }
     }
 
     /// Write a Rust file into the output directory with one `CubinSet` constant per source
@@ -212,6 +217,14 @@ fn const_name(stem: &str) -> String {
 const HEADERS_KEY: &str = "HEADERS";
 
 /// Compiles CUDA C files that call NVSHMEM device functions into linked cubins.
+///
+/// In a docs.rs build ([`DOCS_RS_VAR`] set) the constructors that discover the toolchain
+/// ([`from_env`](Self::from_env), [`from_nvshmem_dependency`](Self::from_nvshmem_dependency),
+/// [`from_links_metadata`](Self::from_links_metadata)) look for nothing and return a
+/// builder over stand-ins ([`NvshmemInstall::docs_rs`]); its [`build`](Self::build) compiles
+/// nothing and returns every source with no cubins, so the Rust module it writes declares
+/// the same `CubinSet` constants, empty, and the crate's documentation builds unchanged.
+/// [`build_host_library`](Self::build_host_library) compiles nothing and links nothing.
 #[derive(Debug, Clone)]
 pub struct KernelBuilder {
     cuda: CudaToolkit,
@@ -256,10 +269,26 @@ impl KernelBuilder {
         })
     }
 
-    /// Find NVSHMEM and nvcc the usual way ([`Probe::from_env`]).
+    /// Find NVSHMEM and nvcc the usual way ([`Probe::from_env`]), and check that the
+    /// NVSHMEM found is one release throughout ([`NvshmemInstall::check_release`]).
     pub fn from_env() -> Result<Self, Error> {
         let probe = Probe::from_env();
-        Self::new(probe.find_cuda()?, probe.find_nvshmem()?)
+        if probe.docs_rs() {
+            return Self::docs_rs(PINNED_NVSHMEM);
+        }
+        let nvshmem = probe.find_nvshmem()?;
+        nvshmem.check_release()?;
+        Self::new(probe.find_cuda()?, nvshmem)
+    }
+
+    /// The builder of a docs.rs build: stand-ins for the toolchain, nothing compiled.
+    fn docs_rs(version: Version) -> Result<Self, Error> {
+        Self::new(CudaToolkit::docs_rs(), NvshmemInstall::docs_rs(version))
+    }
+
+    /// Whether this builder is a docs.rs build's ([`DOCS_RS_VAR`]), which compiles nothing.
+    pub fn is_docs_rs(&self) -> bool {
+        self.nvshmem.is_docs_rs()
     }
 
     /// For a crate that depends on `nvshmem`: build against exactly the NVSHMEM (and nvcc)
@@ -291,6 +320,14 @@ impl KernelBuilder {
     ) -> Result<Self, Error> {
         let key = |k: &str| format!("DEP_{}_{k}", links.to_ascii_uppercase().replace('-', "_"));
         let dep = |k: &str| probe.get_var(&key(k)).map(PathBuf::from);
+        if probe.docs_rs() {
+            // The dependency's docs.rs build passes on only its release, if that.
+            let version = probe
+                .get_var(&key("VERSION"))
+                .and_then(|v| v.to_str()?.parse::<Version>().ok())
+                .unwrap_or(PINNED_NVSHMEM);
+            return Self::docs_rs(version);
+        }
         let missing = |k: &str| Error::MissingMetadata {
             var: key(k),
             crate_name: crate_name.to_string(),
@@ -347,9 +384,10 @@ impl KernelBuilder {
     }
 
     /// Put the headers in `dir` on this build's include path and on the include path of
-    /// every crate that builds kernels against this one ([`from_links_metadata`]
-    /// (Self::from_links_metadata) reads them back from `DEP_<LINKS>_HEADERS`), so its users
-    /// can `#include` the device headers this crate ships. Takes effect in the metadata
+    /// every crate that builds kernels against this one
+    /// ([`from_links_metadata`](Self::from_links_metadata) reads them back from
+    /// `DEP_<LINKS>_HEADERS`), so its users can `#include` the device headers this crate
+    /// ships. Takes effect in the metadata
     /// printed by [`emit_links_metadata`](Self::emit_links_metadata).
     pub fn export_headers(mut self, dir: impl AsRef<Path>) -> Result<Self, Error> {
         let dir = dir.as_ref();
@@ -365,6 +403,10 @@ impl KernelBuilder {
     /// Print the `links` metadata that [`from_links_metadata`](Self::from_links_metadata)
     /// reads, so crates depending on the caller can build kernels against the same toolchain.
     pub fn emit_links_metadata(&self) {
+        if self.is_docs_rs() {
+            println!("cargo:version={}", self.nvshmem.version);
+            return;
+        }
         println!("cargo:include={}", self.nvshmem.include_dir.display());
         println!("cargo:lib_dir={}", self.nvshmem.lib_dir.display());
         println!("cargo:version={}", self.nvshmem.version);
@@ -534,7 +576,15 @@ impl KernelBuilder {
         }
         let (out_dir, cubin_dir) = self.output_dir("cubins")?;
         let in_build_script = std::env::var_os("OUT_DIR").is_some();
+        if self.is_docs_rs() {
+            println!(
+                "nvshmem-build: {DOCS_RS_VAR} is set: {} CUDA sources not compiled; their \
+                 CubinSet constants hold no cubins (documentation only)",
+                self.sources.len()
+            );
+        }
         let jobs: Vec<(usize, Arch)> = (0..self.sources.len())
+            .filter(|_| !self.is_docs_rs())
             .flat_map(|i| self.archs.iter().map(move |a| (i, a.clone())))
             .collect();
         let workers = std::thread::available_parallelism()
@@ -651,7 +701,7 @@ impl KernelBuilder {
 pub struct HostLibrary {
     /// The name to link (`lib<name>.a`).
     pub name: String,
-    /// The archive.
+    /// The archive; empty in a docs.rs build, which compiles and links nothing.
     pub path: PathBuf,
     /// The static CUDA runtime (`libcudart_static.a`) the host code refers to: nvcc's host
     /// code registers its (empty) device image with it, and CUTLASS's helpers call it.
@@ -660,8 +710,12 @@ pub struct HostLibrary {
 
 impl HostLibrary {
     /// Print the cargo lines that link the library into the calling package, with the
-    /// static CUDA runtime and the C++ and system libraries it needs.
+    /// static CUDA runtime and the C++ and system libraries it needs. Nothing in a docs.rs
+    /// build.
     pub fn emit_link(&self) {
+        if self.path.as_os_str().is_empty() {
+            return;
+        }
         let dir = |p: &Path| p.parent().unwrap_or(Path::new(".")).display().to_string();
         println!("cargo:rustc-link-search=native={}", dir(&self.path));
         println!("cargo:rustc-link-lib=static={}", self.name);
@@ -709,6 +763,13 @@ impl KernelBuilder {
             return Err(Error::Invalid(format!(
                 "a host library needs sources and a name of letters, digits and `_`, not {name:?}"
             )));
+        }
+        if self.is_docs_rs() {
+            return Ok(HostLibrary {
+                name: name.to_string(),
+                path: PathBuf::new(),
+                cuda_runtime: PathBuf::new(),
+            });
         }
         let cuda_runtime = self.cuda.static_runtime()?;
         let (_, dir) = self.output_dir("host")?;

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{fake_nvshmem, write, Scratch};
-use nvshmem_build::{CudaToolkit, Error, KernelBuilder, NvshmemInstall, Source};
+use nvshmem_build::{CudaToolkit, Error, KernelBuilder, NvshmemInstall, Probe, Source};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -375,4 +375,51 @@ fn host_libraries_are_compiled_position_independent_and_archived() {
         .builder()
         .build_host_library("bad name", &[dir.join("params.cu")])
         .is_err());
+}
+
+#[test]
+fn a_docs_rs_build_compiles_nothing_and_declares_every_set_empty() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let tc = Toolchain::new("docs-rs", TOOL);
+    let dir = tc.kernels(&["ring.cu", "halo.cu"]);
+    // What a dependent's build script sees on docs.rs: DOCS_RS, and from the dependency's
+    // own docs.rs build no more than its release.
+    let probe = Probe::isolated()
+        .var("DOCS_RS", "1")
+        .var("DEP_NVSHMEM_RS_VERSION", "3.8.0");
+    let builder = KernelBuilder::from_links_metadata_in(&probe, "nvshmem_rs", "nvshmem").unwrap();
+    assert!(builder.is_docs_rs());
+    assert_eq!(builder.toolchain().1.version.to_string(), "3.8.0");
+    assert_eq!(builder.toolchain().1.source, Source::DocsRs);
+    let builder = builder
+        .out_dir(tc.tmp.join("out"))
+        .source_dir(&dir)
+        .unwrap();
+    let built = builder.build().unwrap();
+    let names: Vec<&str> = built.kernels.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["halo", "ring"]);
+    assert!(built.kernels.iter().all(|k| k.cubins.is_empty()));
+    let text = built.rust_module();
+    for needle in [
+        "const __NVSHMEM_IMAGES_RING: &[::nvshmem::module::CubinImage] = &[];",
+        "pub const RING: ::nvshmem::module::CubinSet = ::nvshmem::module::CubinSet::new(\"ring\"",
+        "pub const HALO: ::nvshmem::module::CubinSet",
+    ] {
+        assert!(text.contains(needle), "`{needle}` missing from:\n{text}");
+    }
+    assert!(!text.contains("include_bytes!"), "{text}");
+    let host = builder
+        .build_host_library("params", &[dir.join("ring.cu")])
+        .unwrap();
+    assert!(host.path.as_os_str().is_empty());
+    assert!(tc.calls().is_empty(), "{:?}", tc.calls());
+
+    // Without the dependency's release: the pinned one.
+    let alone = Probe::isolated().var("DOCS_RS", "1");
+    let b = KernelBuilder::from_links_metadata_in(&alone, "nvshmem_rs", "nvshmem").unwrap();
+    assert_eq!(b.toolchain().1.version, nvshmem_build::PINNED_NVSHMEM);
+    // An empty DOCS_RS is no docs.rs build.
+    let empty = Probe::isolated().var("DOCS_RS", "");
+    assert!(!empty.docs_rs());
+    assert!(KernelBuilder::from_links_metadata_in(&empty, "nvshmem_rs", "nvshmem").is_err());
 }

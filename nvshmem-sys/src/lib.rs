@@ -6,6 +6,11 @@
 //! libclang is found the same way (`LIBCLANG_PATH`, `.venv`, the `libclang` wheel, system),
 //! so no clang install is needed. Use the `nvshmem` crate for a safe API.
 //!
+//! NVSHMEM 3.4.5 to 3.8.0 are supported; the headers, the host library and the device
+//! library found must be one release (the build checks). Where `DOCS_RS` is set (docs.rs,
+//! which has no NVSHMEM), the bindings are the ones this crate ships for NVSHMEM 3.4.5 and
+//! nothing is linked.
+//!
 //! Initialise with [`nvshmemx_hostlib_init_attr`]: the header's `nvshmem_init` and
 //! `nvshmemx_init_attr` are static inline functions that exit the process on error, so they
 //! are not bound.
@@ -40,5 +45,5 @@ pub use bindings::*;
 /// The NVSHMEM release these bindings were generated from (`major.minor.patch`).
 pub const BUILD_VERSION: &str = env!("NVSHMEM_SYS_VERSION");
 
-/// The host library linked at build time.
+/// The host library linked at build time (empty in a docs.rs build, which links none).
 pub const BUILD_HOST_LIB: &str = env!("NVSHMEM_SYS_HOST_LIB");

@@ -2,6 +2,7 @@
 //! the project's `.venv`, then the Python environment, then the system.
 
 mod libclang;
+mod release;
 
 pub use libclang::{is_libclang_file_name, libclang_in, Libclang, LIBCLANG_WHEEL};
 
@@ -23,7 +24,23 @@ pub const DISCOVERY_VARS: &[&str] = &[
     "PATH",
     "CC",
     SEARCH_VAR,
+    DOCS_RS_VAR,
 ];
+
+/// Set by docs.rs for its builds (`DOCS_RS=1`), which have no NVSHMEM, CUDA compiler or
+/// libclang: while it is set, nothing is looked for ([`Probe::docs_rs`], [`crate::docs_rs`]),
+/// `nvshmem-sys` binds the headers of [`PINNED_NVSHMEM`] from the file it ships and links
+/// nothing, and the kernel pipeline compiles nothing ([`KernelBuilder`](crate::KernelBuilder)).
+pub const DOCS_RS_VAR: &str = "DOCS_RS";
+
+/// The NVSHMEM release `make setup` installs (`nvidia-nvshmem-cu13==3.4.5`), whose
+/// bindings `nvshmem-sys` ships for builds without NVSHMEM (docs.rs). The crates build
+/// against 3.4.5 to 3.8.0.
+pub const PINNED_NVSHMEM: Version = Version {
+    major: 3,
+    minor: 4,
+    patch: 5,
+};
 
 /// Where discovery looks after the variables that name an install (`NVSHMEM_HOME`,
 /// `CUDA_HOME`, `NVCC`, `LIBCLANG_PATH`): a comma-separated subset of `venv`, `python` and
@@ -130,6 +147,9 @@ pub enum Source {
     Path,
     /// A standard system location.
     System,
+    /// Nothing: [`DOCS_RS_VAR`] is set, and this is a stand-in with empty paths
+    /// ([`NvshmemInstall::docs_rs`], [`CudaToolkit::docs_rs`]).
+    DocsRs,
 }
 
 /// An NVSHMEM installation: headers, the host library and the device library.
@@ -194,6 +214,81 @@ impl NvshmemInstall {
         })
     }
 
+    /// The stand-in for a docs.rs build ([`DOCS_RS_VAR`]): empty paths, the given release,
+    /// [`Source::DocsRs`]. Nothing is ever compiled or linked against it.
+    pub fn docs_rs(version: Version) -> Self {
+        NvshmemInstall {
+            include_dir: PathBuf::new(),
+            lib_dir: PathBuf::new(),
+            host_lib: PathBuf::new(),
+            device_lib: PathBuf::new(),
+            version,
+            source: Source::DocsRs,
+        }
+    }
+
+    /// Whether this is the docs.rs stand-in ([`NvshmemInstall::docs_rs`]).
+    pub fn is_docs_rs(&self) -> bool {
+        self.source == Source::DocsRs
+    }
+
+    /// The release each part of the install says it is: the headers (`version`), the host
+    /// library (its `nvshmemi_host_lib_version`, or the `NVSHMEM vX.Y.Z` banner it prints when
+    /// its symbol table is stripped) and the device library (the `nvshmemi_device_lib_version`
+    /// its init code hands the host library, which refuses another release at run time).
+    /// `None` where a library says nothing readable.
+    pub fn releases(&self) -> Result<Releases, Error> {
+        if self.is_docs_rs() {
+            return Ok(Releases {
+                headers: self.version,
+                host_lib: Some(self.version),
+                device_lib: Some(self.version),
+            });
+        }
+        Ok(Releases {
+            headers: self.version,
+            host_lib: release::host_library_release(&self.host_lib)?,
+            device_lib: release::device_library_release(&self.device_lib)?,
+        })
+    }
+
+    /// Check that the headers, the host library and the device library are one release
+    /// ([`releases`](Self::releases)): the device library is linked into every cubin, and the
+    /// host library that runs them, and the bindings generated from the headers, must be of
+    /// the same release. [`Error::NvshmemReleaseMismatch`] says which file is which release;
+    /// [`Error::NvshmemReleaseUnknown`] names a library that does not say.
+    ///
+    /// `nvshmem-sys`'s build script checks the NVSHMEM it finds; crates that depend on it
+    /// read that install from its `links` metadata.
+    /// [`KernelBuilder::from_env`](crate::KernelBuilder::from_env) checks what it finds too.
+    pub fn check_release(&self) -> Result<Releases, Error> {
+        let releases = self.releases()?;
+        let host = releases
+            .host_lib
+            .ok_or_else(|| Error::NvshmemReleaseUnknown {
+                library: self.host_lib.clone(),
+                looked_for: "the `nvshmemi_host_lib_version` symbol or an `NVSHMEM vX.Y.Z` string"
+                    .into(),
+            })?;
+        let device = releases
+            .device_lib
+            .ok_or_else(|| Error::NvshmemReleaseUnknown {
+                library: self.device_lib.clone(),
+                looked_for: "the `nvshmemi_device_lib_version` symbol in any member".into(),
+            })?;
+        if host != self.version || device != self.version {
+            return Err(Error::NvshmemReleaseMismatch {
+                version_header: self.include_dir.join("non_abi").join("nvshmem_version.h"),
+                headers: self.version,
+                host_lib: self.host_lib.clone(),
+                host,
+                device_lib: self.device_lib.clone(),
+                device,
+            });
+        }
+        Ok(releases)
+    }
+
     /// An install rooted at `root` (`root/include`, `root/lib`).
     pub fn at_root(root: &Path, source: Source) -> Result<Self, Error> {
         Self::at(&root.join("include"), &root.join("lib"), source)
@@ -206,6 +301,17 @@ impl NvshmemInstall {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     }
+}
+
+/// The release each part of an NVSHMEM install says it is ([`NvshmemInstall::releases`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Releases {
+    /// The headers' (`non_abi/nvshmem_version.h`), which is [`NvshmemInstall::version`].
+    pub headers: Version,
+    /// The host library's, if it says.
+    pub host_lib: Option<Version>,
+    /// The device library's, if it says.
+    pub device_lib: Option<Version>,
 }
 
 /// A CUDA compiler with its device linker and headers.
@@ -269,6 +375,17 @@ impl CudaToolkit {
 }
 
 impl CudaToolkit {
+    /// The stand-in for a docs.rs build ([`DOCS_RS_VAR`]): empty paths, [`Source::DocsRs`].
+    pub fn docs_rs() -> Self {
+        CudaToolkit {
+            nvcc: PathBuf::new(),
+            nvlink: PathBuf::new(),
+            include_dirs: Vec::new(),
+            version: None,
+            source: Source::DocsRs,
+        }
+    }
+
     /// The static CUDA runtime (`libcudart_static.a`) beside the compiler: `lib64/` of a
     /// toolkit, `lib/` of the `nvidia-cuda-runtime` wheel.
     pub fn static_runtime(&self) -> Result<PathBuf, Error> {
@@ -412,6 +529,12 @@ impl Probe {
             Some(v) => v.to_string_lossy().parse(),
             None => Ok(Search::ALL),
         }
+    }
+
+    /// Whether this is a docs.rs build ([`DOCS_RS_VAR`] set and not empty): then nothing is
+    /// looked for, nothing is compiled and nothing is linked.
+    pub fn docs_rs(&self) -> bool {
+        self.get_var(DOCS_RS_VAR).is_some()
     }
 
     /// A variable as this probe sees it (`None` when unset or empty).
