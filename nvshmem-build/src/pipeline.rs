@@ -387,8 +387,8 @@ impl KernelBuilder {
     /// every crate that builds kernels against this one
     /// ([`from_links_metadata`](Self::from_links_metadata) reads them back from
     /// `DEP_<LINKS>_HEADERS`), so its users can `#include` the device headers this crate
-    /// ships. Takes effect in the metadata
-    /// printed by [`emit_links_metadata`](Self::emit_links_metadata).
+    /// ships. Takes effect in the metadata printed by
+    /// [`emit_links_metadata`](Self::emit_links_metadata).
     pub fn export_headers(mut self, dir: impl AsRef<Path>) -> Result<Self, Error> {
         let dir = dir.as_ref();
         let absolute = dir.canonicalize().map_err(|source| Error::Io {
