@@ -309,8 +309,9 @@ impl Nvshmem {
     /// Block until this PE's signal `sig[index]` satisfies `cmp` against `value`, and return
     /// the signal's value read just after. Blocks for ever if no PE ever makes it true.
     ///
-    /// Enqueues `nvshmemx_signal_wait_until_on_stream` on the runtime's stream and waits for
-    /// the stream.
+    /// Enqueues `nvshmemx_signal_wait_until_on_stream` on a stream of its own and waits for
+    /// that stream, without the host library's lock, so that other threads' calls (the one
+    /// that ends the wait included) go on.
     pub fn signal_wait_until<'a>(
         &self,
         sig: impl Into<SymmetricView<'a, u64>>,
@@ -318,8 +319,9 @@ impl Nvshmem {
         cmp: Cmp,
         value: u64,
     ) -> Result<u64> {
-        let ptr = self.signal_wait_with(sig.into(), index, cmp, value, None)?;
-        self.stream().synchronize().during("cuStreamSynchronize")?;
+        let stream = self.wait_stream()?;
+        let ptr = self.signal_wait_with(sig.into(), index, cmp, value, Some(&stream))?;
+        stream.synchronize().during("cuStreamSynchronize")?;
         let _host = self.host_call()?;
         Ok(unsafe { sys::nvshmem_signal_fetch(ptr) })
     }

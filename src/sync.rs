@@ -117,7 +117,8 @@ impl Nvshmem {
     /// changes it with a put, `p` or atomic). Blocks for ever if no PE ever makes it true.
     ///
     /// The host library has no host-side wait: this enqueues `nvshmemx_TYPENAME_wait_until_on_stream`
-    /// on the runtime's stream and waits for the stream.
+    /// on a stream of its own and waits for that stream, without the host library's lock, so
+    /// other threads' calls (a host copy into `ivar` that ends the wait included) go on.
     pub fn wait_until<'a, T: AtomicInteger>(
         &self,
         ivar: impl Into<SymmetricView<'a, T>>,
@@ -126,7 +127,7 @@ impl Nvshmem {
         value: T,
     ) -> Result<()> {
         let ptr = ivar.into().element_ptr(self, "the wait variable", index)?;
-        let stream = self.stream();
+        let stream = self.wait_stream()?;
         {
             let _host = self.host_call()?;
             unsafe {

@@ -164,4 +164,50 @@ pub(crate) fn checks(h: &mut Harness) {
     h.check("wait_until_on_stream<uint64>", |_| {
         check_wait_until::<u64>(c, true)
     });
+    h.check(
+        "threads: wait_until ended by another thread's host copy",
+        |_| check_wait_across_threads(c, false),
+    );
+    h.check(
+        "threads: signal_wait_until ended by another thread's host copy",
+        |_| check_wait_across_threads(c, true),
+    );
+}
+
+/// One thread blocks in a host-side wait for a flag of this PE; another sets the flag with a
+/// host copy 100 ms later. The wait must end: a wait that holds up the copy (the host
+/// library's lock, or a shared stream) would never return, so after 20 s the process says so
+/// and exits instead of hanging.
+fn check_wait_across_threads(c: &Ctx, signal: bool) -> Result {
+    let flag = c.zeros::<u64>(1)?;
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| -> Result {
+        scope.spawn(|| {
+            let waited = if signal {
+                c.shmem.signal_wait_until(&flag, 0, Cmp::Ge, 1).map(|_| ())
+            } else {
+                c.shmem.wait_until(&flag, 0, Cmp::Ge, 1u64)
+            };
+            let _ = done.send(waited.map_err(|e| e.to_string()));
+        });
+        let setter = scope.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            flag.copy_from_host(&[1])
+        });
+        match ended.recv_timeout(std::time::Duration::from_secs(20)) {
+            Ok(waited) => waited?,
+            Err(_) => {
+                eprintln!(
+                    "PE {}: the wait did not end within 20 s of another thread setting its flag",
+                    c.me
+                );
+                println!("0 passed, 1 failed (a wait across threads never ended)");
+                std::process::exit(1);
+            }
+        }
+        setter.join().map_err(|_| "the setting thread panicked")??;
+        Ok(())
+    })?;
+    c.shmem.barrier_all()?;
+    Ok(())
 }

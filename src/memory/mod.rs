@@ -344,19 +344,23 @@ impl<T: Element> SymmetricBuffer<T> {
         if !self.live {
             return Ok(());
         }
-        let _host = self.shmem.host_call()?;
-        self.shmem.agree_collective(Proposal {
-            kind: CheckKind::Free,
-            seq: Some(self.seq),
-            bytes: self.bytes,
-            align: 0,
-            refused: None,
-            in_use: 0,
-        })?;
+        {
+            let _host = self.shmem.host_call()?;
+            self.shmem.agree_collective(Proposal {
+                kind: CheckKind::Free,
+                seq: Some(self.seq),
+                bytes: self.bytes,
+                align: 0,
+                refused: None,
+                in_use: 0,
+            })?;
+        }
         if !self.ptr.is_null() {
             // Kernels on any stream (not only the runtime's) may still use the buffer; the
-            // allocation that reuses its memory must not see their stores.
+            // allocation that reuses its memory must not see their stores. The wait is not
+            // under the host library's lock: a kernel may wait for another thread's call.
             self.shmem.quiesce()?;
+            let _host = self.shmem.host_call()?;
             unsafe { sys::nvshmem_free(self.ptr as *mut std::ffi::c_void) };
         }
         note_free(&self.shmem.rt, self.bytes);

@@ -120,9 +120,13 @@ impl<'a, T: Element> SymmetricView<'a, T> {
         if host_len == 0 {
             return Ok(());
         }
-        let _host = self.shmem.host_call()?;
         let stream = self.shmem.stream();
-        copy(self.ptr as u64, stream.cu_stream())?;
+        {
+            let _host = self.shmem.host_call()?;
+            copy(self.ptr as u64, stream.cu_stream())?;
+        }
+        // Not under the host library's lock: the copy may queue behind work that waits for
+        // another thread of this process to call NVSHMEM.
         stream.synchronize().during("cuStreamSynchronize")
     }
 

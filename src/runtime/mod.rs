@@ -891,6 +891,14 @@ impl Nvshmem {
         self.rt.wait_limit
     }
 
+    /// A stream for one host-side wait for a flag: a wait on a shared stream (the runtime's)
+    /// would hold up every other thread's work queued behind it, the copy that would end
+    /// the wait included.
+    pub(crate) fn wait_stream(&self) -> Result<Arc<CudaStream>> {
+        self.bind_context()?;
+        self.rt.ctx.new_stream().during("cuStreamCreate")
+    }
+
     /// Wait until nothing runs on this PE's GPU, on any stream: before memory that kernels
     /// may still use is freed or NVSHMEM state they may use is torn down.
     pub(crate) fn quiesce(&self) -> Result<()> {
