@@ -132,15 +132,13 @@ impl Team {
     /// Split into a 2-D grid with rows of `x_range` PEs: returns this PE's row team (x) and
     /// column team (y). Collective over this team.
     pub fn split_2d(&self, x_range: usize) -> Result<(Option<Team>, Option<Team>)> {
-        if x_range == 0 {
-            return Err(Error::InvalidArgument("split_2d needs x_range >= 1".into()));
-        }
+        let x_range = x_range_arg(x_range)?;
         let _host = self.shmem.host_call()?;
         let (mut x, mut y) = (sys::NVSHMEM_TEAM_INVALID, sys::NVSHMEM_TEAM_INVALID);
         let status = unsafe {
             sys::nvshmem_team_split_2d(
                 self.handle,
-                x_range as i32,
+                x_range,
                 std::ptr::null(),
                 0,
                 &mut x,
@@ -173,6 +171,18 @@ impl Drop for Team {
     }
 }
 
+/// `split_2d`'s row length as NVSHMEM takes it: at least 1, and an `i32` (a larger one
+/// would wrap to a negative length).
+fn x_range_arg(x_range: usize) -> Result<i32> {
+    match i32::try_from(x_range) {
+        Ok(x) if x >= 1 => Ok(x),
+        _ => Err(Error::InvalidArgument(format!(
+            "split_2d(x_range {x_range}): give a row length from 1 to {}",
+            i32::MAX
+        ))),
+    }
+}
+
 /// Whether PEs `start, start + stride, ...` (`size` of them) are all in a team of `n`
 /// (without overflow: huge arguments do not fit, they do not wrap).
 fn strided_fits(start: usize, stride: usize, size: usize, n: usize) -> bool {
@@ -185,6 +195,16 @@ fn strided_fits(start: usize, stride: usize, size: usize, n: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn split_2d_row_lengths_do_not_wrap() {
+        assert_eq!(x_range_arg(1).unwrap(), 1);
+        assert_eq!(x_range_arg(i32::MAX as usize).unwrap(), i32::MAX);
+        for bad in [0, i32::MAX as usize + 1, 1 << 32, usize::MAX] {
+            let e = x_range_arg(bad).unwrap_err();
+            assert!(e.to_string().contains("row length"), "{e}");
+        }
+    }
 
     #[test]
     fn strided_splits_fit_without_overflow() {
