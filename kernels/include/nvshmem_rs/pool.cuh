@@ -35,8 +35,10 @@ __device__ __forceinline__ bool pool_page_valid(const nvshmem_rs_pool &pool, uin
     return (id >> 32) < (uint64_t)pool.n_pes && (uint32_t)id < pool.pages_per_pe;
 }
 
+// Words of the bitmap: a bit per page, rounded up without `pages + 63` (which wraps in 32
+// bits for the largest pools).
 __device__ __forceinline__ uint32_t pool_bitmap_words(const nvshmem_rs_pool &pool) {
-    return (pool.pages_per_pe + POOL_WORD_PAGES - 1) / POOL_WORD_PAGES;
+    return pool.pages_per_pe / POOL_WORD_PAGES + (pool.pages_per_pe % POOL_WORD_PAGES != 0);
 }
 
 // The page's symmetric address: pass it with pool_page_pe(id) to NVSHMEM calls.
