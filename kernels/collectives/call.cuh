@@ -61,14 +61,17 @@ __device__ __forceinline__ uint64_t globaltimer() {
 #define WAIT_STUCK 0x80000000u
 struct Wait {
     Ctrl *ctrl;
-    uint32_t spins = 0;  // polls; once the bound ran out, WAIT_STUCK | the PE waited for
+    uint32_t spins = 0;  // polls since the last check; once the bound ran out, WAIT_STUCK | the PE
     uint32_t since = 0;  // the first check's time (never 0 once set)
     __device__ __forceinline__ explicit Wait(Ctrl *c) : ctrl(c) {}
     __device__ __forceinline__ static uint32_t units(uint64_t ns) { return (uint32_t)(ns >> 20); }
     // After a poll that found nothing: whether to poll again. False when this PE already
     // gave up a wait, or when this wait, for `pe`, ran past the bound (report() follows).
     __device__ __forceinline__ bool again(int pe) {
-        if (__builtin_expect(++spins % WAIT_SPINS_PER_CHECK != 0, 1)) return true;
+        // Counted from 0 again at every check: a count of every poll would reach WAIT_STUCK
+        // after 2^31 polls (half an hour or so) and stop a wait with no bound, or a long one.
+        if (__builtin_expect(++spins < WAIT_SPINS_PER_CHECK, 1)) return true;
+        spins = 0;
         if (*(volatile unsigned int *)&ctrl->aborted) return false;
         const uint32_t now = units(globaltimer()) | 1u;
         if (since == 0) since = now;
