@@ -164,8 +164,8 @@ impl InitOptions {
 
     /// Run on a CUDA context this process already has (cudarc's, as candle and burn hold
     /// it) instead of retaining the device's primary context: its device is the PE's GPU,
-    /// and its streams and memory work with ours. It must be the device's primary context
-    /// (what `CudaContext::new` gives), as NVSHMEM uses that one. Giving both this and
+    /// and its streams and memory work with ours (NVSHMEM sets itself up on the context
+    /// current when it starts, which is this one). Giving both this and
     /// [`device`](Self::device) for different GPUs is an error.
     ///
     /// ```no_run
