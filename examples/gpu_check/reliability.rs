@@ -117,6 +117,60 @@ pub(crate) fn checks(h: &mut Harness) {
         },
     );
 
+    if c.n >= 2 {
+        h.check(
+            "free: a PE that cannot wait for its GPU (a capture on another thread) refuses it on every PE",
+            |_| {
+                let sh = &c.shmem;
+                let buf = c.upload(&vec![7u32; 4096])?;
+                // On PE 0 another thread captures a stream in the default (global) mode while
+                // the free runs: PE 0's wait for its GPU is refused by CUDA. Before, PE 0
+                // returned an error and the others hung in NVSHMEM's free.
+                let (began_tx, began_rx) = std::sync::mpsc::channel::<std::result::Result<(), String>>();
+                let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+                let side = sh.new_stream()?;
+                let freed = std::thread::scope(|scope| {
+                    if c.me == 0 {
+                        let side = &side;
+                        scope.spawn(move || {
+                            let mode = nvshmem::cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+                            let began = side.begin_capture(mode).map_err(|e| format!("{e:?}"));
+                            let capturing = began.is_ok();
+                            let _ = began_tx.send(began);
+                            let _ = end_rx.recv();
+                            if capturing {
+                                let flags = nvshmem::cudarc::driver::sys::CUgraphInstantiate_flags(0);
+                                let _ = side.end_capture(flags);
+                            }
+                        });
+                        began_rx
+                            .recv()
+                            .map_err(|_| "the capturing thread died")?
+                            .map_err(|e| format!("PE 0 could not begin a capture: {e}"))?;
+                    }
+                    let freed = buf.free();
+                    let _ = end_tx.send(());
+                    Ok::<_, Box<dyn std::error::Error>>(freed)
+                })?;
+                let mut problems = Problems::default();
+                problems.note(refused("a free while PE 0 captures on another thread", freed, |e| {
+                    matches!(e, Error::FreeRefused { pe: 0, .. })
+                }));
+                // The heap, the agreement and the collectives still work on every PE.
+                let n = 1 << 16;
+                let x = c.upload(&vec![c.me as f32 + 1.0; n])?;
+                let sum = sh.malloc::<f32>(n)?;
+                c.world.all_reduce(&sum, &x, ReduceOp::Sum, &c.stream)?;
+                c.sync()?;
+                let want = (c.n * (c.n + 1) / 2) as f32;
+                problems.note(same("all-reduce after the refused free", &sum.to_vec()?, &vec![want; n]));
+                sum.free()?;
+                x.free()?;
+                problems.done()
+            },
+        );
+    }
+
     h.check(
         "heap: refused allocations leave the heap and the job usable",
         |_| {

@@ -18,10 +18,44 @@ pub(crate) enum CheckKind {
     Free = 2,
     /// Not an allocation: the runtime's last exchange, before it finalises.
     Finalize = FINALIZE_KIND as isize,
+    /// Not an allocation: the end of a collective constructor ([`SetUp`] in the record's
+    /// bytes word), where every PE's symmetric memory must be ready before any PE writes to
+    /// its peers.
+    SetUp = 4,
 }
 
-/// What a PE publishes: what it is about to do (the words that must agree), then whether its
-/// heap refuses it.
+/// The collective constructors that end with every PE waiting for the others.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum SetUp {
+    Collectives = 1,
+    TpExchange = 2,
+    PagePool = 3,
+}
+
+impl SetUp {
+    fn name(code: u64) -> &'static str {
+        match code {
+            1 => "Collectives::new",
+            2 => "a tensor-parallel layer's exchange",
+            3 => "PagePool::new",
+            _ => "a constructor",
+        }
+    }
+}
+
+/// Why a PE cannot go through with what it proposed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// An allocation its heap cannot take ([`super::heap::refusal`]).
+    Heap(HeapLimit),
+    /// A free whose wait for the GPU failed, with the driver's error code: a kernel may still
+    /// use the buffer (a stream of the context being captured, a sticky error), so no PE
+    /// frees it.
+    GpuWait(u32),
+}
+
+/// What a PE publishes: what it is about to do (the words that must agree), then whether it
+/// refuses it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Proposal {
     pub(crate) kind: CheckKind,
@@ -29,8 +63,8 @@ pub(crate) struct Proposal {
     pub(crate) seq: Option<u64>,
     pub(crate) bytes: usize,
     pub(crate) align: usize,
-    /// This PE's verdict ([`super::heap::refusal`]); always `None` for a free.
-    pub(crate) refused: Option<HeapLimit>,
+    /// This PE's verdict.
+    pub(crate) refused: Option<Refusal>,
     pub(crate) in_use: usize,
 }
 
@@ -41,21 +75,23 @@ const WORDS: usize = crate::runtime::RECORD_WORDS;
 /// The words every PE must publish alike.
 const AGREED: usize = 4;
 
-fn encode(limit: Option<HeapLimit>) -> [u64; 2] {
-    match limit {
+fn encode(refusal: Option<Refusal>) -> [u64; 2] {
+    match refusal {
         None => [0, 0],
-        Some(HeapLimit::SymmetricSize(v)) => [1, v as u64],
-        Some(HeapLimit::MaxMemoryPerGpu(v)) => [2, v as u64],
-        Some(HeapLimit::GpuMemory(v)) => [3, v as u64],
+        Some(Refusal::Heap(HeapLimit::SymmetricSize(v))) => [1, v as u64],
+        Some(Refusal::Heap(HeapLimit::MaxMemoryPerGpu(v))) => [2, v as u64],
+        Some(Refusal::Heap(HeapLimit::GpuMemory(v))) => [3, v as u64],
+        Some(Refusal::GpuWait(code)) => [4, code as u64],
     }
 }
 
-fn decode(code: u64, value: u64) -> Option<HeapLimit> {
+fn decode(code: u64, value: u64) -> Option<Refusal> {
     let v = value as usize;
     match code {
-        1 => Some(HeapLimit::SymmetricSize(v)),
-        2 => Some(HeapLimit::MaxMemoryPerGpu(v)),
-        3 => Some(HeapLimit::GpuMemory(v)),
+        1 => Some(Refusal::Heap(HeapLimit::SymmetricSize(v))),
+        2 => Some(Refusal::Heap(HeapLimit::MaxMemoryPerGpu(v))),
+        3 => Some(Refusal::Heap(HeapLimit::GpuMemory(v))),
+        4 => Some(Refusal::GpuWait(value as u32)),
         _ => None,
     }
 }
@@ -93,16 +129,20 @@ impl AllocCheck {
             CheckKind::Alloc => "allocation",
             CheckKind::Free => "free of allocation",
             CheckKind::Finalize => "finalize",
+            CheckKind::SetUp => SetUp::name(p.bytes as u64),
         };
-        let what = || format!("the agreement on {noun} #{seq}");
+        let described = match p.kind {
+            CheckKind::SetUp => format!("the end of {noun}"),
+            _ => format!("{noun} #{seq} of {} bytes", p.bytes),
+        };
+        let what = || format!("the agreement on {described}");
         let all = match shmem.exchange(&mine, shmem.wait_limit(), what)? {
             Exchanged::All(all) => all,
             Exchanged::GaveUp(missing) => {
                 return Err(Error::CollectiveMismatch(format!(
-                    "{noun} #{seq} of {} bytes: PE {missing} did not reach it within {:?} \
-                     (NVSHMEM_RS_TIMEOUT): a PE skipped an allocation or a free, or stopped; \
-                     this process cannot go on",
-                    p.bytes,
+                    "{described}: PE {missing} did not reach it within {:?} \
+                     (NVSHMEM_RS_TIMEOUT): a PE skipped a collective call (an allocation, a \
+                     free, a constructor), or stopped; this process cannot go on",
                     shmem.wait_limit().unwrap_or_default()
                 )));
             }
@@ -122,14 +162,22 @@ impl AllocCheck {
 
 /// The refusal of the lowest PE that refused, as every PE reports it.
 fn first_refusal(all: &[u64]) -> Option<Error> {
-    all.chunks(WORDS).enumerate().find_map(|(pe, r)| {
-        decode(r[4], r[5]).map(|limit| Error::HeapExhausted {
-            requested: r[2] as usize,
-            in_use: r[6] as usize,
-            pe,
-            limit,
+    all.chunks(WORDS)
+        .enumerate()
+        .find_map(|(pe, r)| match decode(r[4], r[5])? {
+            Refusal::Heap(limit) => Some(Error::HeapExhausted {
+                requested: r[2] as usize,
+                in_use: r[6] as usize,
+                pe,
+                limit,
+            }),
+            Refusal::GpuWait(code) => Some(Error::FreeRefused {
+                pe,
+                seq: r[1],
+                bytes: r[2] as usize,
+                driver_error: code,
+            }),
         })
-    })
 }
 
 /// Compare what each PE published; `None` when all agree.
@@ -141,6 +189,9 @@ fn describe_mismatch(my_pe: usize, all: &[u64]) -> Option<String> {
         let what = match r[0] {
             k if k == CheckKind::Alloc as u64 => "allocation",
             k if k == CheckKind::Finalize as u64 => return "its finalize".to_string(),
+            k if k == CheckKind::SetUp as u64 => {
+                return format!("the end of {}", SetUp::name(r[2]));
+            }
             _ => "free of allocation",
         };
         let align = if r[3] != 0 {
@@ -183,8 +234,29 @@ mod tests {
             HeapLimit::MaxMemoryPerGpu(8),
             HeapLimit::GpuMemory(9),
         ] {
-            let [c, v] = encode(Some(limit));
-            assert_eq!(decode(c, v), Some(limit));
+            let [c, v] = encode(Some(Refusal::Heap(limit)));
+            assert_eq!(decode(c, v), Some(Refusal::Heap(limit)));
+        }
+        let [c, v] = encode(Some(Refusal::GpuWait(900)));
+        assert_eq!(decode(c, v), Some(Refusal::GpuWait(900)));
+        assert_eq!(decode(0, 0), None);
+    }
+
+    #[test]
+    fn a_free_that_one_pe_cannot_make_is_refused_on_every_pe() {
+        // PE 1's wait for its GPU failed (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, 900): every
+        // PE reads the same records, so every PE returns the same refusal and none frees.
+        let [c, v] = encode(Some(Refusal::GpuWait(900)));
+        let all = [2, 7, 4096, 0, 0, 0, 0, 0, 2, 7, 4096, 0, c, v, 0, 0];
+        assert_eq!(describe_mismatch(0, &all), None);
+        match first_refusal(&all) {
+            Some(Error::FreeRefused {
+                pe: 1,
+                seq: 7,
+                bytes: 4096,
+                driver_error: 900,
+            }) => {}
+            other => panic!("{other:?}"),
         }
     }
 
@@ -225,6 +297,26 @@ mod tests {
         assert!(describe_mismatch(0, &all)
             .unwrap()
             .contains("PE 1 is doing free of allocation #4"));
+    }
+
+    #[test]
+    fn a_pe_ending_another_constructor_is_named() {
+        let (k, c, p) = (
+            CheckKind::SetUp as u64,
+            SetUp::Collectives as u64,
+            SetUp::PagePool as u64,
+        );
+        let all = [k, 0, c, 0, 0, 0, 0, 0, k, 0, p, 0, 0, 0, 0, 0];
+        let msg = describe_mismatch(1, &all).unwrap();
+        assert!(
+            msg.contains(
+                "PE 0 is doing the end of Collectives::new while PE 1 is doing the end of \
+                 PagePool::new"
+            ),
+            "{msg}"
+        );
+        let same = [k, 0, c, 0, 0, 0, 0, 0, k, 0, c, 0, 0, 0, 0, 0];
+        assert!(describe_mismatch(0, &same).is_none());
     }
 
     #[test]

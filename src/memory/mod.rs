@@ -14,7 +14,8 @@ use crate::element::Element;
 use crate::error::{CudaResultExt, Error, HeapLimit, Result};
 use crate::runtime::{note_alloc, note_free, Nvshmem};
 pub(crate) use check::AllocCheck;
-use check::{CheckKind, Proposal};
+pub(crate) use check::SetUp;
+use check::{CheckKind, Proposal, Refusal};
 use cudarc::driver::CudaStream;
 use heap::HeapUse;
 use nvshmem_sys as sys;
@@ -184,7 +185,7 @@ impl Nvshmem {
             seq: None,
             bytes,
             align,
-            refused,
+            refused: refused.map(Refusal::Heap),
             in_use,
         })?;
         let ptr = if bytes == 0 {
@@ -223,6 +224,23 @@ impl Nvshmem {
     /// Returns the allocation's sequence number.
     fn agree_collective(&self, proposal: Proposal) -> Result<u64> {
         self.with_service(AllocCheck::new, |check| check.agree(self, proposal))
+    }
+
+    /// Wait until every PE has reached the end of the collective constructor `what`, within
+    /// the runtime's wait limit (`NVSHMEM_RS_TIMEOUT`): NVSHMEM's barrier without its
+    /// unbounded wait, and a PE ending another constructor is named. This PE's writes to its
+    /// symmetric memory must be complete (they are ordered before the exchange's puts only
+    /// through the host).
+    pub(crate) fn set_up_barrier(&self, what: SetUp) -> Result<()> {
+        self.agree_collective(Proposal {
+            kind: CheckKind::SetUp,
+            seq: Some(0),
+            bytes: what as usize,
+            align: 0,
+            refused: None,
+            in_use: 0,
+        })
+        .map(|_| ())
     }
 }
 
@@ -344,6 +362,24 @@ impl<T: Element> SymmetricBuffer<T> {
         if !self.live {
             return Ok(());
         }
+        // Kernels on any stream (not only the runtime's) may still use the buffer; the
+        // allocation that reuses its memory must not see their stores. Waited for before the
+        // PEs agree, so that a PE whose wait fails (a stream of the context being captured, a
+        // sticky error) says so in the agreement and no PE frees: one PE alone leaving the free
+        // would hang the others in NVSHMEM's barrier inside it. Not under the host library's
+        // lock: a kernel may wait for another thread's call.
+        let gpu_wait = match self.shmem.quiesce() {
+            Ok(()) => None,
+            Err(e @ Error::Stranded(_)) => return Err(e),
+            Err(e) => {
+                crate::diag::warn_pe!(
+                    Some(self.shmem.my_pe()),
+                    "a free of {} bytes cannot wait for the GPU: {e}",
+                    self.bytes
+                );
+                Some(Refusal::GpuWait(driver_code(&e)))
+            }
+        };
         {
             let _host = self.shmem.host_call()?;
             self.shmem.agree_collective(Proposal {
@@ -351,21 +387,25 @@ impl<T: Element> SymmetricBuffer<T> {
                 seq: Some(self.seq),
                 bytes: self.bytes,
                 align: 0,
-                refused: None,
+                refused: gpu_wait,
                 in_use: 0,
             })?;
-        }
-        if !self.ptr.is_null() {
-            // Kernels on any stream (not only the runtime's) may still use the buffer; the
-            // allocation that reuses its memory must not see their stores. The wait is not
-            // under the host library's lock: a kernel may wait for another thread's call.
-            self.shmem.quiesce()?;
-            let _host = self.shmem.host_call()?;
-            unsafe { sys::nvshmem_free(self.ptr as *mut std::ffi::c_void) };
+            if !self.ptr.is_null() {
+                unsafe { sys::nvshmem_free(self.ptr as *mut std::ffi::c_void) };
+            }
         }
         note_free(&self.shmem.rt, self.bytes);
         self.live = false;
         Ok(())
+    }
+}
+
+/// The driver's code in a failed CUDA call's error (0 for any other error: the free is still
+/// refused).
+fn driver_code(e: &Error) -> u32 {
+    match e {
+        Error::Cuda { source, .. } => source.0 as u32,
+        _ => 0,
     }
 }
 

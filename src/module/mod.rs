@@ -81,7 +81,15 @@ impl Drop for Loaded {
             // The GPU never becomes idle (a wait for the other PEs gave up): leave it loaded.
             return;
         }
-        let _ = self.ctx.synchronize();
+        if let Err(e) = self.ctx.synchronize() {
+            // A kernel of the module may still run (a stream of the context being captured,
+            // a sticky error): unloading it under the kernel would be worse than the leak.
+            crate::diag::warn_pe!(
+                None,
+                "leaving a kernel module loaded: cuCtxSynchronize failed: {e:?}"
+            );
+            return;
+        }
         let _host = crate::runtime::host_call();
         // SAFETY: no kernel of the module is running, and no function refers to it any more.
         unsafe {

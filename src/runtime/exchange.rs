@@ -14,6 +14,7 @@
 
 use crate::error::{CudaResultExt, Result};
 use cudarc::driver::result::{memcpy_dtoh_async, memcpy_htod_async};
+use cudarc::driver::sys::{self as cusys, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaStream};
 use nvshmem_sys as sys;
 use std::ffi::c_void;
@@ -93,6 +94,7 @@ impl WordExchange {
     ) -> Result<Exchanged> {
         assert_eq!(record.len(), RECORD_WORDS, "a record of the exchange");
         let _host = super::host_call();
+        let _relaxed = RelaxedCapture::new()?;
         let (n, me, w) = (self.n_pes, self.my_pe, RECORD_WORDS);
         self.round += 1;
         let round = self.round;
@@ -159,6 +161,31 @@ impl WordExchange {
         unsafe { memcpy_dtoh_async(&mut out, half as u64, read) }.during("cuMemcpyDtoHAsync")?;
         self.reads.synchronize().during("cuStreamSynchronize")?;
         Ok(Exchanged::All(out))
+    }
+}
+
+/// This thread's stream-capture mode, relaxed while the value lives. The exchange's copies
+/// and waits are on streams of its own that are never captured, but while another thread
+/// captures a stream in the default (global) mode CUDA refuses them as possibly unsafe: an
+/// agreement then failed and stranded the runtime, instead of reaching its verdict.
+struct RelaxedCapture(CUstreamCaptureMode);
+
+impl RelaxedCapture {
+    fn new() -> Result<Self> {
+        let mut mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: swaps this thread's mode; the old one is put back on drop.
+        unsafe { cusys::cuThreadExchangeStreamCaptureMode(&mut mode) }
+            .result()
+            .during("cuThreadExchangeStreamCaptureMode")?;
+        Ok(RelaxedCapture(mode))
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        let mut mode = self.0;
+        // SAFETY: as in `new`.
+        let _ = unsafe { cusys::cuThreadExchangeStreamCaptureMode(&mut mode) };
     }
 }
 

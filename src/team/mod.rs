@@ -162,12 +162,28 @@ impl Team {
 
 impl Drop for Team {
     fn drop(&mut self) {
-        if self.owned {
-            // A kernel may still use the team (its collectives on a stream).
-            let _ = self.shmem.quiesce();
-            let _host = self.shmem.host_call();
-            unsafe { sys::nvshmem_team_destroy(self.handle) };
+        if !self.owned {
+            return;
         }
+        // A kernel may still use the team (its collectives on a stream). When the GPU cannot
+        // be waited for (a stranded runtime, a stream being captured, a sticky error) the
+        // team is left as it is rather than destroyed under a kernel.
+        match self.shmem.quiesce() {
+            Ok(()) => {}
+            Err(Error::Stranded(_)) => return,
+            Err(e) => {
+                crate::diag::warn_pe!(
+                    Some(self.shmem.my_pe()),
+                    "leaving team {} undestroyed: {e}",
+                    self.handle
+                );
+                return;
+            }
+        }
+        let Ok(_host) = self.shmem.host_call() else {
+            return;
+        };
+        unsafe { sys::nvshmem_team_destroy(self.handle) };
     }
 }
 
