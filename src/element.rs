@@ -216,7 +216,7 @@ pub trait AtomicElement: Element + ffi::AtomicBits {}
 
 /// Integer types with the full set of remote atomics (`i32`, `i64`, `u32`, `u64`).
 #[allow(private_bounds)]
-pub trait AtomicInteger: AtomicElement + ffi::WaitFfi {}
+pub trait AtomicInteger: AtomicElement + ffi::WaitFfi + PartialOrd {}
 
 /// A bitwise operator on a type that is not an integer.
 pub(crate) fn bitwise_on_float<T: Element>(op: ReduceOp) -> Error {

@@ -307,11 +307,11 @@ impl Nvshmem {
     }
 
     /// Block until this PE's signal `sig[index]` satisfies `cmp` against `value`, and return
-    /// the signal's value read just after. Blocks for ever if no PE ever makes it true.
+    /// the value that satisfied it.
     ///
-    /// Enqueues `nvshmemx_signal_wait_until_on_stream` on a stream of its own and waits for
-    /// that stream, without the host library's lock, so that other threads' calls (the one
-    /// that ends the wait included) go on.
+    /// Bounded by the runtime's wait limit (`NVSHMEM_RS_TIMEOUT`), past which it returns
+    /// [`Error::WaitTimeout`](crate::Error::WaitTimeout); polls from the host without a lock,
+    /// as [`wait_until`](Self::wait_until) does.
     pub fn signal_wait_until<'a>(
         &self,
         sig: impl Into<SymmetricView<'a, u64>>,
@@ -319,15 +319,15 @@ impl Nvshmem {
         cmp: Cmp,
         value: u64,
     ) -> Result<u64> {
-        let stream = self.wait_stream()?;
-        let ptr = self.signal_wait_with(sig.into(), index, cmp, value, Some(&stream))?;
-        stream.synchronize().during("cuStreamSynchronize")?;
-        let _host = self.host_call()?;
-        Ok(unsafe { sys::nvshmem_signal_fetch(ptr) })
+        let ptr = sig.into().element_ptr(self, "the signal buffer", index)?;
+        self.poll_word(ptr as *const u64, "the signal", index, |v| {
+            cmp.holds(v, value)
+        })
     }
 
     /// Make `stream` wait until this PE's signal `sig[index]` satisfies `cmp` against
-    /// `value`; the host returns at once.
+    /// `value`; the host returns at once. The stream waits without a bound (NVSHMEM's stream
+    /// operation).
     pub fn signal_wait_until_on_stream<'a>(
         &self,
         sig: impl Into<SymmetricView<'a, u64>>,

@@ -7,7 +7,8 @@
 //! * [`barrier_all`](Nvshmem::barrier_all) / [`barrier`](Nvshmem::barrier) are quiet plus a
 //!   synchronisation of all PEs (of a team); [`sync_all`](Nvshmem::sync_all) /
 //!   [`sync`](Nvshmem::sync) synchronise without the quiet.
-//! * [`wait_until`](Nvshmem::wait_until) blocks until a local integer satisfies a [`Cmp`].
+//! * [`wait_until`](Nvshmem::wait_until) blocks until a local integer satisfies a [`Cmp`],
+//!   within the runtime's wait limit.
 //!
 //! The `_on_stream` forms enqueue the same operation on a CUDA stream, ordered with the
 //! kernels and copies around it, and return at once.
@@ -32,14 +33,16 @@
 //! ```
 
 use crate::element::AtomicInteger;
-use crate::error::{check, CudaResultExt, Result};
+use crate::error::{check, CudaResultExt, Error, Result};
 use crate::memory::SymmetricView;
 use crate::runtime::Nvshmem;
 use crate::signal::{complete_own_stream, Cmp};
 use crate::team::Team;
+use cudarc::driver::result::memcpy_dtoh_async;
 use cudarc::driver::CudaStream;
 use nvshmem_sys as sys;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 impl Nvshmem {
     /// The team's handle, after checking that it belongs to this runtime.
@@ -114,11 +117,13 @@ impl Nvshmem {
     }
 
     /// Block until this PE's `ivar[index]` satisfies `cmp` against `value` (another PE
-    /// changes it with a put, `p` or atomic). Blocks for ever if no PE ever makes it true.
+    /// changes it with a put, `p` or atomic, or another thread of this process with a copy).
     ///
-    /// The host library has no host-side wait: this enqueues `nvshmemx_TYPENAME_wait_until_on_stream`
-    /// on a stream of its own and waits for that stream, without the host library's lock, so
-    /// other threads' calls (a host copy into `ivar` that ends the wait included) go on.
+    /// The wait is bounded by the runtime's wait limit (`NVSHMEM_RS_TIMEOUT`, 10 minutes by
+    /// default): past it, [`Error::WaitTimeout`](crate::Error::WaitTimeout). The host polls
+    /// the word with small copies on a stream of its own, backing off to a poll a
+    /// millisecond, and holds no lock meanwhile: other threads' calls (the one that ends the
+    /// wait included) go on, and a wait that gives up leaves nothing behind on the GPU.
     pub fn wait_until<'a, T: AtomicInteger>(
         &self,
         ivar: impl Into<SymmetricView<'a, T>>,
@@ -127,24 +132,49 @@ impl Nvshmem {
         value: T,
     ) -> Result<()> {
         let ptr = ivar.into().element_ptr(self, "the wait variable", index)?;
+        self.poll_word(ptr, "the wait variable", index, |v| cmp.holds(v, value))
+            .map(|_| ())
+    }
+
+    /// Read this PE's word at `ptr` from the host until `done` holds for it, within the
+    /// runtime's wait limit; returns the value that ended the wait.
+    pub(crate) fn poll_word<T: Copy + Default>(
+        &self,
+        ptr: *const T,
+        what: &'static str,
+        index: usize,
+        done: impl Fn(T) -> bool,
+    ) -> Result<T> {
         let stream = self.wait_stream()?;
-        {
-            let _host = self.host_call()?;
-            unsafe {
-                T::wait_until_on_stream(
-                    ptr,
-                    cmp.raw(),
-                    value,
-                    stream.cu_stream() as sys::cudaStream_t,
-                )
-            };
+        let began = Instant::now();
+        let mut pause = Duration::from_micros(2);
+        let mut word = [T::default()];
+        loop {
+            // SAFETY: `ptr` is an element of a live symmetric view of this PE (checked by the
+            // caller); the copy ends before `word` is read.
+            unsafe { memcpy_dtoh_async(&mut word, ptr as u64, stream.cu_stream()) }
+                .during("cuMemcpyDtoHAsync")?;
+            stream.synchronize().during("cuStreamSynchronize")?;
+            if done(word[0]) {
+                return Ok(word[0]);
+            }
+            let waited = began.elapsed();
+            if self.wait_limit().is_some_and(|limit| waited > limit) {
+                return Err(Error::WaitTimeout {
+                    pe: self.my_pe(),
+                    what,
+                    index,
+                    waited,
+                });
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
         }
-        // Without the host library's lock: the PE that ends the wait may need this process's
-        // other threads to call NVSHMEM first.
-        stream.synchronize().during("cuStreamSynchronize")
     }
 
     /// Make `stream` wait until this PE's `ivar[index]` satisfies `cmp` against `value`.
+    /// The stream waits without a bound (NVSHMEM's stream operation): what follows on it
+    /// runs only once some PE makes the comparison true.
     ///
     /// ```no_run
     /// # fn main() -> nvshmem::Result<()> {
