@@ -5,6 +5,7 @@
 //! services, which it drops before finalising NVSHMEM without knowing what they are.
 
 mod exchange;
+mod transport;
 
 pub(crate) use exchange::{Exchanged, WordExchange, FINALIZE_KIND, RECORD_WORDS};
 
@@ -688,6 +689,26 @@ impl Nvshmem {
             });
             if let Some(e) = sharing.flatten() {
                 return Err(e);
+            }
+            // Before NVSHMEM's GPU-side start, which exits the process when it finds no
+            // transport to some PE.
+            let node_n = node_n_pes.max(1) as usize;
+            let mut reach = transport::Reach {
+                n_pes: n_pes as usize,
+                node_n_pes: node_n,
+                p2p_disabled: transport::p2p_disabled(|name| std::env::var(name).ok()),
+                // Where the other PEs' GPUs are is known only when each picks by its rank.
+                unmapped: match chosen {
+                    None => transport::unmapped_peers(ordinal, node_n, device_count as usize),
+                    Some(_) => Vec::new(),
+                },
+                no_network: None,
+            };
+            if reach.p2p_disabled || !reach.unmapped.is_empty() || reach.n_pes > node_n {
+                reach.no_network = transport::network_problem_here();
+            }
+            if let Some(why) = transport::transport_problem(&reach) {
+                return Err(Error::NoTransport(why));
             }
             let ctx = match &options.context {
                 Some(ctx) => {
