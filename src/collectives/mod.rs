@@ -47,7 +47,7 @@ use crate::abi;
 use crate::cubins::COLLECTIVES;
 use crate::element::{DataType, Element, ReduceOp};
 use crate::error::{CudaResultExt, Error, Result};
-use crate::memory::{check_len, SymmetricBuffer, SymmetricView};
+use crate::memory::{check_len, SetUp, SymmetricBuffer, SymmetricView};
 use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
 use crate::runtime::Nvshmem;
 use crate::team::collectives::check_overlap;
@@ -377,8 +377,9 @@ impl Collectives {
             (Some(s), Some(t)) => Some((s, t)),
             _ => None,
         };
-        // Flags and the epoch must be zero everywhere before anyone signals.
-        shmem.barrier_all()?;
+        // Flags and the epoch must be zero everywhere before anyone signals (the zeroing
+        // allocations and the copy above are complete).
+        shmem.set_up_barrier(SetUp::Collectives)?;
         Ok(Collectives {
             shmem: shmem.clone(),
             thresholds: config.thresholds,

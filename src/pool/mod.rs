@@ -59,7 +59,7 @@ pub use layout::{PageId, NO_PAGE};
 use crate::cubins::POOL;
 use crate::element::Element;
 use crate::error::{CudaResultExt, Error, Result};
-use crate::memory::{DeviceMemory, SymmetricBuffer, SymmetricView};
+use crate::memory::{DeviceMemory, SetUp, SymmetricBuffer, SymmetricView};
 use crate::module::{grid, Function, KernelArgs, Module};
 use crate::runtime::Nvshmem;
 use cudarc::driver::{result as cu, CudaStream};
@@ -194,8 +194,9 @@ impl PagePool {
         init.extend_from_slice(&sizes);
         bitmap.copy_from_host(&init)?;
         table.copy_from_host(&vec![NO_PAGE; table_len])?;
-        // No PE allocates on a PE that has not cleared its bitmap yet.
-        shmem.barrier_all()?;
+        // No PE allocates on a PE that has not cleared its bitmap yet (the copies above are
+        // complete).
+        shmem.set_up_barrier(SetUp::PagePool)?;
         let pool = PagePool {
             kernels,
             stream,

@@ -24,7 +24,7 @@
 
 use crate::element::Element;
 use crate::error::{CudaResultExt, Error, Result};
-use crate::memory::{SymmetricBuffer, SymmetricView};
+use crate::memory::{SetUp, SymmetricBuffer, SymmetricView};
 use crate::runtime::Nvshmem;
 use cudarc::driver::{sys, CudaStream};
 use std::sync::Arc;
@@ -66,8 +66,8 @@ impl ChunkFlags {
         let (n, me) = (shmem.n_pes(), shmem.my_pe());
         let flags = shmem.calloc::<u64>(3 * n)?;
         let peer_flags = peer_bases(&flags)?;
-        // No peer may write a flag here before it is cleared.
-        shmem.barrier_all()?;
+        // No peer may write a flag here before it is cleared (calloc's zeroing is complete).
+        shmem.set_up_barrier(SetUp::TpExchange)?;
         Ok(ChunkFlags {
             n,
             me,
