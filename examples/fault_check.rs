@@ -11,13 +11,16 @@
 //! `N passed, M failed`. The launcher is `--launcher`, else `$MPIEXEC`, else `mpiexec`.
 //! `--trace` makes each PE print its steps with times (shown for a failed case).
 //!
-//! Each case runs our all-reduce with a 2 s timeout (`CollectivesConfig::timeout`). A PE
-//! that gets an error prints `fault_check: PE k: <error>` and exits with status 1. The
-//! `missing-pe` case runs without the launcher: rank 0 of 2 starts with a unique ID that no
-//! rank 1 ever uses, and the start's own bound (`InitOptions::start_timeout`) must end it.
+//! Most cases run our all-reduce with a 2 s timeout (`CollectivesConfig::timeout`); the
+//! others wait on the host for a flag nobody sets, free while a stream is being captured, or
+//! start with no transport between the GPUs. The runtime's own waits are bounded at 4 s
+//! (`NVSHMEM_RS_TIMEOUT`). A PE that gets an error prints `fault_check: PE k: <error>` and
+//! exits with status 1. The `missing-pe` case runs without the launcher: rank 0 of 2 starts
+//! with a unique ID that no rank 1 ever uses, and the start's own bound
+//! (`InitOptions::start_timeout`) must end it.
 
 use nvshmem::{
-    AllReduceAlgo, Collectives, CollectivesConfig, InitOptions, Nvshmem, ReduceOp, UniqueId,
+    AllReduceAlgo, Cmp, Collectives, CollectivesConfig, InitOptions, Nvshmem, ReduceOp, UniqueId,
 };
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -85,6 +88,27 @@ const CASES: &[Case] = &[
         name: "bad-argument-checked",
         about: "PE 1's argument check fails, with CollectivesConfig::check_calls",
         expect: &[(0, "PE 1 could not go on"), (1, "byte boundary")],
+        alone: false,
+    },
+    Case {
+        name: "wait-no-setter",
+        about: "PE 1 waits on the host for a flag that PE 0 never sets",
+        expect: &[(1, "for the wait variable (element 0) and gave up")],
+        alone: false,
+    },
+    Case {
+        name: "free-capture",
+        about: "PE 0 frees while another of its threads captures a stream into a graph",
+        expect: &[
+            (0, "PE 0 could not wait for its GPU"),
+            (1, "PE 0 could not wait for its GPU"),
+        ],
+        alone: false,
+    },
+    Case {
+        name: "no-transport",
+        about: "NVSHMEM_DISABLE_P2P=1 with no network transport: no way between the GPUs",
+        expect: &[(ANY, "NVSHMEM_DISABLE_P2P turns off load/store")],
         alone: false,
     },
     Case {
@@ -279,6 +303,10 @@ fn run_case(case: &str) -> i32 {
         ));
         return 1;
     }
+    if case == "no-transport" {
+        // Read by NVSHMEM and by the start's own check, before either starts.
+        std::env::set_var("NVSHMEM_DISABLE_P2P", "1");
+    }
     let shmem = match Nvshmem::init() {
         Ok(s) => s,
         Err(e) => {
@@ -335,6 +363,11 @@ fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
             "the fault cases need 2 PEs or more".into(),
         ));
     }
+    match case {
+        "wait-no-setter" => return wait_for_nobody(shmem),
+        "free-capture" => return free_while_capturing(shmem),
+        _ => {}
+    }
     let mut config = CollectivesConfig::for_pes(n);
     config.timeout = Some(TIMEOUT);
     config.check_calls = case.ends_with("-checked");
@@ -379,4 +412,48 @@ fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
         step().inspect_err(|e| trace(me, &format!("call {call} failed: {e}")))?;
     }
     Ok(())
+}
+
+/// PE 1 waits for a flag no PE sets: the runtime's wait limit (`NVSHMEM_RS_TIMEOUT`) ends it.
+fn wait_for_nobody(shmem: &Nvshmem) -> nvshmem::Result<()> {
+    let flag = shmem.calloc::<u64>(1)?;
+    if shmem.my_pe() == 1 {
+        trace(1, "waiting for a flag");
+        shmem.wait_until(&flag, 0, Cmp::Ge, 1)?;
+    }
+    Ok(())
+}
+
+/// Every PE frees a buffer while, on PE 0, another thread captures a stream in the default
+/// (global) mode, under which CUDA refuses PE 0's wait for its GPU: every PE must refuse the
+/// free, none may enter NVSHMEM's.
+fn free_while_capturing(shmem: &Nvshmem) -> nvshmem::Result<()> {
+    use nvshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let buf = shmem.malloc::<f32>(1024)?;
+    let side = shmem.new_stream()?;
+    let (began_tx, began_rx) = std::sync::mpsc::channel();
+    let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        if shmem.my_pe() == 0 {
+            let side = &side;
+            scope.spawn(move || {
+                let began = side.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL);
+                let capturing = began.is_ok();
+                let _ = began_tx.send(began);
+                let _ = end_rx.recv();
+                if capturing {
+                    let _ = side.end_capture(CUgraphInstantiate_flags(0));
+                }
+            });
+            let began = began_rx.recv().expect("the capturing thread answers");
+            began.map_err(|source| nvshmem::Error::Cuda {
+                call: "cuStreamBeginCapture",
+                source,
+            })?;
+        }
+        trace(shmem.my_pe(), "freeing");
+        let freed = buf.free();
+        let _ = end_tx.send(());
+        freed
+    })
 }

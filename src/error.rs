@@ -71,6 +71,11 @@ pub enum Error {
         /// The PEs of the busiest GPU.
         per_gpu: usize,
     },
+    /// Some PE is reachable by no transport: neither load/store (NVLink, PCIe peer access,
+    /// or `NVSHMEM_DISABLE_P2P` set) nor a network transport (`NVSHMEM_REMOTE_TRANSPORT`).
+    /// Found before NVSHMEM's GPU-side start, which would exit the process; the text says
+    /// which PEs and which variables.
+    NoTransport(String),
     /// NVSHMEM is already running in this process (one runtime per process).
     AlreadyInitialized,
     /// NVSHMEM was finalised and cannot be started again in the same process.
@@ -189,6 +194,34 @@ pub enum Error {
     /// PEs disagreed on a collective call (allocation order and sizes, a collectives
     /// configuration).
     CollectiveMismatch(String),
+    /// A host-side wait for a flag ([`Nvshmem::wait_until`](crate::Nvshmem::wait_until),
+    /// [`Nvshmem::signal_wait_until`](crate::Nvshmem::signal_wait_until)) lasted longer than
+    /// the runtime's wait limit (`NVSHMEM_RS_TIMEOUT`): no PE set the flag. The wait left
+    /// nothing behind; the runtime stays usable.
+    WaitTimeout {
+        /// The PE that waited.
+        pe: usize,
+        /// What it waited on.
+        what: &'static str,
+        /// The element of the buffer.
+        index: usize,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
+    /// A symmetric free that a PE could not make safely: its wait for its GPU failed (a
+    /// stream of its context was being captured into a CUDA graph, or the context holds a
+    /// sticky error), so a kernel might still use the buffer. Agreed: every PE returns this
+    /// error and none frees; the buffer is leaked on every PE and the heap stays consistent.
+    FreeRefused {
+        /// The PE whose wait failed (the lowest, if several did).
+        pe: usize,
+        /// The allocation's number (its place in the PEs' common order of allocations).
+        seq: u64,
+        /// Its size in bytes.
+        bytes: usize,
+        /// The CUDA driver's error code on that PE (`CUresult`; 0 for another failure).
+        driver_error: u32,
+    },
     /// An earlier host-side wait for the other PEs gave up (this text says which): the work
     /// it queued on this PE can never finish, so no collective call can follow, and nothing
     /// more is freed (the process's exit takes the memory back). End the process.
@@ -267,6 +300,7 @@ impl fmt::Display for Error {
             ),
             Error::Cuda { call, source } => write!(f, "{call} failed: {source:?}"),
             Error::NoGpu(why) => write!(f, "no usable GPU: {why}"),
+            Error::NoTransport(why) => write!(f, "no transport to every PE: {why}"),
             Error::SharedGpu { pes, gpus, per_gpu } => write!(
                 f,
                 "{pes} PEs on this node share {gpus} GPU(s), up to {per_gpu} on one: NVSHMEM runs \
@@ -302,6 +336,30 @@ impl fmt::Display for Error {
                 f,
                 "symmetric heap exhausted: {requested} bytes asked for, and PE {pe} (with \
                  {in_use} bytes in use) is bounded by {limit}"
+            ),
+            Error::WaitTimeout {
+                pe,
+                what,
+                index,
+                waited,
+            } => write!(
+                f,
+                "PE {pe} waited {waited:.1?} for {what} (element {index}) and gave up: no PE \
+                 set it (a PE skipped its put or signal, failed or died; look at its output). \
+                 If the wait was legitimate, raise NVSHMEM_RS_TIMEOUT (seconds, 0 for no limit)"
+            ),
+            Error::FreeRefused {
+                pe,
+                seq,
+                bytes,
+                driver_error,
+            } => write!(
+                f,
+                "the free of symmetric allocation #{seq} ({bytes} bytes) was refused on every PE: \
+                 PE {pe} could not wait for its GPU (CUDA error {driver_error}; look at its \
+                 output), so a kernel may still use the buffer. It stays allocated on every PE. \
+                 Free symmetric memory while no stream of the context is being captured into a \
+                 CUDA graph"
             ),
             Error::Timeout {
                 pe,

@@ -33,13 +33,18 @@
 //! Every type is `Send + Sync` and may be used from any thread. NVSHMEM's host library runs
 //! at `NVSHMEM_THREAD_SERIALIZED`, so the crate serialises its own calls into it: each is
 //! made holding one process-wide lock, and a blocking call (a barrier, a blocking get)
-//! holds it until it returns. Kernel launches, including our collectives, take no lock.
+//! holds it until it returns. Waits for the GPU (host copies of symmetric memory, frees) and
+//! for flags ([`Nvshmem::wait_until`]) hold no lock, so another thread's call that ends them
+//! goes on. Kernel launches, including our collectives, take no lock.
 //!
 //! # Lifetimes on the GPU
 //! Freeing a symmetric buffer, destroying a team, dropping a [`Collectives`] or a module, and
 //! finalising wait for all work on this PE's GPU (every stream) first, so no kernel still
-//! running writes into memory that is reused. A CUDA graph holds raw addresses: it must not
-//! be launched after the buffers, teams or `Collectives` it was captured with are gone.
+//! running writes into memory that is reused. Where that wait fails (another thread
+//! capturing a stream into a graph, a sticky error), a free is refused on every PE
+//! ([`Error::FreeRefused`]) and a team or module is left in place. A CUDA graph holds raw
+//! addresses: it must not be launched after the buffers, teams or `Collectives` it was
+//! captured with are gone.
 
 #![warn(missing_docs)]
 
