@@ -1358,7 +1358,8 @@ fn capture(
 }
 
 /// A captured forward replayed on new inputs gives what an eager call gives, bit for bit;
-/// two calls back to back (no host wait between) each give their own result.
+/// calls back to back (no host wait between), on one stream or alternating between two, each
+/// give their own result.
 fn mlp_graph_and_back_to_back(
     c: &Checks,
     seed: u64,
@@ -1404,6 +1405,31 @@ fn mlp_graph_and_back_to_back(
         if bits(&y.to_vec().map_err(text)?) != eager[i] {
             return Err(format!(
                 "back-to-back call {i} differs from the same call made alone"
+            ));
+        }
+    }
+    // Back to back, alternating between two streams: the calls share the MLP's scratch and
+    // the group's GEMM workspace, so each must wait for the last on the device.
+    let other = c.shmem.new_stream().map_err(text)?;
+    let ys2: Vec<_> = (0..3)
+        .map(|_| c.shmem.malloc::<bf16>(m * hidden).map_err(text))
+        .collect::<Result<_, _>>()?;
+    for round in 0..2 {
+        for (i, (x, y)) in xs.iter().zip(&ys2).enumerate() {
+            let stream = if (i + round) % 2 == 0 {
+                &c.stream
+            } else {
+                &other
+            };
+            mlp.forward(y, x, stream).map_err(text)?;
+        }
+    }
+    sync(&c.stream).map_err(text)?;
+    sync(&other).map_err(text)?;
+    for (i, y) in ys2.iter().enumerate() {
+        if bits(&y.to_vec().map_err(text)?) != eager[i] {
+            return Err(format!(
+                "call {i} on alternating streams differs from the same call made alone"
             ));
         }
     }

@@ -58,6 +58,7 @@ pub mod element;
 pub mod error;
 pub mod memory;
 pub mod module;
+mod order;
 pub mod pool;
 pub mod rma;
 pub mod runtime;

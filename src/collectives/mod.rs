@@ -46,9 +46,10 @@ pub use movement::{ALL_TO_ALL_ONESHOT_BYTES, BROADCAST_ONESHOT_BYTES};
 use crate::abi;
 use crate::cubins::COLLECTIVES;
 use crate::element::{DataType, Element, ReduceOp};
-use crate::error::{CudaResultExt, Error, Result};
+use crate::error::{Error, Result};
 use crate::memory::{check_len, SetUp, SymmetricBuffer, SymmetricView};
 use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
+use crate::order::{capture_of, CallOrder};
 use crate::runtime::Nvshmem;
 use crate::team::collectives::check_overlap;
 use agree::{config_hash, Agreement, Collective, Record};
@@ -57,13 +58,13 @@ use algo::{
     reduce_kernel, reduce_kernels, reduce_scatter_kernel, reduce_scatter_kernels, type_and_op,
     Algo, Params,
 };
-use cudarc::driver::{sys as cusys, CudaStream};
+use cudarc::driver::CudaStream;
 use fault::FaultRecord;
 use plan::{
     all_gather_plan, all_gather_words_plan, all_reduce_plan, reduce_plan, reduce_scatter_plan,
     CallPlan, Dims, Extra,
 };
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where the waits' bound and the fault record's address sit in `Ctrl`, in words.
@@ -84,9 +85,9 @@ pub struct Collectives {
     agreement: Agreement,
     /// Where a wait that ran out of time says so (read before every call).
     fault: FaultRecord,
-    /// The stream of the last call: a call on another stream is ordered after it (every
-    /// call shares the epoch, the flags and the staging).
-    last_stream: Mutex<Option<Arc<CudaStream>>>,
+    /// A call on another stream than the last call's is ordered after it (every call shares
+    /// the epoch, the flags and the staging).
+    order: CallOrder,
     dims: Dims,
     /// The epoch of this PE's calls, one copy per block index, then the waits' bound and
     /// the fault record's address (`Ctrl`).
@@ -189,29 +190,6 @@ fn planned_copies(
 /// Whether `stream` is being captured into a graph.
 fn capturing(shmem: &Nvshmem, stream: &Arc<CudaStream>) -> Result<bool> {
     Ok(capture_of(shmem, stream)?.is_some())
-}
-
-/// The id of the capture `stream` takes part in (also one already invalidated), if any.
-fn capture_of(shmem: &Nvshmem, stream: &Arc<CudaStream>) -> Result<Option<u64>> {
-    use cusys::CUstreamCaptureStatus as Status;
-    shmem.bind_context()?;
-    let (mut status, mut id) = (Status::CU_STREAM_CAPTURE_STATUS_NONE, 0);
-    use std::ptr::null_mut as null;
-    // SAFETY: a live stream of this context; the outputs not asked for are null (optional).
-    unsafe {
-        cusys::cuStreamGetCaptureInfo_v3(
-            stream.cu_stream(),
-            &mut status,
-            &mut id,
-            null(),
-            null(),
-            null(),
-            null(),
-        )
-    }
-    .result()
-    .during("cuStreamGetCaptureInfo")?;
-    Ok((status != Status::CU_STREAM_CAPTURE_STATUS_NONE).then_some(id))
 }
 
 impl Drop for Collectives {
@@ -389,7 +367,7 @@ impl Collectives {
             timeout: config.timeout,
             agreement,
             fault,
-            last_stream: Mutex::new(None),
+            order: CallOrder::new(),
             dims,
             ctrl,
             flags,
@@ -1067,9 +1045,7 @@ impl Collectives {
             programmatic: self.programmatic_launch,
             cluster: None,
         };
-        let mut last = self.last_stream.lock().unwrap_or_else(|p| p.into_inner());
-        self.order_after(last.as_ref(), stream)?;
-        let launched = match work {
+        self.order.run(&self.shmem, stream, || match work {
             // SAFETY: the arguments are the kernel's parameters (checked against its layout
             // by the launch); the buffers were checked against the plan's limit and outlive
             // the call, which is stream-ordered before anything that frees them.
@@ -1079,37 +1055,7 @@ impl Collectives {
                     .launch_with(launch.grid, options, stream, &mut launch.args)
             },
             Work::Copies(copies) => self.launch_copies(&copies, options, stream),
-        };
-        // Whatever was enqueued is this call's: the next one is ordered after it.
-        *last = Some(Arc::clone(stream));
-        launched
-    }
-
-    /// Order a call on `stream` after the last call, made on `last`: nothing when it is the
-    /// same stream; otherwise `stream` waits, on the device, for what `last` holds now. Two
-    /// streams of one capture (a fork inside it) are ordered the same way, by a graph edge.
-    /// A call captured while the last one ran outside the capture is not ordered (a capture
-    /// cannot wait for work outside it): a graph runs when it is launched, and its launches
-    /// are the caller's to order against other calls, as any stream's work.
-    fn order_after(&self, last: Option<&Arc<CudaStream>>, stream: &Arc<CudaStream>) -> Result<()> {
-        let Some(last) = last.filter(|l| l.cu_stream() != stream.cu_stream()) else {
-            return Ok(());
-        };
-        match (
-            capture_of(&self.shmem, last)?,
-            capture_of(&self.shmem, stream)?,
-        ) {
-            (Some(a), Some(b)) if a == b => stream.join(last).during("cuStreamWaitEvent"),
-            (Some(_), _) => Err(Error::InvalidArgument(
-                "a Collectives call on another stream while its last call's stream is still \
-                 being captured into another graph: end that capture first, or fork the stream \
-                 from the captured one (a Collectives orders its calls, and a capture cannot be \
-                 waited for from outside)"
-                    .into(),
-            )),
-            (None, Some(_)) => Ok(()),
-            (None, None) => stream.join(last).during("cuStreamWaitEvent"),
-        }
+        })
     }
 }
 

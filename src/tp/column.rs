@@ -228,7 +228,9 @@ impl ColumnParallelLinear {
             check_tokens("ColumnParallelLinear::forward", tokens, self.max_tokens)?;
         }
         // SAFETY: the lengths were checked above.
-        unsafe { self.run_path(y.device_addr(stream), x, tokens, schedule, stream) }
+        self.tp.ordered(stream, || unsafe {
+            self.run_path(y.device_addr(stream), x, tokens, schedule, stream)
+        })
     }
 
     /// The call's path into `y`.

@@ -30,9 +30,11 @@ const SUM_SLABS: &str = "sum_slabs_bf16";
 /// What every layer of one tensor-parallel group shares: the runtime, the collectives, the
 /// cuBLASLt handle and the element-wise kernels. Cheap to clone.
 ///
-/// The GEMMs of a group share one cuBLASLt workspace, and its overlapped and fused calls
-/// share a second stream and a copy stream: make the calls of one group's layers from one
-/// thread, or in an order every PE keeps anyway; give concurrent work its own group.
+/// The layers of a group share one cuBLASLt workspace, and its overlapped and fused calls
+/// share a second stream and a copy stream, so a group orders its calls: a call on another
+/// stream than the last one waits for it on the device, and calls from several threads do
+/// not interleave. The PEs must still make the calls that communicate in the same order.
+/// Give work that should run at the same time a group of its own.
 #[derive(Clone)]
 pub struct TensorParallel {
     inner: Arc<Inner>,
@@ -124,6 +126,20 @@ impl TensorParallel {
     /// The GEMMs the layers compute with.
     pub fn gemm(&self) -> &Gemm {
         &self.inner.gemm
+    }
+
+    /// Enqueue one layer call on `stream` after the group's last call (the layers share the
+    /// GEMM workspace, their scratch and the side streams), with no other thread's call in
+    /// between; the call's own GEMMs take the same order.
+    pub(in crate::tp) fn ordered<R>(
+        &self,
+        stream: &Arc<CudaStream>,
+        enqueue: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        self.inner
+            .gemm
+            .order
+            .run(&self.inner.shmem, stream, enqueue)
     }
 
     /// PEs in the group.

@@ -163,10 +163,10 @@ impl TpMlp {
             }
         };
         // SAFETY: as above; `produce` writes `act`'s rows before the GEMMs that read them.
-        unsafe {
+        l.tp.ordered(stream, || unsafe {
             l.down
                 .run_producing(y, act, tokens, schedule, stream, Some(&produce))
-        }
+        })
     }
 }
 
@@ -208,11 +208,11 @@ impl SequenceParallelMlp {
         let (gu, act) = (l.gate_up_out.addr(), l.act.addr());
         // SAFETY: the scratch buffers hold `max_tokens` rows, at least `tokens`, and `y`
         // this PE's rows.
-        unsafe {
+        l.tp.ordered(stream, || unsafe {
             l.gate_up.run_path(gu, x, tokens, schedule, stream)?;
             l.tp.silu_mul_raw(act, gu, tokens, f, stream)?;
             l.down.run(y, act, tokens, schedule, stream)
-        }
+        })
     }
 }
 

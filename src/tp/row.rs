@@ -350,8 +350,11 @@ impl RowParallelLinear {
             x.device_len(),
             self.local_in.len(),
         )?;
+        let y = y.into();
         // SAFETY: `x` holds `tokens × local_in` elements.
-        unsafe { self.run(y.into(), x.device_addr(stream), tokens, schedule, stream) }
+        self.tp.ordered(stream, || unsafe {
+            self.run(y, x.device_addr(stream), tokens, schedule, stream)
+        })
     }
 
     /// The GEMM and the collective into `y`, in `schedule`.

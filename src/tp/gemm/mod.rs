@@ -15,6 +15,7 @@ use crate::cubins::TP;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceMemory};
 use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
+use crate::order::CallOrder;
 use crate::runtime::Nvshmem;
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys as ltsys;
@@ -97,8 +98,9 @@ fn decode_grid(n: usize, max: u32) -> u32 {
 /// A cuBLASLt handle with its workspace and a plan per shape, for bf16 linear layers on
 /// this PE's GPU. Plans are made on first use (a heuristic query, no GPU work), so a call
 /// can be captured in a CUDA graph, and its first call should be made before timing.
-/// Calls share the workspace: calls on streams that may run at the same time need a `Gemm`
-/// each.
+/// Calls share the workspace, so a call on another stream than the last call's is ordered
+/// after it (it waits on the device); calls on streams that should run at the same time need
+/// a `Gemm` each.
 ///
 /// ```no_run
 /// # fn main() -> nvshmem::Result<()> {
@@ -127,6 +129,9 @@ pub struct Gemm {
     /// cuBLASLt's fastest measured algorithm by `(m, n, k)`, `m` a power of two up to
     /// [`TUNED_TOKENS`].
     tuned: Mutex<HashMap<(usize, usize, usize), Tuned>>,
+    /// Calls share the workspace: one on another stream than the last waits for it. A
+    /// tensor-parallel group's layers take their calls through the same order.
+    pub(in crate::tp) order: CallOrder,
 }
 
 // SAFETY: a cuBLASLt handle may be used from any thread (it holds no per-call state; calls
@@ -202,6 +207,7 @@ impl Gemm {
             decode_blocks: sms * DECODE_BLOCKS_PER_SM,
             decode_choice: Mutex::new(HashMap::new()),
             tuned: Mutex::new(HashMap::new()),
+            order: CallOrder::new(),
         })
     }
 
@@ -319,11 +325,29 @@ impl Gemm {
         self.linear_path(ops, shape, GemmPath::Auto, stream)
     }
 
-    /// [`linear_raw`](Self::linear_raw) computed by `path`.
+    /// [`linear_raw`](Self::linear_raw) computed by `path`, ordered after this `Gemm`'s last
+    /// call (they share the workspace).
     ///
     /// # Safety
     /// As for [`linear_raw`](Self::linear_raw).
     unsafe fn linear_path(
+        &self,
+        ops: Operands,
+        shape: LinearShape,
+        path: GemmPath,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        // SAFETY: the caller's.
+        self.order.run(&self.shmem, stream, || unsafe {
+            self.linear_unordered(ops, shape, path, stream)
+        })
+    }
+
+    /// [`linear_path`](Self::linear_path) without the ordering.
+    ///
+    /// # Safety
+    /// As for [`linear_raw`](Self::linear_raw).
+    unsafe fn linear_unordered(
         &self,
         ops: Operands,
         shape: LinearShape,
