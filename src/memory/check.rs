@@ -28,6 +28,7 @@ pub(crate) enum CheckKind {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum SetUp {
     Collectives = 1,
+    #[cfg_attr(not(feature = "tp"), allow(dead_code))]
     TpExchange = 2,
     PagePool = 3,
 }
