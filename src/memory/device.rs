@@ -56,14 +56,27 @@ impl Nvshmem {
         let ptr = if bytes == 0 {
             0
         } else {
-            let stream = self.stream();
+            // The zeroing on a stream of its own: the runtime's may hold work that waits for
+            // another thread of this process.
+            let stream = self.wait_stream()?;
             // SAFETY: a current context; the zeroing is waited for before the buffer is handed
             // out (cuMemsetD8 would run on the legacy stream, which the crate's non-blocking
             // streams do not wait for).
             unsafe {
-                let p = cu::malloc_sync(bytes).during("cuMemAlloc")?;
-                cu::memset_d8_async(p, 0, bytes, stream.cu_stream()).during("cuMemsetD8Async")?;
-                stream.synchronize().during("cuStreamSynchronize")?;
+                let p = {
+                    // Under the host library's lock, as symmetric allocations are from their
+                    // heap check to NVSHMEM's allocation: the GPU memory that check found free
+                    // is not taken by another thread in between.
+                    let _host = self.host_call()?;
+                    cu::malloc_sync(bytes).during("cuMemAlloc")?
+                };
+                let zeroed = cu::memset_d8_async(p, 0, bytes, stream.cu_stream())
+                    .during("cuMemsetD8Async")
+                    .and_then(|()| stream.synchronize().during("cuStreamSynchronize"));
+                if let Err(e) = zeroed {
+                    cu::free_sync(p).ok();
+                    return Err(e);
+                }
                 p
             }
         };
