@@ -461,7 +461,7 @@ fn main() {
             .find(|id| !mine.contains(id))
             .ok_or("every page of this PE is in use")?;
         let not_allocated =
-            |err: &Error| matches!(err, Error::PageNotAllocated { pe, index } if *pe == me && *index == unused.index as usize);
+            |err: &Error| matches!(err, Error::PageNotAllocated { pe, index, .. } if *pe == me && *index == unused.index as usize);
         expect_err("gather of a page never allocated", pool.gather(&dst, &[unused], stream), not_allocated)?;
         expect_err("free of a page never allocated", pool.free(unused), not_allocated)?;
         if pool.is_allocated(unused).map_err(e)? {
@@ -509,8 +509,11 @@ fn main() {
             matches!(err, Error::PageNotAllocated { .. })
         })?;
         let again = small.alloc(me).map_err(e)?;
-        if again != all[2] {
-            return Err(format!("freed {} but got {again}", all[2]));
+        if again != all[2].with_generation(all[2].generation + 1) {
+            return Err(format!(
+                "freed {} but got {again}: expected the same page in the next generation",
+                all[2]
+            ));
         }
         small.free_n(&[all[1], all[3]]).map_err(e)?;
         // All or nothing: 3 asked for, 2 free; the 2 taken are given back.
@@ -571,7 +574,7 @@ fn main() {
                         .table_get(0, entry)
                         .map_err(e)?
                         .ok_or_else(|| format!("entry {entry} of PE 0 is empty"))?;
-                    if id.pe != 0 || !seen.insert(id) {
+                    if id.pe != 0 || !seen.insert(id.index) {
                         return Err(format!("{id} handed out twice, or not on PE 0"));
                     }
                 }
