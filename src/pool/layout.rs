@@ -271,13 +271,19 @@ pub(crate) fn blocks_for(n: usize) -> u32 {
 mod tests {
     use super::*;
 
-    /// What `pool_alloc` does to one PE's bitmap, on the CPU: from word `start`, the lowest
-    /// clear bit of the first word that has one.
-    fn claim(words: &mut [u64], start: usize) -> Option<usize> {
+    /// What `pool_alloc` does to one PE's bitmap, on the CPU: from word `start`, a probe that
+    /// sets bit `guess` (claiming it if it was clear), else the lowest clear bit of the first
+    /// word that has one.
+    fn claim(words: &mut [u64], start: usize, guess: u32) -> Option<usize> {
         for k in 0..words.len() {
             let w = (start + k) % words.len();
-            if words[w] != !0 {
-                let bit = (!words[w]).trailing_zeros() as usize;
+            let old = words[w];
+            words[w] |= 1 << guess;
+            if old & (1 << guess) == 0 {
+                return Some(w * 64 + guess as usize);
+            }
+            if old != !0 {
+                let bit = (!old).trailing_zeros() as usize;
                 words[w] |= 1 << bit;
                 return Some(w * 64 + bit);
             }
@@ -370,21 +376,22 @@ mod tests {
     #[test]
     fn the_allocation_search_hands_out_every_page_once_and_no_padding() {
         for pages in [1, 5, 64, 65, 200] {
-            for start in [0, 1, 3] {
+            for (start, guess) in [(0, 0), (1, 63), (3, 5)] {
                 let mut words = initial_bitmap(pages);
                 let mut got = Vec::new();
                 let first = start % words.len();
-                while let Some(p) = claim(&mut words, first) {
+                while let Some(p) = claim(&mut words, first, guess) {
                     got.push(p);
                 }
                 got.sort_unstable();
                 assert_eq!(got, (0..pages).collect::<Vec<_>>(), "{pages} from {start}");
                 assert_eq!(pages_in_use(&words, pages), pages);
-                // Freeing one makes exactly that one available again.
+                // Freeing one makes exactly that one available again, whatever the probe.
                 let freed = 2.min(pages - 1);
                 words[freed / 64] &= !(1u64 << (freed % 64));
-                assert_eq!(claim(&mut words, 0), Some(freed));
-                assert_eq!(claim(&mut words, 0), None);
+                assert_eq!(claim(&mut words, 0, guess), Some(freed));
+                assert_eq!(claim(&mut words, 0, guess), None);
+                assert_eq!(pages_in_use(&words, pages), pages);
             }
         }
     }

@@ -77,6 +77,14 @@ __device__ __forceinline__ char *pool_page_ptr(const nvshmem_rs_pool &pool, uint
 
 namespace detail {
 
+// A well-mixed 64-bit value of x: where an allocation starts looking.
+__device__ __forceinline__ uint64_t pool_mix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
 // Page `index` of PE `pe`, whose bitmap bit this thread has just claimed: marked allocated
 // in its state, which returns the generation for the id.
 __device__ inline uint64_t pool_take(const nvshmem_rs_pool &pool, int32_t pe, uint32_t index) {
@@ -89,25 +97,32 @@ __device__ inline uint64_t pool_take(const nvshmem_rs_pool &pool, int32_t pe, ui
 }  // namespace detail
 
 // Allocate a page on PE `pe` (one thread): its id, or POOL_NO_PAGE when every page of `pe` is
-// allocated (or `pe` is out of range). Looks for a clear bit, then claims it with fetch_or;
-// a bit another thread claimed first is skipped.
+// allocated (or `pe` is out of range). Probes bitmap words from a random one with fetch_or
+// of a random bit: a probe claims that page when it is free, and otherwise reads the word
+// (setting a set bit changes nothing), so with room in the pool an allocation takes two
+// atomics, the claim and the state. A word with a clear bit is claimed at its lowest; a bit
+// another thread claimed first is skipped.
 __device__ inline uint64_t pool_alloc(const nvshmem_rs_pool &pool, int32_t pe) {
     if (pe < 0 || pe >= pool.n_pes) return POOL_NO_PAGE;
     const uint32_t words = pool_bitmap_words(pool);
-    // Threads start at different words, so that concurrent allocations rarely meet.
-    const uint32_t start = (blockIdx.x * blockDim.x + threadIdx.x) % words;
+    // Threads, PEs and calls start at different places, so that allocations rarely meet.
+    const uint64_t thread = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+    const uint64_t r =
+        detail::pool_mix((uint64_t)clock64() ^ (thread << 24) ^ ((uint64_t)pool.my_pe << 48));
+    const uint32_t start = (uint32_t)(r % words);
+    const uint64_t guess = 1ull << (r >> 58);
     for (uint32_t k = 0; k < words; k++) {
         const uint32_t w = (start + k) % words;
         uint64_t *word = pool.bitmap + w;
-        uint64_t seen = nvshmem_uint64_atomic_fetch(word, pe);
-        while (seen != ~0ull) {
-            const uint64_t mask = 1ull << (__ffsll((long long)~seen) - 1);
-            const uint64_t old = nvshmem_uint64_atomic_fetch_or(word, mask, pe);
-            if ((old & mask) == 0) {
-                const uint32_t bit = __ffsll((long long)mask) - 1;
-                return detail::pool_take(pool, pe, w * POOL_WORD_PAGES + bit);
-            }
-            seen = old | mask;
+        uint64_t mask = guess;
+        uint64_t old = nvshmem_uint64_atomic_fetch_or(word, mask, pe);
+        while ((old & mask) != 0 && old != ~0ull) {
+            mask = 1ull << (__ffsll((long long)~old) - 1);
+            old = nvshmem_uint64_atomic_fetch_or(word, mask, pe);
+        }
+        if ((old & mask) == 0) {
+            const uint32_t bit = __ffsll((long long)mask) - 1;
+            return detail::pool_take(pool, pe, w * POOL_WORD_PAGES + bit);
         }
     }
     return POOL_NO_PAGE;
