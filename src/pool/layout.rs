@@ -95,7 +95,8 @@ impl PageId {
     }
 
     /// The 64-bit id kernels take, `(generation << 44) | (pe << 28) | index`; [`NO_PAGE`]
-    /// for an id that does not [`fit`](Self::fits), which names no page of any pool.
+    /// for an id that does not [`fit`](Self::fits), which names no page of any pool (the
+    /// pool's calls that take a `PageId` refuse one).
     pub const fn to_raw(self) -> u64 {
         if !self.fits() {
             return NO_PAGE;
@@ -197,7 +198,8 @@ pub(crate) fn check_sizes(
     })
 }
 
-/// Check that `id` names a page of a pool over `n_pes` PEs of `pages_per_pe` pages each.
+/// Check that `id` names a page of a pool over `n_pes` PEs of `pages_per_pe` pages each, in
+/// a generation that exists (so that it packs to itself, not to [`NO_PAGE`]).
 pub(crate) fn check_id(id: PageId, n_pes: usize, pages_per_pe: usize) -> Result<()> {
     if id.pe as usize >= n_pes {
         return Err(Error::PeOutOfRange {
@@ -211,6 +213,13 @@ pub(crate) fn check_id(id: PageId, n_pes: usize, pages_per_pe: usize) -> Result<
             index: id.index as usize,
             pages_per_pe,
         });
+    }
+    if id.generation >= PageId::GENERATIONS {
+        return Err(Error::InvalidArgument(format!(
+            "{id}: generations go from 0 to {} (then start again); use ids that \
+             PagePool::alloc returned",
+            PageId::GENERATIONS - 1
+        )));
     }
     Ok(())
 }
@@ -455,6 +464,11 @@ mod tests {
             text.contains("page 10 of PE 0") && text.contains("10 pages"),
             "{text}"
         );
+        let last = PageId::new(1, 9).with_generation(PageId::GENERATIONS - 1);
+        assert!(check_id(last, 2, 10).is_ok());
+        let unborn = last.with_generation(PageId::GENERATIONS);
+        let text = check_id(unborn, 2, 10).unwrap_err().to_string();
+        assert!(text.contains("from 0 to 1048575"), "{text}");
     }
 
     #[test]

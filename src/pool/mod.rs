@@ -622,8 +622,7 @@ impl PagePool {
         unsafe { kernel.launch(grid(blocks, THREADS), stream, &mut args) }
     }
 
-    /// The raw ids of `ids`, each checked against the PEs and pages. An id whose generation
-    /// does not fit packs to [`NO_PAGE`], which the kernels find not allocated.
+    /// The raw ids of `ids`, each checked against the PEs, pages and generations.
     fn checked_raw(&self, ids: &[PageId]) -> Result<Vec<u64>> {
         if u32::try_from(ids.len()).is_err() {
             return Err(Error::InvalidArgument(format!(
