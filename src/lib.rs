@@ -33,9 +33,12 @@
 //! Every type is `Send + Sync` and may be used from any thread. NVSHMEM's host library runs
 //! at `NVSHMEM_THREAD_SERIALIZED`, so the crate serialises its own calls into it: each is
 //! made holding one process-wide lock, and a blocking call (a barrier, a blocking get)
-//! holds it until it returns. Waits for the GPU (host copies of symmetric memory, frees) and
-//! for flags ([`Nvshmem::wait_until`]) hold no lock, so another thread's call that ends them
-//! goes on. Kernel launches, including our collectives, take no lock.
+//! holds it until it returns. Waits for the GPU (host copies of symmetric memory, frees),
+//! for flags ([`Nvshmem::wait_until`]) and for the other PEs' agreement (a free, a checked
+//! call, a constructor's end) hold no lock, so another thread's call that ends them, or that
+//! a peer waits for, goes on. A symmetric allocation holds it until the PEs agree, so that
+//! no other thread takes the GPU memory its heap check found free. Kernel launches,
+//! including our collectives, take no lock.
 //!
 //! # Lifetimes on the GPU
 //! Freeing a symmetric buffer, destroying a team, dropping a [`Collectives`] or a module, and

@@ -16,7 +16,7 @@ use super::CollectivesConfig;
 use crate::element::{DataType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
-use crate::runtime::{Exchanged, Nvshmem, WordExchange, RECORD_WORDS};
+use crate::runtime::{DuringWait, Exchanged, Nvshmem, WordExchange, RECORD_WORDS};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -267,7 +267,13 @@ impl Agreement {
     ) -> Result<()> {
         let mut guard = self.exchange.lock().unwrap_or_else(|p| p.into_inner());
         let what = || format!("the call agreement (this PE {record})");
-        match shmem.exchange_through(&mut guard.0, &record.encode(), limit, what)? {
+        match shmem.exchange_through(
+            &mut guard.0,
+            &record.encode(),
+            limit,
+            DuringWait::LetGo,
+            what,
+        )? {
             Exchanged::All(all) => match describe_disagreement(shmem.my_pe(), &all) {
                 Some(msg) => Err(Error::CollectiveMismatch(msg)),
                 None => Ok(()),

@@ -9,7 +9,7 @@
 //! PE makes at the same point, and freed before NVSHMEM is finalised.
 
 use crate::error::{Error, HeapLimit, Result};
-use crate::runtime::{Exchanged, Nvshmem, FINALIZE_KIND};
+use crate::runtime::{DuringWait, Exchanged, Nvshmem, FINALIZE_KIND};
 
 /// What a PE is about to do.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -137,7 +137,15 @@ impl AllocCheck {
             _ => format!("{noun} #{seq} of {} bytes", p.bytes),
         };
         let what = || format!("the agreement on {described}");
-        let all = match shmem.exchange(&mine, shmem.wait_limit(), what)? {
+        // An allocation keeps the host library through the wait: its heap check's verdict
+        // holds only while no other thread takes GPU memory (device allocations take the
+        // lock too). A free, a constructor's end or finalize lets it go, so that this
+        // process's other threads can launch and copy what a peer may be waiting for.
+        let during_wait = match p.kind {
+            CheckKind::Alloc => DuringWait::Keep,
+            _ => DuringWait::LetGo,
+        };
+        let all = match shmem.exchange(&mine, shmem.wait_limit(), during_wait, what)? {
             Exchanged::All(all) => all,
             Exchanged::GaveUp(missing) => {
                 return Err(Error::CollectiveMismatch(format!(

@@ -24,6 +24,17 @@ use std::time::{Duration, Instant};
 /// Words of every record exchanged.
 pub(crate) const RECORD_WORDS: usize = 8;
 
+/// What the host library's lock does while an exchange waits for the other PEs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DuringWait {
+    /// Held: nothing of this process may call NVSHMEM before the exchange ends (an
+    /// allocation's, so that no other thread takes the GPU memory its heap check found free).
+    Keep,
+    /// Let go, and taken again after: this process's other threads may call NVSHMEM (a peer
+    /// may be waiting for them before it can publish).
+    LetGo,
+}
+
 /// How an exchange ended.
 pub(crate) enum Exchanged {
     /// Every PE's record, in PE order (`RECORD_WORDS` each).
@@ -91,6 +102,7 @@ impl WordExchange {
         &mut self,
         record: &[u64],
         limit: Option<Duration>,
+        during_wait: DuringWait,
     ) -> Result<Exchanged> {
         assert_eq!(record.len(), RECORD_WORDS, "a record of the exchange");
         let _host = super::host_call();
@@ -139,22 +151,32 @@ impl WordExchange {
                 );
             }
         }
-        let began = Instant::now();
-        let mut seen = vec![0u64; n];
-        let mut pause = Duration::from_micros(5);
-        loop {
-            // SAFETY: this PE's tags.
-            unsafe { memcpy_dtoh_async(&mut seen, tags as u64, read) }
-                .during("cuMemcpyDtoHAsync")?;
-            self.reads.synchronize().during("cuStreamSynchronize")?;
-            let Some(missing) = seen.iter().position(|&t| t < round) else {
-                break;
-            };
-            if limit.is_some_and(|l| began.elapsed() > l) {
-                return Ok(Exchanged::GaveUp(missing));
+        // The wait for the others reads this PE's memory only: no NVSHMEM call.
+        let wait = || -> Result<Option<usize>> {
+            let began = Instant::now();
+            let mut seen = vec![0u64; n];
+            let mut pause = Duration::from_micros(5);
+            loop {
+                // SAFETY: this PE's tags.
+                unsafe { memcpy_dtoh_async(&mut seen, tags as u64, read) }
+                    .during("cuMemcpyDtoHAsync")?;
+                self.reads.synchronize().during("cuStreamSynchronize")?;
+                let Some(missing) = seen.iter().position(|&t| t < round) else {
+                    return Ok(None);
+                };
+                if limit.is_some_and(|l| began.elapsed() > l) {
+                    return Ok(Some(missing));
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(1));
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(1));
+        };
+        let waited = match during_wait {
+            DuringWait::Keep => wait()?,
+            DuringWait::LetGo => super::without_host_library(wait)?,
+        };
+        if let Some(missing) = waited {
+            return Ok(Exchanged::GaveUp(missing));
         }
         let mut out = vec![0u64; n * w];
         // SAFETY: this round's half of this PE's scratch, complete (every tag has reached it).

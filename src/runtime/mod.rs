@@ -7,15 +7,16 @@
 mod exchange;
 mod transport;
 
-pub(crate) use exchange::{Exchanged, WordExchange, FINALIZE_KIND, RECORD_WORDS};
+pub(crate) use exchange::{DuringWait, Exchanged, WordExchange, FINALIZE_KIND, RECORD_WORDS};
 
 use crate::diag;
 use crate::error::{check, CudaResultExt, Error, Result};
 use cudarc::driver::{CudaContext, CudaStream};
 use nvshmem_sys as sys;
 use std::any::{Any, TypeId};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -39,18 +40,26 @@ thread_local! {
     /// How many [`HostCall`]s this thread holds: only the first takes the lock, so a call
     /// made under a guard may take another (the lock is not re-entrant).
     static HOST_CALLS_HELD: Cell<usize> = const { Cell::new(0) };
+    /// The lock, while this thread holds it.
+    static HOST_LOCK: RefCell<Option<MutexGuard<'static, ()>>> = const { RefCell::new(None) };
 }
 
 /// Permission to call NVSHMEM's host library: while it lives, no other thread of this
 /// process is inside NVSHMEM through this crate. Not `Send`: a guard stays on its thread.
 #[must_use = "NVSHMEM may only be called while the guard is held: bind it (`let _host = ...`)"]
 pub(crate) struct HostCall {
-    _lock: Option<MutexGuard<'static, ()>>,
+    _not_send: PhantomData<*const ()>,
 }
 
 impl Drop for HostCall {
     fn drop(&mut self) {
-        HOST_CALLS_HELD.with(|held| held.set(held.get() - 1));
+        let last = HOST_CALLS_HELD.with(|held| {
+            held.set(held.get() - 1);
+            held.get() == 0
+        });
+        if last {
+            HOST_LOCK.with(|l| l.borrow_mut().take());
+        }
     }
 }
 
@@ -61,9 +70,35 @@ pub(crate) fn host_call() -> HostCall {
         held.set(held.get() + 1);
         held.get() == 1
     });
-    HostCall {
-        _lock: first.then(|| lock(&HOST_LIBRARY)),
+    if first {
+        let guard = lock(&HOST_LIBRARY);
+        HOST_LOCK.with(|l| *l.borrow_mut() = Some(guard));
     }
+    HostCall {
+        _not_send: PhantomData,
+    }
+}
+
+/// Run `wait` with the host library let go, if this thread holds it, and take it again
+/// after: for a wait for the other PEs (an agreement's), which calls no NVSHMEM function.
+/// Holding the lock there would stop this process's other threads from launching or copying
+/// what a peer's GPU waits for, while that peer waits for this one: a deadlock across PEs.
+pub(crate) fn without_host_library<R>(wait: impl FnOnce() -> R) -> R {
+    let held = HOST_CALLS_HELD.with(|h| h.replace(0));
+    if held == 0 {
+        return wait();
+    }
+    HOST_LOCK.with(|l| l.borrow_mut().take());
+    struct Retake(usize);
+    impl Drop for Retake {
+        fn drop(&mut self) {
+            let guard = lock(&HOST_LIBRARY);
+            HOST_LOCK.with(|l| *l.borrow_mut() = Some(guard));
+            HOST_CALLS_HELD.with(|h| h.set(self.0));
+        }
+    }
+    let _retake = Retake(held);
+    wait()
 }
 
 /// Why a host-side wait for the other PEs gave up, once one did: the work it queued (an
@@ -425,7 +460,7 @@ impl Runtime {
         record[0] = FINALIZE_KIND;
         let _host = host_call();
         let mut exchange = lock(&self.exchange);
-        match exchange.exchange(&record, self.wait_limit) {
+        match exchange.exchange(&record, self.wait_limit, DuringWait::LetGo) {
             Ok(Exchanged::All(all)) => {
                 match all.chunks(RECORD_WORDS).position(|r| r[0] != FINALIZE_KIND) {
                     None => true,
@@ -869,12 +904,13 @@ impl Nvshmem {
         &self,
         record: &[u64; RECORD_WORDS],
         limit: Option<Duration>,
+        during_wait: DuringWait,
         what: impl FnOnce() -> String,
     ) -> Result<Exchanged> {
         // The host library before the exchange, the order every path takes.
         let _host = self.host_call()?;
         let mut exchange = lock(&self.rt.exchange);
-        self.exchange_through(&mut exchange, record, limit, what)
+        self.exchange_through(&mut exchange, record, limit, during_wait, what)
     }
 
     /// [`exchange`](Self::exchange) through `exchange`, another layer's own (with scratch of
@@ -884,11 +920,12 @@ impl Nvshmem {
         exchange: &mut WordExchange,
         record: &[u64; RECORD_WORDS],
         limit: Option<Duration>,
+        during_wait: DuringWait,
         what: impl FnOnce() -> String,
     ) -> Result<Exchanged> {
         check_not_stranded()?;
         let _host = self.host_call()?;
-        let out = match exchange.exchange(record, limit) {
+        let out = match exchange.exchange(record, limit, during_wait) {
             Ok(out) => out,
             Err(e) => {
                 // The other PEs may be waiting for this one's record: it cannot go on with them.
@@ -1092,6 +1129,44 @@ pub(crate) fn note_free(rt: &Runtime, bytes: usize) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_wait_without_the_host_library_lets_other_threads_in_and_takes_it_back() {
+        use std::sync::mpsc::channel;
+        let outer = super::host_call();
+        let inner = super::host_call();
+        let (entered, entered_rx) = channel();
+        let other = std::thread::spawn(move || {
+            let _host = super::host_call();
+            entered.send(()).unwrap();
+        });
+        // Held: the other thread cannot come in.
+        assert!(entered_rx
+            .recv_timeout(std::time::Duration::from_millis(100))
+            .is_err());
+        super::without_host_library(|| {
+            entered_rx
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .expect("another thread takes the host library during the wait");
+        });
+        other.join().unwrap();
+        // Taken back with this thread's count: another thread is kept out until both
+        // guards are gone.
+        let (entered, entered_rx) = channel();
+        let late = std::thread::spawn(move || {
+            let _host = super::host_call();
+            entered.send(()).unwrap();
+        });
+        drop(inner);
+        assert!(entered_rx
+            .recv_timeout(std::time::Duration::from_millis(100))
+            .is_err());
+        drop(outer);
+        entered_rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the lock is let go with the last guard");
+        late.join().unwrap();
+    }
+
     #[test]
     fn several_pes_on_a_gpu_need_mps_with_capped_sms() {
         use super::gpu_sharing_problem as problem;
