@@ -1073,11 +1073,14 @@ fn agreed_grid_limits(shmem: &Nvshmem, all_reduce: &[Option<Function>]) -> Resul
         let fit = f.max_resident_blocks(plan::BW_THREADS, 0)? as usize / sm_count.max(1);
         per_sm = per_sm.min(fit.max(1));
     }
-    let agreed = shmem.malloc::<i32>(2)?;
-    agreed.copy_from_host(&[sm_count as i32, per_sm as i32])?;
-    shmem
-        .team_world()
-        .all_reduce(&agreed, &agreed, ReduceOp::Min, shmem.stream())?;
-    let agreed = agreed.to_vec()?;
-    Ok((agreed[0].max(1) as usize, agreed[1].max(1) as usize))
+    // Through the bounded set-up exchange, not a collective on the runtime's stream: that
+    // waited without a bound, and queued behind other threads' work on the stream in an order
+    // the PEs need not share.
+    let mine = ((sm_count as u64) << 32) | per_sm as u64;
+    let all = shmem.set_up_gather(SetUp::CollectivesGrid, mine)?;
+    let smallest = |f: fn(u64) -> u64| all.iter().map(|&v| f(v)).min().unwrap_or(1).max(1);
+    Ok((
+        smallest(|v| v >> 32) as usize,
+        smallest(|v| v & 0xFFFF_FFFF) as usize,
+    ))
 }

@@ -28,6 +28,8 @@ pub(crate) enum CheckKind {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum SetUp {
     Collectives = 1,
+    /// The launch limits every PE's GPU allows, gathered by `Collectives::new`.
+    CollectivesGrid = 4,
     #[cfg_attr(not(feature = "tp"), allow(dead_code))]
     TpExchange = 2,
     PagePool = 3,
@@ -39,6 +41,7 @@ impl SetUp {
             1 => "Collectives::new",
             2 => "a tensor-parallel layer's exchange",
             3 => "PagePool::new",
+            4 => "Collectives::new's launch limits",
             _ => "a constructor",
         }
     }
@@ -66,8 +69,12 @@ pub(crate) struct Proposal {
     pub(crate) align: usize,
     /// This PE's verdict.
     pub(crate) refused: Option<Refusal>,
+    /// The bytes in use (an allocation), or the value the end of a constructor gathers.
     pub(crate) in_use: usize,
 }
+
+/// Where a record holds the value a constructor's end gathers.
+pub(crate) const GATHERED_WORD: usize = 6;
 
 /// Words each PE publishes: kind, sequence, bytes, alignment (these must agree), then the
 /// refusal's code and value, the bytes in use, and a zero (the runtime's records are
@@ -112,6 +119,11 @@ impl AllocCheck {
     /// Returns the sequence number of the allocation (a new one for `Alloc`, the given one for
     /// `Free`).
     pub(crate) fn agree(&mut self, shmem: &Nvshmem, p: Proposal) -> Result<u64> {
+        self.agree_all(shmem, p).map(|(seq, _)| seq)
+    }
+
+    /// [`agree`](Self::agree), with every PE's record (`WORDS` each, in PE order).
+    pub(crate) fn agree_all(&mut self, shmem: &Nvshmem, p: Proposal) -> Result<(u64, Vec<u64>)> {
         let seq = p.seq.unwrap_or(self.next_seq);
         let [code, value] = encode(p.refused);
         let mine = [
@@ -165,7 +177,7 @@ impl AllocCheck {
         if p.kind == CheckKind::Alloc {
             self.next_seq += 1;
         }
-        Ok(seq)
+        Ok((seq, all))
     }
 }
 

@@ -232,15 +232,26 @@ impl Nvshmem {
     /// symmetric memory must be complete (they are ordered before the exchange's puts only
     /// through the host).
     pub(crate) fn set_up_barrier(&self, what: SetUp) -> Result<()> {
-        self.agree_collective(Proposal {
+        self.set_up_gather(what, 0).map(|_| ())
+    }
+
+    /// [`set_up_barrier`](Self::set_up_barrier) that also gathers every PE's `value`, in PE
+    /// order.
+    pub(crate) fn set_up_gather(&self, what: SetUp, value: u64) -> Result<Vec<u64>> {
+        let proposal = Proposal {
             kind: CheckKind::SetUp,
             seq: Some(0),
             bytes: what as usize,
             align: 0,
             refused: None,
-            in_use: 0,
-        })
-        .map(|_| ())
+            in_use: value as usize,
+        };
+        let (_, all) =
+            self.with_service(AllocCheck::new, |check| check.agree_all(self, proposal))?;
+        Ok(all
+            .chunks(crate::runtime::RECORD_WORDS)
+            .map(|r| r[check::GATHERED_WORD])
+            .collect())
     }
 }
 
