@@ -140,9 +140,13 @@ static OWN_STREAM_NBI: AtomicBool = AtomicBool::new(false);
 /// barriers).
 pub(crate) fn complete_own_stream(shmem: &Nvshmem) -> Result<()> {
     if OWN_STREAM_NBI.swap(false, Ordering::AcqRel) {
-        let _host = shmem.host_call()?;
         let stream = shmem.stream();
-        unsafe { sys::nvshmemx_quiet_on_stream(stream.cu_stream() as sys::cudaStream_t) };
+        {
+            let _host = shmem.host_call()?;
+            unsafe { sys::nvshmemx_quiet_on_stream(stream.cu_stream() as sys::cudaStream_t) };
+        }
+        // Not under the host library's lock: the stream may hold work that waits for another
+        // thread's call.
         stream.synchronize().during("cuStreamSynchronize")?;
     }
     Ok(())

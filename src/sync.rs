@@ -34,7 +34,7 @@
 
 use crate::element::AtomicInteger;
 use crate::error::{check, CudaResultExt, Error, Result};
-use crate::memory::SymmetricView;
+use crate::memory::{SetUp, SymmetricView};
 use crate::runtime::Nvshmem;
 use crate::signal::{complete_own_stream, Cmp};
 use crate::team::Team;
@@ -79,11 +79,15 @@ impl Nvshmem {
 
     /// Wait until every PE has called it, after completing this PE's operations (a quiet).
     /// Collective over all PEs.
+    ///
+    /// Bounded by the runtime's wait limit (`NVSHMEM_RS_TIMEOUT`): the PEs meet through the
+    /// runtime's own exchange (puts and host reads), not NVSHMEM's barrier, which waits
+    /// without a bound and holds the host library meanwhile. A PE doing another collective
+    /// call (an allocation, a free) is [`Error::CollectiveMismatch`] naming both; a PE that
+    /// never comes is the same after the limit, and the runtime is stranded.
     pub fn barrier_all(&self) -> Result<()> {
-        let _host = self.host_call()?;
-        complete_own_stream(self)?;
-        unsafe { sys::nvshmem_barrier_all() };
-        Ok(())
+        self.quiet()?;
+        self.set_up_barrier(SetUp::BarrierAll)
     }
 
     /// [`barrier_all`](Self::barrier_all) over the PEs of `team` (collective over the team).
@@ -102,11 +106,9 @@ impl Nvshmem {
     }
 
     /// Wait until every PE has called it, without completing outstanding operations.
-    /// Collective over all PEs.
+    /// Collective over all PEs; bounded, as [`barrier_all`](Self::barrier_all) is.
     pub fn sync_all(&self) -> Result<()> {
-        let _host = self.host_call()?;
-        unsafe { sys::nvshmem_sync_all() };
-        Ok(())
+        self.set_up_barrier(SetUp::SyncAll)
     }
 
     /// [`sync_all`](Self::sync_all) over the PEs of `team` (collective over the team).

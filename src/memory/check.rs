@@ -24,15 +24,19 @@ pub(crate) enum CheckKind {
     SetUp = 4,
 }
 
-/// The collective constructors that end with every PE waiting for the others.
+/// The points where every PE waits for the others through the runtime's exchange, outside
+/// allocation: the ends of collective constructors, and the host barriers.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum SetUp {
     Collectives = 1,
-    /// The launch limits every PE's GPU allows, gathered by `Collectives::new`.
-    CollectivesGrid = 4,
     #[cfg_attr(not(feature = "tp"), allow(dead_code))]
     TpExchange = 2,
     PagePool = 3,
+    /// The launch limits every PE's GPU allows, gathered by `Collectives::new`.
+    CollectivesGrid = 4,
+    /// `Nvshmem::barrier_all` and `sync_all`.
+    BarrierAll = 5,
+    SyncAll = 6,
 }
 
 impl SetUp {
@@ -42,6 +46,8 @@ impl SetUp {
             2 => "a tensor-parallel layer's exchange",
             3 => "PagePool::new",
             4 => "Collectives::new's launch limits",
+            5 => "a barrier_all",
+            6 => "a sync_all",
             _ => "a constructor",
         }
     }
