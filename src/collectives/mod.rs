@@ -57,7 +57,7 @@ use algo::{
     reduce_kernel, reduce_kernels, reduce_scatter_kernel, reduce_scatter_kernels, type_and_op,
     Algo, Params,
 };
-use cudarc::driver::{sys as cusys, CudaStream};
+use cudarc::driver::CudaStream;
 use fault::FaultRecord;
 use plan::{
     all_gather_plan, all_gather_words_plan, all_reduce_plan, reduce_plan, reduce_scatter_plan,
@@ -188,30 +188,7 @@ fn planned_copies(
 
 /// Whether `stream` is being captured into a graph.
 fn capturing(shmem: &Nvshmem, stream: &Arc<CudaStream>) -> Result<bool> {
-    Ok(capture_of(shmem, stream)?.is_some())
-}
-
-/// The id of the capture `stream` takes part in (also one already invalidated), if any.
-fn capture_of(shmem: &Nvshmem, stream: &Arc<CudaStream>) -> Result<Option<u64>> {
-    use cusys::CUstreamCaptureStatus as Status;
-    shmem.bind_context()?;
-    let (mut status, mut id) = (Status::CU_STREAM_CAPTURE_STATUS_NONE, 0);
-    use std::ptr::null_mut as null;
-    // SAFETY: a live stream of this context; the outputs not asked for are null (optional).
-    unsafe {
-        cusys::cuStreamGetCaptureInfo_v3(
-            stream.cu_stream(),
-            &mut status,
-            &mut id,
-            null(),
-            null(),
-            null(),
-            null(),
-        )
-    }
-    .result()
-    .during("cuStreamGetCaptureInfo")?;
-    Ok((status != Status::CU_STREAM_CAPTURE_STATUS_NONE).then_some(id))
+    Ok(shmem.capture_id(stream)?.is_some())
 }
 
 impl Drop for Collectives {
@@ -1094,10 +1071,7 @@ impl Collectives {
         let Some(last) = last.filter(|l| l.cu_stream() != stream.cu_stream()) else {
             return Ok(());
         };
-        match (
-            capture_of(&self.shmem, last)?,
-            capture_of(&self.shmem, stream)?,
-        ) {
+        match (self.shmem.capture_id(last)?, self.shmem.capture_id(stream)?) {
             (Some(a), Some(b)) if a == b => stream.join(last).during("cuStreamWaitEvent"),
             (Some(_), _) => Err(Error::InvalidArgument(
                 "a Collectives call on another stream while its last call's stream is still \
