@@ -54,6 +54,7 @@
 //! ```
 
 mod layout;
+mod order;
 
 pub use crate::abi::nvshmem_rs_channel as DeviceChannel;
 pub use layout::{ChannelLayout, SEND_BLOCK_BYTES};
@@ -65,7 +66,8 @@ use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::{DeviceMemory, SymmetricBuffer};
 use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
 use crate::runtime::Nvshmem;
-use cudarc::driver::{sys as cusys, CudaStream};
+use cudarc::driver::CudaStream;
+use order::End;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -98,10 +100,17 @@ impl Kernels {
 /// A bounded single-producer single-consumer queue of messages of `T` from one PE to
 /// another, in symmetric memory (see the [module](self) documentation).
 ///
-/// Each end keeps its position in device memory, so the calls at one end must run one after
-/// the other on the GPU: make them on one stream (or order their streams with events), and do
-/// not push from a kernel of yours while a `send` runs. Two sends racing on one end would
-/// both claim the same slot.
+/// # Threads and streams
+/// A channel may be used from any thread, on any streams. Each end keeps its position in
+/// device memory, so the calls at one end run one after the other on the GPU, in the order
+/// they were made: a call on another stream than the end's last call first makes its stream
+/// wait (on the device, through an event) for the work that stream holds. Two threads that
+/// send at once each send their own messages, in some order, none lost or overwritten (and
+/// two that receive at once each receive different messages). Calls at one end may still run
+/// at once with work the channel does not see: do not push from a kernel of yours while a
+/// `send` runs, nor pop while a `recv` runs. As with [`Collectives`](crate::Collectives),
+/// a graph's launches are yours to order against other calls, and a call on another stream
+/// while the last one's stream is still being captured into another graph is an error.
 pub struct Channel<T: Element> {
     shmem: Nvshmem,
     layout: ChannelLayout,
@@ -109,6 +118,9 @@ pub struct Channel<T: Element> {
     slots: SymmetricBuffer<u8>,
     /// `ready[depth]`, `lens[depth]`, then the words of `NvshmemRsChannelWord`.
     ctrl: SymmetricBuffer<u64>,
+    /// The streams of the last send and the last receive on this PE.
+    sender: End,
+    receiver: End,
     kernels: Kernels,
     _elements: PhantomData<fn() -> T>,
 }
@@ -193,6 +205,8 @@ impl<T: Element> Channel<T> {
             layout,
             slots,
             ctrl,
+            sender: End::default(),
+            receiver: End::default(),
             kernels,
             _elements: PhantomData,
         })
@@ -261,18 +275,22 @@ impl<T: Element> Channel<T> {
         self.layout
             .check_send(self.shmem.my_pe(), src.device_len())?;
         let bytes = (src.device_len() * size_of::<T>()) as u64;
-        let mut args = KernelArgs::new();
-        args.value(self.handle())
-            .device_ptr(src.device_addr(stream))
-            .value(bytes);
         let (blocks, threads) = (layout::blocks_for(bytes), layout::threads_for(bytes));
-        // SAFETY: the arguments match channel_send(nvshmem_rs_channel, const char *, uint64_t);
-        // the handle's buffers live as long as `self`, and `src` holds `bytes` bytes.
-        unsafe {
-            self.kernels
-                .send
-                .launch_with(grid(blocks, threads), LAUNCH, stream, &mut args)
-        }
+        self.sender
+            .take_turn(&self.shmem, stream, "Channel::send", || {
+                let mut args = KernelArgs::new();
+                args.value(self.handle())
+                    .device_ptr(src.device_addr(stream))
+                    .value(bytes);
+                // SAFETY: the arguments match channel_send(nvshmem_rs_channel, const char *,
+                // uint64_t); the handle's buffers live as long as `self`, and `src` holds
+                // `bytes` bytes.
+                unsafe {
+                    self.kernels
+                        .send
+                        .launch_with(grid(blocks, threads), LAUNCH, stream, &mut args)
+                }
+            })
     }
 
     /// Receive the next message into `dst` on `stream`, which must hold
@@ -282,6 +300,63 @@ impl<T: Element> Channel<T> {
     pub fn recv(&self, dst: &mut impl DeviceMemory<T>, stream: &Arc<CudaStream>) -> Result<()> {
         self.layout
             .check_recv(self.shmem.my_pe(), dst.device_len())?;
+        self.receiver
+            .take_turn(&self.shmem, stream, "Channel::recv", || {
+                self.launch_recv(dst, stream)
+            })
+    }
+
+    /// [`recv`](Self::recv) if a message is waiting now; `Ok(false)` without enqueueing
+    /// anything if not. Waits for `stream` first (so the receives already made are counted),
+    /// which makes it unusable while `stream` is being captured into a graph (an error).
+    pub fn try_recv(
+        &self,
+        dst: &mut impl DeviceMemory<T>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<bool> {
+        self.layout
+            .check_recv(self.shmem.my_pe(), dst.device_len())?;
+        self.refuse_capture(stream)?;
+        self.receiver
+            .take_turn(&self.shmem, stream, "Channel::try_recv", || {
+                let ctrl = self.control_block(stream)?;
+                if !self.has_message(&ctrl) {
+                    return Ok(false);
+                }
+                self.launch_recv(dst, stream)?;
+                Ok(true)
+            })
+    }
+
+    /// The number of elements of the message received last on this PE (0 before the first).
+    /// Waits for the receives made before it.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// # use nvshmem::channel::{Channel, ChannelConfig};
+    /// # let shmem = nvshmem::Nvshmem::init()?;
+    /// let ch = Channel::<f32>::new(&shmem, ChannelConfig::new(0, shmem.n_pes() - 1, 1024))?;
+    /// if shmem.my_pe() == ch.consumer() {
+    ///     let mut buf = shmem.calloc::<f32>(1024)?;
+    ///     ch.recv(&mut buf, shmem.stream())?;
+    ///     let len = ch.last_len(shmem.stream())?; // buf[..len] is the message
+    /// #   let _ = len;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn last_len(&self, stream: &Arc<CudaStream>) -> Result<usize> {
+        self.layout
+            .check_recv(self.shmem.my_pe(), self.layout.max_len)?;
+        self.refuse_capture(stream)?;
+        self.receiver
+            .take_turn(&self.shmem, stream, "Channel::last_len", || {
+                let ctrl = self.control_block(stream)?;
+                Ok(ctrl[self.word(CHANNEL_LAST_BYTES)] as usize / size_of::<T>())
+            })
+    }
+
+    /// Enqueue the receive kernel (the caller holds the receiving end's turn).
+    fn launch_recv(&self, dst: &mut impl DeviceMemory<T>, stream: &Arc<CudaStream>) -> Result<()> {
         let capacity = (dst.device_len() * size_of::<T>()) as u64;
         let mut args = KernelArgs::new();
         args.value(self.handle())
@@ -299,37 +374,10 @@ impl<T: Element> Channel<T> {
         }
     }
 
-    /// [`recv`](Self::recv) if a message is waiting now; `Ok(false)` without enqueueing
-    /// anything if not. Waits for `stream` first (so the receives already on it are counted),
-    /// which makes it unusable while `stream` is being captured into a graph (an error).
-    pub fn try_recv(
-        &self,
-        dst: &mut impl DeviceMemory<T>,
-        stream: &Arc<CudaStream>,
-    ) -> Result<bool> {
-        self.layout
-            .check_recv(self.shmem.my_pe(), dst.device_len())?;
-        if !self.has_message(stream)? {
-            return Ok(false);
-        }
-        self.recv(dst, stream)?;
-        Ok(true)
-    }
-
-    /// The number of elements of the message received last on this PE (0 before the first).
-    /// Waits for `stream`, on which the receives were made.
-    pub fn last_len(&self, stream: &Arc<CudaStream>) -> Result<usize> {
-        self.layout
-            .check_recv(self.shmem.my_pe(), self.layout.max_len)?;
-        let ctrl = self.control_block(stream)?;
-        Ok(ctrl[self.word(CHANNEL_LAST_BYTES)] as usize / size_of::<T>())
-    }
-
-    /// Whether the next message has arrived, after the work on `stream`.
-    fn has_message(&self, stream: &Arc<CudaStream>) -> Result<bool> {
-        let ctrl = self.control_block(stream)?;
+    /// Whether the next message has arrived, by this PE's control block.
+    fn has_message(&self, ctrl: &[u64]) -> bool {
         let received = ctrl[self.word(CHANNEL_RECEIVED)];
-        Ok(ctrl[(received % self.layout.depth as u64) as usize] > received)
+        ctrl[(received % self.layout.depth as u64) as usize] > received
     }
 
     /// The index in the control block of one of the channel's words.
@@ -337,18 +385,21 @@ impl<T: Element> Channel<T> {
         2 * self.layout.depth + word as usize
     }
 
-    /// This PE's control block, after the work on `stream` (the ready words still move as
-    /// the producer sends).
-    fn control_block(&self, stream: &Arc<CudaStream>) -> Result<Vec<u64>> {
-        if stream.capture_status().during("cuStreamIsCapturing")?
-            != cusys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-        {
+    /// The calls that wait for their stream cannot run while it is being captured.
+    fn refuse_capture(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        if self.shmem.capture_id(stream)?.is_some() {
             return Err(Error::InvalidArgument(
                 "Channel::try_recv and last_len wait for their stream, which is being captured \
                  into a graph: call them outside the capture"
                     .into(),
             ));
         }
+        Ok(())
+    }
+
+    /// This PE's control block, after the work on `stream` (the ready words still move as
+    /// the producer sends).
+    fn control_block(&self, stream: &Arc<CudaStream>) -> Result<Vec<u64>> {
         self.shmem.bind_context()?;
         stream.synchronize().during("cuStreamSynchronize")?;
         self.ctrl.to_vec()
