@@ -8,6 +8,7 @@ use crate::error::{CudaResultExt, Error, Result};
 use crate::runtime::Nvshmem;
 use cudarc::driver::CudaStream;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// What a call on one stream does to follow the last call, made on another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +77,30 @@ impl End {
         // call is ordered after it.
         *last = Some(Arc::clone(stream));
         out
+    }
+
+    /// Wait until the work of the end's last call is done, until `deadline`: `Ok(false)` when
+    /// it is not done by then. Nothing to wait for when the end was never used.
+    pub(crate) fn wait_idle(&self, shmem: &Nvshmem, deadline: Instant) -> Result<bool> {
+        let last = self.lock();
+        let Some(stream) = last.as_ref() else {
+            return Ok(true);
+        };
+        if shmem.capture_id(stream)?.is_some() {
+            return Err(Error::InvalidArgument(
+                "a channel dropped while a stream of its calls is being captured".into(),
+            ));
+        }
+        let done = stream.record_event(None).during("cuEventRecord")?;
+        loop {
+            if done.try_is_complete().during("cuEventQuery")? {
+                return Ok(true);
+            }
+            if Instant::now() > deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<Arc<CudaStream>>> {
