@@ -120,6 +120,15 @@ const CASES: &[Case] = &[
         )],
         alone: true,
     },
+    Case {
+        name: "channel-no-sender",
+        about: "PE 0 skips its send on a channel to PE 1 (a 2 s bound), which receives",
+        expect: &[
+            (1, "for the message from PE 0 and gave up"),
+            (0, "from PE 1 and gave up"),
+        ],
+        alone: false,
+    },
 ];
 
 fn main() {
@@ -376,6 +385,9 @@ fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
     x.copy_from_host(&vec![1.0; 2048])?;
     let y = shmem.malloc::<f32>(2048)?;
     let stream = shmem.stream();
+    if case == "channel-no-sender" {
+        return channel_no_sender(shmem, &coll, &x, &y);
+    }
     for call in 0..CALLS {
         let len = match case {
             "length" | "length-checked" if me == 0 => 1000,
@@ -456,4 +468,37 @@ fn free_while_capturing(shmem: &Nvshmem) -> nvshmem::Result<()> {
         let _ = end_tx.send(());
         freed
     })
+}
+
+/// PE 0 skips the one send of a channel to PE 1 and goes on to an all-reduce; PE 1 receives.
+/// PE 1's receive gives up within the channel's bound and names PE 0; the others' all-reduce
+/// then gives up on PE 1.
+fn channel_no_sender(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    x: &nvshmem::SymmetricBuffer<f32>,
+    y: &nvshmem::SymmetricBuffer<f32>,
+) -> nvshmem::Result<()> {
+    let me = shmem.my_pe();
+    let config = nvshmem::ChannelConfig::new(0, 1, 1024).timeout(TIMEOUT);
+    let ch = nvshmem::Channel::<f32>::new(shmem, config)?;
+    let stream = shmem.stream();
+    if me == 1 {
+        let mut dst = shmem.alloc_device::<f32>(1024)?;
+        trace(me, "recv");
+        ch.recv(&mut dst, stream)?;
+        // Waits for the receive: its error, once it gives up.
+        let len = ch.last_len(stream)?;
+        trace(me, &format!("received {len} elements"));
+    } else if me == 0 {
+        trace(me, "skips its send");
+    }
+    coll.all_reduce(y, x, ReduceOp::Sum, AllReduceAlgo::LowLatency, stream)?;
+    stream
+        .synchronize()
+        .map_err(|source| nvshmem::Error::Cuda {
+            call: "cuStreamSynchronize",
+            source,
+        })?;
+    coll.check()
 }

@@ -11,13 +11,15 @@
 //! the next PE's stage, with no host in between; the result is checked against the same
 //! transforms on the CPU, for the block, warp and thread functions and the in-place (peek)
 //! pop. The host API is checked around it: messages of every size up to a multi-block one,
-//! flow control with a consumer that starts late, `try_recv`, CUDA graph replay, and the
-//! errors. Prints `N passed, M failed` on PE 0 and exits non-zero if anything failed.
+//! flow control with a consumer that starts late, `try_recv`, CUDA graph replay, the errors,
+//! the bound on every wait (a receive with no sender, a send into a full channel, a drop with
+//! a receive still waiting) and two threads at each end at once, on streams of their own.
+//! Prints `N passed, M failed` on PE 0 and exits non-zero if anything failed.
 
 use nvshmem::channel::{Channel, ChannelConfig};
 use nvshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use nvshmem::module::{grid, KernelArgs, Module};
-use nvshmem::{CudaStream, DeviceBuffer, Error, Nvshmem, ReduceOp, Result};
+use nvshmem::{ChannelWait, CudaStream, DeviceBuffer, Error, Nvshmem, ReduceOp, Result};
 use std::time::{Duration, Instant};
 
 #[path = "common/graph.rs"]
@@ -269,6 +271,9 @@ fn pipeline(shmem: &Nvshmem, seed: u64, mode: u32, batches: usize) -> Result<Dur
         }
     }
     sync(&stage_stream)?;
+    // A stage whose wait gave up left the reason in its channels.
+    input.check()?;
+    output.check()?;
     result.map(|()| elapsed)
 }
 
@@ -435,6 +440,307 @@ fn errors(shmem: &Nvshmem) -> Result<()> {
     Ok(())
 }
 
+/// The bound of the checks of a peer that does not come.
+const SHORT_BOUND: Duration = Duration::from_secs(2);
+/// What a wait that gives up may take beyond its bound (the first look at the clock, a
+/// launch, a synchronisation).
+const SLACK: Duration = Duration::from_secs(2);
+
+/// `r` is the channel's timeout of a wait for PE `pe` at `site`, for message `message`.
+fn expect_timeout<V: std::fmt::Debug>(
+    what: &str,
+    r: Result<V>,
+    pe: usize,
+    site: ChannelWait,
+    message: u64,
+) -> Result<()> {
+    match r {
+        Err(Error::ChannelTimeout {
+            waited_for,
+            site: s,
+            message: m,
+            ..
+        }) if (waited_for, s, m) == (pe, site, message) => Ok(()),
+        Err(e) => fail(format!(
+            "{what}: {e}; expected a timeout of a wait for PE {pe} ({site:?}, message #{message})"
+        )),
+        Ok(v) => fail(format!("{what} returned {v:?}; expected a timeout")),
+    }
+}
+
+/// `took` is the bound, give or take the slack.
+fn within_bound(what: &str, took: Duration) -> Result<()> {
+    if took < SHORT_BOUND.mul_f64(0.9) || took > SHORT_BOUND + SLACK {
+        return fail(format!(
+            "{what} took {took:.2?}; the bound is {SHORT_BOUND:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// A receive whose producer never sends gives up within the bound with the error that names
+/// the producer, takes nothing, and every later call fails at once; the channel then drops at
+/// once on every PE.
+fn recv_without_sender(shmem: &Nvshmem) -> Result<()> {
+    let (me, n) = (shmem.my_pe(), shmem.n_pes());
+    let (producer, consumer) = (0, n - 1);
+    let config = ChannelConfig::new(producer, consumer, 64).timeout(SHORT_BOUND);
+    let ch = Channel::<u32>::new(shmem, config)?;
+    let on_consumer = || -> Result<()> {
+        let stream = shmem.new_stream()?;
+        let mut dst = shmem.alloc_device::<u32>(64)?;
+        dst.copy_from_host(&vec![FILL; 64])?;
+        let began = Instant::now();
+        ch.recv(&mut dst, &stream)?;
+        let waited = ch.last_len(&stream);
+        let took = began.elapsed();
+        expect_timeout("last_len", waited, producer, ChannelWait::Message, 0)?;
+        within_bound("the receive", took)?;
+        let began = Instant::now();
+        let message = ChannelWait::Message;
+        expect_timeout(
+            "recv after",
+            ch.recv(&mut dst, &stream),
+            producer,
+            message,
+            0,
+        )?;
+        let tried = ch.try_recv(&mut dst, &stream);
+        expect_timeout("try_recv after", tried, producer, message, 0)?;
+        expect_timeout("check", ch.check(), producer, message, 0)?;
+        if began.elapsed() > Duration::from_millis(200) {
+            return fail(format!(
+                "the calls after the timeout took {:.2?}: they must fail at once",
+                began.elapsed()
+            ));
+        }
+        compare("the receive that gave up", &dst.to_vec()?, &[], FILL)
+    };
+    let outcome = if me == consumer {
+        on_consumer()
+    } else {
+        ch.check()
+    };
+    shmem.barrier_all()?;
+    let began = Instant::now();
+    drop(ch);
+    if began.elapsed() > SHORT_BOUND {
+        return fail(format!("the drop took {:.2?}", began.elapsed()));
+    }
+    outcome
+}
+
+/// A receive with no sender, then a drop at once: the drop waits for the receive to give up
+/// (within the bound), not for ever, frees the channel on every PE, and the runtime goes on.
+fn drop_while_receiving(shmem: &Nvshmem) -> Result<()> {
+    let (me, n) = (shmem.my_pe(), shmem.n_pes());
+    let config = ChannelConfig::new(0, n - 1, 64).timeout(SHORT_BOUND);
+    let ch = Channel::<u32>::new(shmem, config)?;
+    let stream = shmem.new_stream()?;
+    let mut dst = shmem.alloc_device::<u32>(64)?;
+    if me == n - 1 {
+        ch.recv(&mut dst, &stream)?;
+    }
+    let began = Instant::now();
+    drop(ch);
+    let took = began.elapsed();
+    // Twice the bound and a second, as the drop waits at most (the peers wait in its free for
+    // the consumer's).
+    if took > 2 * SHORT_BOUND + Duration::from_secs(1) + SLACK {
+        return fail(format!("the drop took {took:.2?}"));
+    }
+    // Not stranded: a collective allocation still works.
+    shmem.calloc::<u32>(16)?.free()
+}
+
+/// A send into a full channel whose consumer does not receive gives up within the bound with
+/// the error that names the consumer, and later calls fail at once; the messages sent before it
+/// are intact, and the consumer still receives them.
+fn send_into_full_channel(shmem: &Nvshmem, seed: u64) -> Result<()> {
+    let (me, n) = (shmem.my_pe(), shmem.n_pes());
+    let (producer, consumer, depth, len) = (0, n - 1, 2, 64);
+    let config = ChannelConfig::new(producer, consumer, len)
+        .depth(depth)
+        .timeout(SHORT_BOUND);
+    let ch = Channel::<u32>::new(shmem, config)?;
+    let message = |k: usize| random_words(seed ^ k as u64, len);
+    let stream = shmem.new_stream()?;
+    let on_producer = || -> Result<()> {
+        let srcs = (0..=depth)
+            .map(|k| {
+                let b = shmem.alloc_device::<u32>(len)?;
+                b.copy_from_host(&message(k))?;
+                Ok(b)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let began = Instant::now();
+        for src in &srcs {
+            ch.send(src, &stream)?;
+        }
+        sync(&stream)?;
+        within_bound("the send into a full channel", began.elapsed())?;
+        let slot = ChannelWait::Slot;
+        expect_timeout("check", ch.check(), consumer, slot, depth as u64)?;
+        let began = Instant::now();
+        expect_timeout(
+            "send after",
+            ch.send(&srcs[0], &stream),
+            consumer,
+            slot,
+            depth as u64,
+        )?;
+        if began.elapsed() > Duration::from_millis(200) {
+            return fail(format!(
+                "a send after the timeout took {:.2?}",
+                began.elapsed()
+            ));
+        }
+        Ok(())
+    };
+    let sent = if me == producer {
+        on_producer()
+    } else {
+        Ok(())
+    };
+    shmem.barrier_all()?;
+    // The messages before the one that gave up are there (on another PE than the producer's,
+    // whose waits on the channel have stopped).
+    let received = if me == consumer && consumer != producer {
+        (|| -> Result<()> {
+            let mut dst = shmem.alloc_device::<u32>(len)?;
+            for k in 0..depth {
+                dst.copy_from_host(&vec![FILL; len])?;
+                ch.recv(&mut dst, &stream)?;
+                sync(&stream)?;
+                ch.check()?;
+                compare(&format!("message {k}"), &dst.to_vec()?, &message(k), FILL)?;
+            }
+            if ch.try_recv(&mut dst, &stream)? {
+                return fail("a message that was never sent arrived".into());
+            }
+            Ok(())
+        })()
+    } else {
+        Ok(())
+    };
+    shmem.barrier_all()?;
+    sent.and(received)
+}
+
+/// Two threads send on one channel at once, each on a stream of its own, and two receive at
+/// once on theirs: every message arrives once and intact, and each sender's in the order sent.
+fn concurrent_ends(shmem: &Nvshmem, seed: u64) -> Result<()> {
+    const THREADS: u32 = 2;
+    const PER_THREAD: u32 = 48;
+    let (me, n) = (shmem.my_pe(), shmem.n_pes());
+    let (producer, consumer, max_len) = (0, n - 1, 20_000);
+    // A message lost to a race is a timeout, not a hang.
+    let config = ChannelConfig::new(producer, consumer, max_len)
+        .depth(3)
+        .timeout(Duration::from_secs(20));
+    let ch = Channel::<u32>::new(shmem, config)?;
+    // Message k of sender t: its sender and number, then random words; from one word to
+    // several blocks' worth.
+    let message = |t: u32, k: u32| {
+        let len = 2 + (k as usize * 7919 + t as usize * 3517) % (max_len - 1);
+        let mut words = vec![t, k];
+        words.extend(random_words(seed ^ ((t as u64) << 32) ^ k as u64, len - 2));
+        words
+    };
+    // Every thread of this PE starts its calls at once (after its set-up, failed or not).
+    let threads = THREADS as usize * (usize::from(me == producer) + usize::from(me == consumer));
+    let start = std::sync::Barrier::new(threads);
+    let send = |t: u32| -> Result<()> {
+        let srcs = (0..PER_THREAD)
+            .map(|k| {
+                let words = message(t, k);
+                let b = shmem.alloc_device::<u32>(words.len())?;
+                b.copy_from_host(&words)?;
+                Ok(b)
+            })
+            .collect::<Result<Vec<_>>>();
+        let stream = shmem.new_stream();
+        start.wait();
+        let (srcs, stream) = (srcs?, stream?);
+        for src in &srcs {
+            ch.send(src, &stream)?;
+        }
+        sync(&stream)?;
+        ch.check()
+    };
+    let receive = || -> Result<Vec<Vec<u32>>> {
+        let dsts = (0..PER_THREAD)
+            .map(|_| {
+                let b = shmem.alloc_device::<u32>(max_len)?;
+                b.copy_from_host(&vec![FILL; max_len])?;
+                Ok(b)
+            })
+            .collect::<Result<Vec<_>>>();
+        let stream = shmem.new_stream();
+        start.wait();
+        let (mut dsts, stream) = (dsts?, stream?);
+        for dst in dsts.iter_mut() {
+            ch.recv(dst, &stream)?;
+        }
+        sync(&stream)?;
+        ch.check()?;
+        dsts.iter().map(|d| d.to_vec()).collect()
+    };
+    let (send, receive) = (&send, &receive);
+    let (sent, received) = std::thread::scope(|s| {
+        let senders: Vec<_> = (0..THREADS)
+            .filter(|_| me == producer)
+            .map(|t| s.spawn(move || send(t)))
+            .collect();
+        let receivers: Vec<_> = (0..THREADS)
+            .filter(|_| me == consumer)
+            .map(|_| s.spawn(receive))
+            .collect();
+        let sent = senders
+            .into_iter()
+            .try_for_each(|h| h.join().expect("a sending thread panicked"));
+        let received = receivers
+            .into_iter()
+            .map(|h| h.join().expect("a receiving thread panicked"))
+            .collect::<Result<Vec<_>>>();
+        (sent, received)
+    });
+    sent?;
+    let received = received?;
+    if me != consumer {
+        return Ok(());
+    }
+    let mut seen = vec![vec![false; PER_THREAD as usize]; THREADS as usize];
+    for (r, got) in received.iter().enumerate() {
+        let mut next = [0u32; THREADS as usize];
+        for buf in got {
+            let (t, k) = (buf[0], buf[1]);
+            if t >= THREADS || k >= PER_THREAD {
+                return fail(format!(
+                    "receiver {r} got a message headed ({t:#x}, {k:#x}): not one that was sent"
+                ));
+            }
+            if std::mem::replace(&mut seen[t as usize][k as usize], true) {
+                return fail(format!("message {k} of sender {t} arrived twice"));
+            }
+            if k < next[t as usize] {
+                return fail(format!(
+                    "receiver {r} got message {k} of sender {t} after message {}",
+                    next[t as usize] - 1
+                ));
+            }
+            next[t as usize] = k + 1;
+            compare(
+                &format!("message {k} of sender {t}"),
+                buf,
+                &message(t, k),
+                FILL,
+            )?;
+        }
+    }
+    Ok(())
+}
+
 fn main() {
     let shmem = match Nvshmem::init() {
         Ok(s) => s,
@@ -495,6 +801,21 @@ fn main() {
     c.run("try_recv", |s| try_recv(s, 5));
     c.run("graph replay", |s| graph_replay(s, 6));
     c.run("errors", errors);
+    c.run(
+        "a receive with no sender gives up within the bound",
+        recv_without_sender,
+    );
+    c.run(
+        "a drop while a receive waits for no sender",
+        drop_while_receiving,
+    );
+    c.run(
+        "a send into a full channel gives up within the bound",
+        |s| send_into_full_channel(s, 7),
+    );
+    c.run("two threads at each end, on streams of their own", |s| {
+        concurrent_ends(s, 8)
+    });
     for (mode, name) in [(0, "block"), (1, "warp"), (2, "thread"), (3, "block, peek")] {
         c.run(&format!("pipeline of {n} stages, {name} functions"), |s| {
             let t = pipeline(s, 100 + mode as u64, mode, 64)?;

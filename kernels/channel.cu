@@ -27,18 +27,21 @@ __device__ __forceinline__ void enter() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-// Whether this block is the last of the grid to get here; `arrived` counts them and is reset
-// by the last one, for the next launch. Called by one thread, after the block's work.
-__device__ __forceinline__ bool last_to_arrive(uint64_t *arrived) {
+// Whether this block is the last of the grid to get here, and every block's wait succeeded
+// (`ok` is this block's). `arrived` counts the blocks in its low 32 bits and the blocks whose
+// wait gave up in its high 32 bits; the last block resets it for the next launch. Called by one
+// thread, after the block's work.
+__device__ __forceinline__ bool last_to_arrive_all_ok(uint64_t *arrived, bool ok) {
     __threadfence_system();
-    const bool last = atomicAdd((unsigned long long *)arrived, 1ull) == gridDim.x - 1;
-    if (last) {
-        *arrived = 0;
-        __threadfence_system();
-    }
-    return last;
+    const uint64_t before = atomicAdd((unsigned long long *)arrived, ok ? 1ull : (1ull << 32) | 1ull);
+    if ((uint32_t)before != gridDim.x - 1) return false;
+    *arrived = 0;
+    __threadfence_system();
+    return ok && (before >> 32) == 0;
 }
 
+// A send whose wait for a free slot gives up publishes nothing: the channel's fault record says
+// why, and Channel returns it.
 extern "C" __global__ void __launch_bounds__(512)
     channel_send(nvshmem_rs_channel ch, const char *src, uint64_t bytes) {
     enter();
@@ -51,19 +54,22 @@ extern "C" __global__ void __launch_bounds__(512)
     uint64_t seq = 0;
     if (threadIdx.x == 0) seq = nvshmem_rs::channel_reserve(ch);
     seq = broadcast<Scope::Block>(seq);
-    uint64_t first, len;
-    block_part(bytes, &first, &len);
-    if (len > 0) nvshmemx_putmem_block(nvshmem_rs::channel_slot(ch, seq) + first, src + first, len, ch.consumer);
+    const bool ok = seq != nvshmem_rs::CHANNEL_TIMED_OUT;
+    if (ok) {
+        uint64_t first, len;
+        block_part(bytes, &first, &len);
+        if (len > 0) nvshmemx_putmem_block(nvshmem_rs::channel_slot(ch, seq) + first, src + first, len, ch.consumer);
+    }
     __syncthreads();
     if (threadIdx.x == 0) {
         // The block's puts are complete before it counts itself in.
         nvshmem_quiet();
-        if (last_to_arrive(&ch.words[CHANNEL_SEND_ARRIVED])) nvshmem_rs::channel_publish(ch, seq, bytes);
+        if (last_to_arrive_all_ok(&ch.words[CHANNEL_SEND_ARRIVED], ok)) nvshmem_rs::channel_publish(ch, seq, bytes);
     }
 }
 
 // Copies at most `capacity` bytes of the message into dst; the message's length is left in
-// the channel's CHANNEL_LAST_BYTES word.
+// the channel's CHANNEL_LAST_BYTES word. A receive whose wait gives up takes nothing.
 extern "C" __global__ void __launch_bounds__(512)
     channel_recv(nvshmem_rs_channel ch, char *dst, uint64_t capacity) {
     enter();
@@ -76,10 +82,13 @@ extern "C" __global__ void __launch_bounds__(512)
     if (threadIdx.x == 0) seq = nvshmem_rs::channel_wait(ch, &bytes);
     seq = broadcast<Scope::Block>(seq);
     bytes = broadcast<Scope::Block>(bytes);
-    uint64_t first, len;
-    block_part(bytes < capacity ? bytes : capacity, &first, &len);
-    copy_from_slot<Scope::Block>(dst + first, nvshmem_rs::channel_slot(ch, seq) + first, len);
+    const bool ok = seq != nvshmem_rs::CHANNEL_TIMED_OUT;
+    if (ok) {
+        uint64_t first, len;
+        block_part(bytes < capacity ? bytes : capacity, &first, &len);
+        copy_from_slot<Scope::Block>(dst + first, nvshmem_rs::channel_slot(ch, seq) + first, len);
+    }
     __syncthreads();
-    if (threadIdx.x == 0 && last_to_arrive(&ch.words[CHANNEL_RECV_ARRIVED]))
+    if (threadIdx.x == 0 && last_to_arrive_all_ok(&ch.words[CHANNEL_RECV_ARRIVED], ok))
         nvshmem_rs::channel_release(ch, seq, bytes);
 }

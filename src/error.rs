@@ -41,6 +41,15 @@ impl fmt::Display for HeapLimit {
     }
 }
 
+/// What a channel's wait that gave up waited for (see [`Error::ChannelTimeout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelWait {
+    /// A send (a push), for a free slot: for the consumer to receive an earlier message.
+    Slot,
+    /// A receive (a pop), for the message.
+    Message,
+}
+
 /// Everything that can go wrong in this crate.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -120,6 +129,23 @@ pub enum Error {
         block: usize,
         /// The epoch (the call's number on this PE, from 1) of the call.
         epoch: u64,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
+    /// A wait of a [`Channel`](crate::channel::Channel)'s kernel (or of a kernel of yours,
+    /// through its handle) for the other end lasted longer than the channel's bound
+    /// ([`ChannelConfig::timeout`](crate::channel::ChannelConfig::timeout)): the other PE
+    /// never sent (or never received), failed before it, or died. The wait took nothing and
+    /// changed nothing, and every later call on the channel on this PE returns this error.
+    ChannelTimeout {
+        /// The PE that waited.
+        pe: usize,
+        /// The PE it waited for: the consumer for a slot, the producer for a message.
+        waited_for: usize,
+        /// What it waited for.
+        site: ChannelWait,
+        /// The message's number on the channel, from 0.
+        message: u64,
         /// How long it waited.
         waited: std::time::Duration,
     },
@@ -379,6 +405,33 @@ impl fmt::Display for Error {
                  and make a new one on every PE; if the wait was legitimate, raise \
                  CollectivesConfig::timeout or NVSHMEM_RS_TIMEOUT"
             ),
+            Error::ChannelTimeout {
+                pe,
+                waited_for,
+                site,
+                message,
+                waited,
+            } => {
+                let (call, what, why) = match site {
+                    ChannelWait::Slot => (
+                        "send",
+                        "a free slot",
+                        "stopped receiving, failed or died",
+                    ),
+                    ChannelWait::Message => (
+                        "receive",
+                        "the message",
+                        "never sent it, failed before it or died",
+                    ),
+                };
+                write!(
+                    f,
+                    "PE {pe}'s channel {call} of message #{message} waited {waited:.1?} for \
+                     {what} from PE {waited_for} and gave up: PE {waited_for} {why} (look at \
+                     its output). The channel can no longer be used on PE {pe}; if the wait was \
+                     legitimate, raise ChannelConfig::timeout or NVSHMEM_RS_TIMEOUT"
+                )
+            }
             Error::PeOutOfRange { pe, n_pes } => write!(
                 f,
                 "PE {pe} is out of range: there are {n_pes} PEs (0..{n_pes})"
@@ -681,6 +734,44 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("NVSHMEM_RS_TIMEOUT"), "{text}");
+    }
+
+    #[test]
+    fn channel_timeouts_name_both_pes_the_message_and_what_to_do() {
+        let text = Error::ChannelTimeout {
+            pe: 1,
+            waited_for: 0,
+            site: ChannelWait::Message,
+            message: 0,
+            waited: std::time::Duration::from_millis(2000),
+        }
+        .to_string();
+        assert!(
+            text.starts_with(
+                "PE 1's channel receive of message #0 waited 2.0s for the message from PE 0"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("PE 0 never sent it"), "{text}");
+        assert!(
+            text.contains("ChannelConfig::timeout or NVSHMEM_RS_TIMEOUT"),
+            "{text}"
+        );
+        let text = Error::ChannelTimeout {
+            pe: 0,
+            waited_for: 3,
+            site: ChannelWait::Slot,
+            message: 7,
+            waited: std::time::Duration::from_millis(2500),
+        }
+        .to_string();
+        assert!(
+            text.starts_with(
+                "PE 0's channel send of message #7 waited 2.5s for a free slot from PE 3"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("PE 3 stopped receiving"), "{text}");
     }
 
     #[test]

@@ -79,7 +79,7 @@ pub use collectives::{
 pub use cudarc;
 pub use cudarc::driver::{CudaStream, LaunchConfig};
 pub use element::{AtomicElement, AtomicInteger, DataType, Element, ReduceOp};
-pub use error::{Error, HeapLimit, Result};
+pub use error::{ChannelWait, Error, HeapLimit, Result};
 pub use half::{bf16, f16};
 pub use memory::{DeviceBuffer, DeviceMemory, SymmetricBuffer, SymmetricView};
 pub use nvshmem_sys as sys;

@@ -14,6 +14,8 @@ __device__ __forceinline__ uint32_t stage_op(uint32_t x, uint32_t s) { return x 
 // Pop a micro-batch, apply stage_op, push it on; `batches` times. `buf` holds one micro-batch
 // (max_len elements). Mode 0, 1, 2: the block, warp or thread functions (launch as many
 // threads); mode 3: the block reads the message in place (peek) instead of copying it out.
+// A wait that gives up (a neighbour stopped) ends the stage: the host learns why from the
+// channel (Channel::check), and nothing made up is passed on.
 template <Scope S>
 __device__ void run(nvshmem_rs_channel in, nvshmem_rs_channel out, uint32_t *buf, uint32_t max_len,
                     uint32_t batches, uint32_t stage, bool peek) {
@@ -22,15 +24,17 @@ __device__ void run(nvshmem_rs_channel in, nvshmem_rs_channel out, uint32_t *buf
         uint64_t bytes;
         if (peek) {
             const uint32_t *msg = (const uint32_t *)nvshmem_rs::channel_peek<S>(in, &bytes);
+            if (msg == nullptr) return;
             for (uint64_t i = rank; i < bytes / 4; i += size) buf[i] = stage_op(__ldcg(msg + i), stage);
             nvshmem_rs::channel_release_peeked<S>(in);
         } else {
             bytes = nvshmem_rs::channel_pop<S>(in, buf, (uint64_t)max_len * 4);
+            if (bytes == nvshmem_rs::CHANNEL_TIMED_OUT) return;
             nvshmem_rs::channel_detail::sync<S>();
             for (uint64_t i = rank; i < bytes / 4; i += size) buf[i] = stage_op(buf[i], stage);
         }
         nvshmem_rs::channel_detail::sync<S>();
-        nvshmem_rs::channel_push<S>(out, buf, bytes);
+        if (!nvshmem_rs::channel_push<S>(out, buf, bytes)) return;
     }
 }
 

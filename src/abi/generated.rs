@@ -23,17 +23,73 @@ pub const CHANNEL_CREDIT: NvshmemRsChannelWord = 0;
 pub const CHANNEL_SENT: NvshmemRsChannelWord = 1;
 /// On the consumer: messages popped so far.
 pub const CHANNEL_RECEIVED: NvshmemRsChannelWord = 2;
-/// On the producer: blocks of the current multi-block send that are done.
+/** On the producer: blocks of the current multi-block send that are done (low 32 bits),
+ and those whose wait gave up (high 32 bits).*/
 pub const CHANNEL_SEND_ARRIVED: NvshmemRsChannelWord = 3;
-/// On the consumer: blocks of the current multi-block receive that are done.
+/// On the consumer: the same for the current multi-block receive.
 pub const CHANNEL_RECV_ARRIVED: NvshmemRsChannelWord = 4;
 /// On the consumer: the byte length of the message popped last.
 pub const CHANNEL_LAST_BYTES: NvshmemRsChannelWord = 5;
-/// On the consumer: the byte length of the message popped last.
-pub const CHANNEL_WORDS: NvshmemRsChannelWord = 6;
+/** On each PE: set, for good, by the first wait of this PE on the channel that gave up;
+ every later wait here stops at its first look at the clock.*/
+pub const CHANNEL_STOPPED: NvshmemRsChannelWord = 6;
+/** On each PE: set, for good, by the first wait of this PE on the channel that gave up;
+ every later wait here stops at its first look at the clock.*/
+pub const CHANNEL_WORDS: NvshmemRsChannelWord = 7;
 /** Words of a channel's control block (symmetric, one block on every PE), after the
  2 * depth words of `ready` and `lens`.*/
 pub type NvshmemRsChannelWord = ::std::os::raw::c_uint;
+/// A push, for a free slot: the consumer's release of message seq - depth.
+pub const CHANNEL_WAIT_SLOT: NvshmemRsChannelWait = 1;
+/// A pop, for message seq.
+pub const CHANNEL_WAIT_MESSAGE: NvshmemRsChannelWait = 2;
+/// What a wait that gave up waited for (nvshmem_rs_channel_fault.site).
+pub type NvshmemRsChannelWait = ::std::os::raw::c_uint;
+/** The first wait of this PE on a channel that ran out of time, written by the device into host
+ memory the GPU maps, so that the host reads it without waiting for a stream (which may never
+ finish). `raised` is written last.*/
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct nvshmem_rs_channel_fault {
+    pub raised: u32,
+    /// NvshmemRsChannelWait.
+    pub site: i32,
+    /// The PE waited for: the consumer for a slot, the producer for a message.
+    pub pe: i32,
+    /// The block that waited.
+    pub block: i32,
+    /// The message's number on the channel, from 0.
+    pub seq: u64,
+    /// How long it waited, in nanoseconds.
+    pub waited_ns: u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of nvshmem_rs_channel_fault",
+    ][::std::mem::size_of::<nvshmem_rs_channel_fault>() - 32usize];
+    [
+        "Alignment of nvshmem_rs_channel_fault",
+    ][::std::mem::align_of::<nvshmem_rs_channel_fault>() - 8usize];
+    [
+        "Offset of field: nvshmem_rs_channel_fault::raised",
+    ][::std::mem::offset_of!(nvshmem_rs_channel_fault, raised) - 0usize];
+    [
+        "Offset of field: nvshmem_rs_channel_fault::site",
+    ][::std::mem::offset_of!(nvshmem_rs_channel_fault, site) - 4usize];
+    [
+        "Offset of field: nvshmem_rs_channel_fault::pe",
+    ][::std::mem::offset_of!(nvshmem_rs_channel_fault, pe) - 8usize];
+    [
+        "Offset of field: nvshmem_rs_channel_fault::block",
+    ][::std::mem::offset_of!(nvshmem_rs_channel_fault, block) - 12usize];
+    [
+        "Offset of field: nvshmem_rs_channel_fault::seq",
+    ][::std::mem::offset_of!(nvshmem_rs_channel_fault, seq) - 16usize];
+    [
+        "Offset of field: nvshmem_rs_channel_fault::waited_ns",
+    ][::std::mem::offset_of!(nvshmem_rs_channel_fault, waited_ns) - 24usize];
+};
 /** A bounded single-producer single-consumer queue from PE `producer` to PE `consumer`.
  Message s (counting from 0) goes into slot s % depth on the consumer; the producer may
  write it once the consumer has released message s - depth (credit >= s + 1 - depth), and the
@@ -57,12 +113,17 @@ pub struct nvshmem_rs_channel {
     pub producer: i32,
     /// The PE that pops.
     pub consumer: i32,
+    /** How long a wait for the other end may last, in units of 2^20 ns (about a millisecond);
+ 0: no bound.*/
+    pub wait_units: u32,
+    /// This PE's fault record (mapped host memory), or null.
+    pub fault: *mut nvshmem_rs_channel_fault,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     [
         "Size of nvshmem_rs_channel",
-    ][::std::mem::size_of::<nvshmem_rs_channel>() - 56usize];
+    ][::std::mem::size_of::<nvshmem_rs_channel>() - 64usize];
     [
         "Alignment of nvshmem_rs_channel",
     ][::std::mem::align_of::<nvshmem_rs_channel>() - 8usize];
@@ -90,6 +151,12 @@ const _: () = {
     [
         "Offset of field: nvshmem_rs_channel::consumer",
     ][::std::mem::offset_of!(nvshmem_rs_channel, consumer) - 48usize];
+    [
+        "Offset of field: nvshmem_rs_channel::wait_units",
+    ][::std::mem::offset_of!(nvshmem_rs_channel, wait_units) - 52usize];
+    [
+        "Offset of field: nvshmem_rs_channel::fault",
+    ][::std::mem::offset_of!(nvshmem_rs_channel, fault) - 56usize];
 };
 impl Default for nvshmem_rs_channel {
     fn default() -> Self {

@@ -18,15 +18,25 @@
 //! #include <nvshmem_rs/channel.cuh>
 //! extern "C" __global__ void stage(nvshmem_rs_channel in, nvshmem_rs_channel out, float *buf,
 //!                                  uint64_t n) {
-//!     nvshmem_rs::channel_pop_block(in, buf, n * sizeof(float));
+//!     if (nvshmem_rs::channel_pop_block(in, buf, n * sizeof(float)) == nvshmem_rs::CHANNEL_TIMED_OUT)
+//!         return; // the producer never sent: the host's next call on `in` says so
 //!     // ... work on buf ...
-//!     nvshmem_rs::channel_push_block(out, buf, n * sizeof(float));
+//!     if (!nvshmem_rs::channel_push_block(out, buf, n * sizeof(float))) return;
 //! }
 //! ```
 //!
 //! The header documents its rules: one group pushes (and one pops) at a time, a push waits
 //! for a free slot and a pop for a message, and a pop returns once the message's bytes are
 //! visible to the popping group.
+//!
+//! Every wait is bounded ([`ChannelConfig::timeout`]: the runtime's `NVSHMEM_RS_TIMEOUT`
+//! unless set). A wait that gives up takes nothing and changes nothing, and records the PE it
+//! waited for: from then on every call on the channel on this PE (and
+//! [`check`](Channel::check)) returns [`Error::ChannelTimeout`] at once, and the device
+//! functions return their failure value (a push `false`, a pop `CHANNEL_TIMED_OUT`). So a
+//! receive whose producer never sends is an error on the consumer, not a hang; the message
+//! it waited for is garbage, and the call that says so is the next one on the channel (or
+//! [`check`](Channel::check) after the stream).
 //!
 //! Only single-producer channels exist: many PEs into one is one channel per producer, which
 //! keeps every slot written by one PE and needs no remote atomics on the fast path.
@@ -53,6 +63,8 @@
 //! # Ok(()) }
 //! ```
 
+mod bound;
+mod fault;
 mod layout;
 
 pub use crate::abi::nvshmem_rs_channel as DeviceChannel;
@@ -64,10 +76,13 @@ use crate::element::Element;
 use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::{DeviceMemory, SymmetricBuffer};
 use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
+use crate::order::CallOrder;
 use crate::runtime::Nvshmem;
-use cudarc::driver::{sys as cusys, CudaStream};
+use cudarc::driver::CudaStream;
+use fault::FaultRecord;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How the send and receive kernels are launched: each may begin launching while the kernel
 /// before it on the stream runs (it waits for that kernel before touching memory), which
@@ -98,17 +113,40 @@ impl Kernels {
 /// A bounded single-producer single-consumer queue of messages of `T` from one PE to
 /// another, in symmetric memory (see the [module](self) documentation).
 ///
-/// Each end keeps its position in device memory, so the calls at one end must run one after
-/// the other on the GPU: make them on one stream (or order their streams with events), and do
-/// not push from a kernel of yours while a `send` runs. Two sends racing on one end would
-/// both claim the same slot.
+/// # Threads and streams
+/// A channel may be used from any thread, on any streams. Each end keeps its position in
+/// device memory, so the calls at one end run one after the other on the GPU, in the order
+/// they were made: a call on another stream than the end's last call first makes its stream
+/// wait (on the device, through an event) for the work that stream holds. Two threads that
+/// send at once each send their own messages, in some order, none lost or overwritten (and
+/// two that receive at once each receive different messages). Calls at one end may still run
+/// at once with work the channel does not see: do not push from a kernel of yours while a
+/// `send` runs, nor pop while a `recv` runs. As with [`Collectives`](crate::Collectives),
+/// a graph's launches are yours to order against other calls, and a call on another stream
+/// while the last one's stream is still being captured into another graph is an error.
+///
+/// # When a peer does not come
+/// Every wait is bounded ([`ChannelConfig::timeout`]); one that gives up makes every later
+/// call on the channel on this PE return [`Error::ChannelTimeout`]. Dropping a channel waits
+/// for its own kernels (which end within the bound) and then frees it, collectively; kernels
+/// of the channel still running twice the bound and a second after the drop (a stream that
+/// holds other work waiting for ever) are left running, the channel is leaked with a logged
+/// message, and the runtime is stranded ([`Error::Stranded`]) instead of the drop hanging.
 pub struct Channel<T: Element> {
     shmem: Nvshmem,
     layout: ChannelLayout,
+    /// The bound on every wait, as the kernels keep it (`None`: no bound).
+    timeout: Option<Duration>,
     /// `depth` slots of `slot_bytes` (used on the consumer).
     slots: SymmetricBuffer<u8>,
     /// `ready[depth]`, `lens[depth]`, then the words of `NvshmemRsChannelWord`.
     ctrl: SymmetricBuffer<u64>,
+    /// Where a wait that gave up says so. Dropped after the buffers, whose frees wait for the
+    /// kernels that could write it.
+    fault: FaultRecord,
+    /// The streams of the last send and the last receive on this PE.
+    sender: CallOrder,
+    receiver: CallOrder,
     kernels: Kernels,
     _elements: PhantomData<fn() -> T>,
 }
@@ -127,11 +165,16 @@ impl<T: Element> std::fmt::Debug for Channel<T> {
     }
 }
 
-/// What a [`Channel`] is: its two ends, its largest message and its number of slots.
+/// What a [`Channel`] is: its two ends, its largest message, its number of slots, and how
+/// long its waits may last.
 ///
 /// ```
-/// let config = nvshmem::channel::ChannelConfig::new(0, 1, 4096).depth(4);
+/// use std::time::Duration;
+/// let config = nvshmem::channel::ChannelConfig::new(0, 1, 4096)
+///     .depth(4)
+///     .timeout(Duration::from_secs(30));
 /// assert_eq!((config.producer, config.consumer, config.max_len, config.depth), (0, 1, 4096, 4));
+/// assert_eq!(config.timeout, Some(Duration::from_secs(30)));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -144,6 +187,16 @@ pub struct ChannelConfig {
     pub max_len: usize,
     /// Messages in flight at once (slots); [`DEFAULT_DEPTH`] unless set.
     pub depth: usize,
+    /// How long a wait for the other end (a send's for a free slot, a receive's for a
+    /// message, and those of kernels of yours through [`Channel::handle`]) may last before it
+    /// gives up and the channel fails with [`Error::ChannelTimeout`]. `None` (the default):
+    /// the runtime's bound, `NVSHMEM_RS_TIMEOUT` seconds (10 minutes unless set; `0` there: no
+    /// bound). A bound of more than 52 days (`Duration::MAX`) is none. Both ends should use the
+    /// same.
+    ///
+    /// A wait starts when the kernel starts on the GPU, so it includes the time the other end
+    /// spends before it sends (or receives): keep the bound above the longest such gap.
+    pub timeout: Option<Duration>,
 }
 
 /// Slots of a channel unless [`ChannelConfig::depth`] says otherwise: double buffering, so
@@ -159,12 +212,19 @@ impl ChannelConfig {
             consumer,
             max_len,
             depth: DEFAULT_DEPTH,
+            timeout: None,
         }
     }
 
     /// Set the number of slots.
     pub fn depth(mut self, depth: usize) -> Self {
         self.depth = depth;
+        self
+    }
+
+    /// Set the bound on every wait ([`timeout`](Self::timeout)).
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
         self
     }
 }
@@ -183,16 +243,22 @@ impl<T: Element> Channel<T> {
             consumer,
             max_len,
             depth,
+            timeout,
         } = config;
         let layout = ChannelLayout::new::<T>(producer, consumer, shmem.n_pes(), max_len, depth)?;
         let kernels = shmem.with_service(Kernels::load, |k| Ok(k.clone()))?;
+        let fault = FaultRecord::new(shmem)?;
         let slots = shmem.calloc::<u8>(layout.slots_bytes())?;
         let ctrl = shmem.calloc::<u64>(layout.ctrl_words())?;
         Ok(Channel {
             shmem: shmem.clone(),
             layout,
+            timeout: bound::in_effect(timeout.or(shmem.wait_limit())),
             slots,
             ctrl,
+            fault,
+            sender: CallOrder::new(),
+            receiver: CallOrder::new(),
             kernels,
             _elements: PhantomData,
         })
@@ -218,6 +284,37 @@ impl<T: Element> Channel<T> {
         self.layout.depth
     }
 
+    /// The bound on every wait ([`ChannelConfig::timeout`], or the runtime's); `None`: no
+    /// bound.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// `Err(Error::ChannelTimeout)` once a wait on this channel on this PE gave up (a send's,
+    /// a receive's, or one of a kernel of yours through the [`handle`](Self::handle)); every
+    /// call checks this first. Reads host memory only: it neither waits for a stream nor
+    /// blocks, so to learn how the calls on a stream went, synchronise it first.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// # use nvshmem::channel::{Channel, ChannelConfig};
+    /// # use std::time::Duration;
+    /// # let shmem = nvshmem::Nvshmem::init()?;
+    /// let config = ChannelConfig::new(0, 1, 1024).timeout(Duration::from_secs(5));
+    /// let ch = Channel::<f32>::new(&shmem, config)?;
+    /// if shmem.my_pe() == ch.consumer() {
+    ///     let mut buf = shmem.calloc::<f32>(1024)?;
+    ///     ch.recv(&mut buf, shmem.stream())?;
+    ///     shmem.stream().synchronize()?;
+    ///     // Err(Error::ChannelTimeout { waited_for: 0, .. }) if PE 0 sent nothing in 5 s.
+    ///     ch.check()?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn check(&self) -> Result<()> {
+        self.fault.check()
+    }
+
     /// The channel as kernels see it, to pass by value ([`KernelArgs::value`]) to kernels
     /// that push or pop with `nvshmem_rs/channel.cuh`. Valid while the channel lives; the same
     /// on every PE but for the addresses, which are this PE's.
@@ -234,12 +331,16 @@ impl<T: Element> Channel<T> {
             depth: depth as u32,
             producer: self.layout.producer as i32,
             consumer: self.layout.consumer as i32,
+            wait_units: bound::wait_units(self.timeout),
+            fault: self.fault.device_ptr(),
         }
     }
 
     /// Send `src` (at most [`max_len`](Self::max_len) elements, in this PE's memory) as one
     /// message, on `stream`. Called on the producer. The kernel waits on the GPU while every
-    /// slot holds an unread message; `src` may be reused once the kernel has run. Any device
+    /// slot holds an unread message, at most the channel's [`timeout`](Self::timeout): a send
+    /// that gives up sends nothing, and the next call (or [`check`](Self::check)) returns
+    /// [`Error::ChannelTimeout`]. `src` may be reused once the kernel has run. Any device
     /// memory of this PE will do for a consumer reached over NVLink; one on another node
     /// needs `src` in symmetric memory (NVSHMEM's network transports read only that).
     ///
@@ -260,28 +361,95 @@ impl<T: Element> Channel<T> {
     pub fn send(&self, src: &impl DeviceMemory<T>, stream: &Arc<CudaStream>) -> Result<()> {
         self.layout
             .check_send(self.shmem.my_pe(), src.device_len())?;
+        self.check()?;
         let bytes = (src.device_len() * size_of::<T>()) as u64;
-        let mut args = KernelArgs::new();
-        args.value(self.handle())
-            .device_ptr(src.device_addr(stream))
-            .value(bytes);
         let (blocks, threads) = (layout::blocks_for(bytes), layout::threads_for(bytes));
-        // SAFETY: the arguments match channel_send(nvshmem_rs_channel, const char *, uint64_t);
-        // the handle's buffers live as long as `self`, and `src` holds `bytes` bytes.
-        unsafe {
-            self.kernels
-                .send
-                .launch_with(grid(blocks, threads), LAUNCH, stream, &mut args)
-        }
+        self.sender.run(&self.shmem, stream, "Channel::send", || {
+            let mut args = KernelArgs::new();
+            args.value(self.handle())
+                .device_ptr(src.device_addr(stream))
+                .value(bytes);
+            // SAFETY: the arguments match channel_send(nvshmem_rs_channel, const char *,
+            // uint64_t); the handle's buffers live as long as `self`, and `src` holds
+            // `bytes` bytes.
+            unsafe {
+                self.kernels
+                    .send
+                    .launch_with(grid(blocks, threads), LAUNCH, stream, &mut args)
+            }
+        })
     }
 
     /// Receive the next message into `dst` on `stream`, which must hold
     /// [`max_len`](Self::max_len) elements (a message has at most that many; the length of
     /// the one received is [`last_len`](Self::last_len)). Called on the consumer. The kernel
-    /// waits on the GPU for a message.
+    /// waits on the GPU for a message, at most the channel's [`timeout`](Self::timeout): a
+    /// receive that gives up takes nothing (`dst` keeps what it held), and the next call (or
+    /// [`check`](Self::check)) returns [`Error::ChannelTimeout`].
     pub fn recv(&self, dst: &mut impl DeviceMemory<T>, stream: &Arc<CudaStream>) -> Result<()> {
         self.layout
             .check_recv(self.shmem.my_pe(), dst.device_len())?;
+        self.check()?;
+        self.receiver.run(&self.shmem, stream, "Channel::recv", || {
+            self.launch_recv(dst, stream)
+        })
+    }
+
+    /// [`recv`](Self::recv) if a message is waiting now; `Ok(false)` without enqueueing
+    /// anything if not. Waits for `stream` first (so the receives already made are counted),
+    /// which makes it unusable while `stream` is being captured into a graph (an error); a
+    /// receive before it that gave up is [`Error::ChannelTimeout`].
+    pub fn try_recv(
+        &self,
+        dst: &mut impl DeviceMemory<T>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<bool> {
+        self.layout
+            .check_recv(self.shmem.my_pe(), dst.device_len())?;
+        self.check()?;
+        self.refuse_capture(stream)?;
+        self.receiver
+            .run(&self.shmem, stream, "Channel::try_recv", || {
+                let ctrl = self.control_block(stream)?;
+                if !self.has_message(&ctrl) {
+                    return Ok(false);
+                }
+                self.launch_recv(dst, stream)?;
+                Ok(true)
+            })
+    }
+
+    /// The number of elements of the message received last on this PE (0 before the first).
+    /// Waits for the receives made before it; one that gave up is
+    /// [`Error::ChannelTimeout`].
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// # use nvshmem::channel::{Channel, ChannelConfig};
+    /// # let shmem = nvshmem::Nvshmem::init()?;
+    /// let ch = Channel::<f32>::new(&shmem, ChannelConfig::new(0, shmem.n_pes() - 1, 1024))?;
+    /// if shmem.my_pe() == ch.consumer() {
+    ///     let mut buf = shmem.calloc::<f32>(1024)?;
+    ///     ch.recv(&mut buf, shmem.stream())?;
+    ///     let len = ch.last_len(shmem.stream())?; // buf[..len] is the message
+    /// #   let _ = len;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn last_len(&self, stream: &Arc<CudaStream>) -> Result<usize> {
+        self.layout
+            .check_recv(self.shmem.my_pe(), self.layout.max_len)?;
+        self.check()?;
+        self.refuse_capture(stream)?;
+        self.receiver
+            .run(&self.shmem, stream, "Channel::last_len", || {
+                let ctrl = self.control_block(stream)?;
+                Ok(ctrl[self.word(CHANNEL_LAST_BYTES)] as usize / size_of::<T>())
+            })
+    }
+
+    /// Enqueue the receive kernel (the caller holds the receiving end's turn).
+    fn launch_recv(&self, dst: &mut impl DeviceMemory<T>, stream: &Arc<CudaStream>) -> Result<()> {
         let capacity = (dst.device_len() * size_of::<T>()) as u64;
         let mut args = KernelArgs::new();
         args.value(self.handle())
@@ -299,37 +467,10 @@ impl<T: Element> Channel<T> {
         }
     }
 
-    /// [`recv`](Self::recv) if a message is waiting now; `Ok(false)` without enqueueing
-    /// anything if not. Waits for `stream` first (so the receives already on it are counted),
-    /// which makes it unusable while `stream` is being captured into a graph (an error).
-    pub fn try_recv(
-        &self,
-        dst: &mut impl DeviceMemory<T>,
-        stream: &Arc<CudaStream>,
-    ) -> Result<bool> {
-        self.layout
-            .check_recv(self.shmem.my_pe(), dst.device_len())?;
-        if !self.has_message(stream)? {
-            return Ok(false);
-        }
-        self.recv(dst, stream)?;
-        Ok(true)
-    }
-
-    /// The number of elements of the message received last on this PE (0 before the first).
-    /// Waits for `stream`, on which the receives were made.
-    pub fn last_len(&self, stream: &Arc<CudaStream>) -> Result<usize> {
-        self.layout
-            .check_recv(self.shmem.my_pe(), self.layout.max_len)?;
-        let ctrl = self.control_block(stream)?;
-        Ok(ctrl[self.word(CHANNEL_LAST_BYTES)] as usize / size_of::<T>())
-    }
-
-    /// Whether the next message has arrived, after the work on `stream`.
-    fn has_message(&self, stream: &Arc<CudaStream>) -> Result<bool> {
-        let ctrl = self.control_block(stream)?;
+    /// Whether the next message has arrived, by this PE's control block.
+    fn has_message(&self, ctrl: &[u64]) -> bool {
         let received = ctrl[self.word(CHANNEL_RECEIVED)];
-        Ok(ctrl[(received % self.layout.depth as u64) as usize] > received)
+        ctrl[(received % self.layout.depth as u64) as usize] > received
     }
 
     /// The index in the control block of one of the channel's words.
@@ -337,20 +478,57 @@ impl<T: Element> Channel<T> {
         2 * self.layout.depth + word as usize
     }
 
-    /// This PE's control block, after the work on `stream` (the ready words still move as
-    /// the producer sends).
-    fn control_block(&self, stream: &Arc<CudaStream>) -> Result<Vec<u64>> {
-        if stream.capture_status().during("cuStreamIsCapturing")?
-            != cusys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-        {
+    /// The calls that wait for their stream cannot run while it is being captured.
+    fn refuse_capture(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        if self.shmem.capture_id(stream)?.is_some() {
             return Err(Error::InvalidArgument(
                 "Channel::try_recv and last_len wait for their stream, which is being captured \
                  into a graph: call them outside the capture"
                     .into(),
             ));
         }
+        Ok(())
+    }
+
+    /// This PE's control block, after the work on `stream` (the ready words still move as
+    /// the producer sends), or the error of a wait that gave up in that work.
+    fn control_block(&self, stream: &Arc<CudaStream>) -> Result<Vec<u64>> {
         self.shmem.bind_context()?;
         stream.synchronize().during("cuStreamSynchronize")?;
+        self.check()?;
         self.ctrl.to_vec()
+    }
+
+    /// Wait for the channel's own kernels, until `deadline`: `Ok(false)` if they still run.
+    fn wait_idle(&self, deadline: std::time::Instant) -> Result<bool> {
+        Ok(self.sender.wait_idle(&self.shmem, deadline)?
+            && self.receiver.wait_idle(&self.shmem, deadline)?)
+    }
+}
+
+impl<T: Element> Drop for Channel<T> {
+    fn drop(&mut self) {
+        // The buffers' frees wait for the whole GPU, for as long as it takes. The channel's own
+        // kernels end within the bound (a wait gives up), so wait for them that long first: if
+        // they still run then, something else holds their streams (a wait with no bound), and
+        // freeing would hang. Leak instead, and strand the runtime: the other PEs' frees of the
+        // channel go unanswered.
+        let Some(limit) = bound::drain_limit(self.timeout) else {
+            return;
+        };
+        if crate::runtime::check_not_stranded().is_err() {
+            return; // the buffers leak without waiting
+        }
+        if let Ok(false) = self.wait_idle(std::time::Instant::now() + limit) {
+            let me = self.shmem.my_pe();
+            let why = format!(
+                "{self:?} still had kernels running {limit:.1?} after it was dropped, though \
+                 its waits give up after {:.1?}: their streams hold work that waits for \
+                 something else; leaking the channel",
+                self.timeout.unwrap_or_default()
+            );
+            crate::diag::error_pe!(Some(me), "{why}");
+            crate::runtime::strand(format!("PE {me}: {why}"));
+        }
     }
 }

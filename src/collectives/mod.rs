@@ -49,7 +49,7 @@ use crate::element::{DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
 use crate::memory::{check_len, SetUp, SymmetricBuffer, SymmetricView};
 use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
-use crate::order::{capture_of, CallOrder};
+use crate::order::CallOrder;
 use crate::runtime::Nvshmem;
 use crate::team::collectives::check_overlap;
 use agree::{config_hash, Agreement, Collective, Record};
@@ -189,7 +189,7 @@ fn planned_copies(
 
 /// Whether `stream` is being captured into a graph.
 fn capturing(shmem: &Nvshmem, stream: &Arc<CudaStream>) -> Result<bool> {
-    Ok(capture_of(shmem, stream)?.is_some())
+    Ok(shmem.capture_id(stream)?.is_some())
 }
 
 impl Drop for Collectives {
@@ -1045,17 +1045,18 @@ impl Collectives {
             programmatic: self.programmatic_launch,
             cluster: None,
         };
-        self.order.run(&self.shmem, stream, || match work {
-            // SAFETY: the arguments are the kernel's parameters (checked against its layout
-            // by the launch); the buffers were checked against the plan's limit and outlive
-            // the call, which is stream-ordered before anything that frees them.
-            Work::Kernel(mut launch) => unsafe {
-                launch
-                    .function
-                    .launch_with(launch.grid, options, stream, &mut launch.args)
-            },
-            Work::Copies(copies) => self.launch_copies(&copies, options, stream),
-        })
+        self.order
+            .run(&self.shmem, stream, "a Collectives call", || match work {
+                // SAFETY: the arguments are the kernel's parameters (checked against its layout
+                // by the launch); the buffers were checked against the plan's limit and outlive
+                // the call, which is stream-ordered before anything that frees them.
+                Work::Kernel(mut launch) => unsafe {
+                    launch
+                        .function
+                        .launch_with(launch.grid, options, stream, &mut launch.args)
+                },
+                Work::Copies(copies) => self.launch_copies(&copies, options, stream),
+            })
     }
 }
 

@@ -957,6 +957,29 @@ impl Nvshmem {
         self.rt.ctx.new_stream().during("cuStreamCreate")
     }
 
+    /// The id of the capture `stream` takes part in (also one already invalidated), if any.
+    pub(crate) fn capture_id(&self, stream: &Arc<CudaStream>) -> Result<Option<u64>> {
+        use cudarc::driver::sys::CUstreamCaptureStatus as Status;
+        use std::ptr::null_mut as null;
+        self.bind_context()?;
+        let (mut status, mut id) = (Status::CU_STREAM_CAPTURE_STATUS_NONE, 0);
+        // SAFETY: a live stream of this context; the outputs not asked for are null (optional).
+        unsafe {
+            cudarc::driver::sys::cuStreamGetCaptureInfo_v3(
+                stream.cu_stream(),
+                &mut status,
+                &mut id,
+                null(),
+                null(),
+                null(),
+                null(),
+            )
+        }
+        .result()
+        .during("cuStreamGetCaptureInfo")?;
+        Ok((status != Status::CU_STREAM_CAPTURE_STATUS_NONE).then_some(id))
+    }
+
     /// Wait until nothing runs on this PE's GPU, on any stream: before memory that kernels
     /// may still use is freed or NVSHMEM state they may use is torn down.
     pub(crate) fn quiesce(&self) -> Result<()> {

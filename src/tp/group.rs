@@ -136,10 +136,12 @@ impl TensorParallel {
         stream: &Arc<CudaStream>,
         enqueue: impl FnOnce() -> Result<R>,
     ) -> Result<R> {
-        self.inner
-            .gemm
-            .order
-            .run(&self.inner.shmem, stream, enqueue)
+        self.inner.gemm.order.run(
+            &self.inner.shmem,
+            stream,
+            "a tensor-parallel layer's call",
+            enqueue,
+        )
     }
 
     /// PEs in the group.

@@ -5,10 +5,11 @@
 // (`Channel::handle()`, an `nvshmem_rs_channel`).
 //
 //   extern "C" __global__ void produce(nvshmem_rs_channel ch, const float *x, uint64_t n) {
-//       nvshmem_rs::channel_push_block(ch, x, n * sizeof(float));   // on the producer PE
+//       if (!nvshmem_rs::channel_push_block(ch, x, n * sizeof(float))) return;  // gave up
 //   }
 //   extern "C" __global__ void consume(nvshmem_rs_channel ch, float *y, uint64_t cap) {
 //       uint64_t bytes = nvshmem_rs::channel_pop_block(ch, y, cap * sizeof(float));
+//       if (bytes == nvshmem_rs::CHANNEL_TIMED_OUT) return;                    // gave up
 //   }
 //
 // Rules:
@@ -17,7 +18,13 @@
 //     is read, then advanced, by the group's leader. Kernels that take turns on a stream (and
 //     the host's Channel::send / recv) may share an end.
 //   - A push waits while all `depth` slots hold unread messages; a pop waits for a message.
-//     Nothing times out: a consumer that never pops stops its producer.
+//     Every wait is bounded by the channel's timeout (ChannelConfig::timeout, carried in the
+//     handle): past it, a push returns false and a pop CHANNEL_TIMED_OUT (a peek: null), having
+//     taken nothing and moved no counter, and the wait records the PE it waited for in the
+//     channel's fault record, which the host's next call on the channel (or Channel::check)
+//     returns as Error::ChannelTimeout. From then on every wait of this PE on the channel gives
+//     up at its first look at the clock (about a millisecond in). Test what each call returns:
+//     a kernel that goes on as if the message had come passes garbage down the pipeline.
 //   - Ordering: a pop returns after the message's bytes, as pushed, are visible to the popping
 //     group. Data written before a push (by the pushing group) is not ordered with the
 //     consumer's reads beyond the message itself: send it in the message.
@@ -36,6 +43,10 @@ namespace nvshmem_rs {
 // Which threads act together on a channel end.
 enum class Scope { Thread, Warp, Block };
 
+// What a pop (and the lower-level reserve and wait) returns when its wait gave up: no message
+// is that long, and no sequence number that large.
+constexpr uint64_t CHANNEL_TIMED_OUT = ~0ull;
+
 namespace channel_detail {
 
 __device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p) {
@@ -48,10 +59,51 @@ __device__ __forceinline__ void st_release_sys(uint64_t *p, uint64_t v) {
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-// Spin until *p >= v (a counter another PE advances), with acquire ordering.
-__device__ __forceinline__ void wait_at_least(const uint64_t *p, uint64_t v) {
+// Polls of a wait between two looks at the clock: a wait that ends sooner never reads it, and
+// the poll loop touches nothing but the polled word and a register.
+constexpr uint32_t spins_per_check = 1024;
+
+// The clock in units of 2^20 ns (about a millisecond), never 0.
+__device__ __forceinline__ uint32_t clock_units() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return (uint32_t)(t >> 20) | 1u;
+}
+
+// After a wait that ran out of time: the first of this PE on the channel claims
+// CHANNEL_STOPPED and writes the fault record, alone.
+__device__ __forceinline__ void record_fault(const nvshmem_rs_channel &ch, int site, int pe, uint64_t seq,
+                                             uint32_t since) {
+    if (atomicCAS((unsigned long long *)&ch.words[CHANNEL_STOPPED], 0ull, 1ull) != 0ull || ch.fault == nullptr)
+        return;
+    volatile nvshmem_rs_channel_fault *f = ch.fault;
+    f->site = site;
+    f->pe = pe;
+    f->block = (int32_t)blockIdx.x;
+    f->seq = seq;
+    f->waited_ns = (uint64_t)(clock_units() - since) << 20;
+    __threadfence_system();
+    f->raised = 1;
+}
+
+// Spin until *p >= v (a counter PE `pe` advances), with acquire ordering. False when the wait
+// gave up: it lasted ch.wait_units from its first look at the clock (the first to give up records
+// itself as waiting at `site` for message `seq`), or an earlier wait of this PE on the channel
+// gave up.
+__device__ __forceinline__ bool wait_at_least(const nvshmem_rs_channel &ch, const uint64_t *p, uint64_t v,
+                                              int site, int pe, uint64_t seq) {
+    uint32_t spins = 0, since = 0;
     while (ld_acquire_sys(p) < v) {
+        if (__builtin_expect(++spins < spins_per_check, 1)) continue;
+        spins = 0;
+        if (*(volatile uint64_t *)&ch.words[CHANNEL_STOPPED] != 0) return false;
+        const uint32_t now = clock_units();
+        if (since == 0) since = now;
+        if (ch.wait_units == 0 || now - since < ch.wait_units) continue;
+        record_fault(ch, site, pe, seq, since);
+        return false;
     }
+    return true;
 }
 
 template <Scope S> __device__ __forceinline__ unsigned rank() {
@@ -117,10 +169,12 @@ __device__ __forceinline__ char *channel_slot(const nvshmem_rs_channel &ch, uint
 }
 
 // Producer, one thread: wait until the slot of the next message is free; returns the
-// message's sequence number.
+// message's sequence number, or CHANNEL_TIMED_OUT when the wait gave up.
 __device__ __forceinline__ uint64_t channel_reserve(const nvshmem_rs_channel &ch) {
     const uint64_t seq = *(volatile uint64_t *)&ch.words[CHANNEL_SENT];
-    if (seq >= ch.depth) channel_detail::wait_at_least(&ch.words[CHANNEL_CREDIT], seq + 1 - ch.depth);
+    if (seq >= ch.depth && !channel_detail::wait_at_least(ch, &ch.words[CHANNEL_CREDIT], seq + 1 - ch.depth,
+                                                          CHANNEL_WAIT_SLOT, ch.consumer, seq))
+        return CHANNEL_TIMED_OUT;
     return seq;
 }
 
@@ -148,11 +202,14 @@ __device__ __forceinline__ void channel_publish(const nvshmem_rs_channel &ch, ui
 }
 
 // Consumer, one thread: wait for the next message; returns its sequence number and stores its
-// byte length in *bytes.
+// byte length in *bytes, or CHANNEL_TIMED_OUT (in both) when the wait gave up.
 __device__ __forceinline__ uint64_t channel_wait(const nvshmem_rs_channel &ch, uint64_t *bytes) {
     const uint64_t seq = *(volatile uint64_t *)&ch.words[CHANNEL_RECEIVED];
     const uint32_t i = (uint32_t)(seq % ch.depth);
-    channel_detail::wait_at_least(&ch.ready[i], seq + 1);
+    if (!channel_detail::wait_at_least(ch, &ch.ready[i], seq + 1, CHANNEL_WAIT_MESSAGE, ch.producer, seq)) {
+        *bytes = CHANNEL_TIMED_OUT;
+        return CHANNEL_TIMED_OUT;
+    }
     *bytes = channel_detail::ld_acquire_sys(&ch.lens[i]);
     return seq;
 }
@@ -175,23 +232,27 @@ __device__ __forceinline__ void channel_release(const nvshmem_rs_channel &ch, ui
 }
 
 // Push `bytes` (at most ch.slot_bytes) from src, local memory of the producer PE, as one
-// message. Every thread of the group calls it with the same arguments. Waits for a free slot.
+// message. Every thread of the group calls it with the same arguments. Waits for a free slot;
+// false, in every thread, when that wait gave up (nothing was pushed).
 template <Scope S>
-__device__ __forceinline__ void channel_push(const nvshmem_rs_channel &ch, const void *src,
+__device__ __forceinline__ bool channel_push(const nvshmem_rs_channel &ch, const void *src,
                                              uint64_t bytes) {
     using namespace channel_detail;
     uint64_t seq = 0;
     if (rank<S>() == 0) seq = channel_reserve(ch);
     seq = broadcast<S>(seq);
+    if (seq == CHANNEL_TIMED_OUT) return false;
     if (bytes > 0) put<S>(channel_slot(ch, seq), src, bytes, ch.consumer);
     sync<S>();
     if (rank<S>() == 0) channel_publish(ch, seq, bytes);
     sync<S>();
+    return true;
 }
 
 // Pop the next message into dst (local memory of the consumer PE), copying at most `capacity`
-// bytes; returns the message's length in bytes (larger than `capacity` if it did not fit).
-// Every thread of the group calls it with the same arguments. Waits for a message.
+// bytes; returns the message's length in bytes (larger than `capacity` if it did not fit), or
+// CHANNEL_TIMED_OUT, in every thread, when the wait for it gave up (nothing was taken). Every
+// thread of the group calls it with the same arguments.
 template <Scope S>
 __device__ __forceinline__ uint64_t channel_pop(const nvshmem_rs_channel &ch, void *dst,
                                                 uint64_t capacity) {
@@ -200,6 +261,7 @@ __device__ __forceinline__ uint64_t channel_pop(const nvshmem_rs_channel &ch, vo
     if (rank<S>() == 0) seq = channel_wait(ch, &bytes);
     seq = broadcast<S>(seq);
     bytes = broadcast<S>(bytes);
+    if (seq == CHANNEL_TIMED_OUT) return CHANNEL_TIMED_OUT;
     copy_from_slot<S>((char *)dst, channel_slot(ch, seq), bytes < capacity ? bytes : capacity);
     sync<S>();
     if (rank<S>() == 0) channel_release(ch, seq, bytes);
@@ -210,7 +272,8 @@ __device__ __forceinline__ uint64_t channel_pop(const nvshmem_rs_channel &ch, vo
 // Zero-copy pop: wait for the next message and return where it lies (in this PE's slot, valid
 // until channel_release_peeked); its length in *bytes. Read it with __ldcg or volatile loads
 // (the slot is rewritten by the producer after the release). Every thread of the group calls
-// it.
+// it. Null, with *bytes CHANNEL_TIMED_OUT, when the wait gave up: then there is nothing to
+// release.
 template <Scope S>
 __device__ __forceinline__ const void *channel_peek(const nvshmem_rs_channel &ch, uint64_t *bytes) {
     using namespace channel_detail;
@@ -218,10 +281,12 @@ __device__ __forceinline__ const void *channel_peek(const nvshmem_rs_channel &ch
     if (rank<S>() == 0) seq = channel_wait(ch, &b);
     seq = broadcast<S>(seq);
     *bytes = broadcast<S>(b);
+    if (seq == CHANNEL_TIMED_OUT) return nullptr;
     return channel_slot(ch, seq);
 }
 
-// Give back the slot of the message returned by the last channel_peek.
+// Give back the slot of the message returned by the last channel_peek (one that returned a
+// message).
 template <Scope S>
 __device__ __forceinline__ void channel_release_peeked(const nvshmem_rs_channel &ch) {
     using namespace channel_detail;
@@ -240,14 +305,14 @@ __device__ __forceinline__ bool channel_poll(const nvshmem_rs_channel &ch) {
 }
 
 // The scopes under their usual names.
-__device__ __forceinline__ void channel_push_thread(const nvshmem_rs_channel &ch, const void *src, uint64_t bytes) {
-    channel_push<Scope::Thread>(ch, src, bytes);
+__device__ __forceinline__ bool channel_push_thread(const nvshmem_rs_channel &ch, const void *src, uint64_t bytes) {
+    return channel_push<Scope::Thread>(ch, src, bytes);
 }
-__device__ __forceinline__ void channel_push_warp(const nvshmem_rs_channel &ch, const void *src, uint64_t bytes) {
-    channel_push<Scope::Warp>(ch, src, bytes);
+__device__ __forceinline__ bool channel_push_warp(const nvshmem_rs_channel &ch, const void *src, uint64_t bytes) {
+    return channel_push<Scope::Warp>(ch, src, bytes);
 }
-__device__ __forceinline__ void channel_push_block(const nvshmem_rs_channel &ch, const void *src, uint64_t bytes) {
-    channel_push<Scope::Block>(ch, src, bytes);
+__device__ __forceinline__ bool channel_push_block(const nvshmem_rs_channel &ch, const void *src, uint64_t bytes) {
+    return channel_push<Scope::Block>(ch, src, bytes);
 }
 __device__ __forceinline__ uint64_t channel_pop_thread(const nvshmem_rs_channel &ch, void *dst, uint64_t capacity) {
     return channel_pop<Scope::Thread>(ch, dst, capacity);

@@ -15,17 +15,46 @@ enum NvshmemRsChannelWord {
     CHANNEL_SENT = 1,
     // On the consumer: messages popped so far.
     CHANNEL_RECEIVED = 2,
-    // On the producer: blocks of the current multi-block send that are done.
+    // On the producer: blocks of the current multi-block send that are done (low 32 bits),
+    // and those whose wait gave up (high 32 bits).
     CHANNEL_SEND_ARRIVED = 3,
-    // On the consumer: blocks of the current multi-block receive that are done.
+    // On the consumer: the same for the current multi-block receive.
     CHANNEL_RECV_ARRIVED = 4,
     // On the consumer: the byte length of the message popped last.
     CHANNEL_LAST_BYTES = 5,
-    CHANNEL_WORDS = 6,
+    // On each PE: set, for good, by the first wait of this PE on the channel that gave up;
+    // every later wait here stops at its first look at the clock.
+    CHANNEL_STOPPED = 6,
+    CHANNEL_WORDS = 7,
 };
 
 // Slots start on this boundary, and hold a multiple of it.
 #define CHANNEL_SLOT_ALIGN 16
+
+// What a wait that gave up waited for (nvshmem_rs_channel_fault.site).
+enum NvshmemRsChannelWait {
+    // A push, for a free slot: the consumer's release of message seq - depth.
+    CHANNEL_WAIT_SLOT = 1,
+    // A pop, for message seq.
+    CHANNEL_WAIT_MESSAGE = 2,
+};
+
+// The first wait of this PE on a channel that ran out of time, written by the device into host
+// memory the GPU maps, so that the host reads it without waiting for a stream (which may never
+// finish). `raised` is written last.
+typedef struct nvshmem_rs_channel_fault {
+    uint32_t raised;
+    // NvshmemRsChannelWait.
+    int32_t site;
+    // The PE waited for: the consumer for a slot, the producer for a message.
+    int32_t pe;
+    // The block that waited.
+    int32_t block;
+    // The message's number on the channel, from 0.
+    uint64_t seq;
+    // How long it waited, in nanoseconds.
+    uint64_t waited_ns;
+} nvshmem_rs_channel_fault;
 
 // A bounded single-producer single-consumer queue from PE `producer` to PE `consumer`.
 // Message s (counting from 0) goes into slot s % depth on the consumer; the producer may
@@ -48,6 +77,11 @@ typedef struct nvshmem_rs_channel {
     int32_t producer;
     // The PE that pops.
     int32_t consumer;
+    // How long a wait for the other end may last, in units of 2^20 ns (about a millisecond);
+    // 0: no bound.
+    uint32_t wait_units;
+    // This PE's fault record (mapped host memory), or null.
+    nvshmem_rs_channel_fault *fault;
 } nvshmem_rs_channel;
 
 #endif

@@ -338,7 +338,7 @@ impl Gemm {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         // SAFETY: the caller's.
-        self.order.run(&self.shmem, stream, || unsafe {
+        self.order.run(&self.shmem, stream, "a GEMM", || unsafe {
             self.linear_unordered(ops, shape, path, stream)
         })
     }
