@@ -75,7 +75,7 @@ check:
 	@$(MAKE) --no-print-directory build
 	@for np in $(CHECK_NP); do \
 	  if [ $$np -gt $(word 2,$(GPUS)) ] && [ -z "$(SHARE_FLAG)" ]; then echo "check: -np $$np skipped ($(word 2,$(GPUS)) GPUs; SHARE_GPUS=1 shares them)"; continue; fi; \
-	  for prog in examples/coll_check examples/gpu_check examples/tp_mlp examples/pipeline examples/kv_pool examples/stress_check examples/cudarc_interop ring-pipeline; do \
+	  for prog in examples/coll_check examples/gpu_check examples/tp_mlp examples/pipeline examples/kv_pool examples/cudarc_interop ring-pipeline; do \
 	    args=$$([ $$prog = examples/gpu_check ] && echo "$(ARGS)"); \
 	    echo "scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/$$prog $$args"; \
 	    scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/$$prog $$args || exit 1; \

@@ -427,12 +427,20 @@ fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
 }
 
 /// PE 1 waits for a flag no PE sets: the runtime's wait limit (`NVSHMEM_RS_TIMEOUT`) ends it.
+/// The others stay until well after that limit, so that PE 1's error (and not a peer
+/// leaving) ends the job.
 fn wait_for_nobody(shmem: &Nvshmem) -> nvshmem::Result<()> {
     let flag = shmem.calloc::<u64>(1)?;
     if shmem.my_pe() == 1 {
         trace(1, "waiting for a flag");
-        shmem.wait_until(&flag, 0, Cmp::Ge, 1)?;
+        let waited = shmem.wait_until(&flag, 0, Cmp::Ge, 1);
+        if waited.is_err() {
+            // The others have not reached the flag's free: dropping it would wait for them.
+            std::mem::forget(flag);
+        }
+        return waited;
     }
+    std::thread::sleep(4 * TIMEOUT);
     Ok(())
 }
 

@@ -192,7 +192,14 @@ pub(crate) fn checks(h: &mut Harness) {
                 },
             ));
             // More than the GPU has free, under that maximum where the GPU is small enough.
+            // The same request on every PE: the most any GPU has free.
             let (free, _) = cu::mem_get_info()?;
+            let mine = c.upload(&[free as u64])?;
+            let most = sh.malloc::<u64>(1)?;
+            c.world.all_reduce(&most, &mine, ReduceOp::Max, &c.stream)?;
+            c.sync()?;
+            let free = most.to_vec()?[0] as usize;
+            drop((mine, most));
             problems.note(refused(
                 "an allocation of the GPU's free memory and 1 GiB",
                 sh.malloc::<u8>(free + (1 << 30)),
