@@ -5,72 +5,38 @@
 //! two ends no longer agree on what comes next.
 
 use crate::abi::{self, nvshmem_rs_channel_fault as Fault};
-use crate::error::{ChannelWait, CudaResultExt, Error, Result};
+use crate::error::{ChannelWait, Error, Result};
+use crate::memory::MappedRecord;
 use crate::runtime::Nvshmem;
-use cudarc::driver::{result as cu, sys as cusys};
 use std::time::Duration;
 
 pub(crate) struct FaultRecord {
-    host: *mut Fault,
-    device: u64,
+    record: MappedRecord<Fault>,
     my_pe: usize,
 }
 
-// SAFETY: pinned host memory owned by this value; the host only reads it.
-unsafe impl Send for FaultRecord {}
-unsafe impl Sync for FaultRecord {}
-
 impl FaultRecord {
     pub(crate) fn new(shmem: &Nvshmem) -> Result<Self> {
-        shmem.bind_context()?;
-        let bytes = std::mem::size_of::<Fault>();
-        // SAFETY: a fresh allocation of `bytes`, zeroed before anything reads it.
-        let host = unsafe { cu::malloc_host(bytes, cusys::CU_MEMHOSTALLOC_DEVICEMAP) }
-            .during("cuMemHostAlloc")? as *mut Fault;
-        unsafe { host.write(Fault::default()) };
-        let mut device = 0;
-        // SAFETY: `host` was allocated mapped, above.
-        let mapped = unsafe {
-            cusys::cuMemHostGetDevicePointer_v2(&mut device, host as *mut std::ffi::c_void, 0)
-        }
-        .result()
-        .during("cuMemHostGetDevicePointer");
-        if let Err(e) = mapped {
-            unsafe { cu::free_host(host as *mut std::ffi::c_void) }.ok();
-            return Err(e);
-        }
         Ok(FaultRecord {
-            host,
-            device,
+            record: MappedRecord::new(shmem)?,
             my_pe: shmem.my_pe(),
         })
     }
 
     /// The address the kernels write the record at.
     pub(crate) fn device_ptr(&self) -> *mut Fault {
-        self.device as *mut Fault
+        self.record.device_addr() as *mut Fault
     }
 
     /// `Err(Error::ChannelTimeout)` once a wait of this PE on the channel gave up.
     pub(crate) fn check(&self) -> Result<()> {
-        // SAFETY: live pinned memory; the GPU writes `raised` last, after a system fence.
-        let raised = unsafe { std::ptr::addr_of!((*self.host).raised).read_volatile() };
-        if raised == 0 {
-            return Ok(());
-        }
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-        let fault = unsafe { self.host.read_volatile() };
-        Err(timeout_error(self.my_pe, &fault))
-    }
-}
-
-impl Drop for FaultRecord {
-    fn drop(&mut self) {
-        // The channel dropped its buffers first, whose frees waited for every kernel that could
-        // write here, unless the runtime is stranded: then freeing would wait for the GPU for
-        // ever.
-        if crate::runtime::check_not_stranded().is_ok() {
-            unsafe { cu::free_host(self.host as *mut std::ffi::c_void) }.ok();
+        // SAFETY (of the projection): a field of the live record.
+        match self
+            .record
+            .raised(|f| unsafe { std::ptr::addr_of!((*f).raised) })
+        {
+            None => Ok(()),
+            Some(fault) => Err(timeout_error(self.my_pe, &fault)),
         }
     }
 }

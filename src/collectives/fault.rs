@@ -5,62 +5,39 @@
 //! step cannot be trusted again.
 
 use crate::abi;
-use crate::error::{CudaResultExt, Error, Result};
+use crate::error::{Error, Result};
+use crate::memory::MappedRecord;
 use crate::runtime::Nvshmem;
-use cudarc::driver::{result as cu, sys as cusys};
 use std::time::Duration;
 
 pub(crate) struct FaultRecord {
-    host: *mut abi::Fault,
-    device: u64,
+    record: MappedRecord<abi::Fault>,
     my_pe: usize,
 }
 
-// SAFETY: pinned host memory owned by this value; the host only reads it.
-unsafe impl Send for FaultRecord {}
-unsafe impl Sync for FaultRecord {}
-
 impl FaultRecord {
     pub(crate) fn new(shmem: &Nvshmem) -> Result<Self> {
-        shmem.bind_context()?;
-        let bytes = std::mem::size_of::<abi::Fault>();
-        // SAFETY: a fresh allocation of `bytes`, zeroed before anything reads it.
-        let host = unsafe { cu::malloc_host(bytes, cusys::CU_MEMHOSTALLOC_DEVICEMAP) }
-            .during("cuMemHostAlloc")? as *mut abi::Fault;
-        unsafe { host.write(abi::Fault::default()) };
-        let mut device = 0;
-        // SAFETY: `host` was allocated mapped, above.
-        let mapped = unsafe {
-            cusys::cuMemHostGetDevicePointer_v2(&mut device, host as *mut std::ffi::c_void, 0)
-        }
-        .result()
-        .during("cuMemHostGetDevicePointer");
-        if let Err(e) = mapped {
-            unsafe { cu::free_host(host as *mut std::ffi::c_void) }.ok();
-            return Err(e);
-        }
         Ok(FaultRecord {
-            host,
-            device,
+            record: MappedRecord::new(shmem)?,
             my_pe: shmem.my_pe(),
         })
     }
 
     /// The address the kernels write the record at.
     pub(crate) fn addr(&self) -> u64 {
-        self.device
+        self.record.device_addr()
     }
 
     /// `Err(Error::Timeout)` once a wait of this PE's calls ran out of time;
     /// `Err(Error::CollectiveMismatch)` once an all-to-all-v found its counts disagreeing.
     pub(crate) fn check(&self) -> Result<()> {
-        // SAFETY: live pinned memory; the GPU writes `raised` last, after a system fence.
-        let raised = unsafe { std::ptr::addr_of!((*self.host).raised).read_volatile() };
-        if raised == 0 {
+        // SAFETY (of the projection): a field of the live record.
+        let Some(f) = self
+            .record
+            .raised(|f| unsafe { std::ptr::addr_of!((*f).raised) })
+        else {
             return Ok(());
-        }
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-        let f = unsafe { self.host.read_volatile() };
+        };
         if f.site as u32 == abi::FAULT_COUNTS {
             return Err(Error::CollectiveMismatch(format!(
                 "all_to_all_v call #{}: PE {} sends {} elements to PE {}, which expects {} from \
@@ -89,16 +66,6 @@ impl FaultRecord {
             epoch: f.epoch,
             waited: Duration::from_nanos(f.waited_ns),
         })
-    }
-}
-
-impl Drop for FaultRecord {
-    fn drop(&mut self) {
-        // The owner (Collectives::drop) has waited for every kernel that could write here,
-        // unless the runtime is stranded: then freeing would wait for the GPU for ever.
-        if crate::runtime::check_not_stranded().is_ok() {
-            unsafe { cu::free_host(self.host as *mut std::ffi::c_void) }.ok();
-        }
     }
 }
 

@@ -4,6 +4,7 @@ mod check;
 mod device;
 mod heap;
 mod interop;
+mod mapped;
 mod view;
 
 pub use device::DeviceBuffer;
@@ -18,6 +19,7 @@ pub(crate) use check::SetUp;
 use check::{CheckKind, Proposal, Refusal};
 use cudarc::driver::CudaStream;
 use heap::HeapUse;
+pub(crate) use mapped::MappedRecord;
 use nvshmem_sys as sys;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::Ordering;
