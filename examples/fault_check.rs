@@ -412,12 +412,7 @@ fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
                 AllReduceAlgo::LowLatency,
                 stream,
             )?;
-            stream
-                .synchronize()
-                .map_err(|source| nvshmem::Error::Cuda {
-                    call: "cuStreamSynchronize",
-                    source,
-                })?;
+            stream.synchronize()?;
             coll.check()?;
             Ok(())
         };
@@ -502,11 +497,6 @@ fn channel_no_sender(
         trace(me, "skips its send");
     }
     coll.all_reduce(y, x, ReduceOp::Sum, AllReduceAlgo::LowLatency, stream)?;
-    stream
-        .synchronize()
-        .map_err(|source| nvshmem::Error::Cuda {
-            call: "cuStreamSynchronize",
-            source,
-        })?;
+    stream.synchronize()?;
     coll.check()
 }
