@@ -265,7 +265,7 @@ impl Agreement {
         record: Record,
         limit: Option<Duration>,
     ) -> Result<()> {
-        let mut guard = self.exchange.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = crate::runtime::lock_letting_go(&self.exchange);
         let what = || format!("the call agreement (this PE {record})");
         match shmem.exchange_through(
             &mut guard.0,

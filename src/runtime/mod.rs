@@ -101,6 +101,17 @@ pub(crate) fn without_host_library<R>(wait: impl FnOnce() -> R) -> R {
     wait()
 }
 
+/// Lock `m`; while another thread holds it, wait with the host library let go. That thread
+/// may be in a wait for the other PEs (which lets the library go) and need the library back
+/// to finish: waiting for `m` while holding the library would deadlock the two.
+pub(crate) fn lock_letting_go<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.try_lock() {
+        Ok(guard) => guard,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => without_host_library(|| lock(m)),
+    }
+}
+
 /// Why a host-side wait for the other PEs gave up, once one did: the work it queued (an
 /// exchange, a barrier) stays queued on the runtime's stream for ever, so every later wait
 /// for that stream or the whole GPU would hang.
@@ -459,7 +470,7 @@ impl Runtime {
         let mut record = [0u64; RECORD_WORDS];
         record[0] = FINALIZE_KIND;
         let _host = host_call();
-        let mut exchange = lock(&self.exchange);
+        let mut exchange = lock_letting_go(&self.exchange);
         match exchange.exchange(&record, self.wait_limit, DuringWait::LetGo) {
             Ok(Exchanged::All(all)) => {
                 match all.chunks(RECORD_WORDS).position(|r| r[0] != FINALIZE_KIND) {
@@ -909,7 +920,7 @@ impl Nvshmem {
     ) -> Result<Exchanged> {
         // The host library before the exchange, the order every path takes.
         let _host = self.host_call()?;
-        let mut exchange = lock(&self.rt.exchange);
+        let mut exchange = lock_letting_go(&self.rt.exchange);
         self.exchange_through(&mut exchange, record, limit, during_wait, what)
     }
 
@@ -1041,7 +1052,7 @@ impl Nvshmem {
                 }
             }
         };
-        let mut guard = lock(&service);
+        let mut guard = lock_letting_go(&service);
         let s = guard
             .downcast_mut::<S>()
             .expect("services are stored under their own TypeId");
@@ -1188,6 +1199,29 @@ mod tests {
             .recv_timeout(std::time::Duration::from_secs(10))
             .expect("the lock is let go with the last guard");
         late.join().unwrap();
+    }
+
+    #[test]
+    fn waiting_for_a_busy_lock_lets_the_host_library_go() {
+        use std::sync::mpsc::channel;
+        static BUSY: Mutex<u32> = Mutex::new(0);
+        let held = BUSY.lock().unwrap();
+        let (waiting, waiting_rx) = channel();
+        let other = std::thread::spawn(move || {
+            let _host = super::host_call();
+            waiting.send(()).unwrap();
+            *super::lock_letting_go(&BUSY) += 1;
+            // The library is this thread's again.
+            super::HOST_CALLS_HELD.with(|h| h.get())
+        });
+        waiting_rx.recv().unwrap();
+        // The other thread holds the library and waits for BUSY: it must have let the
+        // library go, or this would never return.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        drop(super::host_call());
+        drop(held);
+        assert_eq!(other.join().unwrap(), 1);
+        assert_eq!(*BUSY.lock().unwrap(), 1);
     }
 
     #[test]
