@@ -228,11 +228,11 @@ impl Nvshmem {
         self.with_service(AllocCheck::new, |check| check.agree(self, proposal))
     }
 
-    /// Wait until every PE has reached the end of the collective constructor `what`, within
-    /// the runtime's wait limit (`NVSHMEM_RS_TIMEOUT`): NVSHMEM's barrier without its
-    /// unbounded wait, and a PE ending another constructor is named. This PE's writes to its
-    /// symmetric memory must be complete (they are ordered before the exchange's puts only
-    /// through the host).
+    /// Wait until every PE has reached `what` (the end of a collective constructor, a host
+    /// barrier), within the runtime's wait limit (`NVSHMEM_RS_TIMEOUT`): NVSHMEM's barrier
+    /// without its unbounded wait, and a PE at another collective point is named. This PE's
+    /// writes to its symmetric memory must be complete (they are ordered before the
+    /// exchange's puts only through the host).
     pub(crate) fn set_up_barrier(&self, what: SetUp) -> Result<()> {
         self.set_up_gather(what, 0).map(|_| ())
     }
