@@ -122,7 +122,7 @@ impl Nvshmem {
     /// changes it with a put, `p` or atomic, or another thread of this process with a copy).
     ///
     /// The wait is bounded by the runtime's wait limit (`NVSHMEM_RS_TIMEOUT`, 10 minutes by
-    /// default): past it, [`Error::WaitTimeout`](crate::Error::WaitTimeout). The host polls
+    /// default): past it, [`Error::WaitTimeout`]. The host polls
     /// the word with small copies on a stream of its own, backing off to a poll a
     /// millisecond, and holds no lock meanwhile: other threads' calls (the one that ends the
     /// wait included) go on, and a wait that gives up leaves nothing behind on the GPU.
