@@ -340,24 +340,11 @@ impl Nvshmem {
         value: u64,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        self.signal_wait_with(sig.into(), index, cmp, value, Some(stream))
-            .map(|_| ())
-    }
-
-    /// Enqueue the wait on `stream` (or the runtime's); returns the signal's address.
-    fn signal_wait_with(
-        &self,
-        sig: SymmetricView<'_, u64>,
-        index: usize,
-        cmp: Cmp,
-        value: u64,
-        stream: Option<&Arc<CudaStream>>,
-    ) -> Result<*mut u64> {
-        let ptr = sig.element_ptr(self, "the signal buffer", index)?;
-        let s = self.stream_or_own(stream)?;
+        let ptr = sig.into().element_ptr(self, "the signal buffer", index)?;
+        let s = self.raw_stream(stream)?;
         let _host = self.host_call()?;
         unsafe { sys::nvshmemx_signal_wait_until_on_stream(ptr, cmp.raw(), value, s) };
-        Ok(ptr)
+        Ok(())
     }
 
     /// The current value of this PE's signal `sig[index]`.

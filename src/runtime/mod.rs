@@ -960,9 +960,9 @@ impl Nvshmem {
         self.rt.wait_limit
     }
 
-    /// A stream for one host-side wait for a flag: a wait on a shared stream (the runtime's)
-    /// would hold up every other thread's work queued behind it, the copy that would end
-    /// the wait included.
+    /// A stream of its own for one host-side wait (a flag's polls, a new buffer's zeroing):
+    /// on a shared stream (the runtime's) the wait would queue behind other threads' work,
+    /// which may itself wait for this thread.
     pub(crate) fn wait_stream(&self) -> Result<Arc<CudaStream>> {
         self.bind_context()?;
         self.rt.ctx.new_stream().during("cuStreamCreate")
