@@ -2,9 +2,11 @@
 //! writes a known pattern, publishes the pages in its page table, and gathers random pages of
 //! its peers (host and device-id forms), checking them bit for bit; scatters into a peer's
 //! pages; bad input gives the right error; concurrent allocations from every PE into one PE
-//! never hand out a page twice; and a user's kernels (examples/kernels/kv_pool_device.cu)
-//! allocate on peers, write, publish and gather pages through `nvshmem_rs/pool.cuh`. Works
-//! with any number of PEs, one included.
+//! never hand out a page twice; a stale id (its page freed and allocated again) frees
+//! nothing, from the host or a kernel, and of many frees of one id racing with allocations
+//! exactly one succeeds; and a user's kernels (examples/kernels/kv_pool_device.cu) allocate
+//! on peers, write, publish and gather pages through `nvshmem_rs/pool.cuh`. Works with any
+//! number of PEs, one included.
 //!
 //! ```text
 //! scripts/nvshmrun -np 4 target/release/examples/kv_pool
@@ -38,6 +40,10 @@ const TABLE: usize = 16;
 /// Pages each PE allocates on PE 0 in the concurrent check, in batches of `BATCH`.
 const CONCURRENT: usize = 24;
 const BATCH: usize = 8;
+/// Blocks of every PE's kernel in the free race: half free one id, half allocate.
+const RACE_BLOCKS: u32 = 16;
+/// Allocations an allocating block of the race tries before it gives up.
+const RACE_TRIES: u32 = 1000;
 
 type Outcome = Result<(), String>;
 
@@ -261,6 +267,236 @@ fn device_side(shmem: &Nvshmem) -> Outcome {
     checked.and(emptied)
 }
 
+/// The id of `id`'s page in the generation after it (what its next allocation gets).
+fn next_generation(id: PageId) -> PageId {
+    id.with_generation((id.generation + 1) % PageId::GENERATIONS)
+}
+
+/// A stale id freed from the host: page `a` allocated and freed, `b` allocated (the same page:
+/// each PE holds one), then `a` freed again must be `PageNotAllocated` and leave `b`
+/// allocated, readable and writable; a and b's frees of their own succeed once each.
+fn host_stale_free(shmem: &Nvshmem) -> Outcome {
+    let me = shmem.my_pe();
+    let stream = shmem.stream();
+    let one = PagePool::new(shmem, PagePoolConfig::new(1, PAGE_BYTES)).map_err(e)?;
+    let a = one.alloc(me).map_err(e)?;
+    one.free(a).map_err(e)?;
+    let b = one.alloc(me).map_err(e)?;
+    if b != next_generation(a) {
+        return Err(format!(
+            "freed {a}, then allocated {b}: expected the same page in the next generation"
+        ));
+    }
+    let stale_a = |err: &Error| {
+        matches!(err, Error::PageNotAllocated { pe, index, generation }
+            if *pe == me && *index == a.index as usize && *generation == a.generation)
+    };
+    expect_err("a stale free", one.free(a), stale_a)?;
+    expect_err("a stale id among free_n's", one.free_n(&[a]), stale_a)?;
+    if !one.is_allocated(b).map_err(e)? || one.is_allocated(a).map_err(e)? {
+        return Err(format!(
+            "after the stale frees, is_allocated says {} for {b} and {} for {a}",
+            one.is_allocated(b).map_err(e)?,
+            one.is_allocated(a).map_err(e)?
+        ));
+    }
+    if one.in_use(me).map_err(e)? != 1 {
+        return Err("the stale frees freed the page".into());
+    }
+    // b's page still works through the checked copies; a is refused by them.
+    let data = pattern(3, me, b.pe, b.index);
+    let src = shmem.alloc_device::<u8>(PAGE_BYTES).map_err(e)?;
+    src.copy_from_host(&data).map_err(e)?;
+    let dst = shmem.alloc_device::<u8>(PAGE_BYTES).map_err(e)?;
+    one.scatter(&[b], &src, stream).map_err(e)?;
+    one.gather(&dst, &[b], stream).map_err(e)?;
+    sync(shmem)?;
+    compare(
+        &format!("{b} after a stale free"),
+        &dst.to_vec().map_err(e)?,
+        &data,
+    )?;
+    expect_err(
+        "a gather of a stale id",
+        one.gather(&dst, &[a], stream),
+        stale_a,
+    )?;
+    expect_err(
+        "a scatter of a stale id",
+        one.scatter(&[a], &src, stream),
+        stale_a,
+    )?;
+    one.free(b).map_err(e)?;
+    let stale_b = |err: &Error| match err {
+        Error::PageNotAllocated { generation, .. } => *generation == b.generation,
+        _ => false,
+    };
+    expect_err("b freed twice", one.free(b), stale_b)?;
+    match one.in_use(me).map_err(e)? {
+        0 => Ok(()),
+        used => Err(format!("{used} pages in use after b's free")),
+    }
+}
+
+/// A stale id freed from a kernel (kv_device_stale_free), on the next PE's only page: the
+/// device free of `a` after `b` took its page says not allocated, and `b` stays allocated.
+fn device_stale_free(shmem: &Nvshmem) -> Outcome {
+    let (me, n) = (shmem.my_pe(), shmem.n_pes());
+    let pe = (me + 1) % n;
+    let one = PagePool::new(shmem, PagePoolConfig::new(1, 64)).map_err(e)?;
+    let module = Module::load(shmem, &kernels::KV_POOL_DEVICE).map_err(e)?;
+    let kernel = module.function("kv_device_stale_free").map_err(e)?;
+    let out = shmem.alloc_device::<u64>(6).map_err(e)?;
+    let mut args = KernelArgs::new();
+    args.value(one.handle())
+        .value(pe as i32)
+        .device_ptr(out.addr());
+    // SAFETY: kv_device_stale_free(nvshmem_rs_pool, int32_t, uint64_t *); out holds 6 words.
+    unsafe { kernel.launch(grid(1, 32), shmem.stream(), &mut args) }.map_err(e)?;
+    sync(shmem)?;
+    let got = out.to_vec().map_err(e)?;
+    let (a, b) = match (PageId::from_raw(got[0]), PageId::from_raw(got[2])) {
+        (Some(a), Some(b)) => (a, b),
+        _ => {
+            return Err(format!(
+                "the kernel's allocations on PE {pe} gave {:#x} and {:#x}",
+                got[0], got[2]
+            ))
+        }
+    };
+    if a.pe as usize != pe || got[1] != 1 {
+        return Err(format!("{a}: allocated on PE {pe}, freed: {}", got[1]));
+    }
+    if b != next_generation(a) {
+        return Err(format!(
+            "the kernel freed {a}, then allocated {b}: expected the same page in the next \
+             generation"
+        ));
+    }
+    if got[3] != 0 {
+        return Err(format!(
+            "the kernel's stale free of {a} succeeded (after {b} took its page)"
+        ));
+    }
+    if got[4] != 1 || got[5] != 0 {
+        return Err(format!(
+            "in the kernel after the stale free, pool_is_allocated says {} for {b} and {} for {a}",
+            got[4], got[5]
+        ));
+    }
+    // The host sees the same: b is the page's allocation, and its free is the one that works.
+    if !one.is_allocated(b).map_err(e)? || one.is_allocated(a).map_err(e)? {
+        return Err(format!("the host does not see {b} allocated and {a} stale"));
+    }
+    if one.in_use(pe).map_err(e)? != 1 {
+        return Err(format!("PE {pe}'s page is not in use after the stale free"));
+    }
+    one.free(b).map_err(e)?;
+    match one.in_use(pe).map_err(e)? {
+        0 => Ok(()),
+        used => Err(format!("{used} pages of PE {pe} in use after b's free")),
+    }
+}
+
+/// Every PE's kernel (kv_device_free_race) frees one id of PE 0's only page from many blocks
+/// while as many blocks allocate on PE 0: across the PEs exactly one free succeeds, at most
+/// one allocation does (the page in its next generation), and the stale frees that run after
+/// it leave that allocation alone.
+fn device_free_race(shmem: &Nvshmem) -> Outcome {
+    let me = shmem.my_pe();
+    let one = PagePool::new(shmem, PagePoolConfig::new(1, 64).table_len(1)).map_err(e)?;
+    // Successful frees, then allocations, over every PE (on PE 0).
+    let counts = shmem.calloc::<u64>(2).map_err(e)?;
+    let module = Module::load(shmem, &kernels::KV_POOL_DEVICE).map_err(e)?;
+    let kernel = module.function("kv_device_free_race").map_err(e)?;
+    let done = shmem.alloc_device::<u64>(RACE_BLOCKS as usize).map_err(e)?;
+    let published = match me {
+        0 => one
+            .alloc(0)
+            .and_then(|id| one.table_set(0, 0, Some(id)))
+            .map_err(e),
+        _ => Ok(()),
+    };
+    shmem.barrier_all().map_err(e)?;
+    // No error returns between the barriers, which every PE must reach.
+    let raced = published.and_then(|()| {
+        let id = one
+            .table_get(0, 0)
+            .map_err(e)?
+            .ok_or("PE 0 published no page")?;
+        let mut args = KernelArgs::new();
+        args.value(one.handle())
+            .value(id.to_raw())
+            .value(RACE_TRIES)
+            .device_ptr(done.addr());
+        // SAFETY: kv_device_free_race(nvshmem_rs_pool, uint64_t, uint32_t, uint64_t *); done
+        // holds a word per block.
+        unsafe { kernel.launch(grid(RACE_BLOCKS, 32), shmem.stream(), &mut args) }.map_err(e)?;
+        sync(shmem)?;
+        let got = done.to_vec().map_err(e)?;
+        let frees = got.iter().step_by(2).filter(|&&d| d == 1).count();
+        let fresh: Vec<PageId> = got
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .filter_map(|&r| PageId::from_raw(r))
+            .collect();
+        shmem.atomic_add(&counts, 0, frees as u64, 0).map_err(e)?;
+        shmem
+            .atomic_add(&counts, 1, fresh.len() as u64, 0)
+            .map_err(e)?;
+        Ok((id, fresh))
+    });
+    shmem.barrier_all().map_err(e)?;
+    // Every kernel has ended: every free that was going to run has run.
+    let checked = raced
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|(id, fresh)| {
+            for &f in fresh {
+                if f != next_generation(*id) {
+                    return Err(format!(
+                        "the race freed {id} and allocated {f}: expected the next generation"
+                    ));
+                }
+                if !one.is_allocated(f).map_err(e)? {
+                    return Err(format!(
+                        "{f}, allocated in the race, was freed by a stale free"
+                    ));
+                }
+            }
+            let frees = shmem.atomic_fetch(&counts, 0, 0).map_err(e)?;
+            let allocations = shmem.atomic_fetch(&counts, 1, 0).map_err(e)?;
+            let in_use = one.in_use(0).map_err(e)? as u64;
+            if frees != 1 {
+                return Err(format!(
+                    "{frees} frees of {id} succeeded across the PEs' kernels, expected exactly 1"
+                ));
+            }
+            if allocations > 1 || in_use != allocations {
+                return Err(format!(
+                    "{allocations} allocations of PE 0's only page succeeded and {in_use} pages \
+                     are in use, expected as many, at most 1"
+                ));
+            }
+            Ok(())
+        });
+    shmem.barrier_all().map_err(e)?;
+    let freed = match &raced {
+        Ok((_, fresh)) => one.free_n(fresh).map_err(e),
+        Err(_) => Ok(()),
+    };
+    shmem.barrier_all().map_err(e)?;
+    let emptied = match one.in_use(0).map_err(e)? {
+        0 => Ok(()),
+        used => Err(format!(
+            "{used} pages of PE 0 in use after the race's pages were freed"
+        )),
+    };
+    shmem.barrier_all().map_err(e)?;
+    checked.and(freed).and(emptied)
+}
+
 fn main() {
     let shmem = match Nvshmem::init() {
         Ok(s) => s,
@@ -461,7 +697,7 @@ fn main() {
             .find(|id| !mine.contains(id))
             .ok_or("every page of this PE is in use")?;
         let not_allocated =
-            |err: &Error| matches!(err, Error::PageNotAllocated { pe, index } if *pe == me && *index == unused.index as usize);
+            |err: &Error| matches!(err, Error::PageNotAllocated { pe, index, .. } if *pe == me && *index == unused.index as usize);
         expect_err("gather of a page never allocated", pool.gather(&dst, &[unused], stream), not_allocated)?;
         expect_err("free of a page never allocated", pool.free(unused), not_allocated)?;
         if pool.is_allocated(unused).map_err(e)? {
@@ -509,8 +745,11 @@ fn main() {
             matches!(err, Error::PageNotAllocated { .. })
         })?;
         let again = small.alloc(me).map_err(e)?;
-        if again != all[2] {
-            return Err(format!("freed {} but got {again}", all[2]));
+        if again != next_generation(all[2]) {
+            return Err(format!(
+                "freed {} but got {again}: expected the same page in the next generation",
+                all[2]
+            ));
         }
         small.free_n(&[all[1], all[3]]).map_err(e)?;
         // All or nothing: 3 asked for, 2 free; the 2 taken are given back.
@@ -534,8 +773,11 @@ fn main() {
             .map(|id| id.index)
             .collect();
         back.sort_unstable();
-        if back != [1, 3] {
-            return Err(format!("reallocated {back:?}, expected [1, 3]"));
+        // `all` is in the threads' order, not the pages': its entries 1 and 3 are any pages.
+        let mut freed = [all[1].index, all[3].index];
+        freed.sort_unstable();
+        if back != freed {
+            return Err(format!("reallocated {back:?}, expected the freed {freed:?}"));
         }
         Ok(())
     });
@@ -571,7 +813,7 @@ fn main() {
                         .table_get(0, entry)
                         .map_err(e)?
                         .ok_or_else(|| format!("entry {entry} of PE 0 is empty"))?;
-                    if id.pe != 0 || !seen.insert(id) {
+                    if id.pe != 0 || !seen.insert(id.index) {
                         return Err(format!("{id} handed out twice, or not on PE 0"));
                     }
                 }
@@ -598,6 +840,21 @@ fn main() {
                 .and(freed)
                 .and(emptied)
         },
+    );
+
+    c.run(
+        "a stale id frees nothing and its page's new allocation lives (host)",
+        || host_stale_free(&shmem),
+    );
+
+    c.run(
+        "a stale id frees nothing and its page's new allocation lives (kernel)",
+        || device_stale_free(&shmem),
+    );
+
+    c.run(
+        "frees of one id racing in kernels on every PE: exactly one succeeds",
+        || device_free_race(&shmem),
     );
 
     c.run(

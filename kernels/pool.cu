@@ -14,14 +14,15 @@ extern "C" __global__ void pool_alloc_pages(nvshmem_rs_pool pool, int32_t pe, ui
     if (i < n) ids[i] = pool_alloc(pool, pe);
 }
 
-// Thread i frees page ids[i]; done[i] = 1 if it was allocated, 0 if not.
+// Thread i frees page ids[i]; done[i] = 1 if it was allocated in the id's generation, 0 if
+// not (a double free, a stale id).
 extern "C" __global__ void pool_free_pages(nvshmem_rs_pool pool, const uint64_t *ids, uint32_t n,
                                            uint64_t *done) {
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) done[i] = pool_free(pool, ids[i]) ? 1 : 0;
 }
 
-// Thread i: allocated[i] = 1 if page ids[i] is allocated now, 0 if not.
+// Thread i: allocated[i] = 1 if page ids[i] is allocated now in the id's generation, 0 if not.
 extern "C" __global__ void pool_check_pages(nvshmem_rs_pool pool, const uint64_t *ids, uint32_t n,
                                             uint64_t *allocated) {
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -303,13 +303,16 @@ pub enum Error {
         /// Pages each PE holds (valid indices are below it).
         pages_per_pe: usize,
     },
-    /// A page that is not allocated (never allocated, or freed already) where the call needs
-    /// an allocated one.
+    /// A page that is not allocated in the id's generation (never allocated, freed already, or
+    /// freed and allocated again since the id was handed out) where the call needs an
+    /// allocated one.
     PageNotAllocated {
         /// The PE of the page.
         pe: usize,
         /// The page's index on that PE.
         index: usize,
+        /// The id's generation (see [`PageId`](crate::pool::PageId)).
+        generation: u32,
     },
 }
 
@@ -529,10 +532,15 @@ impl fmt::Display for Error {
                 "page {index} of PE {pe} is out of range: each PE holds {pages_per_pe} pages \
                  (0..{pages_per_pe}); use ids that PagePool::alloc returned"
             ),
-            Error::PageNotAllocated { pe, index } => write!(
+            Error::PageNotAllocated {
+                pe,
+                index,
+                generation,
+            } => write!(
                 f,
-                "page {index} of PE {pe} is not allocated (never allocated, or freed already); \
-                 use ids that PagePool::alloc returned, and free each once"
+                "page {index} of PE {pe} (generation {generation}) is not allocated in that \
+                 generation: never allocated, freed already, or freed and allocated again since \
+                 (a stale id); use ids that PagePool::alloc returned, and free each once"
             ),
         }
     }
@@ -678,9 +686,16 @@ mod tests {
             text.contains("page 70 of PE 1") && text.contains("(0..64)"),
             "{text}"
         );
-        let text = Error::PageNotAllocated { pe: 0, index: 5 }.to_string();
+        let text = Error::PageNotAllocated {
+            pe: 0,
+            index: 5,
+            generation: 2,
+        }
+        .to_string();
         assert!(
-            text.contains("page 5 of PE 0") && text.contains("free each once"),
+            text.contains("page 5 of PE 0 (generation 2)")
+                && text.contains("stale")
+                && text.contains("free each once"),
             "{text}"
         );
     }

@@ -77,7 +77,9 @@ fn users_kernels_build_against_the_device_headers() {
         &example_kernels::KV_POOL_DEVICE,
         &[
             "kv_device_consume".to_string(),
+            "kv_device_free_race".to_string(),
             "kv_device_produce".to_string(),
+            "kv_device_stale_free".to_string(),
         ],
     );
 }

@@ -1,5 +1,5 @@
-// Kernels of examples/kv_pool.rs, written as a user's: they allocate, write, publish and
-// gather pages of the pool from the device, through <nvshmem_rs/pool.cuh>.
+// Kernels of examples/kv_pool.rs, written as a user's: they allocate, write, publish, gather
+// and free pages of the pool from the device, through <nvshmem_rs/pool.cuh>.
 #include <nvshmem.h>
 #include <nvshmemx.h>
 #include <stdint.h>
@@ -40,4 +40,36 @@ extern "C" __global__ void kv_device_consume(nvshmem_rs_pool pool, int32_t from,
         ids[k] = nvshmem_rs::pool_table_read(pool, from, k);
     __syncthreads();
     nvshmem_rs::pool_gather_block(pool, dst, ids, count);
+}
+
+// One thread: a stale id freed from a kernel. Page a is allocated on PE `pe` and freed, then
+// page b allocated there (the same page, when each PE holds one), then a freed again. out:
+// a, whether a's first free succeeded, b, whether a's second (stale) free did, whether b and
+// a are allocated at the end.
+extern "C" __global__ void kv_device_stale_free(nvshmem_rs_pool pool, int32_t pe, uint64_t *out) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    const uint64_t a = nvshmem_rs::pool_alloc(pool, pe);
+    out[0] = a;
+    out[1] = nvshmem_rs::pool_free(pool, a) ? 1 : 0;
+    const uint64_t b = nvshmem_rs::pool_alloc(pool, pe);
+    out[2] = b;
+    out[3] = nvshmem_rs::pool_free(pool, a) ? 1 : 0;
+    out[4] = nvshmem_rs::pool_is_allocated(pool, b) ? 1 : 0;
+    out[5] = nvshmem_rs::pool_is_allocated(pool, a) ? 1 : 0;
+}
+
+// Thread 0 of every block, all at once: even blocks free `id` (done[b] = 1 if that free
+// succeeded, 0 if not), odd blocks allocate on id's PE, up to `tries` times until a page
+// comes (done[b] = its id, or POOL_NO_PAGE).
+extern "C" __global__ void kv_device_free_race(nvshmem_rs_pool pool, uint64_t id, uint32_t tries,
+                                               uint64_t *done) {
+    if (threadIdx.x != 0) return;
+    uint64_t result = POOL_NO_PAGE;
+    if (blockIdx.x % 2 == 0) {
+        result = nvshmem_rs::pool_free(pool, id) ? 1 : 0;
+    } else {
+        for (uint32_t t = 0; t < tries && result == POOL_NO_PAGE; t++)
+            result = nvshmem_rs::pool_alloc(pool, nvshmem_rs::pool_page_pe(id));
+    }
+    done[blockIdx.x] = result;
 }

@@ -4,6 +4,11 @@ pub const CHANNEL_SLOT_ALIGN: u32 = 16;
 pub const POOL_NO_PAGE: i32 = -1;
 pub const POOL_PAGE_ALIGN: u32 = 16;
 pub const POOL_WORD_PAGES: u32 = 64;
+pub const POOL_INDEX_BITS: u32 = 28;
+pub const POOL_PE_BITS: u32 = 16;
+pub const POOL_GENERATION_BITS: u32 = 20;
+pub const POOL_MAX_PAGES: u32 = 268435456;
+pub const POOL_MAX_PES: u32 = 65535;
 pub const COLL_MAX_BLOCKS: u32 = 512;
 pub const COLL_MAX_PES: u32 = 64;
 pub const COLL_FLAG_SETS: u32 = 5;
@@ -162,34 +167,42 @@ impl Default for nvshmem_rs_channel {
         }
     }
 }
-/** A symmetric region of pages_per_pe pages of page_bytes on every PE, the bitmap that says
- which are allocated, and a page table of table_len entries on every PE.*/
+/** A symmetric region of pages_per_pe pages of page_bytes on every PE, the bitmap of the
+ pages taken, every page's state (its generation, and whether it is allocated), and a page
+ table of table_len entries on every PE.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone, PartialEq, Eq)]
 pub struct nvshmem_rs_pool {
     /// Symmetric, pages_per_pe * page_bytes: page i of PE p is pages + i * page_bytes on PE p.
     pub pages: *mut ::std::os::raw::c_char,
     /** Symmetric, ceil(pages_per_pe / 64) words: on PE p, bit i % 64 of word i / 64 is set
- while page i of PE p is allocated. Bits past pages_per_pe in the last word stay set.
- Changed only by NVSHMEM atomics (fetch_or to allocate, fetch_and to free).*/
+ while page i of PE p is allocated, and from the start of its free until the free
+ ends. Bits past pages_per_pe in the last word stay set. Changed only by NVSHMEM
+ atomics (fetch_or to claim a page, fetch_and to give it back): allocations search it.*/
     pub bitmap: *mut u64,
+    /** Symmetric, pages_per_pe words: on PE p, word i is page i's state,
+ (generation << 1) | allocated. An allocation that claimed the page's bit sets
+ `allocated` (fetch_or, which returns the generation for the id); a free swaps
+ (g << 1) | 1 for ((g + 1) mod 2^20) << 1 (compare_swap, which fails for a stale id),
+ then clears the bit. An id of generation g is allocated while the word is (g << 1) | 1.*/
+    pub states: *mut u64,
     /** Symmetric, table_len words: page ids (POOL_NO_PAGE when empty), read and written with
  NVSHMEM atomics, what PEs publish pages through.*/
     pub table: *mut u64,
     /// Bytes of a page, a multiple of POOL_PAGE_ALIGN.
     pub page_bytes: u64,
-    /// Pages each PE holds.
+    /// Pages each PE holds, at most POOL_MAX_PAGES.
     pub pages_per_pe: u32,
     /// Entries of each PE's page table.
     pub table_len: u32,
     /// This PE.
     pub my_pe: i32,
-    /// The number of PEs.
+    /// The number of PEs, at most POOL_MAX_PES.
     pub n_pes: i32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of nvshmem_rs_pool"][::std::mem::size_of::<nvshmem_rs_pool>() - 48usize];
+    ["Size of nvshmem_rs_pool"][::std::mem::size_of::<nvshmem_rs_pool>() - 56usize];
     ["Alignment of nvshmem_rs_pool"][::std::mem::align_of::<nvshmem_rs_pool>() - 8usize];
     [
         "Offset of field: nvshmem_rs_pool::pages",
@@ -198,23 +211,26 @@ const _: () = {
         "Offset of field: nvshmem_rs_pool::bitmap",
     ][::std::mem::offset_of!(nvshmem_rs_pool, bitmap) - 8usize];
     [
+        "Offset of field: nvshmem_rs_pool::states",
+    ][::std::mem::offset_of!(nvshmem_rs_pool, states) - 16usize];
+    [
         "Offset of field: nvshmem_rs_pool::table",
-    ][::std::mem::offset_of!(nvshmem_rs_pool, table) - 16usize];
+    ][::std::mem::offset_of!(nvshmem_rs_pool, table) - 24usize];
     [
         "Offset of field: nvshmem_rs_pool::page_bytes",
-    ][::std::mem::offset_of!(nvshmem_rs_pool, page_bytes) - 24usize];
+    ][::std::mem::offset_of!(nvshmem_rs_pool, page_bytes) - 32usize];
     [
         "Offset of field: nvshmem_rs_pool::pages_per_pe",
-    ][::std::mem::offset_of!(nvshmem_rs_pool, pages_per_pe) - 32usize];
+    ][::std::mem::offset_of!(nvshmem_rs_pool, pages_per_pe) - 40usize];
     [
         "Offset of field: nvshmem_rs_pool::table_len",
-    ][::std::mem::offset_of!(nvshmem_rs_pool, table_len) - 36usize];
+    ][::std::mem::offset_of!(nvshmem_rs_pool, table_len) - 44usize];
     [
         "Offset of field: nvshmem_rs_pool::my_pe",
-    ][::std::mem::offset_of!(nvshmem_rs_pool, my_pe) - 40usize];
+    ][::std::mem::offset_of!(nvshmem_rs_pool, my_pe) - 48usize];
     [
         "Offset of field: nvshmem_rs_pool::n_pes",
-    ][::std::mem::offset_of!(nvshmem_rs_pool, n_pes) - 44usize];
+    ][::std::mem::offset_of!(nvshmem_rs_pool, n_pes) - 52usize];
 };
 impl Default for nvshmem_rs_pool {
     fn default() -> Self {

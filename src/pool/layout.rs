@@ -5,17 +5,32 @@ use crate::abi;
 use crate::error::{Error, Result};
 use std::fmt;
 
-/// A page of a [`PagePool`](super::PagePool): the PE that holds it and its index there.
+/// A page of a [`PagePool`](super::PagePool): the PE that holds it, its index there, and the
+/// generation of the allocation it names.
 ///
-/// Kernels see it as one 64-bit value, `(pe << 32) | index` ([`to_raw`](Self::to_raw)); the
-/// all-ones value is no page ([`NO_PAGE`]).
+/// A page's generation counts its frees: the first allocation of a page is generation 0, and
+/// every free moves the page to the next, modulo [`GENERATIONS`](Self::GENERATIONS). An id
+/// kept after its page was freed (and maybe allocated again) is stale: freeing it, or a
+/// checked [`gather`](super::PagePool::gather) of it, is
+/// [`Error::PageNotAllocated`], and [`is_allocated`](super::PagePool::is_allocated) says
+/// `false`, without touching the page's new allocation. A generation repeats after
+/// `GENERATIONS` (2^20 = 1 048 576) frees of one page: an id that old reads as current.
+///
+/// Kernels see an id as one 64-bit value ([`to_raw`](Self::to_raw)), from high bits to low:
+/// the generation (20 bits), the PE (16), the index (28),
+/// `(generation << 44) | (pe << 28) | index`. The all-ones value is no page ([`NO_PAGE`]):
+/// its PE field is `0xFFFF`, and PEs are numbered below [`MAX_PES`](Self::MAX_PES).
 ///
 /// ```
-/// use nvshmem::pool::PageId;
+/// use nvshmem::pool::{PageId, NO_PAGE};
 /// let id = PageId::new(3, 17);
-/// assert_eq!(id.to_raw(), (3 << 32) | 17);
-/// assert_eq!(PageId::from_raw(id.to_raw()), Some(id));
-/// assert_eq!(PageId::from_raw(nvshmem::pool::NO_PAGE), None);
+/// assert_eq!(id.generation, 0);
+/// assert_eq!(id.to_raw(), (3 << 28) | 17);
+/// let later = id.with_generation(2);
+/// assert_eq!(later.to_raw(), (2 << 44) | (3 << 28) | 17);
+/// assert_eq!(PageId::from_raw(later.to_raw()), Some(later));
+/// assert_eq!(PageId::from_raw(NO_PAGE), None);
+/// assert_eq!(later.to_string(), "page 17 of PE 3 (generation 2)");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PageId {
@@ -23,6 +38,9 @@ pub struct PageId {
     pub pe: u32,
     /// The page's index among that PE's pages.
     pub index: u32,
+    /// The page's generation when it was allocated: how many times it had been freed before,
+    /// modulo [`GENERATIONS`](Self::GENERATIONS).
+    pub generation: u32,
 }
 
 /// The raw id of no page: what the page table holds where nothing was published, and what a
@@ -30,33 +48,86 @@ pub struct PageId {
 // bindgen reads the all-ones literal as -1: widened with its sign, it is all ones again.
 pub const NO_PAGE: u64 = abi::POOL_NO_PAGE as u64;
 
+const INDEX_BITS: u32 = abi::POOL_INDEX_BITS;
+const PE_BITS: u32 = abi::POOL_PE_BITS;
+const GENERATION_BITS: u32 = abi::POOL_GENERATION_BITS;
+/// Where the PE and generation fields start in a raw id.
+const PE_SHIFT: u32 = INDEX_BITS;
+const GENERATION_SHIFT: u32 = INDEX_BITS + PE_BITS;
+
+const _: () = {
+    assert!(INDEX_BITS + PE_BITS + GENERATION_BITS == 64);
+    assert!(abi::POOL_MAX_PAGES as u64 == 1 << INDEX_BITS);
+    // The all-ones PE field is no PE, so NO_PAGE is never an id.
+    assert!(abi::POOL_MAX_PES as u64 == (1 << PE_BITS) - 1);
+};
+
 impl PageId {
-    /// Page `index` of PE `pe`.
+    /// Pages a PE of a pool holds at most (2^28): indices fit 28 bits.
+    pub const MAX_PAGES_PER_PE: usize = abi::POOL_MAX_PAGES as usize;
+    /// PEs a pool spans at most (65 535): PE numbers fit 16 bits, all ones excepted.
+    pub const MAX_PES: usize = abi::POOL_MAX_PES as usize;
+    /// Generations a page goes through before one repeats (2^20).
+    pub const GENERATIONS: u32 = 1 << GENERATION_BITS;
+
+    /// Page `index` of PE `pe` in generation 0: the id of its first allocation (copies
+    /// that take raw ids in device memory do not read the generation).
     pub const fn new(pe: u32, index: u32) -> Self {
-        PageId { pe, index }
-    }
-
-    /// The 64-bit id kernels take: `(pe << 32) | index`.
-    pub const fn to_raw(self) -> u64 {
-        ((self.pe as u64) << 32) | self.index as u64
-    }
-
-    /// The page of a raw id, or `None` for [`NO_PAGE`].
-    pub const fn from_raw(raw: u64) -> Option<Self> {
-        if raw == NO_PAGE {
-            None
-        } else {
-            Some(PageId {
-                pe: (raw >> 32) as u32,
-                index: raw as u32,
-            })
+        PageId {
+            pe,
+            index,
+            generation: 0,
         }
+    }
+
+    /// The same page in generation `generation`.
+    pub const fn with_generation(self, generation: u32) -> Self {
+        PageId { generation, ..self }
+    }
+
+    /// Whether the fields fit a raw id: a PE below [`MAX_PES`](Self::MAX_PES), an index
+    /// below [`MAX_PAGES_PER_PE`](Self::MAX_PAGES_PER_PE), a generation below
+    /// [`GENERATIONS`](Self::GENERATIONS). Every page of every pool fits.
+    pub const fn fits(self) -> bool {
+        (self.pe as usize) < Self::MAX_PES
+            && (self.index as usize) < Self::MAX_PAGES_PER_PE
+            && self.generation < Self::GENERATIONS
+    }
+
+    /// The 64-bit id kernels take, `(generation << 44) | (pe << 28) | index`; [`NO_PAGE`]
+    /// for an id that does not [`fit`](Self::fits), which names no page of any pool (the
+    /// pool's calls that take a `PageId` refuse one).
+    pub const fn to_raw(self) -> u64 {
+        if !self.fits() {
+            return NO_PAGE;
+        }
+        ((self.generation as u64) << GENERATION_SHIFT)
+            | ((self.pe as u64) << PE_SHIFT)
+            | self.index as u64
+    }
+
+    /// The page of a raw id, or `None` for [`NO_PAGE`] (and any raw id whose PE field is all
+    /// ones: no PE has that number).
+    pub const fn from_raw(raw: u64) -> Option<Self> {
+        let pe = ((raw >> PE_SHIFT) & ((1 << PE_BITS) - 1)) as u32;
+        if pe as usize == Self::MAX_PES {
+            return None;
+        }
+        Some(PageId {
+            pe,
+            index: (raw & ((1 << INDEX_BITS) - 1)) as u32,
+            generation: (raw >> GENERATION_SHIFT) as u32,
+        })
     }
 }
 
 impl fmt::Display for PageId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "page {} of PE {}", self.index, self.pe)
+        write!(
+            f,
+            "page {} of PE {} (generation {})",
+            self.index, self.pe, self.generation
+        )
     }
 }
 
@@ -84,8 +155,8 @@ pub(crate) fn pages_in_use(words: &[u64], pages: usize) -> usize {
 }
 
 /// Check a pool's sizes: at least one page of at least `POOL_PAGE_ALIGN` bytes, a multiple
-/// of it; indices, entries and PEs that fit the 32 bits kernels give them; a region whose size
-/// fits `usize`. Returns the region's bytes.
+/// of it; indices and PEs that fit a page id's fields; entries that fit the 32 bits kernels
+/// give them; a region whose size fits `usize`. Returns the region's bytes.
 pub(crate) fn check_sizes(
     pages_per_pe: usize,
     page_bytes: usize,
@@ -94,10 +165,11 @@ pub(crate) fn check_sizes(
 ) -> Result<usize> {
     let align = abi::POOL_PAGE_ALIGN as usize;
     let bad = |msg: String| Err(Error::InvalidArgument(msg));
-    if pages_per_pe == 0 || pages_per_pe > u32::MAX as usize {
+    if pages_per_pe == 0 || pages_per_pe > PageId::MAX_PAGES_PER_PE {
         return bad(format!(
-            "a page pool of {pages_per_pe} pages per PE: give it 1 to {} pages",
-            u32::MAX
+            "a page pool of {pages_per_pe} pages per PE: give it 1 to {} pages (page ids hold \
+             indices in {INDEX_BITS} bits); for more memory per PE, take larger pages",
+            PageId::MAX_PAGES_PER_PE
         ));
     }
     if page_bytes == 0 || !page_bytes.is_multiple_of(align) {
@@ -112,10 +184,11 @@ pub(crate) fn check_sizes(
             u32::MAX
         ));
     }
-    if n_pes > i32::MAX as usize {
+    if n_pes > PageId::MAX_PES {
         return bad(format!(
-            "a page pool over {n_pes} PEs: at most {}",
-            i32::MAX
+            "a page pool over {n_pes} PEs: a pool spans at most {} PEs (page ids hold PE \
+             numbers in {PE_BITS} bits, all ones excepted)",
+            PageId::MAX_PES
         ));
     }
     pages_per_pe.checked_mul(page_bytes).ok_or_else(|| {
@@ -125,7 +198,8 @@ pub(crate) fn check_sizes(
     })
 }
 
-/// Check that `id` names a page of a pool over `n_pes` PEs of `pages_per_pe` pages each.
+/// Check that `id` names a page of a pool over `n_pes` PEs of `pages_per_pe` pages each, in
+/// a generation that exists (so that it packs to itself, not to [`NO_PAGE`]).
 pub(crate) fn check_id(id: PageId, n_pes: usize, pages_per_pe: usize) -> Result<()> {
     if id.pe as usize >= n_pes {
         return Err(Error::PeOutOfRange {
@@ -139,6 +213,13 @@ pub(crate) fn check_id(id: PageId, n_pes: usize, pages_per_pe: usize) -> Result<
             index: id.index as usize,
             pages_per_pe,
         });
+    }
+    if id.generation >= PageId::GENERATIONS {
+        return Err(Error::InvalidArgument(format!(
+            "{id}: generations go from 0 to {} (then start again); use ids that \
+             PagePool::alloc returned",
+            PageId::GENERATIONS - 1
+        )));
     }
     Ok(())
 }
@@ -199,13 +280,19 @@ pub(crate) fn blocks_for(n: usize) -> u32 {
 mod tests {
     use super::*;
 
-    /// What `pool_alloc` does to one PE's bitmap, on the CPU: from word `start`, the lowest
-    /// clear bit of the first word that has one.
-    fn claim(words: &mut [u64], start: usize) -> Option<usize> {
+    /// What `pool_alloc` does to one PE's bitmap, on the CPU: from word `start`, a probe that
+    /// sets bit `guess` (claiming it if it was clear), else the lowest clear bit of the first
+    /// word that has one.
+    fn claim(words: &mut [u64], start: usize, guess: u32) -> Option<usize> {
         for k in 0..words.len() {
             let w = (start + k) % words.len();
-            if words[w] != !0 {
-                let bit = (!words[w]).trailing_zeros() as usize;
+            let old = words[w];
+            words[w] |= 1 << guess;
+            if old & (1 << guess) == 0 {
+                return Some(w * 64 + guess as usize);
+            }
+            if old != !0 {
+                let bit = (!old).trailing_zeros() as usize;
                 words[w] |= 1 << bit;
                 return Some(w * 64 + bit);
             }
@@ -214,17 +301,67 @@ mod tests {
     }
 
     #[test]
-    fn page_ids_pack_pe_high_and_index_low() {
-        let id = PageId::new(7, 0xdead_beef);
-        assert_eq!(id.to_raw(), 0x0000_0007_dead_beef);
-        assert_eq!(PageId::from_raw(0x0000_0007_dead_beef), Some(id));
-        assert_eq!(PageId::from_raw(NO_PAGE), None);
-        assert_eq!(NO_PAGE, u64::MAX);
-        // The largest real id is not the sentinel.
-        let last = PageId::new(u32::MAX, u32::MAX - 1);
-        assert_eq!(PageId::from_raw(last.to_raw()), Some(last));
-        assert_eq!(id.to_string(), "page 3735928559 of PE 7");
+    fn page_ids_pack_generation_pe_and_index_from_high_to_low() {
+        let id = PageId::new(7, 0xdeadbee).with_generation(0xabcde);
+        // In hex: 5 digits of generation, 4 of PE, 7 of index.
+        let raw: u64 = 0xabcd_e000_7dea_dbee;
+        assert_eq!(raw, (0xabcde << 44) | (7 << 28) | 0xdeadbee);
+        assert_eq!(id.to_raw(), raw);
+        assert_eq!(PageId::from_raw(raw), Some(id));
+        assert_eq!(PageId::new(7, 5).to_raw(), (7 << 28) | 5);
+        assert_eq!(id.to_string(), "page 233495534 of PE 7 (generation 703710)");
         assert!(PageId::new(0, 5) < PageId::new(1, 0));
+        assert!(PageId::new(1, 5) < PageId::new(1, 5).with_generation(1));
+        // The largest ids of the largest pool are ids, not the sentinel.
+        let last = PageId::new(
+            PageId::MAX_PES as u32 - 1,
+            PageId::MAX_PAGES_PER_PE as u32 - 1,
+        )
+        .with_generation(PageId::GENERATIONS - 1);
+        assert!(last.fits());
+        assert_ne!(last.to_raw(), NO_PAGE);
+        assert_eq!(PageId::from_raw(last.to_raw()), Some(last));
+        assert_eq!(NO_PAGE, u64::MAX);
+        assert_eq!(PageId::from_raw(NO_PAGE), None);
+        // Any raw id with the all-ones PE field names no PE.
+        assert_eq!(PageId::from_raw(0xFFFF << 28), None);
+    }
+
+    #[test]
+    fn ids_that_do_not_fit_pack_to_no_page() {
+        for id in [
+            PageId::new(PageId::MAX_PES as u32, 0),
+            PageId::new(u32::MAX, 0),
+            PageId::new(0, PageId::MAX_PAGES_PER_PE as u32),
+            PageId::new(0, 0).with_generation(PageId::GENERATIONS),
+        ] {
+            assert!(!id.fits(), "{id}");
+            assert_eq!(id.to_raw(), NO_PAGE, "{id}");
+        }
+        // Every raw id but the sentinels comes back as itself.
+        let mut rng = 0x1234_5678_9abc_def0u64;
+        for _ in 0..10_000 {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            match PageId::from_raw(rng) {
+                Some(id) => assert_eq!(id.to_raw(), rng),
+                None => assert_eq!((rng >> 28) & 0xFFFF, 0xFFFF),
+            }
+        }
+    }
+
+    #[test]
+    fn generations_wrap_after_their_count() {
+        // The free's next generation, as pool_free computes it (mod 2^20).
+        let next = |g: u32| (g + 1) & (PageId::GENERATIONS - 1);
+        assert_eq!(PageId::GENERATIONS, 1 << 20);
+        assert_eq!(next(0), 1);
+        assert_eq!(next(PageId::GENERATIONS - 1), 0);
+        let id = PageId::new(1, 2).with_generation(PageId::GENERATIONS - 1);
+        let again = id.with_generation(next(id.generation));
+        assert_eq!(again, PageId::new(1, 2));
+        assert_ne!(id.to_raw(), again.to_raw());
     }
 
     #[test]
@@ -248,21 +385,22 @@ mod tests {
     #[test]
     fn the_allocation_search_hands_out_every_page_once_and_no_padding() {
         for pages in [1, 5, 64, 65, 200] {
-            for start in [0, 1, 3] {
+            for (start, guess) in [(0, 0), (1, 63), (3, 5)] {
                 let mut words = initial_bitmap(pages);
                 let mut got = Vec::new();
                 let first = start % words.len();
-                while let Some(p) = claim(&mut words, first) {
+                while let Some(p) = claim(&mut words, first, guess) {
                     got.push(p);
                 }
                 got.sort_unstable();
                 assert_eq!(got, (0..pages).collect::<Vec<_>>(), "{pages} from {start}");
                 assert_eq!(pages_in_use(&words, pages), pages);
-                // Freeing one makes exactly that one available again.
+                // Freeing one makes exactly that one available again, whatever the probe.
                 let freed = 2.min(pages - 1);
                 words[freed / 64] &= !(1u64 << (freed % 64));
-                assert_eq!(claim(&mut words, 0), Some(freed));
-                assert_eq!(claim(&mut words, 0), None);
+                assert_eq!(claim(&mut words, 0, guess), Some(freed));
+                assert_eq!(claim(&mut words, 0, guess), None);
+                assert_eq!(pages_in_use(&words, pages), pages);
             }
         }
     }
@@ -271,23 +409,39 @@ mod tests {
     fn sizes_are_checked() {
         assert_eq!(check_sizes(16, 4096, 8, 2).unwrap(), 65536);
         assert!(check_sizes(1, 16, 0, 1).is_ok());
-        for (pages, bytes, table) in [
-            (0, 4096, 1),
-            (16, 0, 1),
-            (16, 4100, 1),
-            (16, 8, 1),
-            (u32::MAX as usize + 1, 16, 1),
-            (16, 16, u32::MAX as usize + 1),
-            (u32::MAX as usize, usize::MAX - 15, 1),
+        assert!(check_sizes(PageId::MAX_PAGES_PER_PE, 16, 0, PageId::MAX_PES).is_ok());
+        for (pages, bytes, table, pes) in [
+            (0, 4096, 1, 2),
+            (16, 0, 1, 2),
+            (16, 4100, 1, 2),
+            (16, 8, 1, 2),
+            (PageId::MAX_PAGES_PER_PE + 1, 16, 1, 2),
+            (u32::MAX as usize + 1, 16, 1, 2),
+            (16, 16, u32::MAX as usize + 1, 2),
+            (16, 16, 1, PageId::MAX_PES + 1),
+            (PageId::MAX_PAGES_PER_PE, usize::MAX - 15, 1, 2),
         ] {
-            let e = check_sizes(pages, bytes, table, 2).unwrap_err();
+            let e = check_sizes(pages, bytes, table, pes).unwrap_err();
             assert!(
                 matches!(e, Error::InvalidArgument(_)),
-                "{pages} {bytes} {table}"
+                "{pages} {bytes} {table} {pes}"
             );
         }
         let text = check_sizes(16, 4100, 1, 2).unwrap_err().to_string();
         assert!(text.contains("multiple of 16"), "{text}");
+        // The limits are named, with what they come from.
+        let text = check_sizes(PageId::MAX_PAGES_PER_PE + 1, 16, 1, 2)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("1 to 268435456 pages") && text.contains("28 bits"),
+            "{text}"
+        );
+        let text = check_sizes(16, 16, 1, 65536).unwrap_err().to_string();
+        assert!(
+            text.contains("at most 65535 PEs") && text.contains("16 bits"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -310,6 +464,11 @@ mod tests {
             text.contains("page 10 of PE 0") && text.contains("10 pages"),
             "{text}"
         );
+        let last = PageId::new(1, 9).with_generation(PageId::GENERATIONS - 1);
+        assert!(check_id(last, 2, 10).is_ok());
+        let unborn = last.with_generation(PageId::GENERATIONS);
+        let text = check_id(unborn, 2, 10).unwrap_err().to_string();
+        assert!(text.contains("from 0 to 1048575"), "{text}");
     }
 
     #[test]

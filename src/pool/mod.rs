@@ -2,17 +2,24 @@
 //! any PE, a page table every PE can read, and batched copies of pages between any PE and
 //! local memory, from the host (on a stream) and from kernels (`nvshmem_rs/pool.cuh`).
 //!
-//! Every PE holds `pages_per_pe` pages of `page_bytes` bytes, a bitmap of which are
-//! allocated, and a page table of `table_len` entries. A page is named by a [`PageId`]: the
-//! PE that holds it and its index there (`(pe << 32) | index` for kernels). Any PE allocates
-//! a page of any PE: the allocation sets the page's bit with an NVSHMEM `fetch_or` on the
-//! owner's bitmap (from a kernel: `alloc` runs one on the device, as kernels of users do with
-//! `nvshmem_rs::pool_alloc`), and freeing clears it with `fetch_and`.
+//! Every PE holds `pages_per_pe` pages of `page_bytes` bytes, a bitmap of which are taken,
+//! every page's state (its generation, and whether it is allocated), and a page table of
+//! `table_len` entries. A page is named by a [`PageId`]: the PE that holds it, its index
+//! there, and its generation, which counts the page's frees (one 64-bit word for kernels:
+//! see [`PageId`]). Any PE allocates a page of any PE: the allocation claims the page's bit
+//! with an NVSHMEM `fetch_or` on the owner's bitmap, then marks its state allocated with
+//! another, which returns the generation for the id (from a kernel: `alloc` runs them on
+//! the device, as kernels of users do with `nvshmem_rs::pool_alloc`). Freeing swaps the
+//! state from allocated in the id's generation to free in the next (`compare_swap`), then
+//! clears the bit.
 //!
 //! # Memory ordering
 //! - **Allocation and free are atomic**: a page is handed out once until it is freed, however
-//!   many PEs and threads allocate into one PE at once; freeing a page that is not allocated
-//!   is [`Error::PageNotAllocated`], and changes nothing.
+//!   many PEs and threads allocate into one PE at once; of the frees of one id, however many
+//!   run at once, exactly one succeeds. Freeing a page that is not allocated is
+//!   [`Error::PageNotAllocated`], and changes nothing; so is freeing a stale id (its page was
+//!   freed since, and maybe allocated again: the new allocation has the next generation and
+//!   is left alone, whenever the stale free runs).
 //! - **Contents before ids**: a writer makes a page's contents complete before it publishes
 //!   the page's id (in the page table, a signal, a message). From the host: synchronise the
 //!   stream that wrote the page ([`scatter`](PagePool::scatter) is complete at the owner when
@@ -26,8 +33,20 @@
 //!   calls ([`free`](PagePool::free)) act when they are made, not in stream order: synchronise
 //!   the streams that use the page first.
 //! - The host checks of [`gather`](PagePool::gather) and [`scatter`](PagePool::scatter) (every
-//!   page allocated) read the bitmaps when the call is made; the copy runs later, in stream
-//!   order. Pages allocated or freed by kernels still running are the program's to order.
+//!   page allocated, in the id's generation) read the pages' states when the call is made;
+//!   the copy runs later, in stream order. Pages allocated or freed by kernels still running
+//!   are the program's to order.
+//!
+//! # Stale ids
+//! What reads an id's generation: [`free`](PagePool::free),
+//! [`is_allocated`](PagePool::is_allocated), the checks of [`gather`](PagePool::gather) and
+//! [`scatter`](PagePool::scatter), and the device functions `pool_free` and
+//! `pool_is_allocated`. The copies themselves, their device-id forms
+//! ([`gather_device`](PagePool::gather_device)) and the device copies copy the page an id's PE
+//! and index name, whatever its generation: a check there would cost a remote read per page
+//! and still race with a free. The page table stores ids whole, generation included, so a
+//! reader can check one it read. A generation repeats after [`PageId::GENERATIONS`] (2^20)
+//! frees of one page.
 //!
 //! ```no_run
 //! # fn main() -> nvshmem::Result<()> {
@@ -85,6 +104,8 @@ pub struct PagePool {
     pages: SymmetricBuffer<u8>,
     /// The bitmap's words, then this PE's sizes (`SIZE_WORDS`).
     bitmap: SymmetricBuffer<u64>,
+    /// Every page's state, `(generation << 1) | allocated`.
+    states: SymmetricBuffer<u64>,
     table: SymmetricBuffer<u64>,
     pages_per_pe: usize,
     page_bytes: usize,
@@ -188,6 +209,8 @@ impl PagePool {
         let words = bitmap_words(pages_per_pe);
         let pages = shmem.malloc_aligned::<u8>(256, region)?;
         let bitmap = shmem.malloc::<u64>(words + SIZE_WORDS)?;
+        // Every page free, in generation 0.
+        let states = shmem.calloc::<u64>(pages_per_pe)?;
         let table = shmem.malloc::<u64>(table_len)?;
         let sizes = [pages_per_pe as u64, page_bytes as u64, table_len as u64];
         let mut init = initial_bitmap(pages_per_pe);
@@ -202,6 +225,7 @@ impl PagePool {
             stream,
             pages,
             bitmap,
+            states,
             table,
             pages_per_pe,
             page_bytes,
@@ -287,6 +311,7 @@ impl PagePool {
         PoolHandle {
             pages: self.pages.as_ptr() as *mut std::os::raw::c_char,
             bitmap: self.bitmap.as_ptr(),
+            states: self.states.as_ptr(),
             table: self.table.as_ptr(),
             page_bytes: self.page_bytes as u64,
             pages_per_pe: self.pages_per_pe as u32,
@@ -354,8 +379,26 @@ impl PagePool {
         Ok(got)
     }
 
-    /// Free page `id`: [`Error::PageNotAllocated`] when it is not allocated (a double free).
-    /// Any PE may free any page; see the module documentation for when it may.
+    /// Free page `id`: [`Error::PageNotAllocated`] when it is not allocated in the id's
+    /// generation (a double free, or a stale id whose page was freed and maybe allocated
+    /// again: that allocation is left alone). Any PE may free any page; see the module
+    /// documentation for when it may.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// # let shmem = nvshmem::Nvshmem::init()?;
+    /// use nvshmem::pool::{PagePool, PagePoolConfig};
+    /// let pool = PagePool::new(&shmem, PagePoolConfig::new(1, 4096))?;
+    /// let me = shmem.my_pe();
+    /// let a = pool.alloc(me)?;
+    /// pool.free(a)?;
+    /// let b = pool.alloc(me)?; // the same page, in the next generation
+    /// assert_eq!((b.index, b.generation), (a.index, a.generation + 1));
+    /// assert!(matches!(pool.free(a), Err(nvshmem::Error::PageNotAllocated { .. })));
+    /// assert!(pool.is_allocated(b)? && !pool.is_allocated(a)?);
+    /// pool.free(b)?;
+    /// # Ok(()) }
+    /// ```
     pub fn free(&self, id: PageId) -> Result<()> {
         self.free_n(&[id])
     }
@@ -386,7 +429,7 @@ impl PagePool {
         first_not_allocated(ids, &freed)
     }
 
-    /// Whether page `id` is allocated now.
+    /// Whether page `id` is allocated now, in the id's generation (a stale id is not).
     pub fn is_allocated(&self, id: PageId) -> Result<bool> {
         let raw = self.checked_raw(&[id])?;
         Ok(self.allocated_flags(&raw)?[0] != 0)
@@ -399,8 +442,9 @@ impl PagePool {
         Ok(pages_in_use(&bits, self.pages_per_pe))
     }
 
-    /// Write `id` (or no page) into entry `entry` of PE `pe`'s page table, atomically. The
-    /// page's contents must be complete first (see the module documentation).
+    /// Write `id` (or no page) into entry `entry` of PE `pe`'s page table, atomically, with
+    /// its generation. The page's contents must be complete first (see the module
+    /// documentation). The id's PE and index are checked, not whether it is allocated.
     pub fn table_set(&self, pe: usize, entry: usize, id: Option<PageId>) -> Result<()> {
         self.check_entry(entry)?;
         let raw = match id {
@@ -430,9 +474,9 @@ impl PagePool {
     /// Copy pages `ids` (of any PEs) into `dst`, page `k` at byte `k × page_bytes`, on
     /// `stream`. `dst` holds exactly the pages. Every id is checked first: its PE
     /// ([`Error::PeOutOfRange`]), its index ([`Error::PageOutOfRange`]), and that it is
-    /// allocated ([`Error::PageNotAllocated`], read from the owners' bitmaps now, waiting for
-    /// a small kernel). The copy itself is stream-ordered; for CUDA graphs, and to skip the
-    /// checks, use [`gather_device`](Self::gather_device).
+    /// allocated in its generation ([`Error::PageNotAllocated`], read from the owners' page
+    /// states now, waiting for a small kernel). The copy itself is stream-ordered; for CUDA
+    /// graphs, and to skip the checks, use [`gather_device`](Self::gather_device).
     pub fn gather<T: Element>(
         &self,
         dst: &impl DeviceMemory<T>,
@@ -457,7 +501,7 @@ impl PagePool {
     /// [`gather`](Self::gather) with the raw ids in device memory (`ids.len()` pages): no host
     /// work but the launch, so it can be captured in a CUDA graph, and the ids can come from a
     /// kernel. Ids that name no page of the pool are skipped (their place in `dst` is left as
-    /// it was); whether a page is allocated is not checked.
+    /// it was); whether a page is allocated, and in which generation, is not checked.
     pub fn gather_device<T: Element>(
         &self,
         dst: &impl DeviceMemory<T>,
@@ -579,7 +623,7 @@ impl PagePool {
         unsafe { kernel.launch(grid(blocks, THREADS), stream, &mut args) }
     }
 
-    /// The raw ids of `ids`, each checked against the PEs and pages.
+    /// The raw ids of `ids`, each checked against the PEs, pages and generations.
     fn checked_raw(&self, ids: &[PageId]) -> Result<Vec<u64>> {
         if u32::try_from(ids.len()).is_err() {
             return Err(Error::InvalidArgument(format!(
@@ -606,7 +650,7 @@ impl PagePool {
         Ok(())
     }
 
-    /// 1 for each raw id whose page is allocated now, 0 for the others.
+    /// 1 for each raw id whose page is allocated now in the id's generation, 0 for the others.
     fn allocated_flags(&self, raw: &[u64]) -> Result<Vec<u64>> {
         let handle = self.handle();
         self.round_trip(raw, raw.len(), |ids_ptr, out| {
@@ -688,6 +732,7 @@ fn first_not_allocated(ids: &[PageId], flags: &[u64]) -> Result<()> {
         Some((id, _)) => Err(Error::PageNotAllocated {
             pe: id.pe as usize,
             index: id.index as usize,
+            generation: id.generation,
         }),
         None => Ok(()),
     }
@@ -699,19 +744,27 @@ mod tests {
 
     #[test]
     fn the_first_page_not_allocated_is_named() {
-        let ids = [PageId::new(0, 1), PageId::new(1, 4), PageId::new(1, 5)];
+        let ids = [
+            PageId::new(0, 1),
+            PageId::new(1, 4).with_generation(3),
+            PageId::new(1, 5),
+        ];
         assert!(first_not_allocated(&ids, &[1, 1, 1]).is_ok());
         assert!(matches!(
             first_not_allocated(&ids, &[1, 0, 0]),
-            Err(Error::PageNotAllocated { pe: 1, index: 4 })
+            Err(Error::PageNotAllocated {
+                pe: 1,
+                index: 4,
+                generation: 3
+            })
         ));
         assert!(first_not_allocated(&[], &[]).is_ok());
     }
 
     #[test]
     fn the_handle_matches_the_header() {
-        // The layout kernels take by value: three pointers, then the sizes.
-        assert_eq!(std::mem::size_of::<PoolHandle>(), 48);
+        // The layout kernels take by value: four pointers, then the sizes.
+        assert_eq!(std::mem::size_of::<PoolHandle>(), 56);
         assert_eq!(std::mem::align_of::<PoolHandle>(), 8);
         assert_eq!(SIZE_WORDS, 3);
     }

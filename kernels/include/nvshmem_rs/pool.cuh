@@ -4,8 +4,13 @@
 // `KernelArgs::value`, a `nvshmem_rs_pool` parameter here.
 //
 // Memory ordering (the same rules as the host API):
-// - pool_alloc and pool_free are NVSHMEM atomics on the owning PE's bitmap: a page is handed
-//   out once until it is freed, whichever PEs and threads allocate at once.
+// - pool_alloc and pool_free are NVSHMEM atomics on the owning PE's bitmap and page states: a
+//   page is handed out once until it is freed, whichever PEs and threads allocate at once,
+//   and of the frees of one id exactly one succeeds.
+// - Ids carry the page's generation (pool.h): a free of an id whose page was freed since,
+//   and maybe allocated again, fails and leaves the page as it is; pool_is_allocated says
+//   false for it. The copies (pool_gather_*, pool_scatter_*) do not read the generation:
+//   they copy whatever page the id's PE and index name.
 // - A writer makes a page's contents complete before it publishes the page's id:
 //   pool_scatter_* and pool_table_publish do this for the calling block or thread
 //   (nvshmem_quiet); other writes need their own nvshmem_quiet (or a signal) first.
@@ -24,15 +29,33 @@
 
 namespace nvshmem_rs {
 
-__device__ __forceinline__ uint64_t pool_page_id(int32_t pe, uint32_t index) {
-    return ((uint64_t)(uint32_t)pe << 32) | index;
-}
-__device__ __forceinline__ int32_t pool_page_pe(uint64_t id) { return (int32_t)(id >> 32); }
-__device__ __forceinline__ uint32_t pool_page_index(uint64_t id) { return (uint32_t)id; }
+// The fields of an id (pool.h: generation, PE, index from high to low bits).
+constexpr uint64_t POOL_INDEX_MASK = (1ull << POOL_INDEX_BITS) - 1;
+constexpr uint64_t POOL_PE_MASK = (1ull << POOL_PE_BITS) - 1;
+constexpr uint64_t POOL_GENERATION_MASK = (1ull << POOL_GENERATION_BITS) - 1;
+static_assert(POOL_INDEX_BITS + POOL_PE_BITS + POOL_GENERATION_BITS == 64, "ids are 64 bits");
+static_assert(POOL_MAX_PAGES == 1ull << POOL_INDEX_BITS, "every index fits its field");
+static_assert(POOL_MAX_PES == POOL_PE_MASK, "the all-ones PE field (POOL_NO_PAGE's) is no PE");
 
-// Whether `id` names a page of the pool (allocated or not); POOL_NO_PAGE does not.
+// The id of page `index` of PE `pe` in generation `generation` (each within its field).
+__device__ __forceinline__ uint64_t pool_page_id(int32_t pe, uint32_t index, uint32_t generation) {
+    return ((uint64_t)generation << (POOL_PE_BITS + POOL_INDEX_BITS)) |
+           ((uint64_t)(uint32_t)pe << POOL_INDEX_BITS) | index;
+}
+__device__ __forceinline__ int32_t pool_page_pe(uint64_t id) {
+    return (int32_t)((id >> POOL_INDEX_BITS) & POOL_PE_MASK);
+}
+__device__ __forceinline__ uint32_t pool_page_index(uint64_t id) {
+    return (uint32_t)(id & POOL_INDEX_MASK);
+}
+__device__ __forceinline__ uint32_t pool_page_generation(uint64_t id) {
+    return (uint32_t)(id >> (POOL_PE_BITS + POOL_INDEX_BITS));
+}
+
+// Whether `id` names a page of the pool, of any generation (allocated or not); POOL_NO_PAGE
+// does not.
 __device__ __forceinline__ bool pool_page_valid(const nvshmem_rs_pool &pool, uint64_t id) {
-    return (id >> 32) < (uint64_t)pool.n_pes && (uint32_t)id < pool.pages_per_pe;
+    return pool_page_pe(id) < pool.n_pes && pool_page_index(id) < pool.pages_per_pe;
 }
 
 // Words of the bitmap: a bit per page, rounded up without `pages + 63` (which wraps in 32
@@ -52,49 +75,85 @@ __device__ __forceinline__ char *pool_page_ptr(const nvshmem_rs_pool &pool, uint
     return (char *)nvshmem_ptr(pool_page_sym(pool, id), pool_page_pe(id));
 }
 
+namespace detail {
+
+// A well-mixed 64-bit value of x: where an allocation starts looking.
+__device__ __forceinline__ uint64_t pool_mix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// Page `index` of PE `pe`, whose bitmap bit this thread has just claimed: marked allocated
+// in its state, which returns the generation for the id.
+__device__ inline uint64_t pool_take(const nvshmem_rs_pool &pool, int32_t pe, uint32_t index) {
+    // The bit was cleared by a free after it advanced the state: that change comes first.
+    __threadfence_system();
+    const uint64_t state = nvshmem_uint64_atomic_fetch_or(pool.states + index, 1ull, pe);
+    return pool_page_id(pe, index, (uint32_t)(state >> 1));
+}
+
+}  // namespace detail
+
 // Allocate a page on PE `pe` (one thread): its id, or POOL_NO_PAGE when every page of `pe` is
-// allocated (or `pe` is out of range). Looks for a clear bit, then claims it with fetch_or;
-// a bit another thread claimed first is skipped.
+// allocated (or `pe` is out of range). Probes bitmap words from a random one with fetch_or
+// of a random bit: a probe claims that page when it is free, and otherwise reads the word
+// (setting a set bit changes nothing), so with room in the pool an allocation takes two
+// atomics, the claim and the state. A word with a clear bit is claimed at its lowest; a bit
+// another thread claimed first is skipped.
 __device__ inline uint64_t pool_alloc(const nvshmem_rs_pool &pool, int32_t pe) {
     if (pe < 0 || pe >= pool.n_pes) return POOL_NO_PAGE;
     const uint32_t words = pool_bitmap_words(pool);
-    // Threads start at different words, so that concurrent allocations rarely meet.
-    const uint32_t start = (blockIdx.x * blockDim.x + threadIdx.x) % words;
+    // Threads, PEs and calls start at different places, so that allocations rarely meet.
+    const uint64_t thread = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+    const uint64_t r =
+        detail::pool_mix((uint64_t)clock64() ^ (thread << 24) ^ ((uint64_t)pool.my_pe << 48));
+    const uint32_t start = (uint32_t)(r % words);
+    const uint64_t guess = 1ull << (r >> 58);
     for (uint32_t k = 0; k < words; k++) {
         const uint32_t w = (start + k) % words;
         uint64_t *word = pool.bitmap + w;
-        uint64_t seen = nvshmem_uint64_atomic_fetch(word, pe);
-        while (seen != ~0ull) {
-            const uint64_t mask = 1ull << (__ffsll((long long)~seen) - 1);
-            const uint64_t old = nvshmem_uint64_atomic_fetch_or(word, mask, pe);
-            if ((old & mask) == 0) {
-                return pool_page_id(pe, w * POOL_WORD_PAGES + (__ffsll((long long)mask) - 1));
-            }
-            seen = old | mask;
+        uint64_t mask = guess;
+        uint64_t old = nvshmem_uint64_atomic_fetch_or(word, mask, pe);
+        while ((old & mask) != 0 && old != ~0ull) {
+            mask = 1ull << (__ffsll((long long)~old) - 1);
+            old = nvshmem_uint64_atomic_fetch_or(word, mask, pe);
+        }
+        if ((old & mask) == 0) {
+            const uint32_t bit = __ffsll((long long)mask) - 1;
+            return detail::pool_take(pool, pe, w * POOL_WORD_PAGES + bit);
         }
     }
     return POOL_NO_PAGE;
 }
 
-// Free page `id` (one thread): true if it was allocated, false if it was not (a double
-// free) or `id` is not a page of the pool. This thread's puts complete first.
+// Free page `id` (one thread): true if it was allocated in the id's generation, false if not
+// (a double free, a stale id, a page never allocated) or `id` is not a page of the pool;
+// a false free changes nothing. This thread's puts complete first.
 __device__ inline bool pool_free(const nvshmem_rs_pool &pool, uint64_t id) {
     if (!pool_page_valid(pool, id)) return false;
     nvshmem_quiet();
+    const int32_t pe = pool_page_pe(id);
     const uint32_t i = pool_page_index(id);
+    const uint64_t g = pool_page_generation(id);
+    const uint64_t live = (g << 1) | 1;
+    const uint64_t next = ((g + 1) & POOL_GENERATION_MASK) << 1;
+    // One free of an id wins the swap; the others, and stale ids, see another state.
+    if (nvshmem_uint64_atomic_compare_swap(pool.states + i, live, next, pe) != live) return false;
+    // Only then is the page free to claim, its new generation in place.
+    __threadfence_system();
     const uint64_t mask = 1ull << (i % POOL_WORD_PAGES);
-    const uint64_t old = nvshmem_uint64_atomic_fetch_and(pool.bitmap + i / POOL_WORD_PAGES, ~mask,
-                                                         pool_page_pe(id));
-    return (old & mask) != 0;
+    nvshmem_uint64_atomic_fetch_and(pool.bitmap + i / POOL_WORD_PAGES, ~mask, pe);
+    return true;
 }
 
-// Whether page `id` is allocated now (one thread).
+// Whether page `id` is allocated now in the id's generation (one thread).
 __device__ inline bool pool_is_allocated(const nvshmem_rs_pool &pool, uint64_t id) {
     if (!pool_page_valid(pool, id)) return false;
-    const uint32_t i = pool_page_index(id);
-    const uint64_t word =
-        nvshmem_uint64_atomic_fetch(pool.bitmap + i / POOL_WORD_PAGES, pool_page_pe(id));
-    return (word >> (i % POOL_WORD_PAGES)) & 1;
+    const uint64_t state =
+        nvshmem_uint64_atomic_fetch(pool.states + pool_page_index(id), pool_page_pe(id));
+    return state == (((uint64_t)pool_page_generation(id) << 1) | 1);
 }
 
 // Write `id` into entry `entry` of PE `pe`'s page table (one thread), after this thread's
@@ -206,7 +265,8 @@ __device__ __forceinline__ void for_each_page(const nvshmem_rs_pool &pool, const
 }  // namespace detail
 
 // The block copies pages ids[0..n) into dst, page k at dst + k * page_bytes. Ids that name no
-// page of the pool (POOL_NO_PAGE among them) are skipped, their place in dst left as it was.
+// page of the pool (POOL_NO_PAGE among them) are skipped, their place in dst left as it was;
+// generations are not read (an id's PE and index name the page).
 __device__ inline void pool_gather_block(const nvshmem_rs_pool &pool, char *dst,
                                          const uint64_t *ids, uint32_t n) {
     detail::for_each_page(pool, ids, n, [&](uint64_t at, uint64_t id) {
