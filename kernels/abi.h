@@ -35,6 +35,10 @@
 // calls (a year at one call per microsecond), and a call has fewer than 2^20 - 1 rounds.
 #define COLL_ROUND_BITS 20
 
+// The signature (kernels/collectives/call.cuh) no call has: the closing barrier of a
+// copy-engine call sends it from a PE that could not queue all its copies.
+#define COLL_SIG_FAILED 0xFFFFu
+
 // Where a wait that ran out of time was (Fault.site).
 enum FaultSite {
     FAULT_FLAGS = 1,      // a handshake flag (one-shot, two-shot, all-gather barriers)
@@ -42,6 +46,7 @@ enum FaultSite {
     FAULT_LINE = 3,       // a low-latency line
     FAULT_SENTINEL = 4,   // a sentinel vector
     FAULT_COUNTS = 5,     // not a wait: an all_to_all_v whose counts disagree (sent, expected)
+    FAULT_MISMATCH = 6,   // not a wait: a peer's call has another signature (sent: the peer's, expected: ours)
 };
 
 // The first wait of a call that ran out of time, written by the kernel into host memory the
@@ -54,7 +59,7 @@ typedef struct Fault {
     unsigned long long epoch;
     unsigned long long waited_ns;
     unsigned long long sent;      // FAULT_COUNTS: elements the sender sends to the receiver
-    unsigned long long expected;  // and what the receiver expects from it
+    unsigned long long expected;  // and what the receiver expects from it (FAULT_MISMATCH: signatures)
     unsigned int sending;         // FAULT_COUNTS: whether this PE is the sender (pe: the receiver)
 } Fault;
 

@@ -39,7 +39,7 @@
 #define ALLREDUCE_ENTRY(ALGO, NAME, T, OPNAME, EXTRA, CALL)                                               \
     extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ALGO##_allreduce_##NAME##_##OPNAME(                 \
         const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes EXTRA) { \
-        enter_call();                                                                                       \
+        enter_call(CALL_SIG(#ALGO "_allreduce_" #NAME "_" #OPNAME, n, 0));                                  \
         CALL;                                                                                               \
     }
 
@@ -82,7 +82,7 @@ ALLREDUCE_TYPE(i32, int32_t)
 #define REDUCESCATTER_ENTRY(ALGO, NAME, T, OPNAME, EXTRA, CALL)                                             \
     extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ALGO##_reducescatter_##NAME##_##OPNAME(                 \
         const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes EXTRA) {  \
-        enter_call();                                                                                       \
+        enter_call(CALL_SIG(#ALGO "_reducescatter_" #NAME "_" #OPNAME, n, 0));                              \
         CALL;                                                                                               \
     }
 
@@ -106,7 +106,7 @@ REDUCESCATTER_TYPE(i32, int32_t)
 #define REDUCE_ENTRY(NAME, T, OPNAME, OP)                                                                   \
     extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) pull_reduce_##NAME##_##OPNAME(                      \
         const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes, int root) { \
-        enter_call();                                                                                       \
+        enter_call(CALL_SIG("pull_reduce_" #NAME "_" #OPNAME, n, root));                                    \
         pull_reduce<T, OP>(src, dst, n, ctrl, flags, root);                                                 \
     }
 
@@ -124,7 +124,7 @@ REDUCE_TYPE(i32, int32_t)
 #define ALLGATHER_ENTRY(ALGO, EXTRA, CALL)                                                                  \
     extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ALGO##_allgather_bytes(                             \
         const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes EXTRA) { \
-        enter_call();                                                                                       \
+        enter_call(CALL_SIG(#ALGO "_allgather_bytes", bytes, 0));                                           \
         CALL;                                                                                               \
     }
 
@@ -139,7 +139,7 @@ ALLGATHER_ENTRY(ll_words_cut, PEERS_PARAM, WITH_NP(peers.npes, (ll_allgather_wor
 #define BROADCAST_ENTRY(ALGO, EXTRA, CALL)                                                                  \
     extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ALGO##_broadcast_bytes(                             \
         const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes EXTRA, int root) { \
-        enter_call();                                                                                       \
+        enter_call(CALL_SIG(#ALGO "_broadcast_bytes", bytes, root));                                        \
         CALL;                                                                                               \
     }
 
@@ -153,7 +153,7 @@ BROADCAST_ENTRY(ll_relay, PEERS_PARAM, WITH_NP(peers.npes, (ll_relay_broadcast<N
 #define ALLTOALL_ENTRY(ALGO, EXTRA, CALL)                                                                   \
     extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ALGO##_alltoall_bytes(                              \
         const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes EXTRA) { \
-        enter_call();                                                                                       \
+        enter_call(CALL_SIG(#ALGO "_alltoall_bytes", bytes, 0));                                            \
         CALL;                                                                                               \
     }
 
@@ -165,31 +165,40 @@ ALLTOALL_ENTRY(ll, PEERS_PARAM, WITH_NP(peers.npes, (ll_alltoall<NP>(src, dst, b
 // counts where the others take the staging area.
 extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) push_alltoallv_bytes(
     const char *src, char *dst, size_t elem, Ctrl *ctrl, uint64_t *flags, char *table, size_t table_bytes, const Counts counts) {
-    enter_call();
+    enter_call(CALL_SIG("push_alltoallv_bytes", elem, 0));
     push_alltoallv(src, dst, elem, ctrl, flags, (uint64_t *)table, counts);
 }
 
 // The copy-engine paths: the call's copies (cuMemcpyAsync on copy streams, from the host)
 // run between an opening barrier (every PE has entered the call, so its output is free) and
 // a closing one (every PE's copies into this PE have landed), each one block of a thread per
-// PE. Each barrier is a call of its own on the epoch.
-extern "C" __global__ void __launch_bounds__(COLL_MAX_PES) ce_open(Ctrl *ctrl, uint64_t *flags) {
-    enter_call();
+// PE. Each barrier is a call of its own on the epoch, with the call's signature from the
+// host (`sig`). A PE that could not queue all its copies closes with SIG_FAILED instead: its
+// peers then find a mismatch rather than return with its block missing, and it records the
+// same about itself.
+extern "C" __global__ void __launch_bounds__(COLL_MAX_PES) ce_open(Ctrl *ctrl, uint64_t *flags, unsigned int sig) {
+    enter_call(sig);
     const uint64_t e = call_epoch(ctrl);
     signal_and_wait(ctrl, flags, FLAGS_START, nvshmem_my_pe(), nvshmem_n_pes(), e);
     finish_call(ctrl, e);
 }
 
-extern "C" __global__ void __launch_bounds__(COLL_MAX_PES) ce_close(Ctrl *ctrl, uint64_t *flags) {
-    enter_call();
+extern "C" __global__ void __launch_bounds__(COLL_MAX_PES) ce_close(Ctrl *ctrl, uint64_t *flags, unsigned int sig) {
+    enter_call(sig);
+    const int me = nvshmem_my_pe();
     const uint64_t e = call_epoch(ctrl);
-    signal_and_wait(ctrl, flags, FLAGS_DONE, nvshmem_my_pe(), nvshmem_n_pes(), e);
+    if (sig == SIG_FAILED && threadIdx.x == 0) {
+        Wait w(ctrl);
+        w.mismatch(me, SIG_FAILED, SIG_FAILED);
+        w.report(FAULT_FLAGS, e);
+    }
+    signal_and_wait(ctrl, flags, FLAGS_DONE, me, nvshmem_n_pes(), e);
     finish_call(ctrl, e);
 }
 
 // The copy-engine paths' copy into this PE's own output, by the SMs beside the copy engines'
 // copies to the peers: HBM-bound work that would otherwise take a copy engine too.
 extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ce_local_copy(const char *src, char *dst, size_t bytes) {
-    enter_call();
+    enter_call(0);
     copy_mapped<true>(dst, src, bytes);
 }

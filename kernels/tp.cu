@@ -130,7 +130,7 @@ extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear_al
     const __nv_bfloat16 *x, __nv_bfloat16 *y, size_t len, Ctrl *ctrl, uint64_t *flags, char *lines, size_t slot_bytes,
     const Peers peers, const DecodeLinear lin) {
     __shared__ DecodeLinesShared sh;
-    enter_call();
+    enter_call(CALL_SIG("decode_linear_allreduce_bf16", len, 0));
     const __nv_bfloat16 *w = (const __nv_bfloat16 *)(uintptr_t)lin.w;
     WITH_DECODE_M(lin.m, (decode_linear_allreduce_lines<M>(x, w, y, (int)lin.m, lin.n, lin.k, ctrl, lines, slot_bytes, peers, sh)));
 }

@@ -5,6 +5,8 @@
 #include <nvshmem.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "abi.h"
 #include "collectives/memory.cuh"
 
@@ -19,6 +21,42 @@
 #define FLAGS_ACK 4      // low-latency broadcast: the last call each PE began (row 0; see there)
 
 
+// ---- the call's signature ------------------------------------------------------------------
+// A short hash of what this PE was asked to do: the entry point (collective, algorithm,
+// element type, operator), the length and the root. Every handshake flag and every
+// low-latency line carries it, and a reader compares it with its own before it uses what
+// came: PEs that disagree (one all-to-all of 4-element blocks against another of 8) stop
+// with a fault that names the peer instead of moving the wrong bytes. The check costs a
+// compare per peer after a wait, and no extra memory traffic. 16 bits (15 in the lines): a
+// disagreement passes unseen with odds of 1 in 32768 per call.
+#define SIG_BITS 16
+#define SIG_MASK ((1u << SIG_BITS) - 1)
+// No call has this signature: a copy-engine call's closing barrier sends it from a PE that
+// could not queue all its copies (see ce_close), so that its peers fail too.
+#define SIG_FAILED COLL_SIG_FAILED
+
+// FNV-1a of an entry point's name, at compile time.
+__host__ __device__ constexpr uint32_t name_hash(const char *s, uint32_t h = 2166136261u) {
+    return *s ? name_hash(s + 1, (h ^ (uint32_t)(unsigned char)*s) * 16777619u) : h;
+}
+
+__device__ __forceinline__ uint32_t call_sig_of(uint32_t name, uint64_t len, int root) {
+    uint64_t x = ((uint64_t)name << 32 | (uint32_t)root) ^ (len * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    const uint32_t sig = (uint32_t)x & SIG_MASK;
+    return sig == SIG_FAILED ? 0 : sig;
+}
+
+// The signature of the entry point `name` (a string literal) called for `len` from `root`.
+#define CALL_SIG(name, len, root) call_sig_of(std::integral_constant<uint32_t, name_hash(name)>::value, (len), (root))
+
+// Kept per block: every thread stores the same value before it reads it.
+static __shared__ uint32_t call_sig_s;
+
+__device__ __forceinline__ uint32_t call_sig() { return call_sig_s; }
+
 // Every entry point starts here. Launched with programmatic stream serialization, a kernel
 // may start while the previous kernel on its stream is still running: griddepcontrol.wait
 // holds it until that kernel has completed and its memory is visible (without the launch
@@ -26,7 +64,9 @@
 // which overlaps that launch with this call; the next kernel waits here in turn before it
 // touches memory. All of this call's blocks are resident by then, so the early blocks of the
 // next kernel cannot keep any of them from running.
-__device__ __forceinline__ void enter_call() {
+// `sig` is the call's signature (above), kept for its handshakes and lines.
+__device__ __forceinline__ void enter_call(uint32_t sig) {
+    call_sig_s = sig;
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
@@ -59,18 +99,30 @@ __device__ __forceinline__ uint64_t globaltimer() {
 // poll site made such kernels half as large again, and slower. Time is counted in units of
 // 2^20 ns (about a millisecond).
 #define WAIT_STUCK 0x80000000u
+#define WAIT_MISMATCH 0x40000000u
+#define WAIT_PE 0x00FFFFFFu
 struct Wait {
     Ctrl *ctrl;
     uint32_t spins = 0;  // polls since the last check; once the bound ran out, WAIT_STUCK | the PE
-    uint32_t since = 0;  // the first check's time (never 0 once set)
+    uint32_t since = 0;  // the first check's time (never 0 once set); after a mismatch, both signatures
     __device__ __forceinline__ explicit Wait(Ctrl *c) : ctrl(c) {}
     __device__ __forceinline__ static uint32_t units(uint64_t ns) { return (uint32_t)(ns >> 20); }
     // After a poll that found nothing: whether to poll again. False when this PE already
     // gave up a wait, or when this wait, for `pe`, ran past the bound (report() follows).
     __device__ __forceinline__ bool again(int pe) {
+        return again(pe, [](int *, uint32_t *, uint32_t *) { return false; });
+    }
+    // The same, and at each check `mismatched(&pe, &theirs, &mine)` says whether what came
+    // so far is another call's (a line with another signature, which the poll, looking for
+    // this call's, never takes): the wait then stops with a mismatch. Only at the checks, so
+    // that the polls themselves cost what they cost without the signatures.
+    template <typename Mismatched>
+    __device__ __forceinline__ bool again(int pe, Mismatched mismatched) {
         // Counted from 0 again at every check: a count of every poll would reach WAIT_STUCK
         // after 2^31 polls (half an hour or so) and stop a wait with no bound, or a long one.
         if (__builtin_expect(++spins < WAIT_SPINS_PER_CHECK, 1)) return true;
+        uint32_t theirs, mine;
+        if (mismatched(&pe, &theirs, &mine)) return mismatch(pe, theirs, mine);
         spins = 0;
         if (*(volatile unsigned int *)&ctrl->aborted) return false;
         const uint32_t now = units(globaltimer()) | 1u;
@@ -80,16 +132,28 @@ struct Wait {
         spins = WAIT_STUCK | (uint32_t)pe;
         return false;
     }
-    // After a wait that stopped: the first wait of this PE to run past the bound claims
-    // ctrl->aborted and writes the record, alone.
+    // What came from `pe` carries signature `theirs` where this PE's call has `mine`: the
+    // wait stops as one that ran out of time does (false), and report() says so.
+    __device__ __forceinline__ bool mismatch(int pe, uint32_t theirs, uint32_t mine) {
+        spins = WAIT_STUCK | WAIT_MISMATCH | (uint32_t)pe;
+        since = (theirs & SIG_MASK) << SIG_BITS | (mine & SIG_MASK);
+        return false;
+    }
+    // After a wait that stopped: the first wait of this PE to run past the bound (or to find
+    // a mismatch) claims ctrl->aborted and writes the record, alone.
     __device__ __forceinline__ void report(int site, uint64_t e) {
         if (!(spins & WAIT_STUCK) || atomicCAS(&ctrl->aborted, 0u, 1u) != 0u || ctrl->fault == nullptr) return;
         volatile Fault *f = ctrl->fault;
-        f->site = site;
-        f->pe = (int)(spins & ~WAIT_STUCK);
+        const bool mismatched = spins & WAIT_MISMATCH;
+        f->site = mismatched ? FAULT_MISMATCH : site;
+        f->pe = (int)(spins & WAIT_PE);
         f->block = blockIdx.x;
         f->epoch = e;
-        f->waited_ns = (uint64_t)(units(globaltimer()) - since) << 20;
+        f->waited_ns = mismatched ? 0 : (uint64_t)(units(globaltimer()) - since) << 20;
+        if (mismatched) {
+            f->sent = since >> SIG_BITS;
+            f->expected = since & SIG_MASK;
+        }
         __threadfence_system();
         f->raised = 1;
     }
@@ -101,8 +165,9 @@ struct Wait {
 // after another, each such source cost one more L2 round trip: the 8-byte all-reduce took
 // 2.93-3.03 us a call on 4 H200s, against 2.60-2.63 polled together (measured). False when
 // the wait gave up (see Wait); the caller reports.
-template <int MAXP, typename Has, typename At, typename Ready>
-__device__ __forceinline__ bool poll_together(Wait &w, uint4 *v, Has has, At at, Ready ready) {
+// `mismatched` as for Wait::again, given the vectors so far.
+template <int MAXP, typename Has, typename At, typename Ready, typename Mismatched>
+__device__ __forceinline__ bool poll_together(Wait &w, uint4 *v, Has has, At at, Ready ready, Mismatched mismatched) {
     bool ok = !(w.spins & WAIT_STUCK);
     for (;;) {
         int late = -1;
@@ -110,11 +175,17 @@ __device__ __forceinline__ bool poll_together(Wait &w, uint4 *v, Has has, At at,
         for (int p = 0; p < MAXP; p++)
             if (has(p) && !ready(v[p])) late = p;
         if (late < 0) return true;
-        if (!ok || !(ok = w.again(late))) return false;
+        if (!ok || !(ok = w.again(late, [&](int *pe, uint32_t *theirs, uint32_t *mine) { return mismatched(v, pe, theirs, mine); })))
+            return false;
 #pragma unroll
         for (int p = 0; p < MAXP; p++)
             if (has(p) && !ready(v[p])) v[p] = ld_volatile(at(p));
     }
+}
+
+template <int MAXP, typename Has, typename At, typename Ready>
+__device__ __forceinline__ bool poll_together(Wait &w, uint4 *v, Has has, At at, Ready ready) {
+    return poll_together<MAXP>(w, v, has, at, ready, [](const uint4 *, int *, uint32_t *, uint32_t *) { return false; });
 }
 
 // The epoch of this call.
@@ -136,14 +207,18 @@ __device__ __forceinline__ void finish_call(Ctrl *ctrl, uint64_t e) {
 }
 
 // Tell every other PE's block `blockIdx.x` that this block's stores to it are done, then wait
-// for the same from each of them. Threads 0..npes-1 each handle one peer. False, in every
-// thread of the block, when a wait gave up (see Wait).
+// for the same from each of them. Threads 0..npes-1 each handle one peer. A flag holds
+// (epoch << SIG_BITS) | signature: it still only grows, and a peer's flag of this epoch with
+// another signature is a mismatch (one already a call ahead is not compared). False, in
+// every thread of the block, when a wait gave up or found a mismatch (see Wait).
 __device__ __forceinline__ bool signal_and_wait(Ctrl *ctrl, uint64_t *flags, int set, int me, int npes, uint64_t e) {
+    const uint32_t sig = call_sig();
+    const uint64_t word = e << SIG_BITS | sig;
     __syncthreads();
     for (int p = threadIdx.x; p < npes; p += blockDim.x) {
         if (p != me) {
             uint64_t *remote = (uint64_t *)nvshmem_ptr(flag_at(flags, set, blockIdx.x, me, npes), p);
-            st_release_sys(remote, e);
+            st_release_sys(remote, word);
         }
     }
     bool ok = true;
@@ -151,7 +226,9 @@ __device__ __forceinline__ bool signal_and_wait(Ctrl *ctrl, uint64_t *flags, int
         if (p != me) {
             const uint64_t *mine = flag_at(flags, set, blockIdx.x, p, npes);
             Wait w(ctrl);
-            while (ok && ld_acquire_sys(mine) < e) ok = w.again(p);
+            uint64_t v;
+            while (ok && (v = ld_acquire_sys(mine)) < (e << SIG_BITS)) ok = w.again(p);
+            if (ok && (v >> SIG_BITS) == e && (uint32_t)(v & SIG_MASK) != sig) ok = w.mismatch(p, (uint32_t)v, sig);
             if (!ok) w.report(FAULT_FLAGS, e);
         }
     }

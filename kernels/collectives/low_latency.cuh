@@ -18,9 +18,14 @@
 // Lines live in a region of their own (no other path writes there), zeroed at construction,
 // and a reader zeroes every line it has taken: so at the start of every call each line of
 // the region is zero, whatever the earlier calls' sizes, and a line with a tag is this call's.
-// Tags are never 0 (the epoch times an odd constant, with the low bit set), so neither an
-// empty line nor one half of a line being written passes for data, however many calls ran.
-__device__ __forceinline__ uint32_t ll_tag(uint64_t e) { return ((uint32_t)e * 0x9E3779B1u) | 1u; }
+// Tags are never 0 (the low bit is set), so neither an empty line nor one half of a line
+// being written passes for data, however many calls ran. A tag is a hash of the epoch in its
+// high half and the call's signature in its low (see call_sig): a reader polls for its own
+// tag, and a whole line with another tag, which it never takes, is a mismatch that the
+// wait's checks find (Wait::again).
+__device__ __forceinline__ uint32_t ll_tag(uint64_t e) {
+    return (((uint32_t)e * 0x9E3779B1u) & 0xFFFF0000u) | (call_sig() & 0xFFFEu) | 1u;
+}
 
 __device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint32_t t) {
     asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(t), "r"(d1), "r"(t) : "memory");
@@ -28,13 +33,42 @@ __device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint
 
 __device__ __forceinline__ bool line_ready(uint4 v, uint32_t t) { return v.y == t && v.w == t; }
 
+// Whether v is a whole line of another call than the one of tag t (both halves written, with
+// the same tag); its tag into *theirs, t into *mine.
+__device__ __forceinline__ bool line_of_another_call(uint4 v, uint32_t t, uint32_t *theirs, uint32_t *mine) {
+    *theirs = v.y;
+    *mine = t;
+    return v.y == v.w && v.y != 0 && v.y != t;
+}
+
+// The mismatch probe (Wait::again) for the lines v[p] of the sources p with has(p).
+template <int NP, typename Has>
+__device__ __forceinline__ auto lines_of_another_call(Has has, uint32_t t) {
+    return [=](const uint4 *v, int *pe, uint32_t *theirs, uint32_t *mine) {
+        bool found = false;
+#pragma unroll
+        for (int p = 0; p < NP; p++)
+            if (!found && has(p) && line_of_another_call(v[p], t, theirs, mine)) {
+                *pe = p;
+                found = true;
+            }
+        return found;
+    };
+}
+
 // Take the line at `at` into *out: poll it until it carries tag t, then zero it for the calls
-// to come. False when the wait gave up (see Wait; the caller reports). After a shared wait
-// gave up for another peer, it does not poll at all (the record keeps that peer).
+// to come. False when the wait gave up or found another call's line (see Wait; the caller
+// reports). After a shared wait gave up for another peer, it does not poll at all (the
+// record keeps that peer).
 __device__ __forceinline__ bool take_line(Wait &w, uint4 *at, uint4 v, uint32_t t, int pe, uint2 *out) {
     bool ok = !(w.spins & WAIT_STUCK);
     while (ok && !line_ready(v, t)) {
         ok = w.again(pe);
+        // At a check (the count starts again): whether the line is another call's. Written
+        // out here, not as again()'s probe: that made the 8-byte broadcast on 4 H200s 2.84 us
+        // a call against 2.74 (docs/history/2026-11-28-call-signatures.md).
+        uint32_t theirs, mine;
+        if (ok && w.spins == 0 && line_of_another_call(v, t, &theirs, &mine)) ok = w.mismatch(pe, theirs, mine);
         v = ld_volatile(at);
     }
     ok = line_ready(v, t);
@@ -45,14 +79,14 @@ __device__ __forceinline__ bool take_line(Wait &w, uint4 *at, uint4 v, uint32_t 
 
 // The lines at(p) of the sources p with has(p), NP of them at most, polled together
 // (poll_together) until each carries tag t, then zeroed; line p's data into out[p]. False
-// when the wait gave up.
+// when the wait gave up or found another call's line.
 template <int NP, typename Has, typename At>
 __device__ __forceinline__ bool take_lines_together(Wait &w, Has has, At at, uint32_t t, uint2 *out) {
     uint4 v[NP];
 #pragma unroll
     for (int p = 0; p < NP; p++)
         if (has(p)) v[p] = ld_volatile(at(p));
-    const bool ok = poll_together<NP>(w, v, has, at, [&](uint4 x) { return line_ready(x, t); });
+    const bool ok = poll_together<NP>(w, v, has, at, [&](uint4 x) { return line_ready(x, t); }, lines_of_another_call<NP>(has, t));
 #pragma unroll
     for (int p = 0; p < NP; p++)
         if (has(p)) {
@@ -178,7 +212,7 @@ __device__ void ll_twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl,
         for (int q = 0; q < MAXP; q++)
             if (has(q)) v[q] = ld_volatile(at(q));
         if constexpr (MAXP > 2) {
-            ok = poll_together<MAXP>(w, v, has, at, [&](uint4 x) { return line_ready(x, t); });
+            ok = poll_together<MAXP>(w, v, has, at, [&](uint4 x) { return line_ready(x, t); }, lines_of_another_call<MAXP>(has, t));
 #pragma unroll
             for (int q = 0; q < MAXP; q++)
                 if (has(q)) {

@@ -371,25 +371,30 @@ __device__ void push_alltoallv(const char *src, char *dst, size_t elem, Ctrl *ct
 // ---- low-latency broadcast and all-to-all --------------------------------------------------
 // The lines of the low-latency all-gather (low_latency.cuh), from the root only or in blocks.
 
-// The acknowledgements of the low-latency broadcasts (see ll_broadcast): this PE's epoch into
-// its word of every peer's acknowledgement row, from the last threads of block 0 (blocks have
-// at least 128 threads, tables at most 16 PEs), which take lines last. Returns the row here.
+// The acknowledgements of the low-latency broadcasts (see ll_broadcast): this PE's epoch and
+// signature, as a handshake flag holds them (signal_and_wait), into its word of every peer's
+// acknowledgement row, from the last threads of block 0 (blocks have at least 128 threads,
+// tables at most 16 PEs), which take lines last. Returns the row here.
 __device__ __forceinline__ uint64_t *announce_begun(uint64_t *flags, int me, int npes, uint64_t e) {
     uint64_t *begun = flag_at(flags, FLAGS_ACK, 0, 0, npes);  // [pe]: the last call it began
     const int acked = (int)(blockDim.x - 1 - threadIdx.x);
     if (blockIdx.x == 0 && acked < npes && acked != me)
-        st_relaxed_sys((uint64_t *)nvshmem_ptr(begun + me, acked), e);
+        st_relaxed_sys((uint64_t *)nvshmem_ptr(begun + me, acked), e << SIG_BITS | call_sig());
     return begun;
 }
 
-// Before the call ends, block 0 waits until every peer has begun it.
+// Before the call ends, block 0 waits until every peer has begun it, and compares the
+// signatures: so the root, which takes no line, learns of a peer that disagrees too.
 __device__ __forceinline__ void await_begun(Ctrl *ctrl, const uint64_t *begun, int me, int npes, uint64_t e) {
     if (blockIdx.x != 0) return;
+    const uint32_t sig = call_sig();
     for (int p = threadIdx.x; p < npes; p += blockDim.x) {
         if (p == me) continue;
         Wait w(ctrl);
         bool ok = true;
-        while (ok && ld_acquire_sys(begun + p) < e) ok = w.again(p);
+        uint64_t v;
+        while (ok && (v = ld_acquire_sys(begun + p)) < (e << SIG_BITS)) ok = w.again(p);
+        if (ok && (v >> SIG_BITS) == e && (uint32_t)(v & SIG_MASK) != sig) ok = w.mismatch(p, (uint32_t)v, sig);
         if (!ok) w.report(FAULT_FLAGS, e);
     }
 }

@@ -17,6 +17,7 @@ pub const COLL_MAX_THREADS: u32 = 512;
 pub const COLL_UNROLL: u32 = 4;
 pub const COLL_SENTINEL: u32 = 4294967295;
 pub const COLL_ROUND_BITS: u32 = 20;
+pub const COLL_SIG_FAILED: u32 = 65535;
 /// On the producer: messages the consumer has released (written by the consumer).
 pub const CHANNEL_CREDIT: NvshmemRsChannelWord = 0;
 /// On the producer: messages pushed so far.
@@ -251,6 +252,8 @@ pub const FAULT_LINE: FaultSite = 3;
 pub const FAULT_SENTINEL: FaultSite = 4;
 /// not a wait: an all_to_all_v whose counts disagree (sent, expected)
 pub const FAULT_COUNTS: FaultSite = 5;
+/// not a wait: a peer's call has another signature (sent: the peer's, expected: ours)
+pub const FAULT_MISMATCH: FaultSite = 6;
 /// Where a wait that ran out of time was (Fault.site).
 pub type FaultSite = ::std::os::raw::c_uint;
 /** The first wait of a call that ran out of time, written by the kernel into host memory the
@@ -268,7 +271,7 @@ pub struct Fault {
     pub waited_ns: ::std::os::raw::c_ulonglong,
     /// FAULT_COUNTS: elements the sender sends to the receiver
     pub sent: ::std::os::raw::c_ulonglong,
-    /// and what the receiver expects from it
+    /// and what the receiver expects from it (FAULT_MISMATCH: signatures)
     pub expected: ::std::os::raw::c_ulonglong,
     /// FAULT_COUNTS: whether this PE is the sender (pe: the receiver)
     pub sending: ::std::os::raw::c_uint,

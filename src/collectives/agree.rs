@@ -13,6 +13,7 @@ use super::algo::{
     REDUCE_SCATTER_ROWS,
 };
 use super::CollectivesConfig;
+use crate::abi;
 use crate::element::{DataType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
@@ -140,6 +141,25 @@ impl Record {
                 src as u64,
                 root.map_or(u64::MAX, |r| r as u64),
             ],
+        }
+    }
+
+    /// The signature the copy-engine paths' barriers carry (the kernels compute their own
+    /// from their entry point, length and root; kernels/collectives/call.cuh): a hash of what
+    /// the PEs must agree on (collective, element type, operator, algorithm, length, root),
+    /// 16 bits, never [`abi::COLL_SIG_FAILED`].
+    pub(crate) fn signature(&self) -> u32 {
+        let w = self.encode();
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &x in w[..5].iter().chain(&w[7..]) {
+            h = (h ^ x).wrapping_mul(0x0000_0100_0000_01b3);
+            h ^= h >> 29;
+        }
+        let sig = (h ^ (h >> 32)) as u32 & 0xFFFF;
+        if sig == abi::COLL_SIG_FAILED {
+            0
+        } else {
+            sig
         }
     }
 
@@ -303,6 +323,63 @@ mod tests {
             src: -8192,
             root: None,
         }
+    }
+
+    #[test]
+    fn signatures_tell_calls_apart_but_not_their_buffers() {
+        let base = call(1000);
+        let sig = base.signature();
+        assert!(sig <= 0xFFFF && sig != abi::COLL_SIG_FAILED);
+        let with = |f: fn(&mut Record)| {
+            let mut r = base;
+            f(&mut r);
+            r.signature()
+        };
+        // Where the buffers are is the host check's business, not the barrier's.
+        assert_eq!(
+            with(|r| {
+                if let Record::Call { dst, src, .. } = r {
+                    (*dst, *src) = (0, 64);
+                }
+            }),
+            sig
+        );
+        for (what, other) in [
+            ("length", call(1001).signature()),
+            ("root", base.with_root(1).signature()),
+            (
+                "element type",
+                with(|r| {
+                    if let Record::Call { dtype, .. } = r {
+                        *dtype = DataType::F32;
+                    }
+                }),
+            ),
+            (
+                "operator",
+                with(|r| {
+                    if let Record::Call { op, .. } = r {
+                        *op = Some(ReduceOp::Max);
+                    }
+                }),
+            ),
+            (
+                "algorithm",
+                with(|r| {
+                    if let Record::Call { row, .. } = r {
+                        *row = 1;
+                    }
+                }),
+            ),
+        ] {
+            assert_ne!(
+                other, sig,
+                "a call of another {what} has the same signature"
+            );
+        }
+        // Lengths near each other, as mismatched calls often are, spread over the 16 bits.
+        let sigs: std::collections::HashSet<u32> = (0..4096).map(|n| call(n).signature()).collect();
+        assert!(sigs.len() > 3900, "{} distinct of 4096", sigs.len());
     }
 
     #[test]

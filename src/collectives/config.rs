@@ -406,8 +406,16 @@ pub struct CollectivesConfig {
     pub cooperative_launch: bool,
     /// Before every call, the PEs exchange what they are about to do (operation, type,
     /// algorithm, length, where the buffers are) and refuse a call they disagree on with
-    /// [`Error::CollectiveMismatch`], instead of leaving stale data on one PE and storing past
-    /// a view on another. It costs a host round trip per call (puts of a record to every PE
+    /// [`Error::CollectiveMismatch`] naming the difference, before anything moves. Without
+    /// it, most mismatches are still caught, on the GPU and in graphs too: every call's
+    /// handshake flags and low-latency lines carry a 16-bit signature of the collective,
+    /// element type, operator, algorithm, length and root, a PE that finds a peer's
+    /// differing stops the call before it uses what came, and that call's PEs get
+    /// [`Error::CollectiveMismatch`] naming both PEs (from the next call or
+    /// [`Collectives::check`]). Not so for PEs that pick different algorithms (they wait on
+    /// different flags: [`Error::Timeout`]) or the sentinel all-reduce paths, which carry no
+    /// signature (a length mismatch ends in [`Error::Timeout`]; an operator or type
+    /// mismatch of the same byte length passes). It costs a host round trip per call (puts of a record to every PE
     /// and host reads until every PE's has arrived, bounded by [`timeout`](Self::timeout);
     /// nothing of it waits on the GPU) and is skipped while the stream is captured into a
     /// graph. Every call becomes a host-side barrier: a program whose PEs wait for each other

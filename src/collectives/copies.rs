@@ -8,6 +8,7 @@
 
 use super::plan::copy_grid;
 use super::Collectives;
+use crate::abi;
 use crate::error::{CudaResultExt, Result};
 use crate::module::{grid, Function, KernelArgs, LaunchOptions};
 use cudarc::driver::{result, CudaStream};
@@ -95,9 +96,11 @@ impl Collectives {
     /// Launch a copy-engine call on `stream`: the opening barrier; the copies to the peers,
     /// in `copies`' order, one after another on the copy stream (forked from `stream`), each
     /// but for its last [`SM_SHARE`]th, which a kernel on `stream` copies with this PE's copy
-    /// into its own output; the join; the closing barrier. After a failure to enqueue a copy
-    /// the rest is still joined and the closing barrier still launched, so that no peer waits
-    /// for ever (this PE's output is then wrong, and the error returned).
+    /// into its own output; the join; the closing barrier. Both barriers carry the call's
+    /// signature `sig` (a peer that disagrees records a mismatch). After a failure to enqueue
+    /// a copy the rest is still joined and the closing barrier still launched, so that no peer
+    /// waits for ever, but with the signature no call has: every peer then records a mismatch
+    /// instead of returning with this PE's block missing, and so does this PE.
     ///
     /// One after another: the copy engines ran copies on a stream per peer side by side,
     /// which on 4 H200s took an all-gather of 64 MiB per PE to 228-238 GB/s out of each GPU
@@ -105,19 +108,21 @@ impl Collectives {
     pub(super) fn launch_copies(
         &self,
         copies: &[PeerCopy],
+        sig: u32,
         options: LaunchOptions,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let barrier = |function: &Function| -> Result<()> {
+        let barrier = |function: &Function, sig: u32| -> Result<()> {
             let mut args = KernelArgs::new();
             args.device_ptr(self.ctrl.addr())
-                .device_ptr(self.flags.addr());
+                .device_ptr(self.flags.addr())
+                .value(sig);
             let threads = self.dims.n_pes.next_multiple_of(32) as u32;
             // SAFETY: the barrier's parameters; the control words and flags live as long as
             // this Collectives, whose drop waits for the device.
             unsafe { function.launch_with(grid(1, threads), options, stream, &mut args) }
         };
-        barrier(&self.ce_open)?;
+        barrier(&self.ce_open, sig)?;
         let (local, remote): (Vec<PeerCopy>, Vec<PeerCopy>) = copies.iter().partition(|c| c.local);
         let side = &self.copy_stream;
         let mut sent = match remote.is_empty() {
@@ -164,7 +169,11 @@ impl Collectives {
             true => Ok(()),
             false => stream.join(side).during("cuStreamWaitEvent"),
         };
-        let closed = barrier(&self.ce_close);
+        let sig = match (&sent, &joined) {
+            (Ok(()), Ok(())) => sig,
+            _ => abi::COLL_SIG_FAILED,
+        };
+        let closed = barrier(&self.ce_close, sig);
         sent.and(joined).and(closed)
     }
 }

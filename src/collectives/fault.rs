@@ -29,7 +29,8 @@ impl FaultRecord {
     }
 
     /// `Err(Error::Timeout)` once a wait of this PE's calls ran out of time;
-    /// `Err(Error::CollectiveMismatch)` once an all-to-all-v found its counts disagreeing.
+    /// `Err(Error::CollectiveMismatch)` once a call found a peer's call signature (or an
+    /// all-to-all-v a peer's counts) disagreeing with its own.
     pub(crate) fn check(&self) -> Result<()> {
         // SAFETY (of the projection): a field of the live record.
         let Some(f) = self
@@ -58,6 +59,15 @@ impl FaultRecord {
                 f.expected
             )));
         }
+        if f.site as u32 == abi::FAULT_MISMATCH {
+            return Err(Error::CollectiveMismatch(mismatch_message(
+                self.my_pe,
+                f.pe.max(0) as usize,
+                f.epoch,
+                f.sent as u32,
+                f.expected as u32,
+            )));
+        }
         Err(Error::Timeout {
             pe: self.my_pe,
             waited_for: f.pe.max(0) as usize,
@@ -67,6 +77,31 @@ impl FaultRecord {
             waited: Duration::from_nanos(f.waited_ns),
         })
     }
+}
+
+/// What a `FAULT_MISMATCH` record says: PE `me`'s call #`epoch` found PE `peer`'s call of
+/// signature `theirs` where its own has `mine`, or (`theirs` = `COLL_SIG_FAILED`) a PE that
+/// could not queue its copies.
+fn mismatch_message(me: usize, peer: usize, epoch: u64, theirs: u32, mine: u32) -> String {
+    let drop = "Drop this Collectives and make a new one on every PE";
+    if theirs == abi::COLL_SIG_FAILED {
+        let who = if peer == me {
+            "this PE".to_string()
+        } else {
+            format!("PE {peer}")
+        };
+        return format!(
+            "collective call #{epoch}: {who} could not queue its copy-engine copies (its error \
+             says why), so its part of the output is missing on PE {me}. {drop}"
+        );
+    }
+    format!(
+        "collective call #{epoch}: PE {me} and PE {peer} made different calls (signatures \
+         {mine:#06x} and {theirs:#06x}: the collective, element type, operator, algorithm, \
+         length or root differ, or one PE skipped a call). Every PE must make the same calls \
+         in the same order; `check_calls: true` in `CollectivesConfig` names the difference \
+         (one agreement per call). {drop}"
+    )
 }
 
 /// What a `FaultSite` waited for.

@@ -1037,6 +1037,7 @@ impl Collectives {
     /// Launch a planned call on the one launch path ([`Function::launch_with`]), ordered
     /// after the last call.
     fn launch(&self, planned: Planned<'_>, stream: &Arc<CudaStream>) -> Result<()> {
+        let sig = planned.record.signature();
         let Some(work) = planned.launch else {
             return Ok(());
         };
@@ -1055,7 +1056,7 @@ impl Collectives {
                         .function
                         .launch_with(launch.grid, options, stream, &mut launch.args)
                 },
-                Work::Copies(copies) => self.launch_copies(&copies, options, stream),
+                Work::Copies(copies) => self.launch_copies(&copies, sig, options, stream),
             })
     }
 }
