@@ -20,7 +20,8 @@
 //! (`InitOptions::start_timeout`) must end it.
 
 use nvshmem::{
-    AllReduceAlgo, Cmp, Collectives, CollectivesConfig, InitOptions, Nvshmem, ReduceOp, UniqueId,
+    AllReduceAlgo, AllToAllAlgo, Cmp, Collectives, CollectivesConfig, InitOptions, Nvshmem,
+    ReduceOp, SymmetricBuffer, UniqueId,
 };
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -54,7 +55,20 @@ const CASES: &[Case] = &[
     Case {
         name: "length",
         about: "PE 0 passes 1000 elements, the others 2000 (no per-call check)",
-        expect: &[(1, "from PE 0 and gave up")],
+        expect: &[
+            (0, "made different calls"),
+            (1, "PE 1 and PE 0 made different calls"),
+        ],
+        alone: false,
+    },
+    Case {
+        name: "all-to-all-length",
+        about:
+            "PE 0 calls all_to_all with blocks of 4 elements, the others of 8 (release defaults)",
+        expect: &[
+            (0, "made different calls"),
+            (1, "PE 1 and PE 0 made different calls"),
+        ],
         alone: false,
     },
     Case {
@@ -388,6 +402,9 @@ fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
     if case == "channel-no-sender" {
         return channel_no_sender(shmem, &coll, &x, &y);
     }
+    if case == "all-to-all-length" {
+        return all_to_all_length(shmem, &x, &y);
+    }
     for call in 0..CALLS {
         let len = match case {
             "length" | "length-checked" if me == 0 => 1000,
@@ -417,6 +434,30 @@ fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
             Ok(())
         };
         step().inspect_err(|e| trace(me, &format!("call {call} failed: {e}")))?;
+    }
+    Ok(())
+}
+
+/// PE 0 calls all_to_all with blocks of 4 elements, the others with blocks of 8, on a
+/// `Collectives` of the default configuration (in release, no per-call agreement): the
+/// calls' signatures differ, and every PE must get `CollectiveMismatch`, not `Ok`.
+fn all_to_all_length(
+    shmem: &Nvshmem,
+    x: &SymmetricBuffer<f32>,
+    y: &SymmetricBuffer<f32>,
+) -> nvshmem::Result<()> {
+    let mut config = CollectivesConfig::for_pes(shmem.n_pes());
+    config.timeout = Some(TIMEOUT);
+    config.check_calls = false; // the release default, in any build
+    let coll = Collectives::with_config(shmem, config)?;
+    let block = if shmem.my_pe() == 0 { 4 } else { 8 };
+    let len = block * shmem.n_pes();
+    let stream = shmem.stream();
+    for call in 0..CALLS {
+        trace(shmem.my_pe(), &format!("all_to_all {call}"));
+        coll.all_to_all(y.view(..len), x.view(..len), AllToAllAlgo::Auto, stream)?;
+        stream.synchronize()?;
+        coll.check()?;
     }
     Ok(())
 }

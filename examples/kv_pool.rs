@@ -777,7 +777,9 @@ fn main() {
         let mut freed = [all[1].index, all[3].index];
         freed.sort_unstable();
         if back != freed {
-            return Err(format!("reallocated {back:?}, expected the freed {freed:?}"));
+            return Err(format!(
+                "reallocated {back:?}, expected the freed {freed:?}"
+            ));
         }
         Ok(())
     });
