@@ -6,6 +6,9 @@
 //! scripts/nvshmrun -np 4 target/release/examples/stress_check [--seconds 20] [--threads 8] [--seed N]
 //! ```
 //!
+//! To narrow a failure down, `--skip send,recv` (any of alloc, send, recv, ping, pong, mix)
+//! leaves those threads idle, and `--cooperative true` launches the collectives cooperatively.
+//!
 //! Every PE runs `--threads` threads (8, the default, is one per role; more add mixers and
 //! collective threads in turn) sharing one [`Nvshmem`] for `--seconds`, after a warm-up run
 //! of a fifth of that (1 to 5 s). Each thread has one role:
@@ -77,7 +80,8 @@ mod splitmix;
 
 use splitmix::{mix, SplitMix64};
 
-const USAGE: &str = "usage: stress_check [--seconds S] [--threads T (at least 8)] [--seed N]";
+const USAGE: &str = "usage: stress_check [--seconds S] [--threads T (at least 8)] [--seed N] \
+                     [--skip alloc,send,recv,ping,pong,mix] [--cooperative true]";
 
 /// An operation that lasts longer than this is taken for a hang.
 const OP_LIMIT: Duration = Duration::from_secs(60);
@@ -562,6 +566,7 @@ impl World {
         // documentation), and the timeout is the run's, not the environment's.
         config.check_calls = false;
         config.timeout = Some(COLL_TIMEOUT);
+        config.cooperative_launch = NARROWING.get().is_some_and(|n| n.cooperative);
         let coll = Collectives::with_config(shmem, config)?;
         let users = plan.mixers + 1;
         // Room for every user of every PE holding its most pages on one PE: running out is
@@ -765,6 +770,10 @@ fn run_role(env: &Env, row: usize, role: Role) {
         name: role.name(),
     };
     env.board.claim(row, &w.name);
+    if skipped(role) {
+        env.board.idle(row);
+        return;
+    }
     let ran = catch_unwind(AssertUnwindSafe(|| match role {
         Role::Alloc => allocator(&w),
         Role::Coll(j) => collectives(&w, j),
@@ -1886,11 +1895,33 @@ struct Config {
     seed: u64,
 }
 
+/// What `--skip` and `--cooperative` ask for, to narrow a failure down: roles (by name
+/// without the number: alloc, coll, send, recv, ping, pong, mix) whose threads do nothing,
+/// and whether the shared `Collectives` launches cooperatively.
+struct Narrowing {
+    skip: Vec<String>,
+    cooperative: bool,
+}
+
+static NARROWING: std::sync::OnceLock<Narrowing> = std::sync::OnceLock::new();
+
+fn skipped(role: Role) -> bool {
+    let name = role.name();
+    let base = name.split('-').next().unwrap_or(&name);
+    NARROWING
+        .get()
+        .is_some_and(|n| n.skip.iter().any(|s| s == base))
+}
+
 fn parse_args(args: &[String]) -> Result<Config, String> {
     let mut config = Config {
         seconds: 20.0,
         threads: MIN_THREADS,
         seed: 0x5EED,
+    };
+    let mut narrowing = Narrowing {
+        skip: Vec::new(),
+        cooperative: false,
     };
     let mut it = args.iter().skip(1);
     while let Some(flag) = it.next() {
@@ -1912,9 +1943,12 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
                 }
             }
             "--seed" => config.seed = value.parse().map_err(|_| bad())?,
+            "--skip" => narrowing.skip = value.split(',').map(str::to_string).collect(),
+            "--cooperative" => narrowing.cooperative = value.parse().map_err(|_| bad())?,
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
+    let _ = NARROWING.set(narrowing);
     Ok(config)
 }
 
