@@ -26,9 +26,11 @@
 // element type, operator), the length and the root. Every handshake flag and every
 // low-latency line carries it, and a reader compares it with its own before it uses what
 // came: PEs that disagree (one all-to-all of 4-element blocks against another of 8) stop
-// with a fault that names the peer instead of moving the wrong bytes. The check costs a
-// compare per peer after a wait, and no extra memory traffic. 16 bits (15 in the lines): a
-// disagreement passes unseen with odds of 1 in 32768 per call.
+// with a fault that names the peer instead of moving the wrong bytes. No extra memory
+// traffic: a handshake compares after its wait, a line of another call (which a reader,
+// polling for its own tag, never takes) is found at the wait's checks (Wait::again). 16 bits
+// (15 in the lines): a disagreement passes unseen with odds of 1 in 32768 per call. A flag
+// holds the epoch above them, so epochs count to 2^48.
 #define SIG_BITS 16
 #define SIG_MASK ((1u << SIG_BITS) - 1)
 // No call has this signature: a copy-engine call's closing barrier sends it from a PE that
