@@ -406,21 +406,24 @@ pub struct CollectivesConfig {
     pub cooperative_launch: bool,
     /// Before every call, the PEs exchange what they are about to do (operation, type,
     /// algorithm, length, where the buffers are) and refuse a call they disagree on with
-    /// [`Error::CollectiveMismatch`] naming the difference, before anything moves. Without
-    /// it, most mismatches are still caught, on the GPU and in graphs too: every call's
-    /// handshake flags and low-latency lines carry a 16-bit signature of the collective,
-    /// element type, operator, algorithm, length and root, a PE that finds a peer's
-    /// differing stops the call before it uses what came, and that call's PEs get
+    /// [`Error::CollectiveMismatch`] naming the difference, before anything moves. It costs
+    /// a host round trip per call (puts of a record to every PE and host reads until every
+    /// PE's has arrived, bounded by [`timeout`](Self::timeout); nothing of it waits on the
+    /// GPU) and is skipped while the stream is captured into a graph. Every call becomes a
+    /// host-side barrier: a program whose PEs wait for each other through work queued on a
+    /// stream before a call must turn it off. On by default in debug builds.
+    ///
+    /// Without it, most mismatches are still caught, on the GPU and in graphs too: every
+    /// call's handshake flags and low-latency lines carry a 16-bit signature of the
+    /// collective, element type, operator, algorithm, length and root, a PE that finds a
+    /// peer's differing stops the call before it uses what came, and that call's PEs get
     /// [`Error::CollectiveMismatch`] naming both PEs (from the next call or
     /// [`Collectives::check`]). Not so for PEs that pick different algorithms (they wait on
     /// different flags: [`Error::Timeout`]) or the sentinel all-reduce paths, which carry no
-    /// signature (a length mismatch ends in [`Error::Timeout`]; an operator or type
-    /// mismatch of the same byte length passes). It costs a host round trip per call (puts of a record to every PE
-    /// and host reads until every PE's has arrived, bounded by [`timeout`](Self::timeout);
-    /// nothing of it waits on the GPU) and is skipped while the stream is captured into a
-    /// graph. Every call becomes a host-side barrier: a program whose PEs wait for each other
-    /// through work queued on a stream before a call must turn it off. On by default in debug
-    /// builds.
+    /// signature (a length mismatch ends in [`Error::Timeout`]; an operator or type mismatch
+    /// of the same byte length passes).
+    ///
+    /// [`Collectives::check`]: super::Collectives::check
     pub check_calls: bool,
     /// How long any wait of a call for a peer may last before the call gives up, records
     /// which PE it waited for, and every later call (and [`Collectives::check`]) returns

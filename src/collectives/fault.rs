@@ -114,3 +114,27 @@ fn site_name(site: i32) -> &'static str {
         _ => "a peer",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mismatch_messages_name_both_pes_and_the_way_out() {
+        let m = mismatch_message(2, 0, 17, 0x1234, 0xbeef);
+        assert!(
+            m.contains("call #17: PE 2 and PE 0 made different calls"),
+            "{m}"
+        );
+        assert!(m.contains("0xbeef and 0x1234"), "{m}");
+        assert!(m.contains("check_calls: true"), "{m}");
+        let peer = mismatch_message(1, 3, 5, abi::COLL_SIG_FAILED, 0x10);
+        assert!(
+            peer.contains("PE 3 could not queue its copy-engine copies"),
+            "{peer}"
+        );
+        assert!(peer.contains("missing on PE 1"), "{peer}");
+        let own = mismatch_message(1, 1, 5, abi::COLL_SIG_FAILED, abi::COLL_SIG_FAILED);
+        assert!(own.contains("this PE could not queue"), "{own}");
+    }
+}
