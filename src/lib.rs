@@ -40,6 +40,12 @@
 //! no other thread takes the GPU memory its heap check found free. Kernel launches,
 //! including our collectives, take no lock.
 //!
+//! One known gap: kernels that wait for other PEs share each GPU, and run from several
+//! threads at once they can hold each other up across PEs. `examples/stress_check.rs`, with
+//! channel sends and receives on some threads while others make collective calls, sees calls
+//! give up with [`Error::Timeout`] on 4 and on 2 GPUs; without the channel threads it passes.
+//! Every such wait is bounded, so this ends in an error, not a hang.
+//!
 //! # Lifetimes on the GPU
 //! Freeing a symmetric buffer, destroying a team, dropping a [`Collectives`] or a module, and
 //! finalising wait for all work on this PE's GPU (every stream) first, so no kernel still
