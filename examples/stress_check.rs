@@ -7,7 +7,8 @@
 //! ```
 //!
 //! To narrow a failure down, `--skip send,recv` (any of alloc, send, recv, ping, pong, mix)
-//! leaves those threads idle, and `--cooperative true` launches the collectives cooperatively.
+//! leaves those threads idle, `--cooperative true` launches the collectives cooperatively
+//! and `--programmatic false` without programmatic stream serialization.
 //!
 //! Every PE runs `--threads` threads (8, the default, is one per role; more add mixers and
 //! collective threads in turn) sharing one [`Nvshmem`] for `--seconds`, after a warm-up run
@@ -81,7 +82,8 @@ mod splitmix;
 use splitmix::{mix, SplitMix64};
 
 const USAGE: &str = "usage: stress_check [--seconds S] [--threads T (at least 8)] [--seed N] \
-                     [--skip alloc,send,recv,ping,pong,mix] [--cooperative true]";
+                     [--skip alloc,send,recv,ping,pong,mix] [--cooperative true] \
+                     [--programmatic false]";
 
 /// An operation that lasts longer than this is taken for a hang.
 const OP_LIMIT: Duration = Duration::from_secs(60);
@@ -567,6 +569,9 @@ impl World {
         config.check_calls = false;
         config.timeout = Some(COLL_TIMEOUT);
         config.cooperative_launch = NARROWING.get().is_some_and(|n| n.cooperative);
+        if let Some(n) = NARROWING.get() {
+            config.programmatic_launch &= n.programmatic;
+        }
         let coll = Collectives::with_config(shmem, config)?;
         let users = plan.mixers + 1;
         // Room for every user of every PE holding its most pages on one PE: running out is
@@ -1895,12 +1900,13 @@ struct Config {
     seed: u64,
 }
 
-/// What `--skip` and `--cooperative` ask for, to narrow a failure down: roles (by name
-/// without the number: alloc, coll, send, recv, ping, pong, mix) whose threads do nothing,
-/// and whether the shared `Collectives` launches cooperatively.
+/// What `--skip`, `--cooperative` and `--programmatic` ask for, to narrow a failure down:
+/// roles (by name without the number: alloc, coll, send, recv, ping, pong, mix) whose
+/// threads do nothing, and how the shared `Collectives` launches.
 struct Narrowing {
     skip: Vec<String>,
     cooperative: bool,
+    programmatic: bool,
 }
 
 static NARROWING: std::sync::OnceLock<Narrowing> = std::sync::OnceLock::new();
@@ -1922,6 +1928,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
     let mut narrowing = Narrowing {
         skip: Vec::new(),
         cooperative: false,
+        programmatic: true,
     };
     let mut it = args.iter().skip(1);
     while let Some(flag) = it.next() {
@@ -1945,6 +1952,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
             "--seed" => config.seed = value.parse().map_err(|_| bad())?,
             "--skip" => narrowing.skip = value.split(',').map(str::to_string).collect(),
             "--cooperative" => narrowing.cooperative = value.parse().map_err(|_| bad())?,
+            "--programmatic" => narrowing.programmatic = value.parse().map_err(|_| bad())?,
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
