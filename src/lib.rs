@@ -93,3 +93,9 @@ pub use pool::{PageId, PagePool, PagePoolConfig};
 pub use runtime::{InitOptions, Nvshmem, RuntimeInfo, UniqueId};
 pub use signal::{Cmp, SignalOp};
 pub use team::Team;
+
+/// The README's Rust snippets, compiled as doc tests, so that they keep up with the API (with
+/// the `tp` feature, which one of them uses; `cargo test --workspace` has it).
+#[cfg(all(doctest, feature = "tp"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeSnippets;
