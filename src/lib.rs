@@ -94,8 +94,21 @@ pub use runtime::{InitOptions, Nvshmem, RuntimeInfo, UniqueId};
 pub use signal::{Cmp, SignalOp};
 pub use team::Team;
 
-/// The README's Rust snippets, compiled as doc tests, so that they keep up with the API (with
-/// the `tp` feature, which one of them uses; `cargo test --workspace` has it).
+/// The Rust snippets of the README and the guide (docs/), compiled as doc tests so that they
+/// keep up with the API; with the `tp` feature, which the README's uses
+/// (`cargo test --workspace` has it).
 #[cfg(all(doctest, feature = "tp"))]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeSnippets;
+mod doc_snippets {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/memory.md")]
+    struct Memory;
+    #[doc = include_str!("../docs/signals.md")]
+    struct Signals;
+    #[doc = include_str!("../docs/collectives.md")]
+    struct Collectives;
+    #[doc = include_str!("../docs/channels.md")]
+    struct Channels;
+    #[doc = include_str!("../docs/page-pool.md")]
+    struct PagePool;
+}
