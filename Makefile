@@ -75,25 +75,25 @@ check:
 	@$(MAKE) --no-print-directory build
 	@for np in $(CHECK_NP); do \
 	  if [ $$np -gt $(word 2,$(GPUS)) ] && [ -z "$(SHARE_FLAG)" ]; then echo "check: -np $$np skipped ($(word 2,$(GPUS)) GPUs; SHARE_GPUS=1 shares them)"; continue; fi; \
-	  for prog in examples/coll_check examples/gpu_check examples/tp_mlp examples/pipeline examples/kv_pool examples/cudarc_interop ring-pipeline; do \
-	    args=$$([ $$prog = examples/gpu_check ] && echo "$(ARGS)"); \
+	  for prog in coll_check gpu_check tp_mlp pipeline kv_pool examples/cudarc_interop ring-pipeline; do \
+	    args=$$([ $$prog = gpu_check ] && echo "$(ARGS)"); \
 	    echo "scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/$$prog $$args"; \
 	    scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/$$prog $$args || exit 1; \
 	  done; \
-	  echo "target/release/examples/fault_check --np $$np --launcher 'scripts/nvshmrun $(SHARE_FLAG)'"; \
-	  target/release/examples/fault_check --np $$np --launcher "scripts/nvshmrun $(SHARE_FLAG)" || exit 1; \
+	  echo "target/release/fault_check --np $$np --launcher 'scripts/nvshmrun $(SHARE_FLAG)'"; \
+	  target/release/fault_check --np $$np --launcher "scripts/nvshmrun $(SHARE_FLAG)" || exit 1; \
 	done
 
 DURATION ?= 600
 soak:
 	$(call require-gpus,$(NP))
 	@$(MAKE) --no-print-directory build
-	scripts/nvshmrun $(if $(NP),-np $(NP)) $(SHARE_FLAG) target/release/examples/coll_check --soak $(DURATION)
+	scripts/nvshmrun $(if $(NP),-np $(NP)) $(SHARE_FLAG) target/release/coll_check --soak $(DURATION)
 
 bench:
 	$(call require-gpus,$(NP))
 	@$(MAKE) --no-print-directory build
-	scripts/nvshmrun $(if $(NP),-np $(NP)) $(SHARE_FLAG) target/release/examples/bench $(ARGS)
+	scripts/nvshmrun $(if $(NP),-np $(NP)) $(SHARE_FLAG) target/release/bench $(ARGS)
 
 fmt:
 	cargo fmt --all

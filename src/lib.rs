@@ -41,7 +41,7 @@
 //! including our collectives, take no lock.
 //!
 //! One known gap: kernels that wait for other PEs share each GPU, and run from several
-//! threads at once they can hold each other up across PEs. `examples/stress_check.rs`, with
+//! threads at once they can hold each other up across PEs. `checks/src/bin/stress_check/`, with
 //! channel sends and receives on some threads while others make collective calls, sees calls
 //! give up with [`Error::Timeout`] on 4 and on 2 GPUs; without the channel threads it passes.
 //! Every such wait is bounded, so this ends in an error, not a hang.

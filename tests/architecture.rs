@@ -218,12 +218,14 @@ fn the_cycle_finder_finds_cycles() {
 
 /// Paths like `kernels/abi.h` or `src/memory/view.rs` that a text names.
 fn cited_paths(text: &str) -> Vec<String> {
-    const ROOTS: [&str; 8] = [
+    const ROOTS: [&str; 10] = [
         "src/",
         "kernels/",
         "docs/",
         "scripts/",
         "examples/",
+        "checks/",
+        "bench/",
         "tests/",
         "nvshmem-build/",
         "nvshmem-sys/",
@@ -257,6 +259,8 @@ fn code_cites_files_that_exist() {
         "nvshmem-build/src",
         "nvshmem-sys/src",
         "examples",
+        "checks",
+        "bench",
     ] {
         sources.extend(files(dir, &["rs", "cu", "cuh", "h"]));
     }

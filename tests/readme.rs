@@ -57,6 +57,16 @@ fn makefile_pins(makefile: &str, var: &str) -> Vec<String> {
     pins
 }
 
+/// The source of `target/release/<program>`: an example, a check or the bench.
+fn program_source(program: &str) -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    match program.strip_prefix("examples/") {
+        Some(example) => root.join(format!("examples/{example}.rs")),
+        None if program == "bench" => root.join("bench/src/main.rs"),
+        None => root.join(format!("checks/src/bin/{program}/main.rs")),
+    }
+}
+
 #[test]
 fn the_quick_start_runs_make_test_and_names_real_targets_scripts_and_examples() {
     let readme = read("README.md");
@@ -79,12 +89,10 @@ fn the_quick_start_runs_make_test_and_names_real_targets_scripts_and_examples() 
             assert!(targets.contains(target), "`{cmd}`: no target {target}");
         }
         for w in &words {
-            if let Some(example) = w.strip_prefix("target/release/examples/") {
+            if let Some(program) = w.strip_prefix("target/release/") {
                 assert!(
-                    Path::new(env!("CARGO_MANIFEST_DIR"))
-                        .join(format!("examples/{example}.rs"))
-                        .is_file(),
-                    "`{cmd}`: no example {example}"
+                    program_source(program).is_file(),
+                    "`{cmd}`: no program {program}"
                 );
             }
             if w.starts_with("scripts/") {

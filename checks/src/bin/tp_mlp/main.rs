@@ -1,8 +1,8 @@
 //! GPU checks of the tensor-parallel layers (`nvshmem::tp`), then a short timing table.
 //!
 //! ```text
-//! scripts/nvshmrun -np 2 target/release/examples/tp_mlp --test all
-//! scripts/nvshmrun -np 4 target/release/examples/tp_mlp --test mlp --shape 70b --m 1,128,2048
+//! scripts/nvshmrun -np 2 target/release/tp_mlp --test all
+//! scripts/nvshmrun -np 4 target/release/tp_mlp --test mlp --shape 70b --m 1,128,2048
 //! ```
 //! `--test all|column|row|mlp|gemm|breakdown` (several with commas), `--shape 8b|70b|HIDDEN,FFN` (the
 //! large shape checked against the unsharded product on one GPU and timed; 8b by default),
@@ -56,10 +56,8 @@ use nvshmem::{
 };
 use std::sync::Arc;
 
-#[path = "common/graph.rs"]
-mod graph;
-#[path = "common/splitmix.rs"]
-mod splitmix;
+use nvshmem_checks::graph;
+use nvshmem_checks::splitmix;
 
 use splitmix::{SplitMix64, GOLDEN};
 

@@ -1,4 +1,4 @@
-// Kernels of examples/kv_pool.rs, written as a user's: they allocate, write, publish, gather
+// Kernels of checks/src/bin/kv_pool/, written as a user's: they allocate, write, publish, gather
 // and free pages of the pool from the device, through <nvshmem_rs/pool.cuh>.
 #include <nvshmem.h>
 #include <nvshmemx.h>

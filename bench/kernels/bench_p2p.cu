@@ -1,4 +1,4 @@
-// Device-initiated point-to-point benchmarks (used by examples/bench).
+// Device-initiated point-to-point benchmarks (used by bench/).
 //
 // Latency kernels run one thread, one warp or one block, repeat an operation `warmup + iters`
 // times and write the time of the last `iters` repetitions (read from %globaltimer, in ns) to

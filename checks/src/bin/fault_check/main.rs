@@ -2,7 +2,7 @@
 //! the configured timeout, and a non-zero exit; never a hang.
 //!
 //! ```text
-//! target/release/examples/fault_check [--np 2] [--launcher mpiexec] [--limit 60] [--only a,b] [--trace]
+//! target/release/fault_check [--np 2] [--launcher mpiexec] [--limit 60] [--only a,b] [--trace]
 //! ```
 //!
 //! Run without a launcher: it starts one job per case (`LAUNCHER -np N fault_check --case

@@ -2,11 +2,11 @@
 //! of `nvshmem::channel`.
 //!
 //! ```text
-//! scripts/nvshmrun -np 4 target/release/examples/pipeline
+//! scripts/nvshmrun -np 4 target/release/pipeline
 //! ```
 //!
 //! PE 0 feeds micro-batches of varying sizes into the first stage and drains the last. Every
-//! stage is one persistent kernel (examples/kernels/pipeline_stage.cu, a user's kernel that
+//! stage is one persistent kernel (checks/kernels/pipeline_stage.cu, a user's kernel that
 //! includes `nvshmem_rs/channel.cuh`) that pops a micro-batch, transforms it and pushes it to
 //! the next PE's stage, with no host in between; the result is checked against the same
 //! transforms on the CPU, for the block, warp and thread functions and the in-place (peek)
@@ -22,16 +22,12 @@ use nvshmem::module::{grid, KernelArgs, Module};
 use nvshmem::{ChannelWait, CudaStream, DeviceBuffer, Error, Nvshmem, ReduceOp, Result};
 use std::time::{Duration, Instant};
 
-#[path = "common/graph.rs"]
-mod graph;
-#[path = "common/splitmix.rs"]
-mod splitmix;
+use nvshmem_checks::graph;
+use nvshmem_checks::splitmix;
 
 use graph::capture;
 
-mod kernels {
-    include!(concat!(env!("OUT_DIR"), "/examples/kernels.rs"));
-}
+use nvshmem_checks::kernels;
 
 /// What stage `s` does to each element (`stage_op` in pipeline_stage.cu).
 fn stage_op(x: u32, s: u32) -> u32 {

@@ -4,12 +4,12 @@
 //! pages; bad input gives the right error; concurrent allocations from every PE into one PE
 //! never hand out a page twice; a stale id (its page freed and allocated again) frees
 //! nothing, from the host or a kernel, and of many frees of one id racing with allocations
-//! exactly one succeeds; and a user's kernels (examples/kernels/kv_pool_device.cu) allocate
+//! exactly one succeeds; and a user's kernels (checks/kernels/kv_pool_device.cu) allocate
 //! on peers, write, publish and gather pages through `nvshmem_rs/pool.cuh`. Works with any
 //! number of PEs, one included.
 //!
 //! ```text
-//! scripts/nvshmrun -np 4 target/release/examples/kv_pool
+//! scripts/nvshmrun -np 4 target/release/kv_pool
 //! ```
 //! Prints `N passed, M failed` on PE 0 and exits non-zero if anything failed.
 
@@ -18,15 +18,12 @@ use nvshmem::pool::{PageId, PagePool, PagePoolConfig, NO_PAGE};
 use nvshmem::{DeviceBuffer, Error, Nvshmem};
 use std::collections::HashSet;
 
-#[path = "common/splitmix.rs"]
-mod splitmix;
+use nvshmem_checks::splitmix;
 
 use splitmix::{mix, SplitMix64};
 
-/// The kernels of the device-side check (examples/kernels/kv_pool_device.cu).
-mod kernels {
-    include!(concat!(env!("OUT_DIR"), "/examples/kernels.rs"));
-}
+/// The kernels of the device-side check (checks/kernels/kv_pool_device.cu).
+use nvshmem_checks::kernels;
 
 /// Pages per PE of the main pool.
 const PAGES: usize = 64;

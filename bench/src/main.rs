@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! make bench NP=8 ARGS='--quick'
-//! scripts/nvshmrun -np 8 target/release/examples/bench --tests allreduce --dtypes bf16
-//! target/release/examples/bench --help
+//! scripts/nvshmrun -np 8 target/release/bench --tests allreduce --dtypes bf16
+//! target/release/bench --help
 //! ```
 
 mod channel;

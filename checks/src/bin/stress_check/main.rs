@@ -3,7 +3,7 @@
 //! (README, "When something goes wrong"), tested by doing everything at once.
 //!
 //! ```text
-//! scripts/nvshmrun -np 4 target/release/examples/stress_check [--seconds 20] [--threads 8] [--seed N]
+//! scripts/nvshmrun -np 4 target/release/stress_check [--seconds 20] [--threads 8] [--seed N]
 //! ```
 //!
 //! To narrow a failure down, `--skip send,recv` (any of alloc, send, recv, ping, pong, mix)
@@ -76,8 +76,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-#[path = "common/splitmix.rs"]
-mod splitmix;
+use nvshmem_checks::splitmix;
 
 use splitmix::{mix, SplitMix64};
 

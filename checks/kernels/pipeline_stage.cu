@@ -1,4 +1,4 @@
-// The stage of examples/pipeline.rs, written as a user's kernel would be: it includes the
+// The stage of checks/src/bin/pipeline/, written as a user's kernel would be: it includes the
 // crate's device header and hands micro-batches from GPU to GPU with no host in between.
 #include <nvshmem.h>
 #include <nvshmemx.h>
@@ -8,7 +8,7 @@
 
 using nvshmem_rs::Scope;
 
-// What stage s does to every element of a micro-batch (examples/pipeline.rs repeats it).
+// What stage s does to every element of a micro-batch (checks/src/bin/pipeline/ repeats it).
 __device__ __forceinline__ uint32_t stage_op(uint32_t x, uint32_t s) { return x * 3u + s + 1u; }
 
 // Pop a micro-batch, apply stage_op, push it on; `batches` times. `buf` holds one micro-batch

@@ -1,7 +1,6 @@
 //! Random data and CPU references: every PE can rebuild every other PE's input of a check.
 
-#[path = "../common/splitmix.rs"]
-mod splitmix;
+use nvshmem_checks::splitmix;
 
 use nvshmem::{bf16, f16, AtomicInteger, Element, ReduceOp};
 use splitmix::{SplitMix64, GOLDEN};

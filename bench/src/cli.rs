@@ -48,7 +48,7 @@ point-to-point latency and bandwidth";
 const LONG_ABOUT: &str = "\
 NVSHMEM vs NCCL benchmark suite. Run one PE per GPU:
 
-    scripts/nvshmrun -np <GPUs> target/release/examples/bench [OPTIONS]
+    scripts/nvshmrun -np <GPUs> target/release/bench [OPTIONS]
     make bench NP=8 ARGS='--quick'
 
 Every PE runs the same sequence of operations; PE 0 prints the environment header, progress \
@@ -90,7 +90,7 @@ COLLECTIVES (--tests allreduce,allgather,reducescatter,broadcast,alltoall)
   PE order); the output buffer is poisoned (0xFF bytes) before each implementation/mode.
 
 POINT-TO-POINT (--tests p2p, or a subset), PE 0 and --peer (default PE 1); other PEs idle
-  p2p-latency  device-initiated, kernels in examples/bench/kernels/bench_p2p.cu, timed inside the kernel with
+  p2p-latency  device-initiated, kernels in bench/kernels/bench_p2p.cu, timed inside the kernel with
                %globaltimer over --inner repetitions (after --inner/10 untimed ones); one
                sample per launch:
                  p, g        nvshmem_uint32_p + nvshmem_quiet / nvshmem_uint32_g, one thread

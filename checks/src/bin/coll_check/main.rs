@@ -3,7 +3,7 @@
 //! must match bit for bit on every PE.
 //!
 //! ```text
-//! scripts/nvshmrun -np 4 target/release/examples/coll_check
+//! scripts/nvshmrun -np 4 target/release/coll_check
 //! ```
 //! Prints `N passed, M failed` on PE 0 and exits non-zero if anything failed.
 //!
@@ -20,10 +20,8 @@ use nvshmem::{
 };
 use std::time::{Duration, Instant};
 
-#[path = "common/graph.rs"]
-mod graph;
-#[path = "common/splitmix.rs"]
-mod splitmix;
+use nvshmem_checks::graph;
+use nvshmem_checks::splitmix;
 
 use graph::capture;
 

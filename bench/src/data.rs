@@ -5,7 +5,7 @@ use cudarc::nccl::sys::ncclDataType_t;
 use half::bf16;
 use nvshmem::Element;
 
-#[path = "../../common/splitmix.rs"]
+#[path = "../../examples/common/splitmix.rs"]
 mod splitmix;
 
 pub use splitmix::mix;

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! make check
-//! mpiexec -np 4 target/release/examples/gpu_check [--verbose]
+//! mpiexec -np 4 target/release/gpu_check [--verbose]
 //! ```
 //!
 //! Every PE runs the same named checks in the same order. A check's random input on PE `p` comes
