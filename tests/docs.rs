@@ -1,6 +1,7 @@
 //! The documentation reads as a guide, not a log: the README's first screen says how to
 //! install, test and run, and no sentence of the README or of docs/ (outside docs/history/,
-//! the dated record of trials) runs over 40 words.
+//! the dated record of trials) runs over 40 words. Examples are short (150 lines a file at
+//! most); the check programs and the bench are cut into modules of 800 lines at most.
 
 use std::path::{Path, PathBuf};
 
@@ -120,6 +121,48 @@ fn the_readme_first_screen_says_how_to_install_test_and_run() {
         assert!(
             has(what),
             "README.md's first {FIRST_LINES} lines lack `{what}`"
+        );
+    }
+}
+
+/// Every `.rs` file under `dir` with more than `max` lines, as `path: lines`.
+fn longer_than(dir: &str, max: usize) -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = e.path();
+            if path.is_dir() && !path.ends_with("target") {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&root().join(dir), &mut files);
+    assert!(!files.is_empty(), "no .rs file under {dir}");
+    files
+        .iter()
+        .filter_map(|f| {
+            let lines = std::fs::read_to_string(f).ok()?.lines().count();
+            (lines > max).then(|| format!("{}: {lines}", f.display()))
+        })
+        .collect()
+}
+
+#[test]
+fn examples_are_short_and_the_programs_are_cut_into_modules() {
+    let long = longer_than("examples", 150);
+    assert!(
+        long.is_empty(),
+        "examples over 150 lines:\n{}",
+        long.join("\n")
+    );
+    for dir in ["checks", "bench"] {
+        let long = longer_than(dir, 800);
+        assert!(
+            long.is_empty(),
+            "files over 800 lines:\n{}",
+            long.join("\n")
         );
     }
 }

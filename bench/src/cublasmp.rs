@@ -663,7 +663,7 @@ mod tests {
 
     /// The wheel's library, as `make setup` installs it into the checkout's `.venv`.
     fn wheel_library() -> std::path::PathBuf {
-        let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/lib");
+        let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/lib");
         let found = std::fs::read_dir(&venv).ok().and_then(|dirs| {
             dirs.flatten()
                 .map(|d| {

@@ -19,6 +19,7 @@
 //! with a unique ID that no rank 1 ever uses, and the start's own bound
 //! (`InitOptions::start_timeout`) must end it.
 
+use clap::Parser;
 use nvshmem::{
     AllReduceAlgo, AllToAllAlgo, Cmp, Collectives, CollectivesConfig, InitOptions, Nvshmem,
     ReduceOp, SymmetricBuffer, UniqueId,
@@ -135,6 +136,12 @@ const CASES: &[Case] = &[
         alone: true,
     },
     Case {
+        name: "team-sync-skip",
+        about: "PE 1 skips a sync of a team split off the world (of every PE)",
+        expect: &[(0, "PE 1 did not reach it within")],
+        alone: false,
+    },
+    Case {
         name: "channel-no-sender",
         about: "PE 0 skips its send on a channel to PE 1 (a 2 s bound), which receives",
         expect: &[
@@ -145,25 +152,64 @@ const CASES: &[Case] = &[
     },
 ];
 
+/// The command line: the driver's options, and the internal `--case` of a job it starts.
+#[derive(Parser)]
+#[command(
+    version,
+    about = "The fault suite: a bug or a death on one PE must end the job with a clear message, \
+             within the configured timeout, and a non-zero exit; never a hang",
+    long_about = "The fault suite: a bug or a death on one PE must end the job with a clear \
+                  message, within the configured timeout, and a non-zero exit; never a hang.\n\n\
+                  Run it without a launcher: it starts one job per case (LAUNCHER -np N \
+                  fault_check --case NAME), kills a job that outlives --limit seconds, and \
+                  checks that each ended non-zero, in time, with the expected message from each \
+                  PE that can see the fault. Prints `N passed, M failed` and exits non-zero if \
+                  any case failed.",
+    after_long_help = case_list()
+)]
+struct Cli {
+    /// PEs of each case's job
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    np: usize,
+    /// The launcher of each case's job, split at spaces [default: $MPIEXEC, else mpiexec]
+    #[arg(long, value_name = "COMMAND", allow_hyphen_values = true)]
+    launcher: Option<String>,
+    /// Seconds a case's job may run before it is killed as a hang
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    limit: u64,
+    /// Run only these cases (names separated by commas; `--help` lists them)
+    #[arg(long, value_name = "A,B")]
+    only: Option<String>,
+    /// Each PE prints its steps with times (shown for a failed case)
+    #[arg(long)]
+    trace: bool,
+    /// Run one PE's part of case NAME: what the driver starts under the launcher
+    #[arg(long, value_name = "NAME", hide = true)]
+    case: Option<String>,
+}
+
+/// The cases, a line each, for `--help`.
+fn case_list() -> String {
+    let width = CASES.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    let lines: Vec<String> = CASES
+        .iter()
+        .map(|c| format!("  {:width$}  {}", c.name, c.about))
+        .collect();
+    format!("Cases:\n{}", lines.join("\n"))
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
-    let code = match value("--case") {
+    let cli = Cli::parse();
+    let code = match cli.case {
         Some(case) => run_case(&case),
         None => drive(
-            value("--np").map_or(2, |v| v.parse().expect("--np takes a number")),
-            value("--launcher")
+            cli.np,
+            cli.launcher
                 .or_else(|| std::env::var("MPIEXEC").ok())
                 .unwrap_or_else(|| "mpiexec".into()),
-            Duration::from_secs(
-                value("--limit").map_or(60, |v| v.parse().expect("--limit takes seconds")),
-            ),
-            value("--only"),
-            args.iter().any(|a| a == "--trace"),
+            Duration::from_secs(cli.limit),
+            cli.only,
+            cli.trace,
         ),
     };
     std::process::exit(code);
@@ -388,6 +434,7 @@ fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
     }
     match case {
         "wait-no-setter" => return wait_for_nobody(shmem),
+        "team-sync-skip" => return team_sync_skip(shmem),
         "free-capture" => return free_while_capturing(shmem),
         _ => {}
     }
@@ -478,6 +525,22 @@ fn wait_for_nobody(shmem: &Nvshmem) -> nvshmem::Result<()> {
     }
     std::thread::sleep(4 * TIMEOUT);
     Ok(())
+}
+
+/// Every PE syncs a team of all PEs (a split of the world) twice, but PE 1 skips the second
+/// sync: the others' bound (`NVSHMEM_RS_TIMEOUT`) ends it, naming PE 1.
+fn team_sync_skip(shmem: &Nvshmem) -> nvshmem::Result<()> {
+    let all = shmem.team_world().split_strided(0, 1, shmem.n_pes())?;
+    let team = all.ok_or_else(|| nvshmem::Error::InvalidArgument("a PE outside".into()))?;
+    shmem.sync(&team)?;
+    if shmem.my_pe() == 1 {
+        trace(1, "skipping the second sync");
+        std::thread::sleep(4 * TIMEOUT);
+        // Not dropped: the team's drop would wait for the others.
+        std::mem::forget(team);
+        return Ok(());
+    }
+    shmem.sync(&team)
 }
 
 /// Every PE frees a buffer while, on PE 0, another thread captures a stream in the default

@@ -27,6 +27,7 @@ mod runtime;
 mod signal;
 mod sync;
 
+use clap::Parser;
 use harness::{Ctx, Harness};
 use nvshmem::{Error, Nvshmem};
 
@@ -36,8 +37,29 @@ type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 /// The most attempts any retry loop makes before it reports a failure.
 const MAX_ATTEMPTS: usize = 10_000;
 
+/// The command line.
+#[derive(Parser)]
+#[command(
+    version,
+    about = "GPU check of the host API: every public host function, run on every PE with random \
+             data and compared with a reference computed on the CPU",
+    long_about = "GPU check of the host API: every public host function, run on every PE with \
+                  random data and compared with a reference computed on the CPU. Run one PE per \
+                  GPU:\n\n    \
+                  mpiexec -np 4 target/release/gpu_check [--verbose]\n\n\
+                  PE 0 prints `N passed, M failed`, where a check counts as failed if it failed \
+                  on any PE; the exit status is 1 when anything failed."
+)]
+struct Cli {
+    /// PE 0 also prints `ok NAME` for every check that passes
+    #[arg(short, long)]
+    verbose: bool,
+}
+
 fn main() {
-    let code = match run() {
+    // Before NVSHMEM starts, so that --help needs no GPU.
+    let cli = Cli::parse();
+    let code = match run(cli.verbose) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("gpu_check: {e}");
@@ -47,10 +69,7 @@ fn main() {
     std::process::exit(code);
 }
 
-fn run() -> Result<i32> {
-    let verbose = std::env::args()
-        .skip(1)
-        .any(|a| a == "-v" || a == "--verbose");
+fn run(verbose: bool) -> Result<i32> {
     let shmem = Nvshmem::init()?;
     let ctx = Ctx::new(shmem)?;
     let mut h = Harness::new(&ctx, verbose);
