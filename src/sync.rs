@@ -99,10 +99,9 @@ impl Nvshmem {
     /// # Ok(()) }
     /// ```
     pub fn barrier(&self, team: &Team) -> Result<()> {
-        let t = self.team_handle(team)?;
-        let _host = self.host_call()?;
-        complete_own_stream(self)?;
-        check("nvshmem_barrier", unsafe { sys::nvshmem_barrier(t) })
+        self.team_handle(team)?;
+        self.quiet()?;
+        team.sync_members("barrier")
     }
 
     /// Wait until every PE has called it, without completing outstanding operations.
@@ -112,10 +111,14 @@ impl Nvshmem {
     }
 
     /// [`sync_all`](Self::sync_all) over the PEs of `team` (collective over the team).
+    ///
+    /// Bounded by the runtime's wait limit, as `sync_all` is: the members meet through the
+    /// runtime's own puts and host reads, not NVSHMEM's team sync, and the host library is
+    /// let go while they wait. A member that does not come within the limit is
+    /// [`Error::CollectiveMismatch`] naming it, and the runtime is stranded.
     pub fn sync(&self, team: &Team) -> Result<()> {
-        let t = self.team_handle(team)?;
-        let _host = self.host_call()?;
-        check("nvshmem_team_sync", unsafe { sys::nvshmem_team_sync(t) })
+        self.team_handle(team)?;
+        team.sync_members("sync")
     }
 
     /// Block until this PE's `ivar[index]` satisfies `cmp` against `value` (another PE

@@ -211,10 +211,10 @@ impl Drop for RelaxedCapture {
     }
 }
 
-/// Symmetric scratch for a [`WordExchange`] of the runtime's own, allocated with NVSHMEM
-/// directly (zeroed; collective); `None` when NVSHMEM refuses it.
-pub(crate) fn alloc_scratch(n_pes: usize) -> Option<*mut u64> {
-    let words = WordExchange::scratch_words(n_pes);
+/// Symmetric scratch for a [`WordExchange`] of the runtime's own and `extra` words after it,
+/// allocated with NVSHMEM directly (zeroed; collective); `None` when NVSHMEM refuses it.
+pub(crate) fn alloc_scratch(n_pes: usize, extra: usize) -> Option<*mut u64> {
+    let words = WordExchange::scratch_words(n_pes) + extra;
     let _host = super::host_call();
     // SAFETY: a collective allocation every PE makes at the same point.
     let p = unsafe { sys::nvshmem_calloc(words, 8) } as *mut u64;

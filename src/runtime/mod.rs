@@ -5,6 +5,7 @@
 //! services, which it drops before finalising NVSHMEM without knowing what they are.
 
 mod exchange;
+mod team_sync;
 mod transport;
 
 pub(crate) use exchange::{DuringWait, Exchanged, WordExchange, FINALIZE_KIND, RECORD_WORDS};
@@ -400,7 +401,10 @@ pub(crate) struct Runtime {
     /// The runtime's own bounded exchange (the allocation check, the barrier before
     /// finalize) and its symmetric scratch.
     exchange: Mutex<WordExchange>,
+    /// The scratch of `exchange`, then that of `team_syncs` (one allocation).
     exchange_scratch: u64,
+    /// Bounded syncs of any team (`barrier(team)`, `sync(team)`, a team's drop).
+    pub(crate) team_syncs: team_sync::TeamSyncs,
     /// Made on first use, dropped in reverse order before NVSHMEM is finalised (they may free
     /// symmetric memory or unregister kernels). A service must not hold an [`Nvshmem`]: that
     /// would keep the runtime alive for ever.
@@ -775,10 +779,11 @@ impl Nvshmem {
             }
             // The runtime's exchange first: a collective allocation, before anything that
             // can fail on one PE alone (which would leave the others waiting in it).
-            let exchange_scratch = exchange::alloc_scratch(n_pes as usize);
+            let team_words = team_sync::words(n_pes as usize);
+            let exchange_scratch = exchange::alloc_scratch(n_pes as usize, team_words);
             let heap = HeapConfig::from_env(|name| std::env::var(name).ok());
             let exchange_scratch = exchange_scratch.ok_or(Error::HeapExhausted {
-                requested: 8 * WordExchange::scratch_words(n_pes as usize),
+                requested: 8 * (WordExchange::scratch_words(n_pes as usize) + team_words),
                 in_use: 0,
                 pe: my_pe as usize,
                 limit: crate::error::HeapLimit::SymmetricSize(heap.symmetric_size),
@@ -788,6 +793,12 @@ impl Nvshmem {
             // last exchange.
             let exchange = unsafe {
                 WordExchange::new(exchange_scratch, &ctx, my_pe as usize, n_pes as usize)?
+            };
+            // SAFETY: the words after the exchange's, in the same allocation.
+            let team_syncs = unsafe {
+                let words = WordExchange::scratch_words(n_pes as usize);
+                let base = exchange_scratch.add(words) as u64;
+                team_sync::TeamSyncs::new(base, &ctx, my_pe as usize, n_pes as usize)?
             };
             Ok(Runtime {
                 ctx,
@@ -802,6 +813,7 @@ impl Nvshmem {
                 wait_limit,
                 exchange: Mutex::new(exchange),
                 exchange_scratch: exchange_scratch as u64,
+                team_syncs,
                 services: Mutex::new(Vec::new()),
             })
         })();

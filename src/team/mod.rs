@@ -8,7 +8,9 @@ use crate::runtime::{host_call, Nvshmem};
 use nvshmem_sys as sys;
 
 /// A team of PEs. The predefined teams (world, shared, node) live as long as the runtime;
-/// teams made by splitting are destroyed when dropped.
+/// teams made by splitting are destroyed when dropped. Dropping one is collective over the
+/// team: its PEs agree first, within `NVSHMEM_RS_TIMEOUT`, and a PE that does not come leaves
+/// the team undestroyed on the others (with a logged message) instead of hanging them.
 ///
 /// ```no_run
 /// # fn main() -> nvshmem::Result<()> {
@@ -95,6 +97,15 @@ impl Team {
             .ok_or_else(|| Error::InvalidArgument(format!("team PE {pe} has no world PE")))
     }
 
+    /// Wait for every PE of the team, within the runtime's wait limit (the runtime's own
+    /// bounded sync, not NVSHMEM's `nvshmem_team_sync`); `what` names the call in errors.
+    pub(crate) fn sync_members(&self, what: &str) -> Result<()> {
+        let members = (0..self.n_pes())
+            .map(|pe| self.world_pe(pe))
+            .collect::<Result<Vec<_>>>()?;
+        self.shmem.team_sync(self.handle, &members, what)
+    }
+
     pub(crate) fn check_pe(&self, pe: usize) -> Result<i32> {
         let n = self.n_pes();
         if pe >= n {
@@ -168,17 +179,25 @@ impl Drop for Team {
         // A kernel may still use the team (its collectives on a stream). When the GPU cannot
         // be waited for (a stranded runtime, a stream being captured, a sticky error) the
         // team is left as it is rather than destroyed under a kernel.
+        let pe = Some(self.shmem.my_pe());
         match self.shmem.quiesce() {
             Ok(()) => {}
             Err(Error::Stranded(_)) => return,
             Err(e) => {
-                crate::diag::warn_pe!(
-                    Some(self.shmem.my_pe()),
-                    "leaving team {} undestroyed: {e}",
-                    self.handle
-                );
+                crate::diag::warn_pe!(pe, "leaving team {} undestroyed: {e}", self.handle);
                 return;
             }
+        }
+        // Destroying is NVSHMEM's local clean-up of the team's state, which the other
+        // members' collectives on the team still write into: the members agree first (with
+        // a bound), and a member that does not come leaves the team in place on the others.
+        if let Err(e) = self.sync_members("dropping the team") {
+            crate::diag::warn_pe!(pe, "leaving team {} undestroyed: {e}", self.handle);
+            return;
+        }
+        if let Err(e) = self.shmem.team_syncs_end(self.handle) {
+            crate::diag::warn_pe!(pe, "leaving team {} undestroyed: {e}", self.handle);
+            return;
         }
         let Ok(_host) = self.shmem.host_call() else {
             return;

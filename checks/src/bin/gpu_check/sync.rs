@@ -154,6 +154,13 @@ pub(crate) fn checks(h: &mut Harness) {
             }
         });
     }
+    h.check(
+        "teams split, barrier-synced and dropped 6 times (a reused handle starts afresh)",
+        |_| check_team_reuse(c),
+    );
+    h.check("threads: barriers over two teams at once", |_| {
+        check_two_teams_at_once(c)
+    });
     h.check("wait_until<int32>", |_| check_wait_until::<i32>(c, false));
     h.check("wait_until<int64>", |_| check_wait_until::<i64>(c, false));
     h.check("wait_until<uint32>", |_| check_wait_until::<u32>(c, false));
@@ -209,5 +216,76 @@ fn check_wait_across_threads(c: &Ctx, signal: bool) -> Result {
         Ok(())
     })?;
     c.shmem.barrier_all()?;
+    Ok(())
+}
+
+/// The even and the odd PEs, split, synced three times and dropped, six times over: NVSHMEM
+/// hands a dropped team's handle to the next split, and a barrier that took the old team's
+/// rounds for the new one's would pass early. The last member of each team writes its value
+/// 50 ms late, so a barrier that passed early leaves its slot stale on the others.
+fn check_team_reuse(c: &Ctx) -> Result {
+    let sh = &c.shmem;
+    let buf = c.zeros::<u32>(c.n)?;
+    for round in 0..6u32 {
+        let evens = c.world.split_strided(0, 2, c.n.div_ceil(2))?;
+        let odds = match c.n {
+            1 => None,
+            n => c.world.split_strided(1, 2, n / 2)?,
+        };
+        let team = evens
+            .as_ref()
+            .or(odds.as_ref())
+            .ok_or("a PE in neither team")?;
+        let members: Vec<usize> = (0..team.n_pes())
+            .map(|k| team.world_pe(k))
+            .collect::<nvshmem::Result<_>>()?;
+        for step in 0..3u32 {
+            let value = 1 + round * 10 + step + c.me as u32 * 1000;
+            if Some(&c.me) == members.last() {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            for &pe in &members {
+                sh.p(&buf, c.me, value, pe)?;
+            }
+            sh.barrier(team)?;
+            let got = buf.to_vec()?;
+            for &pe in &members {
+                let want = 1 + round * 10 + step + pe as u32 * 1000;
+                if got[pe] != want {
+                    return Err(format!(
+                        "split {round}, barrier {step}: PE {pe}'s slot holds {}, want {want}",
+                        got[pe]
+                    )
+                    .into());
+                }
+            }
+            sh.barrier(team)?;
+        }
+        drop((evens, odds));
+    }
+    Ok(())
+}
+
+/// Two threads of every PE: one syncs the world team, the other the even (or odd) PEs, 20
+/// times each, at once. Each team's syncs take their rounds in order; neither holds the other
+/// up.
+fn check_two_teams_at_once(c: &Ctx) -> Result {
+    let evens = c.world.split_strided(0, 2, c.n.div_ceil(2))?;
+    let odds = match c.n {
+        1 => None,
+        n => c.world.split_strided(1, 2, n / 2)?,
+    };
+    let team = evens
+        .as_ref()
+        .or(odds.as_ref())
+        .ok_or("a PE in neither team")?;
+    let sh = &c.shmem;
+    let (world, half) = std::thread::scope(|s| {
+        let world = s.spawn(|| (0..20).try_for_each(|_| sh.sync(&c.world)));
+        let half = s.spawn(|| (0..20).try_for_each(|_| sh.barrier(team)));
+        (world.join(), half.join())
+    });
+    world.map_err(|_| "the world team's thread panicked")??;
+    half.map_err(|_| "the half team's thread panicked")??;
     Ok(())
 }

@@ -1,0 +1,178 @@
+//! A bounded synchronisation of the PEs of any team, from the host: what `barrier(team)`,
+//! `sync(team)` and a team's drop use in place of NVSHMEM's `nvshmem_team_sync`, which waits
+//! without a bound under the host library's lock.
+//!
+//! Symmetric words allocated with the runtime's exchange (so at init, on every PE), per
+//! team handle: a staging word and a tag per world PE. A sync of a team is a round, counted
+//! from 1 per handle alike on every member: a member puts the round into its tag on every
+//! member, then reads its own tags until every member's has reached the round (a member's
+//! puts land in order on one stream, so its tag only grows). A member that gives up cannot
+//! tell a late PE from one that skipped the call (whose rounds would then run one behind for
+//! ever), so it strands the runtime, as the world's bounded barrier does. The PEs of a
+//! destroyed team clear their tags after its last round (every member's last put has landed
+//! by then), so a new team on the same handle starts from round 1.
+
+use super::Nvshmem;
+use crate::error::{CudaResultExt, Error, Result};
+use cudarc::driver::result::{memcpy_dtoh_async, memcpy_htod_async, memset_d8_async};
+use cudarc::driver::{CudaContext, CudaStream};
+use nvshmem_sys as sys;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Team handles NVSHMEM hands out unless `NVSHMEM_MAX_TEAMS` says otherwise: its default from
+/// 3.5 on (32 before).
+const DEFAULT_MAX_TEAMS: usize = 128;
+
+/// The handles a runtime syncs teams for: `NVSHMEM_MAX_TEAMS`, as NVSHMEM reads it.
+pub(crate) fn max_teams() -> usize {
+    std::env::var("NVSHMEM_MAX_TEAMS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or(DEFAULT_MAX_TEAMS)
+}
+
+/// Symmetric words the team syncs of `n_pes` need.
+pub(crate) fn words(n_pes: usize) -> usize {
+    max_teams() * (1 + n_pes)
+}
+
+pub(crate) struct TeamSyncs {
+    /// `words(n_pes)` zeroed symmetric words: per handle, `[staging][tag per world PE]`.
+    base: u64,
+    n_pes: usize,
+    my_pe: usize,
+    /// Per handle: the rounds this PE has begun. Held through a sync, so that one team's
+    /// syncs from several threads of this process take their rounds one at a time.
+    rounds: Vec<Mutex<u64>>,
+    /// The puts, and the reads of this PE's tags: streams of their own, so that they wait for
+    /// nothing else on the GPU.
+    puts: Arc<CudaStream>,
+    reads: Arc<CudaStream>,
+}
+
+impl TeamSyncs {
+    /// # Safety
+    /// `base` is symmetric, holds [`words`]`(n_pes)` zeroed words on every PE, and outlives
+    /// this value.
+    pub(crate) unsafe fn new(
+        base: u64,
+        ctx: &Arc<CudaContext>,
+        my_pe: usize,
+        n_pes: usize,
+    ) -> Result<Self> {
+        Ok(TeamSyncs {
+            base,
+            n_pes,
+            my_pe,
+            rounds: (0..max_teams()).map(|_| Mutex::new(0)).collect(),
+            puts: ctx.new_stream().during("cuStreamCreate")?,
+            reads: ctx.new_stream().during("cuStreamCreate")?,
+        })
+    }
+
+    /// The staging word of `handle`, then its tags.
+    fn slot(&self, handle: usize) -> (u64, u64) {
+        let at = self.base + (handle * (1 + self.n_pes) * 8) as u64;
+        (at, at + 8)
+    }
+
+    fn rounds_of(&self, handle: i32) -> Result<&Mutex<u64>> {
+        usize::try_from(handle)
+            .ok()
+            .and_then(|h| self.rounds.get(h))
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "team handle {handle} is outside the {} teams this runtime syncs: set \
+                     NVSHMEM_MAX_TEAMS alike for every PE before the start",
+                    self.rounds.len()
+                ))
+            })
+    }
+}
+
+impl Nvshmem {
+    /// Wait until every PE of the team `handle` (its world PEs `members`, this one among
+    /// them) has called this, within the runtime's wait limit. `what` names the call in the
+    /// error of a PE that does not come.
+    pub(crate) fn team_sync(&self, handle: i32, members: &[usize], what: &str) -> Result<()> {
+        super::check_not_stranded()?;
+        let syncs = &self.rt.team_syncs;
+        let mut rounds = super::lock_letting_go(syncs.rounds_of(handle)?);
+        let (staging, tags) = syncs.slot(handle as usize);
+        *rounds += 1;
+        let round = *rounds;
+        {
+            let _host = self.host_call()?;
+            let put = syncs.puts.cu_stream();
+            let mine = tags + (syncs.my_pe * 8) as u64;
+            // SAFETY: this PE's staging word, then puts of it into this PE's tag of the same
+            // handle on every member, in stream order.
+            unsafe {
+                memcpy_htod_async(staging, &[round], put).during("cuMemcpyHtoDAsync")?;
+                for &pe in members {
+                    sys::nvshmemx_putmem_on_stream(
+                        mine as *mut c_void,
+                        staging as *const c_void,
+                        8,
+                        pe as i32,
+                        put as sys::cudaStream_t,
+                    );
+                }
+            }
+        }
+        let limit = self.wait_limit();
+        // The wait reads this PE's memory only: no NVSHMEM call, so the host library goes to
+        // this process's other threads meanwhile (a peer may wait for their work first).
+        let missing = super::without_host_library(|| -> Result<Option<usize>> {
+            let began = Instant::now();
+            let mut seen = vec![0u64; syncs.n_pes];
+            let mut pause = Duration::from_micros(5);
+            loop {
+                // SAFETY: this PE's tags of the handle.
+                unsafe { memcpy_dtoh_async(&mut seen, tags, syncs.reads.cu_stream()) }
+                    .during("cuMemcpyDtoHAsync")?;
+                syncs.reads.synchronize().during("cuStreamSynchronize")?;
+                let Some(&missing) = members.iter().find(|&&pe| seen[pe] < round) else {
+                    return Ok(None);
+                };
+                if limit.is_some_and(|l| began.elapsed() > l) {
+                    return Ok(Some(missing));
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(1));
+            }
+        })?;
+        let Some(pe) = missing else {
+            return Ok(());
+        };
+        let why = format!(
+            "{what} on team {handle} (PEs {members:?}): PE {pe} did not reach it within {:?} \
+             (NVSHMEM_RS_TIMEOUT) on PE {}: a PE of the team skipped the call or stopped; this \
+             process cannot go on with the others",
+            limit.unwrap_or_default(),
+            self.my_pe()
+        );
+        super::strand(why.clone());
+        Err(Error::CollectiveMismatch(why))
+    }
+
+    /// After a team's last sync (its drop's), with no sync of it left on any member: clear
+    /// this PE's tags of `handle`, so that a team made later on the same handle starts from
+    /// round 1.
+    pub(crate) fn team_syncs_end(&self, handle: i32) -> Result<()> {
+        let syncs = &self.rt.team_syncs;
+        let mut rounds = super::lock_letting_go(syncs.rounds_of(handle)?);
+        let (_, tags) = syncs.slot(handle as usize);
+        self.bind_context()?;
+        // SAFETY: this PE's tags of the handle; every member's last put has landed (each
+        // member's last round was seen whole here).
+        unsafe { memset_d8_async(tags, 0, syncs.n_pes * 8, syncs.reads.cu_stream()) }
+            .during("cuMemsetD8Async")?;
+        syncs.reads.synchronize().during("cuStreamSynchronize")?;
+        *rounds = 0;
+        Ok(())
+    }
+}
