@@ -32,10 +32,10 @@
 //! # Threads
 //! Every type is `Send + Sync` and may be used from any thread. NVSHMEM's host library runs
 //! at `NVSHMEM_THREAD_SERIALIZED`, so the crate serialises its own calls into it: each is
-//! made holding one process-wide lock, and a blocking call (a barrier, a blocking get)
-//! holds it until it returns. Waits for the GPU (host copies of symmetric memory, frees),
-//! for flags ([`Nvshmem::wait_until`]) and for the other PEs' agreement (a free, a checked
-//! call, a constructor's end) hold no lock, so another thread's call that ends them, or that
+//! made holding one process-wide lock, and a blocking call (a blocking get) holds it until
+//! it returns. Waits for the GPU (host copies of symmetric memory, frees), for flags
+//! ([`Nvshmem::wait_until`]) and for the other PEs (a barrier or sync of any team, a free, a
+//! checked call, a constructor's end, a team's drop) hold no lock, so another thread's call that ends them, or that
 //! a peer waits for, goes on. A symmetric allocation holds it until the PEs agree, so that
 //! no other thread takes the GPU memory its heap check found free. Kernel launches,
 //! including our collectives, take no lock.
@@ -111,4 +111,10 @@ mod doc_snippets {
     struct Channels;
     #[doc = include_str!("../docs/page-pool.md")]
     struct PagePool;
+    #[doc = include_str!("../docs/launching.md")]
+    struct Launching;
+    #[doc = include_str!("../docs/errors.md")]
+    struct Errors;
+    #[doc = include_str!("../docs/tensor-parallel.md")]
+    struct TensorParallel;
 }
