@@ -1,33 +1,11 @@
 //! The embedded cubins: linked for the GPU, with exactly the entry points the Rust side
 //! looks up, and NVSHMEM's device state.
 
-use nvshmem::module::CubinSet;
-use nvshmem_build::Cubin;
-use std::collections::BTreeSet;
+#[path = "support/cubin_set.rs"]
+mod cubin_set;
 
-fn check_set(set: &CubinSet, entries: &[String]) {
-    assert!(!set.images().is_empty(), "{} has no image", set.name());
-    let wanted: BTreeSet<&str> = entries.iter().map(String::as_str).collect();
-    for image in set.images() {
-        let cubin = Cubin::parse(image.bytes).expect("embedded cubin is an ELF file");
-        assert!(
-            cubin.is_cuda(),
-            "{} sm_{}: not a CUDA ELF",
-            set.name(),
-            image.capability
-        );
-        assert!(
-            cubin.links_nvshmem(),
-            "{} sm_{}: no {} (not linked with libnvshmem_device.a)",
-            set.name(),
-            image.capability,
-            nvshmem_build::DEVICE_STATE_SYMBOL
-        );
-        // Both ways: every kernel the Rust side looks up is there, and nothing else is.
-        let found: BTreeSet<&str> = cubin.entry_points().collect();
-        assert_eq!(found, wanted, "{} sm_{}", set.name(), image.capability);
-    }
-}
+use cubin_set::check_set;
+use nvshmem::module::CubinSet;
 
 #[test]
 fn collectives_cubin_has_exactly_the_kernels_of_the_algorithm_tables() {

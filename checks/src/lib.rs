@@ -1,6 +1,8 @@
 //! Pieces the check programs share: seeded random data, CUDA-graph capture and the kernels
 //! the pipeline and page-pool checks launch (built like a user's, from the device headers).
 
+use nvshmem::Nvshmem;
+
 pub mod graph;
 #[path = "../../examples/common/splitmix.rs"]
 pub mod splitmix;
@@ -8,4 +10,13 @@ pub mod splitmix;
 /// The checks' own cubins (`PIPELINE_STAGE`, `KV_POOL_DEVICE`), from build.rs.
 pub mod kernels {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
+}
+
+/// The runtime, started for the check program `program`; when it cannot start, the error
+/// with the program's name and exit status 2 (as for a bad option).
+pub fn start(program: &str) -> Nvshmem {
+    Nvshmem::init().unwrap_or_else(|e| {
+        eprintln!("{program}: {e}");
+        std::process::exit(2)
+    })
 }

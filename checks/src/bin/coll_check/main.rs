@@ -31,7 +31,7 @@ mod reference;
 mod soak;
 
 use clap::Parser;
-use nvshmem::{AllReduceAlgo, Collectives, DataType, Nvshmem};
+use nvshmem::{AllReduceAlgo, Collectives, DataType};
 use std::time::Duration;
 
 use all_reduce::INT_ALGOS;
@@ -65,13 +65,7 @@ fn main() {
         .filter(|&a| a != AllReduceAlgo::Auto && a.takes(DataType::I32))
         .collect();
     assert_eq!(INT_ALGOS.to_vec(), takes_i32, "INT_ALGOS is out of date");
-    let shmem = match Nvshmem::init() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("coll_check: {e}");
-            std::process::exit(2);
-        }
-    };
+    let shmem = nvshmem_checks::start("coll_check");
     let coll = match Collectives::new(&shmem) {
         Ok(c) => c,
         Err(e) => {

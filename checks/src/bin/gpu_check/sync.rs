@@ -227,15 +227,7 @@ fn check_team_reuse(c: &Ctx) -> Result {
     let sh = &c.shmem;
     let buf = c.zeros::<u32>(c.n)?;
     for round in 0..6u32 {
-        let evens = c.world.split_strided(0, 2, c.n.div_ceil(2))?;
-        let odds = match c.n {
-            1 => None,
-            n => c.world.split_strided(1, 2, n / 2)?,
-        };
-        let team = evens
-            .as_ref()
-            .or(odds.as_ref())
-            .ok_or("a PE in neither team")?;
+        let team = &half(c)?;
         let members: Vec<usize> = (0..team.n_pes())
             .map(|k| team.world_pe(k))
             .collect::<nvshmem::Result<_>>()?;
@@ -261,7 +253,6 @@ fn check_team_reuse(c: &Ctx) -> Result {
             }
             sh.barrier(team)?;
         }
-        drop((evens, odds));
     }
     Ok(())
 }
@@ -270,15 +261,7 @@ fn check_team_reuse(c: &Ctx) -> Result {
 /// times each, at once. Each team's syncs take their rounds in order; neither holds the other
 /// up.
 fn check_two_teams_at_once(c: &Ctx) -> Result {
-    let evens = c.world.split_strided(0, 2, c.n.div_ceil(2))?;
-    let odds = match c.n {
-        1 => None,
-        n => c.world.split_strided(1, 2, n / 2)?,
-    };
-    let team = evens
-        .as_ref()
-        .or(odds.as_ref())
-        .ok_or("a PE in neither team")?;
+    let team = &half(c)?;
     let sh = &c.shmem;
     let (world, half) = std::thread::scope(|s| {
         let world = s.spawn(|| (0..20).try_for_each(|_| sh.sync(&c.world)));
@@ -288,4 +271,15 @@ fn check_two_teams_at_once(c: &Ctx) -> Result {
     world.map_err(|_| "the world team's thread panicked")??;
     half.map_err(|_| "the half team's thread panicked")??;
     Ok(())
+}
+
+/// This PE's half of the world, the even or the odd PEs (both split, collectively, on every
+/// PE; dropping it is collective over the half).
+fn half(c: &Ctx) -> Result<Team> {
+    let evens = c.world.split_strided(0, 2, c.n.div_ceil(2))?;
+    let odds = match c.n {
+        1 => None,
+        n => c.world.split_strided(1, 2, n / 2)?,
+    };
+    Ok(evens.or(odds).ok_or("a PE in neither half")?)
 }

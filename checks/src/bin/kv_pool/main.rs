@@ -21,7 +21,6 @@ mod stale;
 
 use clap::Parser;
 use nvshmem::pool::{PageId, PagePool, PagePoolConfig};
-use nvshmem::Nvshmem;
 
 use nvshmem_checks::splitmix::{mix, SplitMix64};
 
@@ -56,13 +55,7 @@ struct Cli {}
 fn main() {
     // Before NVSHMEM starts, so that --help needs no GPU.
     Cli::parse();
-    let shmem = match Nvshmem::init() {
-        Ok(s) => s,
-        Err(err) => {
-            eprintln!("kv_pool: {err}");
-            std::process::exit(2);
-        }
-    };
+    let shmem = nvshmem_checks::start("kv_pool");
     let (me, n) = (shmem.my_pe(), shmem.n_pes());
     let pool = match PagePool::new(
         &shmem,

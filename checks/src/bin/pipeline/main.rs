@@ -23,7 +23,6 @@ mod threads;
 mod timeouts;
 
 use clap::Parser;
-use nvshmem::Nvshmem;
 use std::time::Duration;
 
 use harness::Checks;
@@ -50,13 +49,7 @@ struct Cli {}
 fn main() {
     // Before NVSHMEM starts, so that --help needs no GPU.
     Cli::parse();
-    let shmem = match Nvshmem::init() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("pipeline: {e}");
-            std::process::exit(2);
-        }
-    };
+    let shmem = nvshmem_checks::start("pipeline");
     let (me, n) = (shmem.my_pe(), shmem.n_pes());
     if me == 0 {
         println!(

@@ -84,7 +84,6 @@ mod world;
 use args::Args;
 use clap::Parser;
 use common::hash;
-use nvshmem::Nvshmem;
 use outcome::fail;
 use roles::Plan;
 use run::Main;
@@ -94,10 +93,7 @@ use watchdog::{start_watchdog, Board};
 
 fn main() {
     let config = Args::parse().into_config();
-    let shmem = Nvshmem::init().unwrap_or_else(|e| {
-        eprintln!("stress_check: {e}");
-        std::process::exit(2)
-    });
+    let shmem = nvshmem_checks::start("stress_check");
     let (me, n) = (shmem.my_pe(), shmem.n_pes());
     let plan = Plan::new(config.threads);
     let warm_up = (config.seconds / 5.0).clamp(1.0, 5.0);

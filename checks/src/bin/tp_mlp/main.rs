@@ -57,19 +57,12 @@ mod row;
 mod sequence_timing;
 
 use nvshmem::tp::TensorParallel;
-use nvshmem::Nvshmem;
 
 use harness::Checks;
 
 fn main() {
     let args = args::parse();
-    let shmem = match Nvshmem::init() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("tp_mlp: {e}");
-            std::process::exit(2);
-        }
-    };
+    let shmem = nvshmem_checks::start("tp_mlp");
     let tp = match TensorParallel::new(&shmem) {
         Ok(t) => match args.rounds {
             Some(r) => {
