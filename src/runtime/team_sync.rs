@@ -27,8 +27,12 @@ const DEFAULT_MAX_TEAMS: usize = 128;
 
 /// The handles a runtime syncs teams for: `NVSHMEM_MAX_TEAMS`, as NVSHMEM reads it.
 pub(crate) fn max_teams() -> usize {
-    std::env::var("NVSHMEM_MAX_TEAMS")
-        .ok()
+    max_teams_from(std::env::var("NVSHMEM_MAX_TEAMS").ok().as_deref())
+}
+
+/// [`max_teams`] for the variable's value `value`: a positive count, else the default.
+fn max_teams_from(value: Option<&str>) -> usize {
+    value
         .and_then(|v| v.trim().parse().ok())
         .filter(|&n: &usize| n > 0)
         .unwrap_or(DEFAULT_MAX_TEAMS)
@@ -75,8 +79,7 @@ impl TeamSyncs {
 
     /// The staging word of `handle`, then its tags.
     fn slot(&self, handle: usize) -> (u64, u64) {
-        let at = self.base + (handle * (1 + self.n_pes) * 8) as u64;
-        (at, at + 8)
+        slot_of(self.base, self.n_pes, handle)
     }
 
     fn rounds_of(&self, handle: i32) -> Result<&Mutex<u64>> {
@@ -91,6 +94,12 @@ impl TeamSyncs {
                 ))
             })
     }
+}
+
+/// Where `handle`'s staging word and tags start in the words at `base`, for `n_pes`.
+fn slot_of(base: u64, n_pes: usize, handle: usize) -> (u64, u64) {
+    let at = base + (handle * (1 + n_pes) * 8) as u64;
+    (at, at + 8)
 }
 
 impl Nvshmem {
@@ -174,5 +183,37 @@ impl Nvshmem {
         syncs.reads.synchronize().during("cuStreamSynchronize")?;
         *rounds = 0;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_team_count_is_nvshmems_variable_or_its_default() {
+        assert_eq!(max_teams_from(None), DEFAULT_MAX_TEAMS);
+        assert_eq!(max_teams_from(Some(" 40 ")), 40);
+        for bad in ["0", "-3", "many", ""] {
+            assert_eq!(max_teams_from(Some(bad)), DEFAULT_MAX_TEAMS, "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_handle_has_its_own_words_inside_the_allocation() {
+        let (base, n) = (1 << 20, 8);
+        let end = base + (max_teams() * (1 + n) * 8) as u64;
+        assert_eq!(words(n), max_teams() * (1 + n));
+        let mut last_tag_end = base;
+        for h in 0..max_teams() {
+            let (staging, tags) = slot_of(base, n, h);
+            assert_eq!(
+                staging, last_tag_end,
+                "handle {h} starts where the last ended"
+            );
+            assert_eq!(tags, staging + 8);
+            last_tag_end = tags + 8 * n as u64;
+        }
+        assert_eq!(last_tag_end, end);
     }
 }
