@@ -176,28 +176,28 @@ impl Drop for Team {
         if !self.owned {
             return;
         }
-        // A kernel may still use the team (its collectives on a stream). When the GPU cannot
-        // be waited for (a stranded runtime, a stream being captured, a sticky error) the
-        // team is left as it is rather than destroyed under a kernel.
         let pe = Some(self.shmem.my_pe());
-        match self.shmem.quiesce() {
-            Ok(()) => {}
-            Err(Error::Stranded(_)) => return,
-            Err(e) => {
+        let leave = |e: Error| {
+            if !matches!(e, Error::Stranded(_)) {
                 crate::diag::warn_pe!(pe, "leaving team {} undestroyed: {e}", self.handle);
-                return;
             }
-        }
+        };
         // Destroying is NVSHMEM's local clean-up of the team's state, which the other
         // members' collectives on the team still write into: the members agree first (with
         // a bound), and a member that does not come leaves the team in place on the others.
+        // The agreement comes before this PE's wait for its GPU, so that a wait that fails
+        // here (a stream being captured, a sticky error) holds up no peer.
         if let Err(e) = self.sync_members("dropping the team") {
-            crate::diag::warn_pe!(pe, "leaving team {} undestroyed: {e}", self.handle);
-            return;
+            return leave(e);
+        }
+        // A kernel may still use the team (its collectives on a stream). When the GPU cannot
+        // be waited for, the team is left as it is rather than destroyed under a kernel; its
+        // handle then stays taken here, so no later team reuses its words.
+        if let Err(e) = self.shmem.quiesce() {
+            return leave(e);
         }
         if let Err(e) = self.shmem.team_syncs_end(self.handle) {
-            crate::diag::warn_pe!(pe, "leaving team {} undestroyed: {e}", self.handle);
-            return;
+            return leave(e);
         }
         let Ok(_host) = self.shmem.host_call() else {
             return;
