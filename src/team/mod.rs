@@ -9,8 +9,9 @@ use nvshmem_sys as sys;
 
 /// A team of PEs. The predefined teams (world, shared, node) live as long as the runtime;
 /// teams made by splitting are destroyed when dropped. Dropping one is collective over the
-/// team: its PEs agree first, within `NVSHMEM_RS_TIMEOUT`, and a PE that does not come leaves
-/// the team undestroyed on the others (with a logged message) instead of hanging them.
+/// team: its PEs agree first, within `NVSHMEM_RS_TIMEOUT`. A PE that does not come leaves the
+/// team undestroyed on the others, with a logged message, and strands their runtime (as a
+/// barrier that gives up does) instead of hanging them.
 ///
 /// ```no_run
 /// # fn main() -> nvshmem::Result<()> {
