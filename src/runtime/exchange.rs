@@ -152,24 +152,10 @@ impl WordExchange {
             }
         }
         // The wait for the others reads this PE's memory only: no NVSHMEM call.
-        let wait = || -> Result<Option<usize>> {
-            let began = Instant::now();
-            let mut seen = vec![0u64; n];
-            let mut pause = Duration::from_micros(5);
-            loop {
-                // SAFETY: this PE's tags.
-                unsafe { memcpy_dtoh_async(&mut seen, tags as u64, read) }
-                    .during("cuMemcpyDtoHAsync")?;
-                self.reads.synchronize().during("cuStreamSynchronize")?;
-                let Some(missing) = seen.iter().position(|&t| t < round) else {
-                    return Ok(None);
-                };
-                if limit.is_some_and(|l| began.elapsed() > l) {
-                    return Ok(Some(missing));
-                }
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(1));
-            }
+        let wait = || {
+            poll_tags(&self.reads, tags as u64, n, limit, |seen| {
+                seen.iter().position(|&t| t < round)
+            })
         };
         let waited = match during_wait {
             DuringWait::Keep => wait()?,
@@ -183,6 +169,36 @@ impl WordExchange {
         unsafe { memcpy_dtoh_async(&mut out, half as u64, read) }.during("cuMemcpyDtoHAsync")?;
         self.reads.synchronize().during("cuStreamSynchronize")?;
         Ok(Exchanged::All(out))
+    }
+}
+
+/// Read the `len` words at `tags` (this PE's memory) on `reads` until `missing` finds none
+/// that is still short, backing off from a read every 5 µs to one a millisecond, for at most
+/// `limit`; then `Some` of the PE `missing` names. No NVSHMEM call: the host library may be
+/// let go around it.
+pub(crate) fn poll_tags(
+    reads: &Arc<CudaStream>,
+    tags: u64,
+    len: usize,
+    limit: Option<Duration>,
+    missing: impl Fn(&[u64]) -> Option<usize>,
+) -> Result<Option<usize>> {
+    let began = Instant::now();
+    let mut seen = vec![0u64; len];
+    let mut pause = Duration::from_micros(5);
+    loop {
+        // SAFETY: `len` words of this PE's memory (the caller's tags).
+        unsafe { memcpy_dtoh_async(&mut seen, tags, reads.cu_stream()) }
+            .during("cuMemcpyDtoHAsync")?;
+        reads.synchronize().during("cuStreamSynchronize")?;
+        let Some(pe) = missing(&seen) else {
+            return Ok(None);
+        };
+        if limit.is_some_and(|l| began.elapsed() > l) {
+            return Ok(Some(pe));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(1));
     }
 }
 

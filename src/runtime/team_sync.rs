@@ -12,14 +12,14 @@
 //! destroyed team clear their tags after its last round (every member's last put has landed
 //! by then), so a new team on the same handle starts from round 1.
 
+use super::exchange::poll_tags;
 use super::Nvshmem;
 use crate::error::{CudaResultExt, Error, Result};
-use cudarc::driver::result::{memcpy_dtoh_async, memcpy_htod_async, memset_d8_async};
+use cudarc::driver::result::{memcpy_htod_async, memset_d8_async};
 use cudarc::driver::{CudaContext, CudaStream};
 use nvshmem_sys as sys;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 /// Team handles NVSHMEM hands out unless `NVSHMEM_MAX_TEAMS` says otherwise: its default from
 /// 3.5 on (32 before).
@@ -135,24 +135,10 @@ impl Nvshmem {
         let limit = self.wait_limit();
         // The wait reads this PE's memory only: no NVSHMEM call, so the host library goes to
         // this process's other threads meanwhile (a peer may wait for their work first).
-        let missing = super::without_host_library(|| -> Result<Option<usize>> {
-            let began = Instant::now();
-            let mut seen = vec![0u64; syncs.n_pes];
-            let mut pause = Duration::from_micros(5);
-            loop {
-                // SAFETY: this PE's tags of the handle.
-                unsafe { memcpy_dtoh_async(&mut seen, tags, syncs.reads.cu_stream()) }
-                    .during("cuMemcpyDtoHAsync")?;
-                syncs.reads.synchronize().during("cuStreamSynchronize")?;
-                let Some(&missing) = members.iter().find(|&&pe| seen[pe] < round) else {
-                    return Ok(None);
-                };
-                if limit.is_some_and(|l| began.elapsed() > l) {
-                    return Ok(Some(missing));
-                }
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(1));
-            }
+        let missing = super::without_host_library(|| {
+            poll_tags(&syncs.reads, tags, syncs.n_pes, limit, |seen| {
+                members.iter().copied().find(|&pe| seen[pe] < round)
+            })
         })?;
         let Some(pe) = missing else {
             return Ok(());
