@@ -175,7 +175,10 @@ extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) push_alltoallv_by
 // PE. Each barrier is a call of its own on the epoch, with the call's signature from the
 // host (`sig`). A PE that could not queue all its copies closes with SIG_FAILED instead: its
 // peers then find a mismatch rather than return with its block missing, and it records the
-// same about itself.
+// same about itself. So does a PE that gave up a wait (its opening barrier's, say): the copy
+// engines cannot be stopped once queued, so its copies still land in the peer it gave up on,
+// which may not have entered the call; that peer's closing barrier must then fail, not
+// return with a block written before the peer was ready for it.
 extern "C" __global__ void __launch_bounds__(COLL_MAX_PES) ce_open(Ctrl *ctrl, uint64_t *flags, unsigned int sig) {
     enter_call(sig);
     const uint64_t e = call_epoch(ctrl);
@@ -185,6 +188,8 @@ extern "C" __global__ void __launch_bounds__(COLL_MAX_PES) ce_open(Ctrl *ctrl, u
 
 extern "C" __global__ void __launch_bounds__(COLL_MAX_PES) ce_close(Ctrl *ctrl, uint64_t *flags, unsigned int sig) {
     enter_call(sig);
+    // Read after enter_call: the opening barrier may still run until then.
+    if (*(volatile unsigned int *)&ctrl->aborted != 0u) call_sig_s = SIG_FAILED;
     const int me = nvshmem_my_pe();
     const uint64_t e = call_epoch(ctrl);
     if (sig == SIG_FAILED && threadIdx.x == 0) {

@@ -100,7 +100,10 @@ impl Collectives {
     /// signature `sig` (a peer that disagrees records a mismatch). After a failure to enqueue
     /// a copy the rest is still joined and the closing barrier still launched, so that no peer
     /// waits for ever, but with the signature no call has: every peer then records a mismatch
-    /// instead of returning with this PE's block missing, and so does this PE.
+    /// instead of returning with this PE's block missing, and so does this PE. The closing
+    /// barrier sends that signature too when this PE gave up a wait (its opening barrier's,
+    /// say): queued copies cannot be called back, so they land in a late peer's output, and
+    /// that peer must then fail the call rather than return what landed before it entered.
     ///
     /// One after another: the copy engines ran copies on a stream per peer side by side,
     /// which on 4 H200s took an all-gather of 64 MiB per PE to 228-238 GB/s out of each GPU

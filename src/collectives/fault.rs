@@ -81,7 +81,7 @@ impl FaultRecord {
 
 /// What a `FAULT_MISMATCH` record says: PE `me`'s call #`epoch` found PE `peer`'s call of
 /// signature `theirs` where its own has `mine`, or (`theirs` = `COLL_SIG_FAILED`) a PE that
-/// could not queue its copies.
+/// gave up a wait or could not queue its copies before a copy-engine call's closing barrier.
 fn mismatch_message(me: usize, peer: usize, epoch: u64, theirs: u32, mine: u32) -> String {
     let drop = "Drop this Collectives and make a new one on every PE";
     if theirs == abi::COLL_SIG_FAILED {
@@ -91,8 +91,10 @@ fn mismatch_message(me: usize, peer: usize, epoch: u64, theirs: u32, mine: u32) 
             format!("PE {peer}")
         };
         return format!(
-            "collective call #{epoch}: {who} could not queue its copy-engine copies (its error \
-             says why), so its part of the output is missing on PE {me}. {drop}"
+            "collective call #{epoch}: {who} gave up this call (a wait of its ran out of time) \
+             or could not queue its copy-engine copies (its error says which), so its part of \
+             the output on PE {me} is missing or was written before PE {me} entered the call. \
+             {drop}"
         );
     }
     format!(
@@ -129,12 +131,13 @@ mod tests {
         assert!(m.contains("0xbeef and 0x1234"), "{m}");
         assert!(m.contains("check_calls: true"), "{m}");
         let peer = mismatch_message(1, 3, 5, abi::COLL_SIG_FAILED, 0x10);
+        assert!(peer.contains("call #5: PE 3 gave up this call"), "{peer}");
         assert!(
-            peer.contains("PE 3 could not queue its copy-engine copies"),
+            peer.contains("could not queue its copy-engine copies"),
             "{peer}"
         );
-        assert!(peer.contains("missing on PE 1"), "{peer}");
+        assert!(peer.contains("output on PE 1 is missing"), "{peer}");
         let own = mismatch_message(1, 1, 5, abi::COLL_SIG_FAILED, abi::COLL_SIG_FAILED);
-        assert!(own.contains("this PE could not queue"), "{own}");
+        assert!(own.contains("this PE gave up this call"), "{own}");
     }
 }

@@ -21,8 +21,8 @@
 
 use clap::Parser;
 use nvshmem::{
-    AllReduceAlgo, AllToAllAlgo, Cmp, Collectives, CollectivesConfig, InitOptions, Nvshmem,
-    ReduceOp, SymmetricBuffer, UniqueId,
+    AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, Cmp, Collectives, CollectivesConfig, InitOptions,
+    Nvshmem, ReduceOp, SymmetricBuffer, UniqueId,
 };
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -139,6 +139,12 @@ const CASES: &[Case] = &[
         name: "team-sync-skip",
         about: "PE 1 skips a sync of a team split off the world (of every PE)",
         expect: &[(0, "PE 1 did not reach it within")],
+        alone: false,
+    },
+    Case {
+        name: "ce-late",
+        about: "PE 1 enters a copy-engine all-gather after the others' bound ran out",
+        expect: &[(0, "from PE 1 and gave up"), (1, "gave up this call")],
         alone: false,
     },
     Case {
@@ -452,6 +458,9 @@ fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
     if case == "all-to-all-length" {
         return all_to_all_length(shmem, &x, &y);
     }
+    if case == "ce-late" {
+        return copy_engine_late(shmem, &coll, &x, &y);
+    }
     for call in 0..CALLS {
         let len = match case {
             "length" | "length-checked" if me == 0 => 1000,
@@ -505,6 +514,41 @@ fn all_to_all_length(
         coll.all_to_all(y.view(..len), x.view(..len), AllToAllAlgo::Auto, stream)?;
         stream.synchronize()?;
         coll.check()?;
+    }
+    Ok(())
+}
+
+/// Three copy-engine all-gathers; PE 1 enters the third only after the others' opening
+/// barrier gave up on it. Their copies, queued behind that barrier, still land in PE 1's
+/// output: PE 1's call must then fail (its closing barrier finds that they gave up), not
+/// return `Ok`. The others stay until PE 1 is done, so that its error ends the job.
+fn copy_engine_late(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    x: &SymmetricBuffer<f32>,
+    y: &SymmetricBuffer<f32>,
+) -> nvshmem::Result<()> {
+    let (me, n) = (shmem.my_pe(), shmem.n_pes());
+    let len = y.len() / n;
+    let stream = shmem.stream();
+    for call in 0..3 {
+        if me == 1 && call == 2 {
+            trace(me, "late for the third all-gather");
+            std::thread::sleep(2 * TIMEOUT + Duration::from_secs(1));
+        }
+        trace(me, &format!("all_gather {call}"));
+        let step = || -> nvshmem::Result<()> {
+            let out = y.view(..n * len);
+            coll.all_gather(out, x.view(..len), AllGatherAlgo::CopyEngine, stream)?;
+            stream.synchronize()?;
+            coll.check()
+        };
+        if let Err(e) = step() {
+            if me != 1 {
+                std::thread::sleep(3 * TIMEOUT);
+            }
+            return Err(e);
+        }
     }
     Ok(())
 }
