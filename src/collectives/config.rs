@@ -437,6 +437,13 @@ pub struct CollectivesConfig {
     ///
     /// [`Collectives::check`]: super::Collectives::check
     pub timeout: Option<Duration>,
+    /// The most blocks a call's kernel launches (most of them take a whole SM's registers),
+    /// below the GPU's SM count. `None`: up to one per SM. Set it where other kernels that
+    /// wait for peers run beside this `Collectives`' calls (channels, another `Collectives`,
+    /// kernels of yours): a call that fills every SM leaves no room for them, and if their
+    /// peers wait for them while this PE's peers wait for the call, both wait until the
+    /// timeout. Every PE must use the same; at least 1.
+    pub max_blocks: Option<usize>,
 }
 
 /// The default bound on a wait, and the variable that changes it.
@@ -472,6 +479,7 @@ impl CollectivesConfig {
             // A malformed variable keeps the default here; `Collectives::new` reports it.
             timeout: timeout_from(std::env::var(TIMEOUT_VARIABLE).ok().as_deref())
                 .unwrap_or(Some(DEFAULT_TIMEOUT)),
+            max_blocks: None,
         }
     }
 }
@@ -518,6 +526,15 @@ mod tests {
             assert_eq!(slot % 256, 0);
             assert!(w.check(n).is_ok());
             assert!(t.check_fits(&dims(n, w)).is_ok(), "{n} PEs");
+            // A cap on the blocks (max_blocks) leaves every default threshold fitting.
+            for blocks in [1, 8, 32] {
+                let capped = Dims {
+                    sm_count: blocks,
+                    bandwidth_max_blocks: blocks,
+                    ..dims(n, w)
+                };
+                assert!(t.check_fits(&capped).is_ok(), "{n} PEs, {blocks} blocks");
+            }
         }
     }
 

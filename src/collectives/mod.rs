@@ -81,6 +81,7 @@ pub struct Collectives {
     cooperative_launch: bool,
     check_calls: bool,
     timeout: Option<Duration>,
+    max_blocks: Option<usize>,
     /// Scratch of the agreements (configuration, and calls when `check_calls`).
     agreement: Agreement,
     /// Where a wait that ran out of time says so (read before every call).
@@ -254,6 +255,13 @@ impl Collectives {
                          Team::all_reduce"
                     )));
                 }
+                if config.max_blocks == Some(0) {
+                    return Err(Error::InvalidArgument(
+                        "CollectivesConfig::max_blocks is Some(0): a call needs a block; \
+                         give None for every SM"
+                            .into(),
+                    ));
+                }
                 config.workspace.check(n)
             })
             .and_then(|()| {
@@ -314,10 +322,11 @@ impl Collectives {
         ) = local?;
         agreed?;
         let (sm_count, per_sm) = agreed_grid_limits(shmem, &all_reduce)?;
+        let cap = config.max_blocks.unwrap_or(usize::MAX);
         let dims = Dims {
             n_pes: n,
-            sm_count,
-            bandwidth_max_blocks: (sm_count * per_sm).min(plan::MAX_BLOCKS),
+            sm_count: sm_count.min(cap),
+            bandwidth_max_blocks: (sm_count * per_sm).min(plan::MAX_BLOCKS).min(cap),
             staging_slot_bytes: config.workspace.staging_slot_bytes,
             lines_slot_bytes: config.workspace.lines_slot_bytes,
             sentinel_slot_bytes: config.workspace.sentinel_slot_bytes,
@@ -365,6 +374,7 @@ impl Collectives {
             cooperative_launch: config.cooperative_launch,
             check_calls: config.check_calls,
             timeout: config.timeout,
+            max_blocks: config.max_blocks,
             agreement,
             fault,
             order: CallOrder::new(),
@@ -402,6 +412,7 @@ impl Collectives {
             cooperative_launch: self.cooperative_launch,
             check_calls: self.check_calls,
             timeout: self.timeout,
+            max_blocks: self.max_blocks,
         }
     }
 

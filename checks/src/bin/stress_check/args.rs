@@ -26,6 +26,10 @@ pub(crate) struct Args {
     /// Let the shared collectives use programmatic stream serialization.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
     programmatic: bool,
+    /// The most blocks a call of the shared collectives launches (`CollectivesConfig::max_blocks`)
+    /// [default: one per SM]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_blocks: Option<u32>,
 }
 
 /// `--seconds`: a positive, finite number.
@@ -64,6 +68,7 @@ impl Args {
             },
             cooperative: self.cooperative,
             programmatic: self.programmatic,
+            max_blocks: self.max_blocks.map(|b| b as usize),
         }
     }
 }
@@ -74,13 +79,14 @@ pub(crate) struct Config {
     pub(crate) seed: u64,
 }
 
-/// What `--skip`, `--cooperative` and `--programmatic` ask for, to narrow a failure down:
-/// roles (by name without the number: alloc, coll, send, recv, ping, pong, mix) whose
-/// threads do nothing, and how the shared `Collectives` launches.
+/// What `--skip`, `--cooperative`, `--programmatic` and `--max-blocks` ask for, to narrow a
+/// failure down: roles (by name without the number: alloc, coll, send, recv, ping, pong, mix)
+/// whose threads do nothing, and how the shared `Collectives` launches.
 pub(crate) struct Narrowing {
     skip: Vec<String>,
     pub(crate) cooperative: bool,
     pub(crate) programmatic: bool,
+    pub(crate) max_blocks: Option<usize>,
 }
 
 pub(crate) static NARROWING: std::sync::OnceLock<Narrowing> = std::sync::OnceLock::new();

@@ -73,6 +73,7 @@ impl World {
         config.cooperative_launch = NARROWING.get().is_some_and(|n| n.cooperative);
         if let Some(n) = NARROWING.get() {
             config.programmatic_launch &= n.programmatic;
+            config.max_blocks = n.max_blocks;
         }
         let coll = Collectives::with_config(shmem, config)?;
         let users = plan.mixers + 1;
