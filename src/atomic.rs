@@ -192,11 +192,12 @@ impl HostAmo {
         unsafe { self.kernel.launch(grid(1, 1), &self.stream, &mut args)? };
         shmem.bind_context()?;
         let s = self.stream.cu_stream();
-        let mut out = [0u64; 2];
-        // SAFETY: `result` holds two u64; `out` outlives the copy, which the synchronisation
-        // below waits for.
-        unsafe { cu::memcpy_dtoh_async(&mut out, self.result, s) }.during("cuMemcpyDtoHAsync")?;
+        let mut pinned = shmem.rt.pinned.take(2)?;
+        // SAFETY: `result` holds two u64; the buffer outlives the copy, which the
+        // synchronisation below waits for.
+        unsafe { pinned.read_from(self.result, 16, s) }?;
         self.stream.synchronize().during("cuStreamSynchronize")?;
+        let out = [pinned.as_mut_slice()[0], pinned.as_mut_slice()[1]];
         if out[1] != self.token {
             return Err(Error::Module {
                 module: ATOMICS.name().to_string(),

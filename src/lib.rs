@@ -40,11 +40,16 @@
 //! no other thread takes the GPU memory its heap check found free. Kernel launches,
 //! including our collectives, take no lock.
 //!
-//! One known gap: kernels that wait for other PEs share each GPU, and run from several
-//! threads at once they can hold each other up across PEs. `checks/src/bin/stress_check/`, with
-//! channel sends and receives on some threads while others make collective calls, sees calls
-//! give up with [`Error::Timeout`] on 4 and on 2 GPUs; without the channel threads it passes.
-//! Every such wait is bounded, so this ends in an error, not a hang.
+//! Kernels that wait for other PEs share each GPU: run from several threads at once, each
+//! must find room on it. Give a [`Collectives`] used beside channels a
+//! [`CollectivesConfig::max_blocks`] (`checks/src/bin/stress_check/`, collective and channel
+//! threads on 2 GPUs: passes with 32 or 16 blocks, times out without). Host copies of this
+//! crate go through pinned buffers after their stream's earlier work, so that none waits for
+//! a kernel inside the driver, where other threads' launches would wait behind it.
+//!
+//! One known gap: symmetric allocations, frees and constructors on one thread, while channels
+//! and collectives run on others, can still end in [`Error::Timeout`] (the stress check, 2
+//! GPUs). Every such wait is bounded, so this ends in an error, not a hang.
 //!
 //! # Lifetimes on the GPU
 //! Freeing a symmetric buffer, destroying a team, dropping a [`Collectives`] or a module, and

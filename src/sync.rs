@@ -38,7 +38,6 @@ use crate::memory::{SetUp, SymmetricView};
 use crate::runtime::Nvshmem;
 use crate::signal::{complete_own_stream, Cmp};
 use crate::team::Team;
-use cudarc::driver::result::memcpy_dtoh_async;
 use cudarc::driver::CudaStream;
 use nvshmem_sys as sys;
 use std::sync::Arc;
@@ -153,15 +152,19 @@ impl Nvshmem {
         let stream = self.wait_stream()?;
         let began = Instant::now();
         let mut pause = Duration::from_micros(2);
-        let mut word = [T::default()];
+        let size = std::mem::size_of::<T>();
+        assert!(size <= 8, "a wait on a word of at most 8 bytes");
+        self.bind_context()?;
+        let mut word = self.rt.pinned.take(1)?;
         loop {
             // SAFETY: `ptr` is an element of a live symmetric view of this PE (checked by the
             // caller); the copy ends before `word` is read.
-            unsafe { memcpy_dtoh_async(&mut word, ptr as u64, stream.cu_stream()) }
-                .during("cuMemcpyDtoHAsync")?;
+            unsafe { word.read_from(ptr as u64, size, stream.cu_stream()) }?;
             stream.synchronize().during("cuStreamSynchronize")?;
-            if done(word[0]) {
-                return Ok(word[0]);
+            // SAFETY: the copy above wrote `size` bytes of a `T` at the start of the buffer.
+            let value = unsafe { (word.as_mut_slice().as_ptr() as *const T).read_unaligned() };
+            if done(value) {
+                return Ok(value);
             }
             let waited = began.elapsed();
             if self.wait_limit().is_some_and(|limit| waited > limit) {

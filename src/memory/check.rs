@@ -83,11 +83,14 @@ pub(crate) struct Proposal {
 pub(crate) const GATHERED_WORD: usize = 6;
 
 /// Words each PE publishes: kind, sequence, bytes, alignment (these must agree), then the
-/// refusal's code and value, the bytes in use, and a zero (the runtime's records are
-/// `RECORD_WORDS` wide).
+/// refusal's code and value, the bytes in use, and where this PE's newest allocation sits
+/// (which must agree too: [`PLACED_WORD`]; the runtime's records are `RECORD_WORDS` wide).
 const WORDS: usize = crate::runtime::RECORD_WORDS;
 /// The words every PE must publish alike.
 const AGREED: usize = 4;
+/// Where a record holds its PE's newest allocation: the offset from the runtime's first
+/// symmetric allocation, plus one (0: none yet).
+const PLACED_WORD: usize = 7;
 
 fn encode(refusal: Option<Refusal>) -> [u64; 2] {
     match refusal {
@@ -110,15 +113,28 @@ fn decode(code: u64, value: u64) -> Option<Refusal> {
     }
 }
 
-/// The sequence of this PE's allocations.
+/// The sequence of this PE's allocations, and where the newest sits in its heap.
 pub(crate) struct AllocCheck {
     next_seq: u64,
+    /// [`PLACED_WORD`] of this PE's records.
+    placed: u64,
 }
 
 impl AllocCheck {
     /// A check from the first allocation on (every PE makes it at the same point).
     pub(crate) fn new(_shmem: &Nvshmem) -> Result<Self> {
-        Ok(AllocCheck { next_seq: 0 })
+        Ok(AllocCheck {
+            next_seq: 0,
+            placed: 0,
+        })
+    }
+
+    /// The allocation just agreed landed `offset` bytes into this PE's heap (from the
+    /// runtime's first allocation). Every PE's next record says so, and the PEs compare: the
+    /// same calls on every PE place every buffer at the same offset, which is what makes a
+    /// put to a peer's copy land in that copy.
+    pub(crate) fn note_placed(&mut self, offset: u64) {
+        self.placed = offset.wrapping_add(1);
     }
 
     /// Exchange what every PE is about to do; fail if they differ or if any PE's heap refuses.
@@ -140,7 +156,7 @@ impl AllocCheck {
             code,
             value,
             p.in_use as u64,
-            0,
+            self.placed,
         ];
         crate::runtime::check_not_stranded()?;
         let _host = shmem.host_call()?;
@@ -177,6 +193,11 @@ impl AllocCheck {
         if let Some(msg) = describe_mismatch(shmem.my_pe(), &all) {
             return Err(Error::CollectiveMismatch(msg));
         }
+        if let Some(msg) = describe_misplacement(shmem.my_pe(), &all) {
+            // Every later put to a peer's copy may land in another buffer there.
+            crate::runtime::strand(msg.clone());
+            return Err(Error::CollectiveMismatch(msg));
+        }
         if let Some(e) = first_refusal(&all) {
             return Err(e);
         }
@@ -205,6 +226,24 @@ fn first_refusal(all: &[u64]) -> Option<Error> {
                 driver_error: code,
             }),
         })
+}
+
+/// Compare where each PE's newest allocation sits; `None` when all agree.
+fn describe_misplacement(my_pe: usize, all: &[u64]) -> Option<String> {
+    let placed: Vec<u64> = all.chunks(WORDS).map(|r| r[PLACED_WORD]).collect();
+    let pe = placed.iter().position(|&p| p != placed[0])?;
+    let show = |p: u64| match p {
+        0 => "nowhere (none yet)".to_string(),
+        p => format!("at offset {:#x}", p - 1),
+    };
+    Some(format!(
+        "the symmetric heaps are out of step: the newest allocation sits {} on PE 0 and {} on \
+         PE {pe} (seen from PE {my_pe}), so a put to a peer's copy may land in another \
+         buffer. Something allocated or freed symmetric memory on some PEs only (a direct \
+         NVSHMEM call, say); this process cannot go on",
+        show(placed[0]),
+        show(placed[pe])
+    ))
 }
 
 /// Compare what each PE published; `None` when all agree.
@@ -309,6 +348,22 @@ mod tests {
             msg.contains("PE 0 is doing allocation #3 of 4096 bytes"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn heaps_out_of_step_are_named() {
+        let at = |placed| [1, 3, 4096, 0, 0, 0, 0, placed];
+        let same: Vec<u64> = [at(0x101), at(0x101), at(0x101)].concat();
+        assert_eq!(describe_misplacement(0, &same), None);
+        let apart: Vec<u64> = [at(0x101), at(0x101), at(0x201)].concat();
+        let msg = describe_misplacement(1, &apart).unwrap();
+        assert!(
+            msg.contains("at offset 0x100 on PE 0 and at offset 0x200 on PE 2 (seen from PE 1)"),
+            "{msg}"
+        );
+        let first: Vec<u64> = [at(0), at(0x41)].concat();
+        let msg = describe_misplacement(0, &first).unwrap();
+        assert!(msg.contains("sits nowhere (none yet) on PE 0"), "{msg}");
     }
 
     #[test]

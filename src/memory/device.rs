@@ -122,11 +122,21 @@ impl<T: Element> DeviceBuffer<T> {
             return Ok(());
         }
         self.shmem.bind_context()?;
-        let stream = self.shmem.stream();
-        // SAFETY: `src` has `len` elements and outlives the copy, which is waited for.
-        unsafe { cu::memcpy_htod_async(self.ptr, src, stream.cu_stream()) }
-            .during("cuMemcpyHtoDAsync")?;
-        stream.synchronize().during("cuStreamSynchronize")
+        // SAFETY: plain elements, seen as their bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(src.as_ptr() as *const u8, std::mem::size_of_val(src))
+        };
+        let (pool, stream) = (&self.shmem.rt.pinned, self.shmem.stream());
+        // SAFETY: the buffer holds as many bytes as `src`.
+        unsafe {
+            crate::runtime::copy_host(
+                pool,
+                stream,
+                self.ptr,
+                crate::runtime::HostCopy::ToDevice(bytes),
+                || Ok(()),
+            )
+        }
     }
 
     /// Copy the buffer into `dst`; lengths must match. Waits for the copy (and for the work
@@ -137,11 +147,20 @@ impl<T: Element> DeviceBuffer<T> {
             return Ok(());
         }
         self.shmem.bind_context()?;
-        let stream = self.shmem.stream();
-        // SAFETY: `dst` has `len` elements and outlives the copy, which is waited for.
-        unsafe { cu::memcpy_dtoh_async(dst, self.ptr, stream.cu_stream()) }
-            .during("cuMemcpyDtoHAsync")?;
-        stream.synchronize().during("cuStreamSynchronize")
+        let len = std::mem::size_of_val(dst);
+        // SAFETY: plain elements, seen as their bytes (any bytes are a valid element).
+        let bytes = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut u8, len) };
+        let (pool, stream) = (&self.shmem.rt.pinned, self.shmem.stream());
+        // SAFETY: the buffer holds as many bytes as `dst`.
+        unsafe {
+            crate::runtime::copy_host(
+                pool,
+                stream,
+                self.ptr,
+                crate::runtime::HostCopy::ToHost(bytes),
+                || Ok(()),
+            )
+        }
     }
 
     /// The buffer as a `Vec`.

@@ -5,10 +5,27 @@
 use crate::error::{CudaResultExt, Result};
 use crate::runtime::Nvshmem;
 use cudarc::driver::{result as cu, sys as cusys};
+use std::sync::Mutex;
 
 pub(crate) struct MappedRecord<T> {
     host: *mut T,
     device: u64,
+}
+
+/// Records given back, kept for the next record of the same size instead of freed:
+/// `cuMemFreeHost` waits for all of the GPU's work, and meanwhile the driver holds up this
+/// process's other threads' launches and copies (seen on 2 H200s: a channel dropped on one
+/// thread while kernels of other threads waited for a peer, whose own kernels waited for
+/// this PE's launches). The one context of the process's runtime maps them all; the few
+/// pages left at exit go with the process.
+static FREE: Mutex<Vec<(usize, usize, u64)>> = Mutex::new(Vec::new());
+
+/// A mapped block of `bytes` given back earlier: (host address, device address).
+fn reuse(bytes: usize) -> Option<(usize, u64)> {
+    let mut free = FREE.lock().unwrap_or_else(|p| p.into_inner());
+    let i = free.iter().position(|&(b, _, _)| b == bytes)?;
+    let (_, host, device) = free.swap_remove(i);
+    Some((host, device))
 }
 
 // SAFETY: pinned host memory owned by this value; the host only reads it.
@@ -18,8 +35,16 @@ unsafe impl<T> Sync for MappedRecord<T> {}
 impl<T: Copy + Default> MappedRecord<T> {
     /// A record of `T::default()`, mapped into this PE's context.
     pub(crate) fn new(shmem: &Nvshmem) -> Result<Self> {
-        shmem.bind_context()?;
         let bytes = std::mem::size_of::<T>();
+        if let Some((host, device)) = reuse(bytes) {
+            let host = host as *mut T;
+            // SAFETY: a block of `bytes` that no kernel writes any more (its last owner
+            // waited for them), written before anything reads it.
+            unsafe { host.write_volatile(T::default()) };
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            return Ok(MappedRecord { host, device });
+        }
+        shmem.bind_context()?;
         // SAFETY: a fresh allocation of `bytes`, written before anything reads it.
         let host = unsafe { cu::malloc_host(bytes, cusys::CU_MEMHOSTALLOC_DEVICEMAP) }
             .during("cuMemHostAlloc")? as *mut T;
@@ -58,10 +83,10 @@ impl<T: Copy + Default> MappedRecord<T> {
 impl<T> Drop for MappedRecord<T> {
     fn drop(&mut self) {
         // The owner waited for every kernel that could write here, unless the runtime is
-        // stranded: then the GPU may never be idle, and the memory is left to the process's
-        // exit.
+        // stranded: then a kernel may still write it, and it is left to the process's exit.
         if crate::runtime::check_not_stranded().is_ok() {
-            unsafe { cu::free_host(self.host as *mut std::ffi::c_void) }.ok();
+            let block = (std::mem::size_of::<T>(), self.host as usize, self.device);
+            FREE.lock().unwrap_or_else(|p| p.into_inner()).push(block);
         }
     }
 }

@@ -211,6 +211,13 @@ impl Nvshmem {
                 limit: HeapLimit::SymmetricSize(self.rt.heap.symmetric_size),
             });
         }
+        if !ptr.is_null() {
+            let offset = self.heap_offset(ptr as u64);
+            self.with_service(AllocCheck::new, |check| {
+                check.note_placed(offset);
+                Ok(())
+            })?;
+        }
         note_alloc(&self.rt, bytes);
         Ok(SymmetricBuffer {
             ptr: ptr as *mut T,

@@ -3,7 +3,7 @@
 
 use super::SymmetricBuffer;
 use crate::element::Element;
-use crate::error::{CudaResultExt, Error, Result};
+use crate::error::{Error, Result};
 use crate::runtime::Nvshmem;
 use nvshmem_sys as sys;
 use std::marker::PhantomData;
@@ -95,39 +95,38 @@ impl<'a, T: Element> SymmetricView<'a, T> {
 
     /// Copy `src` into this PE's elements; lengths must match.
     pub fn copy_from_host(&self, src: &[T]) -> Result<()> {
-        self.host_copy("host source", src.len(), |dev, stream| unsafe {
-            cudarc::driver::result::memcpy_htod_async(dev, src, stream).during("cuMemcpyHtoDAsync")
-        })
+        check_len("host source", self.len, src.len())?;
+        // SAFETY: plain elements, seen as their bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(src.as_ptr() as *const u8, std::mem::size_of_val(src))
+        };
+        self.host_copy(crate::runtime::HostCopy::ToDevice(bytes))
     }
 
     /// Copy this PE's elements into `dst`; lengths must match.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
-        let len = dst.len();
-        self.host_copy("host destination", len, |dev, stream| unsafe {
-            cudarc::driver::result::memcpy_dtoh_async(dst, dev, stream).during("cuMemcpyDtoHAsync")
-        })
+        check_len("host destination", self.len, dst.len())?;
+        let len = std::mem::size_of_val(dst);
+        // SAFETY: plain elements, seen as their bytes (any bytes are a valid element).
+        let bytes = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut u8, len) };
+        self.host_copy(crate::runtime::HostCopy::ToHost(bytes))
     }
 
-    /// A copy between this PE's elements and `host_len` host elements on the runtime's
-    /// stream, waited for.
-    fn host_copy(
-        &self,
-        what: &'static str,
-        host_len: usize,
-        copy: impl FnOnce(u64, cudarc::driver::sys::CUstream) -> Result<()>,
-    ) -> Result<()> {
-        check_len(what, self.len, host_len)?;
-        if host_len == 0 {
+    /// A copy between this PE's elements and as many host elements on the runtime's stream,
+    /// after the work before it there; waited for, holding no lock (that work may wait for
+    /// another thread of this process to call NVSHMEM).
+    fn host_copy(&self, host: crate::runtime::HostCopy<'_>) -> Result<()> {
+        if self.len == 0 {
             return Ok(());
         }
-        let stream = self.shmem.stream();
-        {
-            let _host = self.shmem.host_call()?;
-            copy(self.ptr as u64, stream.cu_stream())?;
+        self.shmem.bind_context()?;
+        let (pool, stream) = (&self.shmem.rt.pinned, self.shmem.stream());
+        // SAFETY: the view's bytes, as many as the host side's (checked by the callers).
+        unsafe {
+            crate::runtime::copy_host(pool, stream, self.ptr as u64, host, || {
+                self.shmem.host_call()
+            })
         }
-        // Not under the host library's lock: the copy may queue behind work that waits for
-        // another thread of this process to call NVSHMEM.
-        stream.synchronize().during("cuStreamSynchronize")
     }
 
     /// This PE's elements as a `Vec`.

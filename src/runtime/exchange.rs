@@ -12,8 +12,8 @@
 //! error on the PEs that wait for it; it cannot make PEs that time out at different moments
 //! agree.
 
+use super::pinned::PinnedWords;
 use crate::error::{CudaResultExt, Result};
-use cudarc::driver::result::{memcpy_dtoh_async, memcpy_htod_async};
 use cudarc::driver::sys::{self as cusys, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaStream};
 use nvshmem_sys as sys;
@@ -58,6 +58,10 @@ pub(crate) struct WordExchange {
     /// copy of the record before them), and the host's reads of the scratch.
     puts: Arc<CudaStream>,
     reads: Arc<CudaStream>,
+    /// Pinned host words (see `PinnedWords`): the round and record the puts stream copies
+    /// from, and what the reads copy into.
+    staged: PinnedWords,
+    seen: PinnedWords,
     n_pes: usize,
     my_pe: usize,
     round: u64,
@@ -89,6 +93,8 @@ impl WordExchange {
             scratch,
             puts: ctx.new_stream().during("cuStreamCreate")?,
             reads: ctx.new_stream().during("cuStreamCreate")?,
+            staged: PinnedWords::new(1 + RECORD_WORDS)?,
+            seen: PinnedWords::new(n_pes * RECORD_WORDS)?,
             n_pes,
             my_pe,
             round: 0,
@@ -121,13 +127,16 @@ impl WordExchange {
                 all.add((round % 2) as usize * n * w),
             )
         };
-        let mut staged = vec![round];
-        staged.extend_from_slice(record);
+        // The previous round's copy from here ran before its own tag landed, which that
+        // round waited for.
+        let staged = self.staged.as_mut_slice();
+        staged[0] = round;
+        staged[1..].copy_from_slice(record);
         let (put, read) = (self.puts.cu_stream(), self.reads.cu_stream());
         // SAFETY: this PE's own words of the scratch, then puts of them into the same
         // symmetric words of every PE, in stream order: the record, its delivery, the tag.
         unsafe {
-            memcpy_htod_async(round_at as u64, &staged, put).during("cuMemcpyHtoDAsync")?;
+            self.staged.write_to(round_at as u64, (1 + w) * 8, put)?;
             let stream = put as sys::cudaStream_t;
             let slot = half.add(me * w) as *mut c_void;
             for pe in 0..n {
@@ -152,8 +161,9 @@ impl WordExchange {
             }
         }
         // The wait for the others reads this PE's memory only: no NVSHMEM call.
-        let wait = || {
-            poll_tags(&self.reads, tags as u64, n, limit, |seen| {
+        let (reads, seen) = (&self.reads, &mut self.seen);
+        let mut wait = || {
+            poll_tags(reads, seen, tags as u64, n, limit, |seen| {
                 seen.iter().position(|&t| t < round)
             })
         };
@@ -164,34 +174,33 @@ impl WordExchange {
         if let Some(missing) = waited {
             return Ok(Exchanged::GaveUp(missing));
         }
-        let mut out = vec![0u64; n * w];
         // SAFETY: this round's half of this PE's scratch, complete (every tag has reached it).
-        unsafe { memcpy_dtoh_async(&mut out, half as u64, read) }.during("cuMemcpyDtoHAsync")?;
+        unsafe { self.seen.read_from(half as u64, n * w * 8, read) }?;
         self.reads.synchronize().during("cuStreamSynchronize")?;
-        Ok(Exchanged::All(out))
+        Ok(Exchanged::All(self.seen.as_mut_slice()[..n * w].to_vec()))
     }
 }
 
-/// Read the `len` words at `tags` (this PE's memory) on `reads` until `missing` finds none
+/// Read the `len` words at `tags` (this PE's memory) into `seen` (pinned, at least `len`
+/// words) on `reads` until `missing` finds none
 /// that is still short, backing off from a read every 5 µs to one a millisecond, for at most
 /// `limit`; then `Some` of the PE `missing` names. No NVSHMEM call: the host library may be
 /// let go around it.
 pub(crate) fn poll_tags(
     reads: &Arc<CudaStream>,
+    seen: &mut PinnedWords,
     tags: u64,
     len: usize,
     limit: Option<Duration>,
     missing: impl Fn(&[u64]) -> Option<usize>,
 ) -> Result<Option<usize>> {
     let began = Instant::now();
-    let mut seen = vec![0u64; len];
     let mut pause = Duration::from_micros(5);
     loop {
         // SAFETY: `len` words of this PE's memory (the caller's tags).
-        unsafe { memcpy_dtoh_async(&mut seen, tags, reads.cu_stream()) }
-            .during("cuMemcpyDtoHAsync")?;
+        unsafe { seen.read_from(tags, len * 8, reads.cu_stream()) }?;
         reads.synchronize().during("cuStreamSynchronize")?;
-        let Some(pe) = missing(&seen) else {
+        let Some(pe) = missing(&seen.as_mut_slice()[..len]) else {
             return Ok(None);
         };
         if limit.is_some_and(|l| began.elapsed() > l) {

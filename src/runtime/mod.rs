@@ -5,10 +5,12 @@
 //! services, which it drops before finalising NVSHMEM without knowing what they are.
 
 mod exchange;
+mod pinned;
 mod team_sync;
 mod transport;
 
 pub(crate) use exchange::{DuringWait, Exchanged, WordExchange, FINALIZE_KIND, RECORD_WORDS};
+pub(crate) use pinned::{copy_host, HostCopy};
 
 use crate::diag;
 use crate::error::{check, CudaResultExt, Error, Result};
@@ -405,6 +407,8 @@ pub(crate) struct Runtime {
     exchange_scratch: u64,
     /// Bounded syncs of any team (`barrier(team)`, `sync(team)`, a team's drop).
     pub(crate) team_syncs: team_sync::TeamSyncs,
+    /// Pinned host words for the small copies of host waits, team syncs and atomics.
+    pub(crate) pinned: pinned::PinnedPool,
     /// Made on first use, dropped in reverse order before NVSHMEM is finalised (they may free
     /// symmetric memory or unregister kernels). A service must not hold an [`Nvshmem`]: that
     /// would keep the runtime alive for ever.
@@ -814,6 +818,7 @@ impl Nvshmem {
                 exchange: Mutex::new(exchange),
                 exchange_scratch: exchange_scratch as u64,
                 team_syncs,
+                pinned: Default::default(),
                 services: Mutex::new(Vec::new()),
             })
         })();
@@ -894,6 +899,12 @@ impl Nvshmem {
     /// A new stream on this PE's GPU.
     pub fn new_stream(&self) -> Result<Arc<CudaStream>> {
         self.rt.ctx.new_stream().during("cuStreamCreate")
+    }
+
+    /// Where `addr` (this PE's symmetric memory) sits in its heap: bytes from the runtime's
+    /// first allocation, the same on every PE for buffers allocated alike.
+    pub(crate) fn heap_offset(&self, addr: u64) -> u64 {
+        addr.wrapping_sub(self.rt.exchange_scratch)
     }
 
     /// Bytes of symmetric heap this crate's buffers (and its own workspaces) hold on this PE.

@@ -15,7 +15,7 @@
 use super::exchange::poll_tags;
 use super::Nvshmem;
 use crate::error::{CudaResultExt, Error, Result};
-use cudarc::driver::result::{memcpy_htod_async, memset_d8_async};
+use cudarc::driver::result::memset_d8_async;
 use cudarc::driver::{CudaContext, CudaStream};
 use nvshmem_sys as sys;
 use std::ffi::c_void;
@@ -113,14 +113,19 @@ impl Nvshmem {
         let (staging, tags) = syncs.slot(handle as usize);
         *rounds += 1;
         let round = *rounds;
+        // Kept until this PE's own tag has landed: the copy from it runs before that put.
+        self.bind_context()?;
+        let mut word = self.rt.pinned.take(1)?;
+        let mut seen = self.rt.pinned.take(syncs.n_pes)?;
         {
             let _host = self.host_call()?;
             let put = syncs.puts.cu_stream();
             let mine = tags + (syncs.my_pe * 8) as u64;
+            word.as_mut_slice()[0] = round;
             // SAFETY: this PE's staging word, then puts of it into this PE's tag of the same
             // handle on every member, in stream order.
             unsafe {
-                memcpy_htod_async(staging, &[round], put).during("cuMemcpyHtoDAsync")?;
+                word.write_to(staging, 8, put)?;
                 for &pe in members {
                     sys::nvshmemx_putmem_on_stream(
                         mine as *mut c_void,
@@ -136,13 +141,18 @@ impl Nvshmem {
         // The wait reads this PE's memory only: no NVSHMEM call, so the host library goes to
         // this process's other threads meanwhile (a peer may wait for their work first).
         let missing = super::without_host_library(|| {
-            poll_tags(&syncs.reads, tags, syncs.n_pes, limit, |seen| {
+            poll_tags(&syncs.reads, &mut seen, tags, syncs.n_pes, limit, |seen| {
                 members.iter().copied().find(|&pe| seen[pe] < round)
             })
-        })?;
-        let Some(pe) = missing else {
-            return Ok(());
+        });
+        let Ok(Some(pe)) = missing else {
+            if missing.is_err() {
+                // Copies may still be queued: neither buffer goes back to the pool.
+                std::mem::forget((word, seen));
+            }
+            return missing.map(|_| ());
         };
+        std::mem::forget((word, seen));
         let why = format!(
             "{what} on team {handle} (PEs {members:?}): PE {pe} did not reach it within {:?} \
              (NVSHMEM_RS_TIMEOUT) on PE {}: a PE of the team skipped the call or stopped; this \

@@ -16,12 +16,15 @@ pub(crate) fn upload<T: Element + DeviceRepr>(
     Ok(())
 }
 
-/// `view` after the work on `stream`.
+/// `view` after the work on `stream`, waited for before the copy: a copy into pageable memory
+/// that waits inside the driver for a kernel that waits for a peer holds up this process's
+/// other copies and launches there, which the peer may be waiting for.
 pub(crate) fn download<T: Element + DeviceRepr>(
     stream: &Arc<CudaStream>,
     view: SymmetricView<'_, T>,
 ) -> Outcome<Vec<T>> {
     let mut out = vec![T::default(); view.len()];
+    stream.synchronize()?;
     stream.memcpy_dtoh(&view, &mut out)?;
     stream.synchronize()?;
     Ok(out)
