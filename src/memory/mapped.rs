@@ -13,11 +13,11 @@ pub(crate) struct MappedRecord<T> {
 }
 
 /// Records given back, kept for the next record of the same size instead of freed:
-/// `cuMemFreeHost` waits for all of the GPU's work, and meanwhile the driver holds up this
-/// process's other threads' launches and copies (seen on 2 H200s: a channel dropped on one
-/// thread while kernels of other threads waited for a peer, whose own kernels waited for
-/// this PE's launches). The one context of the process's runtime maps them all; the few
-/// pages left at exit go with the process.
+/// `cuMemFreeHost` may wait for all of the GPU's work. In a stack dump of a hung
+/// `stress_check` (2 H200s) a channel's drop sat in it while other threads' launches and
+/// copies were stopped inside the driver, and their peers' kernels waited for those. The one
+/// context of the process's runtime maps every record; the few pages left at exit go with
+/// the process.
 static FREE: Mutex<Vec<(usize, usize, u64)>> = Mutex::new(Vec::new());
 
 /// A mapped block of `bytes` given back earlier: (host address, device address).

@@ -4,10 +4,10 @@
 //!
 //! A copy to or from pageable memory goes through the driver's staging buffers, and a
 //! device-to-host one waits inside the driver until the work before it on its stream is done.
-//! Measured on 2 H200s (`stress_check`), such a copy waiting behind a kernel that waits for a
-//! peer held up the other threads' copies, launches and event records in the driver too: the
-//! peer's kernels then waited for this PE's, and every thread of both PEs stopped. A copy to or
-//! from pinned memory is a plain DMA that waits for nothing but its stream.
+//! In stack dumps of a hung `stress_check` (2 H200s), with such a copy waiting for a kernel
+//! that waited for a peer, other threads' copies and an event record were stopped inside the
+//! driver too. A copy to or from pinned memory is enqueued without staging and returns at
+//! once; the wait for it is a stream synchronisation of its own.
 
 use crate::error::{CudaResultExt, Result};
 use cudarc::driver::{result as cu, sys as cusys, CudaStream};
@@ -26,10 +26,9 @@ pub(crate) enum HostCopy<'h> {
 
 /// Copy between the caller's (pageable) host bytes and device address `dev` on `stream`,
 /// after the work before it there, through pinned buffers of `pool`, a chunk at a time;
-/// waited for. The DMA of each chunk waits for nothing but the stream, and the waits are
-/// stream synchronisations that hold no lock of the driver's (see the module
-/// documentation). `enqueue_guard` is held while each chunk's copy is enqueued (the host
-/// library's lock, for a copy on the runtime's stream).
+/// waited for. Each chunk's copy is enqueued without staging and waited for by a stream
+/// synchronisation (see the module documentation). `enqueue_guard` is held while each
+/// chunk's copy is enqueued (the host library's lock, for a copy on the runtime's stream).
 ///
 /// # Safety
 /// `dev` holds as many bytes as the host side, of the stream's context, current here.
