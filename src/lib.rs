@@ -45,7 +45,7 @@
 //! [`CollectivesConfig::max_blocks`] (`checks/src/bin/stress_check/`, collective and channel
 //! threads on 2 GPUs: passes with 32 or 16 blocks, times out without). Host copies of this
 //! crate go through pinned buffers, so that none waits for a kernel inside the driver: stack
-//! dumps of a hung stress check showed other threads' calls stopped there behind such a copy.
+//! dumps of a hung stress check showed other threads' calls stopped there beside such a copy.
 //!
 //! One known gap: symmetric allocations, frees and constructors on one thread, while channels
 //! and collectives run on others, can still end in [`Error::Timeout`] (the stress check, 2
