@@ -2,7 +2,10 @@
 //! bandwidth over CTA counts.
 
 use super::layout::{g_expected, inner_warmup, p_expected, Slots, G_SLOTS, G_STRIDE, P_SLOTS};
-use super::{bw_variant, P2p, Scope, K_BW, K_G, K_P, K_RMA, K_SIGNAL};
+use super::{
+    bw_variant, latency_kernel, signal_kernel, P2p, Scope, K_BW, K_G, K_P, K_RMA, K_SIGNAL,
+};
+use super::{GET_BW_KERNEL, G_KERNEL, PUT_BW_KERNEL, P_KERNEL};
 use crate::cli::format_size;
 use crate::data::{self, Mismatch};
 use crate::error::{CudaExt, Result};
@@ -27,7 +30,7 @@ impl P2p<'_> {
         self.words.copy_from_host(&[0u32; 2 * P_SLOTS])?;
         self.coord.barrier()?;
         if self.is_initiator() {
-            let f = self.function("bench_p_latency")?;
+            let f = self.function(P_KERNEL)?;
             for s in 0..warm + launches {
                 let mut args = KernelArgs::new();
                 args.value(words)
@@ -60,7 +63,7 @@ impl P2p<'_> {
         self.gsum.copy_from_host(&[0])?;
         self.coord.barrier()?;
         if self.is_initiator() {
-            let f = self.function("bench_g_latency")?;
+            let f = self.function(G_KERNEL)?;
             for s in 0..warm + launches {
                 let mut args = KernelArgs::new();
                 args.value(self.gwords.addr())
@@ -119,12 +122,7 @@ impl P2p<'_> {
             self.prepare(key, bytes)?;
         }
         if self.is_initiator() {
-            let name = format!(
-                "bench_{}_latency_{}",
-                if get { "get" } else { "put" },
-                scope.name()
-            );
-            let f = self.function(&name)?;
+            let f = self.function(&latency_kernel(get, scope))?;
             let cfg = Self::one_block(scope.threads(self.cfg.block_threads));
             for s in 0..warm + launches {
                 let mut args = KernelArgs::new();
@@ -183,7 +181,7 @@ impl P2p<'_> {
         self.prepare(key, bytes)?;
         let active = self.is_initiator() || self.is_target();
         let f = if active {
-            Some(self.function(&format!("bench_put_signal_pingpong_{}", scope.name()))?)
+            Some(self.function(&signal_kernel(scope))?)
         } else {
             None
         };
@@ -268,7 +266,7 @@ impl P2p<'_> {
         }
         let active = self.is_initiator() || (bidir && self.is_target());
         let f = if active {
-            Some(self.function(if get { "bench_get_bw" } else { "bench_put_bw" })?)
+            Some(self.function(if get { GET_BW_KERNEL } else { PUT_BW_KERNEL })?)
         } else {
             None
         };

@@ -92,7 +92,7 @@ impl P2p<'_> {
     /// region (made on the GPU, `data::bytes_at` on the host), a zeroed destination, a barrier.
     pub(super) fn prepare_get(&self, key: u64, bytes: usize, used: usize) -> Result<()> {
         self.bind()?;
-        let f = self.function("bench_fill_random")?;
+        let f = self.function(super::FILL_KERNEL)?;
         let words = used / 8;
         let mut args = KernelArgs::new();
         args.value(self.src.addr())

@@ -49,6 +49,43 @@ impl Scope {
     }
 }
 
+// The kernels of kernels/bench_p2p.cu, by what they measure.
+const P_KERNEL: &str = "bench_p_latency";
+const G_KERNEL: &str = "bench_g_latency";
+const PUT_BW_KERNEL: &str = "bench_put_bw";
+const GET_BW_KERNEL: &str = "bench_get_bw";
+const FILL_KERNEL: &str = "bench_fill_random";
+
+/// The kernel of put (or get) latency at `scope`.
+fn latency_kernel(get: bool, scope: Scope) -> String {
+    let op = if get { "get" } else { "put" };
+    format!("bench_{op}_latency_{}", scope.name())
+}
+
+/// The kernel of the put-with-signal ping-pong at `scope`.
+fn signal_kernel(scope: Scope) -> String {
+    format!("bench_put_signal_pingpong_{}", scope.name())
+}
+
+/// Every kernel the tests look up.
+#[cfg(test)]
+fn kernel_names() -> Vec<String> {
+    let mut names: Vec<String> = [
+        P_KERNEL,
+        G_KERNEL,
+        PUT_BW_KERNEL,
+        GET_BW_KERNEL,
+        FILL_KERNEL,
+    ]
+    .map(String::from)
+    .into();
+    for scope in Scope::ALL {
+        names.extend([latency_kernel(false, scope), latency_kernel(true, scope)]);
+        names.push(signal_kernel(scope));
+    }
+    names
+}
+
 // Keys of the random data of each test.
 const K_P: u64 = 1;
 const K_G: u64 = 2;
@@ -180,9 +217,19 @@ fn bw_variant(bidir: bool, ctas: u32) -> String {
     format!("{} ctas={ctas}", if bidir { "bidir" } else { "uni" })
 }
 
+/// The crate's check of an embedded cubin set (shared with its tests and the checks').
+#[cfg(test)]
+#[path = "../../../tests/support/cubin_set.rs"]
+mod cubin_set;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cubin_has_exactly_the_kernels_the_tests_look_up() {
+        super::cubin_set::check_set(&crate::kernels::BENCH_P2P, &kernel_names());
+    }
 
     #[test]
     fn scopes_pick_thread_counts() {
