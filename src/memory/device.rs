@@ -121,22 +121,8 @@ impl<T: Element> DeviceBuffer<T> {
         if src.is_empty() {
             return Ok(());
         }
-        self.shmem.bind_context()?;
-        // SAFETY: plain elements, seen as their bytes.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(src.as_ptr() as *const u8, std::mem::size_of_val(src))
-        };
-        let (pool, stream) = (&self.shmem.rt.pinned, self.shmem.stream());
-        // SAFETY: the buffer holds as many bytes as `src`.
-        unsafe {
-            crate::runtime::copy_host(
-                pool,
-                stream,
-                self.ptr,
-                crate::runtime::HostCopy::ToDevice(bytes),
-                || Ok(()),
-            )
-        }
+        // SAFETY: the buffer holds as many elements as `src`.
+        unsafe { super::runtime_host_copy(&self.shmem, self.ptr, super::to_device(src), || Ok(())) }
     }
 
     /// Copy the buffer into `dst`; lengths must match. Waits for the copy (and for the work
@@ -146,21 +132,8 @@ impl<T: Element> DeviceBuffer<T> {
         if dst.is_empty() {
             return Ok(());
         }
-        self.shmem.bind_context()?;
-        let len = std::mem::size_of_val(dst);
-        // SAFETY: plain elements, seen as their bytes (any bytes are a valid element).
-        let bytes = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut u8, len) };
-        let (pool, stream) = (&self.shmem.rt.pinned, self.shmem.stream());
-        // SAFETY: the buffer holds as many bytes as `dst`.
-        unsafe {
-            crate::runtime::copy_host(
-                pool,
-                stream,
-                self.ptr,
-                crate::runtime::HostCopy::ToHost(bytes),
-                || Ok(()),
-            )
-        }
+        // SAFETY: the buffer holds as many elements as `dst`.
+        unsafe { super::runtime_host_copy(&self.shmem, self.ptr, super::to_host(dst), || Ok(())) }
     }
 
     /// The buffer as a `Vec`.

@@ -13,7 +13,7 @@ pub use view::SymmetricView;
 
 use crate::element::Element;
 use crate::error::{CudaResultExt, Error, HeapLimit, Result};
-use crate::runtime::{note_alloc, note_free, Nvshmem};
+use crate::runtime::{copy_host, note_alloc, note_free, HostCopy, Nvshmem};
 pub(crate) use check::AllocCheck;
 pub(crate) use check::SetUp;
 use check::{CheckKind, Proposal, Refusal};
@@ -24,6 +24,37 @@ use nvshmem_sys as sys;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+/// `src`'s elements as the bytes a copy into device memory takes.
+pub(crate) fn to_device<T: Element>(src: &[T]) -> HostCopy<'_> {
+    // SAFETY: plain elements, seen as their bytes.
+    HostCopy::ToDevice(unsafe {
+        std::slice::from_raw_parts(src.as_ptr() as *const u8, std::mem::size_of_val(src))
+    })
+}
+
+/// `dst`'s elements as the bytes a copy from device memory fills.
+pub(crate) fn to_host<T: Element>(dst: &mut [T]) -> HostCopy<'_> {
+    let len = std::mem::size_of_val(dst);
+    // SAFETY: plain elements, seen as their bytes (any bytes are a valid element).
+    HostCopy::ToHost(unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut u8, len) })
+}
+
+/// A copy between `host` and this PE's device address `dev` on the runtime's stream, through
+/// the runtime's pinned buffers ([`copy_host`]), waited for; `guard` is held while each
+/// chunk is enqueued.
+///
+/// # Safety
+/// `dev` holds as many bytes as `host`, on this PE's GPU.
+unsafe fn runtime_host_copy<G>(
+    shmem: &Nvshmem,
+    dev: u64,
+    host: HostCopy<'_>,
+    guard: impl Fn() -> Result<G>,
+) -> Result<()> {
+    shmem.bind_context()?;
+    unsafe { copy_host(&shmem.rt.pinned, shmem.stream(), dev, host, guard) }
+}
 
 /// A typed allocation in the symmetric heap: the same size at the same offset on every PE,
 /// so any PE can address any other PE's copy.

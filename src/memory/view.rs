@@ -96,36 +96,26 @@ impl<'a, T: Element> SymmetricView<'a, T> {
     /// Copy `src` into this PE's elements; lengths must match.
     pub fn copy_from_host(&self, src: &[T]) -> Result<()> {
         check_len("host source", self.len, src.len())?;
-        // SAFETY: plain elements, seen as their bytes.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(src.as_ptr() as *const u8, std::mem::size_of_val(src))
-        };
-        self.host_copy(crate::runtime::HostCopy::ToDevice(bytes))
+        self.host_copy(super::to_device(src))
     }
 
     /// Copy this PE's elements into `dst`; lengths must match.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         check_len("host destination", self.len, dst.len())?;
-        let len = std::mem::size_of_val(dst);
-        // SAFETY: plain elements, seen as their bytes (any bytes are a valid element).
-        let bytes = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut u8, len) };
-        self.host_copy(crate::runtime::HostCopy::ToHost(bytes))
+        self.host_copy(super::to_host(dst))
     }
 
     /// A copy between this PE's elements and as many host elements on the runtime's stream,
     /// after the work before it there; waited for, holding no lock (that work may wait for
-    /// another thread of this process to call NVSHMEM).
+    /// another thread of this process to call NVSHMEM). The host library is held while each
+    /// chunk is enqueued.
     fn host_copy(&self, host: crate::runtime::HostCopy<'_>) -> Result<()> {
         if self.len == 0 {
             return Ok(());
         }
-        self.shmem.bind_context()?;
-        let (pool, stream) = (&self.shmem.rt.pinned, self.shmem.stream());
         // SAFETY: the view's bytes, as many as the host side's (checked by the callers).
         unsafe {
-            crate::runtime::copy_host(pool, stream, self.ptr as u64, host, || {
-                self.shmem.host_call()
-            })
+            super::runtime_host_copy(self.shmem, self.ptr as u64, host, || self.shmem.host_call())
         }
     }
 
