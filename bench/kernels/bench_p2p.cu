@@ -8,6 +8,8 @@
 #include <nvshmemx.h>
 #include <stdint.h>
 
+#include <nvshmem_rs/channel.cuh>
+
 namespace {
 
 enum Scope { THREAD = 0, WARP = 1, BLOCK = 2 };
@@ -247,3 +249,40 @@ extern "C" __global__ void bench_fill_random(uint64_t *dst, size_t words, uint64
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = mix64(base + i);
 }
+
+// ---- channel ping-pong: persistent kernels handing messages through nvshmem_rs/channel.cuh ----
+
+// The floor of a user's fused pipeline stage: one kernel on each end, the initiator pushing
+// `bytes` of src through `there` and popping the answer from `back` into dst, the target
+// popping and pushing its own src back, `warmup + iters` rounds with no host in between. A
+// wait that gives up ends the kernel and leaves `*elapsed` 0 (the host then reads the
+// channels' fault records).
+template <nvshmem_rs::Scope S>
+__device__ void channel_pingpong(nvshmem_rs_channel there, nvshmem_rs_channel back, void *dst,
+                                 const void *src, uint64_t bytes, int initiator, int warmup,
+                                 int iters, unsigned long long *elapsed) {
+    if (threadIdx.x == 0) *elapsed = 0;
+    unsigned long long t0 = 0;
+    for (int i = 0; i < warmup + iters; ++i) {
+        if (i == warmup) t0 = now_ns();
+        if (initiator) {
+            if (!nvshmem_rs::channel_push<S>(there, src, bytes)) return;
+            if (nvshmem_rs::channel_pop<S>(back, dst, bytes) == nvshmem_rs::CHANNEL_TIMED_OUT) return;
+        } else {
+            if (nvshmem_rs::channel_pop<S>(there, dst, bytes) == nvshmem_rs::CHANNEL_TIMED_OUT) return;
+            if (!nvshmem_rs::channel_push<S>(back, src, bytes)) return;
+        }
+    }
+    if (threadIdx.x == 0) *elapsed = now_ns() - t0;
+}
+
+#define BENCH_CHANNEL_PINGPONG(NAME, SCOPE)                                                            \
+    extern "C" __global__ void bench_channel_pingpong_##NAME(                                          \
+        nvshmem_rs_channel there, nvshmem_rs_channel back, void *dst, const void *src, uint64_t bytes, \
+        int initiator, int warmup, int iters, unsigned long long *elapsed) {                           \
+        channel_pingpong<SCOPE>(there, back, dst, src, bytes, initiator, warmup, iters, elapsed);      \
+    }
+
+BENCH_CHANNEL_PINGPONG(thread, nvshmem_rs::Scope::Thread)
+BENCH_CHANNEL_PINGPONG(warp, nvshmem_rs::Scope::Warp)
+BENCH_CHANNEL_PINGPONG(block, nvshmem_rs::Scope::Block)

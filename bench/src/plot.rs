@@ -348,6 +348,14 @@ pub fn write_plots(dir: &Path, records: &[Record], cfg: &Config) -> Result<Vec<P
             ));
         }
     }
+    for scope in ["thread", "warp", "block"] {
+        lat.push(series_of(
+            records,
+            &format!("channel ping-pong {scope}"),
+            |r| r.test == "channel_pingpong_device" && r.variant == scope,
+            time,
+        ));
+    }
     lat.push(series_of(
         records,
         "NCCL send/recv ping-pong",

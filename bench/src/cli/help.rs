@@ -58,7 +58,9 @@ POINT-TO-POINT (--tests p2p, or a subset), PE 0 and --peer (default PE 1); other
                  get         nvshmem_getmem[_warp|_block], thread/warp/block
   p2p-signal   put-with-signal ping-pong (nvshmem[x]_putmem_signal[_warp|_block] +
                nvshmem_signal_wait_until), thread/warp/block; reported one way = round trip / 2;
-               with NCCL: ncclSend/ncclRecv ping-pong, one way = round trip / 2
+               with NCCL: ncclSend/ncclRecv ping-pong, one way = round trip / 2; and
+               channel_push/channel_pop (nvshmem_rs/channel.cuh) between a persistent kernel
+               on each end, thread/warp/block, one way = round trip / 2
   p2p-bw       nvshmemx_putmem_nbi_block / nvshmemx_getmem_nbi_block, the message split over
                --ctas blocks, repeated inside the kernel, then nvshmem_quiet; CUDA events around
                each launch; one way (PE 0 only) and both ways (PE 0 and the peer at once,

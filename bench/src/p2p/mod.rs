@@ -1,7 +1,8 @@
-//! Point-to-point: device-initiated p/g, put/get and put-with-signal ping-pong (kernels in
-//! kernels/bench_p2p.cu), device bandwidth over CTA counts, host-initiated and on-stream RMA,
-//! and NCCL send/recv. PE 0 talks to `--peer`; the other PEs only join barriers and checks.
+//! Point-to-point: device-initiated p/g, put/get, put-with-signal ping-pong and channel
+//! ping-pong between persistent kernels (kernels in kernels/bench_p2p.cu), device bandwidth
+//! over CTA counts, host-initiated and on-stream RMA, and NCCL send/recv. PE 0 talks to `--peer`; the other PEs only join barriers and checks.
 
+mod channel;
 mod device;
 mod harness;
 mod host;
@@ -94,6 +95,7 @@ const K_SIGNAL: u64 = 4;
 const K_BW: u64 = 5;
 const K_HOST: u64 = 6;
 const K_NCCL: u64 = 7;
+const K_CHANNEL: u64 = 8;
 
 /// Device-side state of the point-to-point tests (all PEs allocate it).
 pub struct P2p<'a> {
@@ -166,6 +168,12 @@ pub fn run(
                 results.push(p.signal_pingpong(scope, bytes)?);
             }
             p.say_series(results, "put_signal_pingpong", scope.name());
+        }
+        for scope in Scope::ALL {
+            for &bytes in &cfg.lat_sizes {
+                results.push(p.channel_pingpong(scope, bytes)?);
+            }
+            p.say_series(results, "channel_pingpong_device", scope.name());
         }
     }
     if (t.p2p_signal || t.sendrecv) && nccl.is_some() {

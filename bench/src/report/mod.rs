@@ -34,9 +34,9 @@ pub enum Status {
 /// One measured point.
 #[derive(Debug, Clone, Serialize)]
 pub struct Record {
-    /// `allreduce`, `allgather`, `reducescatter`, `p`, `g`, `put`, `get`, `put_signal_pingpong`, `put_bw`,
-    /// `get_bw`, `host_put`, `host_get`, `stream_put`, `stream_get`, `nccl_pingpong`,
-    /// `nccl_sendrecv_bw`.
+    /// `allreduce`, `allgather`, `reducescatter`, `p`, `g`, `put`, `get`, `put_signal_pingpong`,
+    /// `channel_pingpong_device`, `put_bw`, `get_bw`, `host_put`, `host_get`, `stream_put`,
+    /// `stream_get`, `nccl_pingpong`, `nccl_sendrecv_bw`.
     pub test: String,
     /// Scope (`thread`, `warp`, `block`), direction and CTAs (`uni ctas=8`), or empty.
     pub variant: String,

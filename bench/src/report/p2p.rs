@@ -117,12 +117,22 @@ pub fn p2p_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
             scoped("put_signal_pingpong", scope),
         ));
     }
+    for scope in ["thread", "warp", "block"] {
+        cols.push((
+            format!("channel {scope}"),
+            scoped("channel_pingpong_device", scope),
+        ));
+    }
     cols.push(("nccl send/recv".into(), plain("nccl_pingpong")));
     out.extend(column_table(
         format!("ping-pong latency, one way (us), PE 0 <-> PE {peer}"),
         cols,
         false,
-        format!("round trip / 2; signal = put-with-signal + signal_wait_until; {note_spread}"),
+        format!(
+            "round trip / 2; signal = put-with-signal + signal_wait_until; channel = \
+             channel_push/channel_pop of nvshmem_rs/channel.cuh between persistent kernels; \
+             {note_spread}"
+        ),
     ));
 
     let cols: Vec<Column> = vec![
