@@ -5,7 +5,7 @@
 //! test) and put-with-signal.
 
 use super::layout::inner_warmup;
-use super::{P2p, Scope, K_CHANNEL};
+use super::{channel_kernel, P2p, Scope, K_CHANNEL};
 use crate::cli::format_size;
 use crate::data::{self, Mismatch};
 use crate::error::{Guard, Result};
@@ -44,7 +44,7 @@ impl P2p<'_> {
         };
         let active = self.is_initiator() || self.is_target();
         if active {
-            let f = self.function(&format!("bench_channel_pingpong_{}", scope.name()))?;
+            let f = self.function(&channel_kernel(scope))?;
             let cfg = Self::one_block(scope.threads(self.cfg.block_threads));
             for s in 0..warm + launches {
                 let mut args = KernelArgs::new();

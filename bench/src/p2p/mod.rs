@@ -68,6 +68,11 @@ fn signal_kernel(scope: Scope) -> String {
     format!("bench_put_signal_pingpong_{}", scope.name())
 }
 
+/// The kernel of the channel ping-pong between persistent kernels at `scope`.
+fn channel_kernel(scope: Scope) -> String {
+    format!("bench_channel_pingpong_{}", scope.name())
+}
+
 /// Every kernel the tests look up.
 #[cfg(test)]
 fn kernel_names() -> Vec<String> {
@@ -82,7 +87,7 @@ fn kernel_names() -> Vec<String> {
     .into();
     for scope in Scope::ALL {
         names.extend([latency_kernel(false, scope), latency_kernel(true, scope)]);
-        names.push(signal_kernel(scope));
+        names.extend([signal_kernel(scope), channel_kernel(scope)]);
     }
     names
 }
