@@ -77,9 +77,11 @@ fn row_exchange(c: &Checks, case: &RowCase, k: usize, len: usize, check: RowChec
     )
 }
 
-/// `spare` holds what layer 0 of `case` gives input `i` in the sequential schedule with the
-/// decode GEMM (the fused kernels' own; `Auto` may have measured cuBLASLt faster), and it
-/// must be `got`, bit for bit.
+/// `spare` holds what layer 0 of `case` gives input `i` in the sequential schedule, and it
+/// must be `got`, bit for bit. Where the call fused, the sequential schedule takes the decode
+/// GEMM (the fused kernel's own; `Auto` may have measured cuBLASLt faster); where it did not,
+/// `got` came from the sequential schedule already, whose GEMM `Auto` chose, and must come
+/// again.
 fn same_as_sequential(
     c: &Checks,
     case: &RowCase,
@@ -93,15 +95,23 @@ fn same_as_sequential(
         n: layer.out_features(),
         k: layer.local_in_features().len(),
     };
-    c.tp.gemm()
-        .set_auto_path(shape, GemmPath::Decode)
-        .map_err(text)?;
+    if layer.resolved_schedule(Schedule::Fused, shape.m) == Schedule::Fused {
+        c.tp.gemm()
+            .set_auto_path(shape, GemmPath::Decode)
+            .map_err(text)?;
+    }
     case.layers[0]
         .forward_with(spare, &case.xs[i], Schedule::Sequential, &c.stream)
         .map_err(text)?;
     sync(&c.stream).map_err(text)?;
     if bits(&spare.to_vec().map_err(text)?) != bits(got) {
-        return Err("the fused and sequential schedules differ".into());
+        return Err(format!(
+            "the fused and sequential schedules differ (Auto's GEMM at m={} n={} k={}: {:?})",
+            shape.m,
+            shape.n,
+            shape.k,
+            c.tp.gemm().auto_path(shape)
+        ));
     }
     Ok(())
 }
