@@ -47,16 +47,20 @@
 //! crate go through pinned buffers, so that none waits for a kernel inside the driver: stack
 //! dumps of a hung stress check showed other threads' calls stopped there beside such a copy.
 //!
-//! One known gap: symmetric allocations, frees and constructors on one thread, while channels
-//! and collectives run on others, can still end in [`Error::Timeout`] (the stress check, 2
-//! GPUs). Every such wait is bounded, so this ends in an error, not a hang.
+//! No drop waits for the GPU inside the driver, where other threads' launches would stop
+//! behind it: modules stay loaded until the runtime ends, and device buffers go back to the
+//! device's memory pool in stream order (a stack dump of a hung stress check showed a page
+//! pool's drop in `cuModuleUnload` with every other thread's launch stopped). With these, the
+//! stress check's every role (allocations, frees and constructors beside collectives,
+//! channels and host calls) passes on 2 GPUs.
 //!
 //! # Lifetimes on the GPU
-//! Freeing a symmetric buffer, destroying a team, dropping a [`Collectives`] or a module, and
+//! Freeing a symmetric or device buffer, destroying a team, dropping a [`Collectives`], and
 //! finalising wait for all work on this PE's GPU (every stream) first, so no kernel still
 //! running writes into memory that is reused. Where that wait fails (another thread
 //! capturing a stream into a graph, a sticky error), a free is refused on every PE
-//! ([`Error::FreeRefused`]) and a team or module is left in place. A CUDA graph holds raw
+//! ([`Error::FreeRefused`]) and a team is left in place. Modules are unloaded only when the
+//! runtime ends. A CUDA graph holds raw
 //! addresses: it must not be launched after the buffers, teams or `Collectives` it was
 //! captured with are gone.
 

@@ -59,22 +59,23 @@ impl Nvshmem {
             // The zeroing on a stream of its own: the runtime's may hold work that waits for
             // another thread of this process.
             let stream = self.wait_stream()?;
+            let s = stream.cu_stream();
             // SAFETY: a current context; the zeroing is waited for before the buffer is handed
-            // out (cuMemsetD8 would run on the legacy stream, which the crate's non-blocking
-            // streams do not wait for).
+            // out.
             unsafe {
                 let p = {
                     // Under the host library's lock, as symmetric allocations are from their
                     // heap check to NVSHMEM's allocation: the GPU memory that check found free
-                    // is not taken by another thread in between.
+                    // is not taken by another thread in between. From the device's memory pool,
+                    // stream-ordered, as its free (see `Drop`).
                     let _host = self.host_call()?;
-                    cu::malloc_sync(bytes).during("cuMemAlloc")?
+                    cu::malloc_async(s, bytes).during("cuMemAllocAsync")?
                 };
-                let zeroed = cu::memset_d8_async(p, 0, bytes, stream.cu_stream())
+                let zeroed = cu::memset_d8_async(p, 0, bytes, s)
                     .during("cuMemsetD8Async")
                     .and_then(|()| stream.synchronize().during("cuStreamSynchronize"));
                 if let Err(e) = zeroed {
-                    cu::free_sync(p).ok();
+                    cu::free_async(p, s).ok();
                     return Err(e);
                 }
                 p
@@ -149,10 +150,14 @@ impl<T: Element> Drop for DeviceBuffer<T> {
         if self.ptr == 0 {
             return;
         }
-        // Kernels on any stream may still read or write it.
+        // Kernels on any stream may still read or write it: wait for all of them, then hand
+        // it back to the pool in stream order. Not cuMemFree, which holds back this process's
+        // other launches until the GPU is idle: with another thread's kernel waiting for a PE
+        // whose progress needs one of those launches, the PEs deadlock.
         let freed = self.shmem.quiesce().and_then(|()| {
-            // SAFETY: allocated by cuMemAlloc, no longer used.
-            unsafe { cu::free_sync(self.ptr) }.during("cuMemFree")
+            let stream = self.shmem.wait_stream()?;
+            // SAFETY: allocated by cuMemAllocAsync, no longer used.
+            unsafe { cu::free_async(self.ptr, stream.cu_stream()) }.during("cuMemFreeAsync")
         });
         match freed {
             // A stranded runtime leaks everything, for the reason it reported already.

@@ -56,11 +56,13 @@ impl LaunchOptions {
     }
 }
 
-/// A kernel of a loaded [`Module`](super::Module). Cheap to clone; it keeps its module
-/// loaded for as long as any clone lives.
+/// A kernel of a loaded [`Module`](super::Module). Cheap to clone; it keeps the runtime (and
+/// so its module) alive for as long as any clone lives.
 #[derive(Clone)]
 pub struct Function {
     pub(super) loaded: Arc<Loaded>,
+    /// As [`Module`](super::Module)'s: `None` for a runtime service's kernels.
+    pub(super) _runtime: Option<crate::runtime::Nvshmem>,
     pub(super) func: cusys::CUfunction,
     pub(super) name: Arc<str>,
     pub(super) params: Option<Arc<[usize]>>,

@@ -4,8 +4,8 @@
 //! A cubin that calls NVSHMEM device functions is linked with `libnvshmem_device.a` (the
 //! `nvshmem-build` crate does this from a build script) and has to be registered with
 //! `nvshmemx_cumodule_init` before any of its kernels run: [`Module`] loads and registers
-//! it; it is unregistered and unloaded when the module and every [`Function`] of it are
-//! gone. A cubin that links no NVSHMEM device code (a whole program such as a CUTLASS GEMM:
+//! it, once per runtime (loading the same image again returns the loaded module), and it
+//! stays loaded until the runtime ends. A cubin that links no NVSHMEM device code (a whole program such as a CUTLASS GEMM:
 //! no `nvshmemi_device_state_d`) is loaded without registering. Every launch goes through
 //! [`Function::launch_with`].
 //!
@@ -35,7 +35,7 @@ pub use cubin::{Aligned, CubinImage, CubinSet};
 pub use function::{grid, Function, LaunchOptions};
 
 use crate::error::{CudaResultExt, Error, Result};
-use crate::runtime::{library_version, Nvshmem};
+use crate::runtime::{library_version, lock_letting_go, Nvshmem};
 use cubin::{aligned_copy, check_image};
 use cudarc::driver::{result as cu, sys as cusys, CudaContext, DriverError};
 use nvshmem_sys as sys;
@@ -48,8 +48,14 @@ enum Handle {
     Library(cusys::CUlibrary),
 }
 
-/// A registered cubin; unregistered and unloaded when the last [`Module`] or [`Function`]
-/// holding it goes.
+/// A registered cubin, held by the runtime's module cache; unregistered and unloaded when the
+/// runtime ends (after its services, before NVSHMEM is finalised).
+///
+/// Never sooner: unloading waits for every kernel on the GPU, on every stream, and the
+/// driver holds back this process's other launches meanwhile. When another thread's kernel
+/// waits for another PE, and that PE for a launch held back here, the PEs deadlock (a stack
+/// dump of a hung stress check showed a page pool's drop in `cuModuleUnload` with every other
+/// thread's launch blocked).
 pub(crate) struct Loaded {
     handle: Handle,
     /// Registered with NVSHMEM (it links NVSHMEM's device library), so unregistered on drop.
@@ -57,9 +63,6 @@ pub(crate) struct Loaded {
     name: String,
     ctx: Arc<CudaContext>,
     device: usize,
-    /// Keeps NVSHMEM running while the module is registered. `None` only for modules that a
-    /// runtime service owns, which the runtime drops before it finalises.
-    _runtime: Option<Nvshmem>,
 }
 
 // SAFETY: the handles are driver objects usable from any thread once the context is current,
@@ -146,8 +149,10 @@ impl Handle {
 
 /// A loaded cubin registered with NVSHMEM (its device state initialised). Cheap to clone.
 ///
-/// Unloading waits for all work on this PE's GPU to finish first, so no kernel of it is
-/// still running when its code goes.
+/// A runtime loads each image once: loading it again (the same bytes, the same form) returns
+/// the module already loaded. It stays loaded until the runtime ends, also after every
+/// `Module` and [`Function`] of it are gone: unloading waits for all work on the GPU, which
+/// other threads' kernels that wait for other PEs could turn into a deadlock across PEs.
 ///
 /// ```no_run
 /// # fn main() -> nvshmem::Result<()> {
@@ -165,6 +170,9 @@ impl Handle {
 #[derive(Clone)]
 pub struct Module {
     loaded: Arc<Loaded>,
+    /// Keeps NVSHMEM running while the module is used. `None` for a runtime service's
+    /// modules, which must not keep the runtime alive.
+    runtime: Option<Nvshmem>,
 }
 
 impl std::fmt::Debug for Module {
@@ -230,7 +238,13 @@ impl Module {
         hold_runtime: bool,
     ) -> Result<Self> {
         check_image(bytes, name)?;
+        let runtime = hold_runtime.then(|| shmem.clone());
+        let key = image_key(bytes, kind);
         let _host = shmem.host_call()?;
+        let mut cache = lock_letting_go(&shmem.rt.modules);
+        if let Some(loaded) = cache.get(&key).and_then(|l| Arc::clone(l).downcast().ok()) {
+            return Ok(Module { loaded, runtime });
+        }
         let image = aligned_copy(bytes);
         let handle = match kind {
             // SAFETY: `image` is a complete, aligned image that outlives the call.
@@ -296,16 +310,18 @@ impl Module {
                 None,
             ));
         }
-        Ok(Module {
-            loaded: Arc::new(Loaded {
-                handle,
-                registered,
-                name: name.to_string(),
-                ctx: shmem.context().clone(),
-                device: shmem.device_ordinal(),
-                _runtime: hold_runtime.then(|| shmem.clone()),
-            }),
-        })
+        let loaded = Arc::new(Loaded {
+            handle,
+            registered,
+            name: name.to_string(),
+            ctx: shmem.context().clone(),
+            device: shmem.device_ordinal(),
+        });
+        cache.insert(
+            key,
+            Arc::clone(&loaded) as Arc<dyn std::any::Any + Send + Sync>,
+        );
+        Ok(Module { loaded, runtime })
     }
 
     /// The name the module was loaded under.
@@ -347,6 +363,7 @@ impl Module {
         };
         Ok(Function {
             loaded: Arc::clone(&self.loaded),
+            _runtime: self.runtime.clone(),
             func,
             name: name.into(),
             params: function::param_sizes(func),
@@ -360,6 +377,24 @@ enum Kind {
     Library,
 }
 
+/// What the runtime's module cache knows an image by: its form, its length and a 128-bit
+/// hash of its bytes (two salted passes of the standard hasher).
+fn image_key(bytes: &[u8], kind: Kind) -> [u64; 4] {
+    use std::hash::{Hash, Hasher};
+    let pass = |salt: u64| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        salt.hash(&mut h);
+        bytes.hash(&mut h);
+        h.finish()
+    };
+    [
+        kind as u64,
+        bytes.len() as u64,
+        pass(0x6e76_7368_6d65_6d31),
+        pass(0x6375_6269_6e5f_6b32),
+    ]
+}
+
 /// The image of `set` for this PE's GPU.
 fn image(shmem: &Nvshmem, set: &CubinSet) -> Result<&'static CubinImage> {
     let (major, minor) = shmem
@@ -367,4 +402,26 @@ fn image(shmem: &Nvshmem, set: &CubinSet) -> Result<&'static CubinImage> {
         .compute_capability()
         .during("cuDeviceGetAttribute")?;
     set.image_for(major, minor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{image_key, Kind};
+
+    #[test]
+    fn the_cache_key_tells_images_and_forms_apart() {
+        let a = b"\x7fELF one image".to_vec();
+        let mut b = a.clone();
+        *b.last_mut().unwrap() ^= 1;
+        assert_eq!(
+            image_key(&a, Kind::Module),
+            image_key(&a.clone(), Kind::Module)
+        );
+        assert_ne!(image_key(&a, Kind::Module), image_key(&b, Kind::Module));
+        assert_ne!(image_key(&a, Kind::Module), image_key(&a, Kind::Library));
+        assert_ne!(
+            image_key(&a, Kind::Module),
+            image_key(&a[..a.len() - 1], Kind::Module)
+        );
+    }
 }

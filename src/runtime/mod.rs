@@ -385,6 +385,9 @@ impl fmt::Debug for UniqueId {
 /// A service: per-runtime state of another module, behind its own lock.
 type Service = Arc<Mutex<Box<dyn Any + Send>>>;
 
+/// What the runtime keeps for the module layer: loaded modules by a key of their image.
+pub(crate) type LoadedModules = std::collections::HashMap<[u64; 4], Arc<dyn Any + Send + Sync>>;
+
 pub(crate) struct Runtime {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
@@ -413,6 +416,10 @@ pub(crate) struct Runtime {
     /// symmetric memory or unregister kernels). A service must not hold an [`Nvshmem`]: that
     /// would keep the runtime alive for ever.
     services: Mutex<Vec<(TypeId, Service)>>,
+    /// Every module loaded on this runtime, by a key of its image (the module layer's, kept
+    /// opaque here as the services are): dropped after the services, before NVSHMEM is
+    /// finalised, never sooner (see `module::Loaded`).
+    pub(crate) modules: Mutex<LoadedModules>,
 }
 
 impl Drop for Runtime {
@@ -421,9 +428,7 @@ impl Drop for Runtime {
         if let Err(e) = check_not_stranded() {
             // The GPU never becomes idle: leave everything as it is.
             diag::error_pe!(Some(self.my_pe), "leaving without finalizing: {e}");
-            std::mem::forget(std::mem::take(
-                self.services.get_mut().unwrap_or_else(|p| p.into_inner()),
-            ));
+            self.leave_loaded();
             if let Ok(mut s) = STATE.lock() {
                 *s = State::Finalized;
             }
@@ -444,6 +449,7 @@ impl Drop for Runtime {
                 self.wait_limit.unwrap_or_default()
             );
             std::mem::forget(services);
+            self.leave_loaded();
             if let Ok(mut s) = STATE.lock() {
                 *s = State::Finalized;
             }
@@ -452,6 +458,10 @@ impl Drop for Runtime {
         while let Some(service) = services.pop() {
             drop(service);
         }
+        // Unloading waits for the GPU; every kernel is done by now.
+        drop(std::mem::take(
+            self.modules.get_mut().unwrap_or_else(|p| p.into_inner()),
+        ));
         {
             let _host = host_call();
             // SAFETY: allocated at init, alike on every PE, every PE past its last exchange.
@@ -467,6 +477,17 @@ impl Drop for Runtime {
 }
 
 impl Runtime {
+    /// Leave the services and modules as they are (a GPU that never becomes idle, a PE that
+    /// did not arrive): dropping them would wait for that GPU or those PEs.
+    fn leave_loaded(&mut self) {
+        std::mem::forget(std::mem::take(
+            self.services.get_mut().unwrap_or_else(|p| p.into_inner()),
+        ));
+        std::mem::forget(std::mem::take(
+            self.modules.get_mut().unwrap_or_else(|p| p.into_inner()),
+        ));
+    }
+
     /// Whether every PE reaches the end within the wait limit (always, without one), and
     /// none is doing something else (an allocation, a free): the runtime's exchange, which
     /// leaves nothing on the GPU when a PE has gone (NVSHMEM's barrier would, and hold up
@@ -820,6 +841,7 @@ impl Nvshmem {
                 team_syncs,
                 pinned: Default::default(),
                 services: Mutex::new(Vec::new()),
+                modules: Mutex::new(Default::default()),
             })
         })();
         let runtime = match started {
