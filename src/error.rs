@@ -149,6 +149,21 @@ pub enum Error {
         /// How long it waited.
         waited: std::time::Duration,
     },
+    /// A fused exchange of a tensor-parallel layer (`tp::Schedule::Fused`,
+    /// or `Auto` where it fuses) waited longer than `NVSHMEM_RS_TIMEOUT` for its peers: a peer
+    /// never made the same call, failed in it, or died. The outputs of that call and of the
+    /// layer's calls queued after it are wrong, and every later call of the layer on this PE
+    /// returns this error: drop it and make a new one on every PE.
+    ExchangeTimeout {
+        /// The PE that waited.
+        pe: usize,
+        /// The PEs whose chunks (or sums) had not come.
+        waited_for: Vec<usize>,
+        /// The call's number among the layer's watched calls on this PE, from 1.
+        call: u64,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
     /// A PE number outside `0..n_pes` (of the world, or of a team).
     PeOutOfRange {
         /// The PE asked for.
@@ -432,6 +447,26 @@ impl fmt::Display for Error {
                      legitimate, raise ChannelConfig::timeout or NVSHMEM_RS_TIMEOUT"
                 )
             }
+            Error::ExchangeTimeout {
+                pe,
+                waited_for,
+                call,
+                waited,
+            } => {
+                let pes: Vec<String> = waited_for.iter().map(|p| p.to_string()).collect();
+                let (them, verb) = match pes.len() {
+                    1 => (format!("PE {}", pes[0]), "it"),
+                    _ => (format!("PEs {}", pes.join(", ")), "they"),
+                };
+                write!(
+                    f,
+                    "PE {pe}'s tensor-parallel fused exchange (the layer's call #{call}) waited \
+                     {waited:.1?} for {them} and gave up: {verb} never made the same call, \
+                     failed in it or died (look at the output). The outputs of that call and \
+                     the calls queued after it are wrong. Drop the layer and make a new one on \
+                     every PE; if the wait was legitimate, raise NVSHMEM_RS_TIMEOUT"
+                )
+            }
             Error::PeOutOfRange { pe, n_pes } => write!(
                 f,
                 "PE {pe} is out of range: there are {n_pes} PEs (0..{n_pes})"
@@ -712,6 +747,28 @@ mod tests {
             text.contains("no more collective calls") && text.ends_with("end it"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_exchange_timeout_names_the_pes_waited_for_and_what_to_do() {
+        let text = |waited_for: Vec<usize>| {
+            Error::ExchangeTimeout {
+                pe: 0,
+                waited_for,
+                call: 3,
+                waited: std::time::Duration::from_millis(4100),
+            }
+            .to_string()
+        };
+        let one = text(vec![1]);
+        assert!(
+            one.starts_with("PE 0's tensor-parallel fused exchange (the layer's call #3)")
+                && one.contains("waited 4.1s for PE 1 and gave up: it never made")
+                && one.contains("Drop the layer")
+                && one.contains("NVSHMEM_RS_TIMEOUT"),
+            "{one}"
+        );
+        assert!(text(vec![1, 3]).contains("for PEs 1, 3 and gave up: they"));
     }
 
     #[test]

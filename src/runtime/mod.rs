@@ -1123,7 +1123,7 @@ impl Nvshmem {
 }
 
 /// A lock, even if a thread panicked while holding it: the state it guards stays usable.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

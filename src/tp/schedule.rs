@@ -42,8 +42,11 @@ pub enum Schedule {
     ///   reduce-scatter or all-reduce, in rounds. The copy engines move each PE's rows (or
     ///   partial products, then sums) to the peers, raising a flag per chunk by stream
     ///   memory operations, while the next GEMM computes. They need a GPU with 64-bit
-    ///   stream memory operations. Their waits have no bound and no call agreement: a PE
-    ///   that never makes the matching call leaves its peers waiting. PEs that share a GPU
+    ///   stream memory operations. The PEs do not agree on each call first. A watchdog
+    ///   bounds the waits at `NVSHMEM_RS_TIMEOUT`: past it, the call's outputs and those of
+    ///   the calls queued after it are wrong, and every later call of the layer returns
+    ///   [`Error::ExchangeTimeout`](crate::Error::ExchangeTimeout). Graph replays are not
+    ///   watched. PEs that share a GPU
     ///   (CUDA MPS) must each be held to their share of its SMs.
     ///
     /// The output is the same as [`Sequential`](Self::Sequential)'s schedule sums: in f32,

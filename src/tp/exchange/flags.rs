@@ -22,6 +22,7 @@
 //! credit; and it clears its `ready` and `done` flags before it opens the next call, whose
 //! credits any new chunk waits for.
 
+use super::watch::Watch;
 use crate::element::Element;
 use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::{SetUp, SymmetricBuffer, SymmetricView};
@@ -37,6 +38,17 @@ pub(in crate::tp) struct ChunkFlags {
     _flags: SymmetricBuffer<u64>,
     /// Per PE: its flag array, as mapped here.
     peer_flags: Vec<u64>,
+    /// The bound on the calls' waits (none without `NVSHMEM_RS_TIMEOUT`).
+    watch: Option<Arc<Watch>>,
+}
+
+impl Drop for ChunkFlags {
+    fn drop(&mut self) {
+        // Before the flags are freed: no call left waiting on them, and no release after.
+        if let Some(w) = &self.watch {
+            w.close();
+        }
+    }
 }
 
 const FLAG: u64 = std::mem::size_of::<u64>() as u64;
@@ -68,11 +80,13 @@ impl ChunkFlags {
         let peer_flags = peer_bases(&flags)?;
         // No peer may write a flag here before it is cleared (calloc's zeroing is complete).
         shmem.set_up_barrier(SetUp::TpExchange)?;
+        let watch = Watch::new(shmem, peer_flags[me]);
         Ok(ChunkFlags {
             n,
             me,
             _flags: flags,
             peer_flags,
+            watch,
         })
     }
 
@@ -100,7 +114,11 @@ impl ChunkFlags {
 
     /// On `stream`, first in a call: let every peer write its chunk here (after everything
     /// before on `stream`, which may still read the buffer).
+    /// Refused once a call's wait gave up ([`Error::ExchangeTimeout`]).
     pub(in crate::tp) fn open(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        if let Some(w) = &self.watch {
+            w.refuse()?;
+        }
         self.peers()
             .try_for_each(|c| write(stream, self.credit(c, self.me), 1))
     }
@@ -125,6 +143,12 @@ impl ChunkFlags {
         rounds: u64,
     ) -> Result<()> {
         write(stream, self.ready(peer, self.me), rounds)
+    }
+
+    /// After the call's last step on `stream` (which has joined every stream of the call):
+    /// the bound on its waits starts.
+    pub(in crate::tp) fn watch(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        self.watch.as_ref().map_or(Ok(()), |w| w.enqueued(stream))
     }
 
     /// Make `stream` wait until every peer's chunks of the first `rounds` rounds are here.

@@ -71,6 +71,6 @@ impl GatherCall<'_> {
         // Closed even after a failure, and the copy stream joined: what follows on `stream`
         // may overwrite `x`, and a capture stays whole.
         let ran = sent.and_then(|()| multiply()).and(flags.close(stream));
-        ran.and(join(stream, pusher))
+        ran.and(join(stream, pusher)).and(flags.watch(stream))
     }
 }

@@ -7,6 +7,7 @@
 mod flags;
 mod gather;
 mod rounds;
+mod watch;
 
 pub(super) use flags::{peer_bases, stream_memops, ChunkFlags};
 pub(super) use gather::GatherCall;

@@ -179,12 +179,12 @@ impl RoundsCall<'_> {
         // flags (even after a failure, so that no late chunk is left raised).
         let side = self.tp.side();
         let joined = join(self.stream, side).and(join(self.stream, self.pusher));
-        sent.and(joined).and(self.flags.close_rounds(
-            self.stream,
-            last as u64,
-            ready_cleared,
-            self.replicated,
-        ))
+        sent.and(joined)
+            .and(
+                self.flags
+                    .close_rounds(self.stream, last as u64, ready_cleared, self.replicated),
+            )
+            .and(self.flags.watch(self.stream))
     }
 
     /// This PE's partial product of PE `pe`'s rows `part`, at their rows among the tokens

@@ -12,8 +12,9 @@
 //! `--trace` makes each PE print its steps with times (shown for a failed case).
 //!
 //! Most cases run our all-reduce with a 2 s timeout (`CollectivesConfig::timeout`); the
-//! others wait on the host for a flag nobody sets, free while a stream is being captured, or
-//! start with no transport between the GPUs. The runtime's own waits are bounded at 4 s
+//! others wait on the host for a flag nobody sets, free while a stream is being captured,
+//! call a tensor-parallel layer's fused exchange on one PE only, or start with no transport
+//! between the GPUs. The runtime's own waits are bounded at 4 s
 //! (`NVSHMEM_RS_TIMEOUT`). A PE that gets an error prints `fault_check: PE k: <error>` and
 //! exits with status 1. The `missing-pe` case runs without the launcher: rank 0 of 2 starts
 //! with a unique ID that no rank 1 ever uses, and the start's own bound
@@ -145,6 +146,15 @@ const CASES: &[Case] = &[
         name: "ce-late",
         about: "PE 1 enters a copy-engine all-gather after the others' bound ran out",
         expect: &[(0, "from PE 1 and gave up"), (1, "gave up this call")],
+        alone: false,
+    },
+    Case {
+        name: "tp-one-pe",
+        about: "PE 0 alone calls a row-parallel layer's fused GEMM + reduce-scatter",
+        expect: &[(
+            0,
+            "tensor-parallel fused exchange (the layer's call #1) waited",
+        )],
         alone: false,
     },
     Case {
@@ -442,6 +452,7 @@ fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
         "wait-no-setter" => return wait_for_nobody(shmem),
         "team-sync-skip" => return team_sync_skip(shmem),
         "free-capture" => return free_while_capturing(shmem),
+        "tp-one-pe" => return tp_forward_alone(shmem),
         _ => {}
     }
     let mut config = CollectivesConfig::for_pes(n);
@@ -569,6 +580,44 @@ fn wait_for_nobody(shmem: &Nvshmem) -> nvshmem::Result<()> {
     }
     std::thread::sleep(4 * TIMEOUT);
     Ok(())
+}
+
+/// Every PE builds a row-parallel layer with a sequence-parallel output; PE 0 alone calls its
+/// fused GEMM + reduce-scatter (the exchange in rounds, whose flags stream memory operations
+/// wait for). The watchdog's bound (`NVSHMEM_RS_TIMEOUT`) must release PE 0's stream, and
+/// the layer's next call must return `ExchangeTimeout`, naming PE 1.
+fn tp_forward_alone(shmem: &Nvshmem) -> nvshmem::Result<()> {
+    use nvshmem::tp::{RowOutput, RowParallelLinear, Schedule, TensorParallel};
+    use nvshmem::{bf16, Error};
+    let (me, n) = (shmem.my_pe(), shmem.n_pes());
+    let tp = TensorParallel::new(shmem)?;
+    let (k, width, tokens) = (64 * n, 64, nvshmem::tp::FUSED_EXCHANGE_TOKENS * n);
+    let layer = RowParallelLinear::with_output(&tp, k, width, RowOutput::SequenceParallel, tokens)?;
+    layer.load_weight(&vec![bf16::ONE; width * k])?;
+    if layer.resolved_schedule(Schedule::Fused, tokens) != Schedule::Fused {
+        return Err(Error::InvalidArgument(format!(
+            "a fused call of {tokens} tokens on {n} PEs does not take the fused exchange here"
+        )));
+    }
+    let x = shmem.alloc_device::<bf16>(tokens * layer.local_in_features().len())?;
+    let y = shmem.malloc::<bf16>(tokens / n * width)?;
+    let stream = shmem.stream();
+    if me != 0 {
+        trace(me, "skipping the forward");
+        std::thread::sleep(4 * TIMEOUT);
+        // Not dropped: the frees would wait for PE 0.
+        std::mem::forget((layer, x, y, tp));
+        return Ok(());
+    }
+    trace(me, "the forward, alone");
+    layer.forward_with(&y, &x, Schedule::Fused, stream)?;
+    // Returns once the watchdog has released the waits.
+    stream.synchronize()?;
+    trace(me, "the stream is free; the next forward");
+    layer.forward_with(&y, &x, Schedule::Fused, stream)?;
+    Err(Error::InvalidArgument(
+        "the forward after one that waited alone past the bound returned Ok".into(),
+    ))
 }
 
 /// Every PE syncs a team of all PEs (a split of the world) twice, but PE 1 skips the second

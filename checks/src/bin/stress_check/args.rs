@@ -26,10 +26,26 @@ pub(crate) struct Args {
     /// Let the shared collectives use programmatic stream serialization.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
     programmatic: bool,
-    /// The most blocks a call of the shared collectives launches (`CollectivesConfig::max_blocks`)
-    /// [default: one per SM]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    max_blocks: Option<u32>,
+    /// The most blocks a call of the shared collectives launches (`CollectivesConfig::max_blocks`),
+    /// or `all` (one per SM). The docs ask for a cap beside channels: uncapped, a PE's call
+    /// may find no SM free while the peer's channel kernels wait for it.
+    #[arg(long, value_name = "N|all", default_value = "32", value_parser = parse_max_blocks)]
+    max_blocks: MaxBlocks,
+}
+
+/// `--max-blocks`: a cap, or none.
+#[derive(Clone, Copy)]
+struct MaxBlocks(Option<u32>);
+
+/// `--max-blocks`: a positive number, or `all` for none.
+fn parse_max_blocks(value: &str) -> Result<MaxBlocks, String> {
+    match value {
+        "all" => Ok(MaxBlocks(None)),
+        v => match v.parse::<u32>() {
+            Ok(n) if n > 0 => Ok(MaxBlocks(Some(n))),
+            _ => Err("not a valid value: a positive number of blocks, or `all`".into()),
+        },
+    }
 }
 
 /// `--seconds`: a positive, finite number.
@@ -68,7 +84,7 @@ impl Args {
             },
             cooperative: self.cooperative,
             programmatic: self.programmatic,
-            max_blocks: self.max_blocks.map(|b| b as usize),
+            max_blocks: self.max_blocks.0.map(|b| b as usize),
         }
     }
 }
@@ -116,6 +132,7 @@ mod tests {
         assert!(n.skip.is_empty());
         assert!(!n.cooperative);
         assert!(n.programmatic);
+        assert_eq!(n.max_blocks, Some(32));
     }
 
     #[test]
@@ -133,6 +150,8 @@ mod tests {
             "true",
             "--programmatic",
             "false",
+            "--max-blocks",
+            "all",
         ])
         .unwrap();
         assert_eq!((a.seconds, a.threads, a.seed), (2.5, 11, 7));
@@ -140,6 +159,14 @@ mod tests {
         assert_eq!(n.skip, ["send", "recv"]);
         assert!(n.cooperative);
         assert!(!n.programmatic);
+        assert_eq!(n.max_blocks, None);
+        assert_eq!(
+            parse(&["--max-blocks", "16"])
+                .unwrap()
+                .narrowing()
+                .max_blocks,
+            Some(16)
+        );
     }
 
     #[test]
@@ -164,6 +191,8 @@ mod tests {
             &["--seed", "-1"],
             &["--cooperative", "yes"],
             &["--programmatic", "1"],
+            &["--max-blocks", "0"],
+            &["--max-blocks", "none"],
             &["--seconds"],
             &["--unknown", "1"],
             &["stray"],
