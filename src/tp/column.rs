@@ -211,6 +211,9 @@ impl ColumnParallelLinear {
         schedule: Schedule,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
+        if let Some((flags, _)) = &self.exchange {
+            flags.refuse()?;
+        }
         let x = x.into();
         let rows = rows_of("the column-parallel input", x.len(), self.in_features)?;
         let tokens = match self.input {

@@ -345,6 +345,9 @@ impl RowParallelLinear {
         schedule: Schedule,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
+        if let Some(e) = &self.exchange {
+            e.flags.refuse()?;
+        }
         let tokens = rows_of(
             "the row-parallel input",
             x.device_len(),

@@ -114,11 +114,14 @@ impl ChunkFlags {
 
     /// On `stream`, first in a call: let every peer write its chunk here (after everything
     /// before on `stream`, which may still read the buffer).
+    /// [`Error::ExchangeTimeout`] once a call's wait gave up: the layer takes no call after.
+    pub(in crate::tp) fn refuse(&self) -> Result<()> {
+        self.watch.as_ref().map_or(Ok(()), |w| w.refuse())
+    }
+
     /// Refused once a call's wait gave up ([`Error::ExchangeTimeout`]).
     pub(in crate::tp) fn open(&self, stream: &Arc<CudaStream>) -> Result<()> {
-        if let Some(w) = &self.watch {
-            w.refuse()?;
-        }
+        self.refuse()?;
         self.peers()
             .try_for_each(|c| write(stream, self.credit(c, self.me), 1))
     }
