@@ -5,9 +5,9 @@
 //! `nvshmem-build` crate does this from a build script) and has to be registered with
 //! `nvshmemx_cumodule_init` before any of its kernels run: [`Module`] loads and registers
 //! it, once per runtime (loading the same image again returns the loaded module), and it
-//! stays loaded until the runtime ends. A cubin that links no NVSHMEM device code (a whole program such as a CUTLASS GEMM:
-//! no `nvshmemi_device_state_d`) is loaded without registering. Every launch goes through
-//! [`Function::launch_with`].
+//! stays loaded until the runtime ends. A cubin that links no NVSHMEM device code (a whole
+//! program such as a CUTLASS GEMM: no `nvshmemi_device_state_d`) is loaded without
+//! registering. Every launch goes through [`Function::launch_with`].
 //!
 //! ```no_run
 //! # fn main() -> nvshmem::Result<()> {
