@@ -4,7 +4,8 @@
 //! which have no timeout. A kernel that polled with a bound instead would hold an SM while it
 //! waits, and beside GEMMs that take every SM its place is not assured. So each call ends
 //! with an event, and one watchdog thread per process looks at the oldest unfinished call of
-//! every exchange. When a call has not finished within `NVSHMEM_RS_TIMEOUT`, the watchdog:
+//! every exchange. When a call has not finished within `NVSHMEM_RS_TIMEOUT` (counted from its
+//! enqueueing, or from the end of the call before it if that is later), the watchdog:
 //! - reads this PE's flags, to name the peers whose chunks never came;
 //! - releases every wait on them, from a stream of its own, with a value that passes them all,
 //!   and again while calls of the exchange are still in flight;
@@ -51,6 +52,9 @@ struct State {
     calls: VecDeque<(CudaEvent, Instant, u64)>,
     /// Events of finished calls, for the next ones.
     spare: Vec<CudaEvent>,
+    /// When the oldest call in flight became the oldest (the one before it finished): its
+    /// wait counts from then or from its enqueueing, whichever is later.
+    front_since: Option<Instant>,
     /// The exchange is going: nothing may be written into its flags any more.
     closed: bool,
 }
@@ -81,20 +85,17 @@ impl Watch {
             enqueued: AtomicU64::new(0),
             fault: OnceLock::new(),
         });
-        let mut watched = lock(&WATCHED);
-        if watched.is_empty() {
-            static STARTED: std::sync::Once = std::sync::Once::new();
-            STARTED.call_once(|| {
-                std::thread::Builder::new()
-                    .name("nvshmem-tp-watch".into())
-                    .spawn(watchdog)
-                    .map(drop)
-                    .unwrap_or_else(|e| {
-                        crate::diag::warn_pe!(None, "no watchdog for the fused exchanges: {e}")
-                    });
-            });
-        }
-        watched.push(Arc::downgrade(&watch));
+        static STARTED: std::sync::Once = std::sync::Once::new();
+        STARTED.call_once(|| {
+            std::thread::Builder::new()
+                .name("nvshmem-tp-watch".into())
+                .spawn(watchdog)
+                .map(drop)
+                .unwrap_or_else(|e| {
+                    crate::diag::warn_pe!(None, "no watchdog for the fused exchanges: {e}")
+                });
+        });
+        lock(&WATCHED).push(Arc::downgrade(&watch));
         Some(watch)
     }
 
@@ -167,7 +168,7 @@ impl Watch {
             return Ok(());
         };
         if self.fault.get().is_none() {
-            let waited = at.elapsed();
+            let waited = state.front_since.map_or(at, |f| f.max(at)).elapsed();
             if waited < self.limit {
                 return Ok(());
             }
@@ -237,6 +238,7 @@ fn retire(state: &mut State) -> Result<()> {
         }
         let (event, _, _) = state.calls.pop_front().expect("a call");
         state.spare.push(event);
+        state.front_since = Some(Instant::now());
     }
     Ok(())
 }
