@@ -47,14 +47,15 @@
 //! crate go through pinned buffers, so that none waits for a kernel inside the driver: stack
 //! dumps of a hung stress check showed other threads' calls stopped there beside such a copy.
 //!
-//! No drop waits for the GPU inside the driver, where other threads' launches would stop
-//! behind it: modules stay loaded until the runtime ends, and device buffers go back to the
-//! device's memory pool in stream order (a stack dump of a hung stress check showed a page
-//! pool's drop in `cuModuleUnload` with every other thread's launch stopped). With these, the
-//! stress check's every role (allocations, frees and constructors beside collectives,
-//! channels and host calls) passes 15-second runs on 2 GPUs. One known gap: in 3 of 20
-//! 5-second runs, collective calls of the first second gave up with [`Error::Timeout`] after
-//! their 30 s bound.
+//! Some driver calls wait for the whole GPU and hold back the other threads' launches
+//! meanwhile: `cuModuleUnload`, `cuMemFree` and `cuMemFreeHost`. A stack dump of a hung stress
+//! check showed a page pool's drop in `cuModuleUnload`, with every other thread's launch
+//! stopped. So while the runtime lives, no drop of the crate calls them. Modules stay loaded
+//! until the runtime ends, device buffers go back to the device's memory pool in stream
+//! order, and pinned records are recycled. With this, every role of the stress check passes
+//! 15-second runs on 2 GPUs: allocations, frees and constructors beside collectives, channels
+//! and host calls. One known gap: in 3 of 20 5-second runs, collective calls of the first
+//! second gave up with [`Error::Timeout`] after their 30 s bound.
 //!
 //! # Lifetimes on the GPU
 //! Freeing a symmetric or device buffer, destroying a team, dropping a [`Collectives`], and
@@ -62,9 +63,8 @@
 //! running writes into memory that is reused. Where that wait fails (another thread
 //! capturing a stream into a graph, a sticky error), a free is refused on every PE
 //! ([`Error::FreeRefused`]) and a team is left in place. Modules are unloaded only when the
-//! runtime ends. A CUDA graph holds raw
-//! addresses: it must not be launched after the buffers, teams or `Collectives` it was
-//! captured with are gone.
+//! runtime ends. A CUDA graph holds raw addresses: it must not be launched after the
+//! buffers, teams or `Collectives` it was captured with are gone.
 
 #![warn(missing_docs)]
 

@@ -78,20 +78,43 @@ pub(crate) unsafe fn copy_host<G>(
 pub(crate) struct PinnedWords {
     ptr: *mut u64,
     len: usize,
+    /// Words allocated (`len` at least, 1 at least), recycled whole.
+    cap: usize,
 }
 
 // SAFETY: host memory owned by this value; `&mut` access only.
 unsafe impl Send for PinnedWords {}
 unsafe impl Sync for PinnedWords {}
 
+/// Pinned words given back, kept for the next `PinnedWords` that fits instead of freed:
+/// `cuMemFreeHost` waits for all of the GPU's work and holds back the other threads' launches
+/// meanwhile (a `Collectives` or a layer dropped beside other threads' kernels that wait for
+/// peers). The addresses of what is left at exit go with the process. (address, words)
+static RECYCLED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
 impl PinnedWords {
     /// Zeroed words; the caller has made the context current.
     pub(crate) fn new(len: usize) -> Result<Self> {
-        let bytes = len.max(1) * std::mem::size_of::<u64>();
-        // SAFETY: a fresh allocation of `bytes`, zeroed before anything reads it.
-        let ptr = unsafe { cu::malloc_host(bytes, 0) }.during("cuMemHostAlloc")? as *mut u64;
-        unsafe { std::ptr::write_bytes(ptr, 0, len.max(1)) };
-        Ok(PinnedWords { ptr, len })
+        let reused = {
+            let mut free = RECYCLED.lock().unwrap_or_else(|p| p.into_inner());
+            // The smallest that fits, so that a large chunk is not spent on a few words.
+            let best = (0..free.len())
+                .filter(|&i| free[i].1 >= len.max(1))
+                .min_by_key(|&i| free[i].1);
+            best.map(|i| free.swap_remove(i))
+        };
+        let (ptr, cap) = match reused {
+            Some((addr, cap)) => (addr as *mut u64, cap),
+            None => {
+                let bytes = len.max(1) * std::mem::size_of::<u64>();
+                // SAFETY: a fresh allocation of `bytes`.
+                let p = unsafe { cu::malloc_host(bytes, 0) }.during("cuMemHostAlloc")?;
+                (p as *mut u64, len.max(1))
+            }
+        };
+        // SAFETY: `cap` words of pinned memory owned from now on by this value.
+        unsafe { std::ptr::write_bytes(ptr, 0, cap) };
+        Ok(PinnedWords { ptr, len, cap })
     }
 
     pub(crate) fn as_mut_slice(&mut self) -> &mut [u64] {
@@ -148,7 +171,8 @@ impl Drop for PinnedWords {
         // Dropped after its last copy was waited for, unless the runtime is stranded: then a
         // copy may still be queued, and the memory is left to the process's exit.
         if crate::runtime::check_not_stranded().is_ok() {
-            unsafe { cu::free_host(self.ptr as *mut std::ffi::c_void) }.ok();
+            let mut free = RECYCLED.lock().unwrap_or_else(|p| p.into_inner());
+            free.push((self.ptr as usize, self.cap));
         }
     }
 }
