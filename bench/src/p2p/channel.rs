@@ -4,10 +4,9 @@
 //! fused into a user's kernel, beside `Channel::send`/`recv` from the host (the `channel`
 //! test) and put-with-signal.
 
-use super::layout::inner_warmup;
 use super::{channel_kernel, P2p, Scope, K_CHANNEL};
 use crate::cli::format_size;
-use crate::data::{self, Mismatch};
+use crate::data;
 use crate::error::{Guard, Result};
 use crate::report::{Record, Status};
 use crate::timing;
@@ -52,11 +51,8 @@ impl P2p<'_> {
                     .value(back_handle)
                     .value(self.dst.addr())
                     .value(self.src.addr())
-                    .value(bytes as u64)
-                    .value(self.is_initiator() as i32)
-                    .value(inner_warmup(inner) as i32)
-                    .value(inner as i32)
-                    .value(self.times_ptr(s));
+                    .value(bytes as u64);
+                self.pingpong_rounds(&mut args, inner, s);
                 // SAFETY: matches bench_channel_pingpong_*(nvshmem_rs_channel,
                 // nvshmem_rs_channel, void*, const void*, uint64_t, int, int, int, u64*); src
                 // and dst hold `bytes`; the two ends wait on each other, so each launch must be
@@ -67,10 +63,7 @@ impl P2p<'_> {
         self.finish()?;
         // A wait that gave up left its kernel's time at 0: the channels say so.
         let fault = there.check().and(back.check()).err();
-        let mut local = match active {
-            true => self.check_dst(key, self.other(), bytes)?,
-            false => Mismatch::default(),
-        };
+        let mut local = self.check_pingpong(active, key, bytes)?;
         if let Some(e) = &fault {
             local.count += 1;
             local

@@ -205,11 +205,8 @@ impl P2p<'_> {
                     .value(self.src.addr())
                     .value(bytes)
                     .value(self.sig.addr())
-                    .value(self.other() as i32)
-                    .value(self.is_initiator() as i32)
-                    .value(inner_warmup(inner) as i32)
-                    .value(inner as i32)
-                    .value(self.times_ptr(s));
+                    .value(self.other() as i32);
+                self.pingpong_rounds(&mut args, inner, s);
                 // SAFETY: matches bench_put_signal_pingpong_*(void*, const void*, size_t,
                 // uint64_t*, int, int, int, int, u64*); the two PEs wait on each other, so the
                 // launch must be co-resident.
@@ -217,11 +214,7 @@ impl P2p<'_> {
             }
         }
         self.finish()?;
-        let local = if active {
-            self.check_dst(key, self.other(), bytes)?
-        } else {
-            Mismatch::default()
-        };
+        let local = self.check_pingpong(active, key, bytes)?;
         let check = self.agree(local)?;
         let samples = self.kernel_samples(warm, launches, inner, 2.0)?;
         Ok(self.record(

@@ -234,6 +234,25 @@ impl P2p<'_> {
         self.times.addr() + 8 * slot as u64
     }
 
+    /// The arguments every ping-pong kernel ends with: whether this PE starts the exchange,
+    /// the untimed and timed rounds of one launch (`inner` timed), and where launch `s` keeps
+    /// its time.
+    pub(super) fn pingpong_rounds(&self, args: &mut KernelArgs, inner: usize, s: usize) {
+        args.value(self.is_initiator() as i32)
+            .value(super::layout::inner_warmup(inner) as i32)
+            .value(inner as i32)
+            .value(self.times_ptr(s));
+    }
+
+    /// After a ping-pong: this PE's destination against the other end's source, where this
+    /// PE took part (`active`); nothing to compare elsewhere.
+    pub(super) fn check_pingpong(&self, active: bool, key: u64, bytes: usize) -> Result<Mismatch> {
+        match active {
+            true => self.check_dst(key, self.other(), bytes),
+            false => Ok(Mismatch::default()),
+        }
+    }
+
     pub(super) fn one_block(threads: u32) -> LaunchConfig {
         LaunchConfig {
             grid_dim: (1, 1, 1),
