@@ -112,8 +112,9 @@ impl PinnedWords {
                 (p as *mut u64, len.max(1))
             }
         };
-        // SAFETY: `cap` words of pinned memory owned from now on by this value.
-        unsafe { std::ptr::write_bytes(ptr, 0, cap) };
+        // SAFETY: `cap >= len` words of pinned memory owned from now on by this value; only
+        // the `len` it hands out need zeroing.
+        unsafe { std::ptr::write_bytes(ptr, 0, len) };
         Ok(PinnedWords { ptr, len, cap })
     }
 
