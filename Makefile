@@ -11,7 +11,9 @@
 #                  with 2 and 4 PEs (those the machine has GPUs for; SHARE_GPUS=1 runs the
 #                  others with several PEs per GPU through CUDA MPS: checks, not timings)
 #   make soak DURATION=600 NP=2
-#                  random checked collectives for DURATION seconds, memory compared at start and end
+#                  random checked collectives for DURATION seconds, then every role of the
+#                  threaded stress check (channels, the page pool, TP layers, collectives,
+#                  allocations, host calls) for DURATION seconds; memory compared at start and end
 #   make bench     the benchmark suite against NCCL, one PE per local GPU
 #
 # The GPU targets stop with one line, before building, on a machine without GPUs.
@@ -89,6 +91,7 @@ soak:
 	$(call require-gpus,$(NP))
 	@$(MAKE) --no-print-directory build
 	scripts/nvshmrun $(if $(NP),-np $(NP)) $(SHARE_FLAG) target/release/coll_check --soak $(DURATION)
+	scripts/nvshmrun $(if $(NP),-np $(NP)) $(SHARE_FLAG) target/release/stress_check --seconds $(DURATION)
 
 bench:
 	$(call require-gpus,$(NP))

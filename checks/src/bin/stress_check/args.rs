@@ -17,7 +17,7 @@ pub(crate) struct Args {
     /// The run's seed, the same on every PE.
     #[arg(long, value_name = "N", default_value_t = 0x5EED)]
     seed: u64,
-    /// Roles whose threads do nothing, comma-separated (alloc, coll, send, recv, ping, pong, mix).
+    /// Roles whose threads do nothing, comma-separated (alloc, coll, send, recv, ping, pong, mix, tp).
     #[arg(long, value_name = "ROLES")]
     skip: Option<String>,
     /// Launch the shared collectives cooperatively.
@@ -96,7 +96,7 @@ pub(crate) struct Config {
 }
 
 /// What `--skip`, `--cooperative`, `--programmatic` and `--max-blocks` ask for, to narrow a
-/// failure down: roles (by name without the number: alloc, coll, send, recv, ping, pong, mix)
+/// failure down: roles (by name without the number: alloc, coll, send, recv, ping, pong, mix, tp)
 /// whose threads do nothing, and how the shared `Collectives` launches.
 pub(crate) struct Narrowing {
     skip: Vec<String>,

@@ -47,6 +47,7 @@ pub(crate) const TAG_CALL: u64 = 6;
 pub(crate) const TAG_COUNTS: u64 = 7;
 pub(crate) const TAG_CHAN: u64 = 8;
 pub(crate) const TAG_MIX: u64 = 9;
+pub(crate) const TAG_TP: u64 = 10;
 
 /// A hash of `parts` under `seed`: any PE can rebuild what any other wrote.
 pub(crate) fn hash(seed: u64, parts: &[u64]) -> u64 {

@@ -3,14 +3,17 @@
 //! (README, "When something goes wrong"), tested by doing everything at once.
 //!
 //! ```text
-//! scripts/nvshmrun -np 4 target/release/stress_check [--seconds 20] [--threads 8] [--seed N]
+//! scripts/nvshmrun -np 4 target/release/stress_check [--seconds 20] [--threads 9] [--seed N] [--max-blocks 32|all]
 //! ```
 //!
-//! To narrow a failure down, `--skip send,recv` (any of alloc, send, recv, ping, pong, mix)
+//! To narrow a failure down, `--skip send,recv` (any of alloc, coll, send, recv, ping, pong, mix, tp)
 //! leaves those threads idle, `--cooperative true` launches the collectives cooperatively
 //! and `--programmatic false` without programmatic stream serialization.
 //!
-//! Every PE runs `--threads` threads (8, the default, is one per role; more add mixers and
+//! The shared collectives launch at most `--max-blocks` blocks a call (32; `all`: one per
+//! SM), as the docs ask of collectives beside channels.
+//!
+//! Every PE runs `--threads` threads (9, the default, is one per role; more add mixers and
 //! collective threads in turn) sharing one [`Nvshmem`] for `--seconds`, after a warm-up run
 //! of a fifth of that (1 to 5 s). Each thread has one role:
 //!
@@ -33,21 +36,27 @@
 //!   thread's own slots on a random PE, read back and checked; and page-pool rounds: pages of a
 //!   random PE allocated, written (this PE's own in place, the others by a scatter), checked
 //!   to be allocated, gathered back, checked and freed.
+//! - **tp**: small tensor-parallel layers over a `Collectives` of their own (capped like the
+//!   shared one): a row-parallel layer with a replicated output, one with a sequence-parallel
+//!   output and a sequence-parallel column layer, of 1 to 16 tokens in the sequential
+//!   schedule and of 512 per PE in the fused exchange. Inputs and weights are -1, 0 and 1, so
+//!   every output is exact in bf16 and checked bit for bit; a vote every 8th call ends them.
 //!
 //! # How the PEs agree without talking
 //! Whatever is collective has one thread per PE driving it, in a sequence every PE draws from
 //! the same seed: the allocator's allocations, frees and constructors; the calls of the shared
 //! `Collectives` (the turns make their order the same on every PE, whatever the threads'
-//! timing). Each protocol ends the same way everywhere: PE 0's clock ends the allocator's
-//! rounds (a word it puts on every PE before the round's barrier), the collective threads vote
-//! every 8th call (an all-reduce of "my time is up"), and senders mark their last message and
+//! timing); the tp thread's layer calls. Each protocol ends the same way everywhere: PE 0's
+//! clock ends the allocator's rounds (a word it puts on every PE before the round's barrier),
+//! the collective threads and the tp thread vote every 8th call (an all-reduce of "my time is
+//! up"), and senders mark their last message and
 //! last flag, which their partners answer before they stop. Everything shared is built before
 //! the threads start and dropped after they end, in one order on every PE.
 //!
 //! # Why some threads bypass the host library's lock
 //! An agreement (allocation, free, barrier) holds the host library's lock while it waits for
 //! the other PEs, and a PE's free waits for its whole GPU. So a thread whose GPU work a peer
-//! waits for (the collective and channel threads) must never wait for the lock: that would
+//! waits for (the collective, channel and tp threads) must never wait for the lock: that would
 //! close a cycle through the peer's free. They move their data with cudarc's stream-ordered
 //! copies on their own streams; every other thread uses the crate's host calls. For the same
 //! reason the collectives do not check their calls (`check_calls`: an agreement per call).
@@ -78,6 +87,7 @@ mod roles;
 mod run;
 mod stream_copy;
 mod tally;
+mod tp;
 mod watchdog;
 mod world;
 

@@ -9,6 +9,7 @@ use crate::flags::{ping, pong};
 use crate::host_rma::mixer;
 use crate::outcome::{fail, panic_text, Outcome};
 use crate::tally::{Kind, Tally};
+use crate::tp::tp_layers;
 use crate::watchdog::Board;
 use crate::world::World;
 use nvshmem::{CudaStream, Nvshmem};
@@ -25,6 +26,7 @@ pub(crate) enum Role {
     Ping,
     Pong,
     Mix(usize),
+    Tp,
 }
 
 impl Role {
@@ -37,12 +39,13 @@ impl Role {
             Role::Ping => "ping".into(),
             Role::Pong => "pong".into(),
             Role::Mix(j) => format!("mix-{j}"),
+            Role::Tp => "tp".into(),
         }
     }
 }
 
 /// The least number of threads: one per role.
-pub(crate) const MIN_THREADS: usize = 8;
+pub(crate) const MIN_THREADS: usize = 9;
 
 /// The roles of `threads` threads, and how many collective threads and mixers they hold.
 pub(crate) struct Plan {
@@ -62,6 +65,7 @@ impl Plan {
             Role::Ping,
             Role::Pong,
             Role::Mix(0),
+            Role::Tp,
         ];
         let (mut colls, mut mixers) = (2, 1);
         while roles.len() < threads {
@@ -159,6 +163,7 @@ pub(crate) fn run_role(env: &Env, row: usize, role: Role) {
         Role::Ping => ping(&w),
         Role::Pong => pong(&w),
         Role::Mix(j) => mixer(&w, j),
+        Role::Tp => tp_layers(&w),
     }));
     if let Err(panic) = ran {
         w.record(Kind::Panic, fail(panic_text(panic.as_ref())));

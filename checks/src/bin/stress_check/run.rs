@@ -38,7 +38,7 @@ impl Main<'_> {
     pub(crate) fn run(&self, seed: u64, seconds: f64) {
         let shmem = self.shmem;
         self.doing(format!("building the objects of a {seconds:.0} s run"));
-        let world = match World::build(shmem, self.plan) {
+        let world = match World::build(shmem, self.plan, seed) {
             Ok(world) => world,
             Err(e) => {
                 self.record(Kind::Setup, Err(e.into()));

@@ -1,11 +1,13 @@
 //! The shared objects of a run: the `Collectives`, the page pool, the ring of channels and
 //! the symmetric buffers, built and freed in one order on every PE.
 
-use crate::args::NARROWING;
+use crate::args::{skipped, NARROWING};
 use crate::common::{
     CHAN_DEPTH, CHAN_MAX, CHURN_MAX, COLL_MAX, COLL_TIMEOUT, MAX_BATCH, PAGE_BYTES, SLOT,
 };
 use crate::roles::Plan;
+use crate::roles::Role;
+use crate::tp::TpWorld;
 use nvshmem::channel::{Channel, ChannelConfig};
 use nvshmem::pool::{PagePool, PagePoolConfig};
 use nvshmem::{Collectives, CollectivesConfig, Nvshmem, SymmetricBuffer};
@@ -40,6 +42,8 @@ const FLAG_WORDS: usize = 8;
 /// end, by one thread, in this order on every PE (it is all collective).
 pub(crate) struct World {
     pub(crate) coll: Collectives,
+    /// The tp thread's layers (none when it is skipped).
+    pub(crate) tp: Option<TpWorld>,
     pub(crate) pool: PagePool,
     /// Channel `i` goes from PE `i` to PE `i + 1`.
     pub(crate) ring: Vec<Channel<u32>>,
@@ -63,7 +67,7 @@ pub(crate) struct World {
 }
 
 impl World {
-    pub(crate) fn build(shmem: &Nvshmem, plan: &Plan) -> nvshmem::Result<World> {
+    pub(crate) fn build(shmem: &Nvshmem, plan: &Plan, seed: u64) -> nvshmem::Result<World> {
         let n = shmem.n_pes();
         let mut config = CollectivesConfig::for_pes(n);
         // A checked call is an agreement under the host library's lock (see the module
@@ -75,6 +79,10 @@ impl World {
             config.programmatic_launch &= n.programmatic;
             config.max_blocks = n.max_blocks;
         }
+        let tp = match skipped(Role::Tp) {
+            true => None,
+            false => Some(TpWorld::build(shmem, seed, config.clone())?),
+        };
         let coll = Collectives::with_config(shmem, config)?;
         let users = plan.mixers + 1;
         // Room for every user of every PE holding its most pages on one PE: running out is
@@ -111,6 +119,7 @@ impl World {
             .collect::<nvshmem::Result<Vec<_>>>()?;
         Ok(World {
             coll,
+            tp,
             pool,
             ring,
             coll_bufs,
@@ -131,6 +140,7 @@ impl World {
     pub(crate) fn tear_down(self) -> nvshmem::Result<()> {
         let World {
             coll,
+            tp,
             pool,
             ring,
             coll_bufs,
@@ -149,7 +159,7 @@ impl World {
         drop(coll);
         drop(pool);
         drop(ring);
-        let mut freed = Ok(());
+        let mut freed = tp.map_or(Ok(()), TpWorld::tear_down);
         for b in coll_bufs {
             freed = freed
                 .and(b.src.free())
