@@ -58,12 +58,16 @@ extern "C" __global__ void __launch_bounds__(512)
     if (ok) {
         uint64_t first, len;
         block_part(bytes, &first, &len);
-        if (len > 0) nvshmemx_putmem_block(nvshmem_rs::channel_slot(ch, seq) + first, src + first, len, ch.consumer);
+        if (len > 0 && ch.peer_slots)
+            store_to_slot<Scope::Block>(ch.peer_slots + (seq % ch.depth) * ch.slot_bytes + first, src + first, len);
+        else if (len > 0)
+            nvshmemx_putmem_block(nvshmem_rs::channel_slot(ch, seq) + first, src + first, len, ch.consumer);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        // The block's puts are complete before it counts itself in.
-        nvshmem_quiet();
+        // The block's puts are complete before it counts itself in (its plain stores: by the
+        // fence there).
+        if (!ch.peer_slots) nvshmem_quiet();
         if (last_to_arrive_all_ok(&ch.words[CHANNEL_SEND_ARRIVED], ok)) nvshmem_rs::channel_publish(ch, seq, bytes);
     }
 }

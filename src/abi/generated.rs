@@ -119,12 +119,23 @@ pub struct nvshmem_rs_channel {
     pub wait_units: u32,
     /// This PE's fault record (mapped host memory), or null.
     pub fault: *mut nvshmem_rs_channel_fault,
+    /** The other end's memory as this PE maps it (NVLink, or this GPU), so that kernels store
+ into it without asking NVSHMEM where it lies at every message. Each is null where only
+ NVSHMEM's transports reach the other end, and on the PEs that are neither end.
+ On the producer: the consumer's `slots`.*/
+    pub peer_slots: *mut ::std::os::raw::c_char,
+    /// On the producer: the consumer's `ready`.
+    pub peer_ready: *mut u64,
+    /// On the producer: the consumer's `lens`.
+    pub peer_lens: *mut u64,
+    /// On the consumer: the producer's `words` (its credit).
+    pub peer_words: *mut u64,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     [
         "Size of nvshmem_rs_channel",
-    ][::std::mem::size_of::<nvshmem_rs_channel>() - 64usize];
+    ][::std::mem::size_of::<nvshmem_rs_channel>() - 96usize];
     [
         "Alignment of nvshmem_rs_channel",
     ][::std::mem::align_of::<nvshmem_rs_channel>() - 8usize];
@@ -158,6 +169,18 @@ const _: () = {
     [
         "Offset of field: nvshmem_rs_channel::fault",
     ][::std::mem::offset_of!(nvshmem_rs_channel, fault) - 56usize];
+    [
+        "Offset of field: nvshmem_rs_channel::peer_slots",
+    ][::std::mem::offset_of!(nvshmem_rs_channel, peer_slots) - 64usize];
+    [
+        "Offset of field: nvshmem_rs_channel::peer_ready",
+    ][::std::mem::offset_of!(nvshmem_rs_channel, peer_ready) - 72usize];
+    [
+        "Offset of field: nvshmem_rs_channel::peer_lens",
+    ][::std::mem::offset_of!(nvshmem_rs_channel, peer_lens) - 80usize];
+    [
+        "Offset of field: nvshmem_rs_channel::peer_words",
+    ][::std::mem::offset_of!(nvshmem_rs_channel, peer_words) - 88usize];
 };
 impl Default for nvshmem_rs_channel {
     fn default() -> Self {

@@ -144,6 +144,8 @@ pub struct Channel<T: Element> {
     /// Where a wait that gave up says so. Dropped after the buffers, whose frees wait for the
     /// kernels that could write it.
     fault: FaultRecord,
+    /// The other end's memory as this PE maps it (see [`PeerMaps`]).
+    peer: PeerMaps,
     /// The streams of the last send and the last receive on this PE.
     sender: CallOrder,
     receiver: CallOrder,
@@ -162,6 +164,53 @@ impl<T: Element> std::fmt::Debug for Channel<T> {
             self.layout.depth,
             self.layout.max_len
         )
+    }
+}
+
+/// The other end's memory as this PE maps it, for kernels that store into it directly instead
+/// of asking NVSHMEM where it lies at every message (null where only NVSHMEM's transports
+/// reach it, and on the PEs that are neither end).
+struct PeerMaps {
+    /// On the producer: the consumer's slots, `ready` and `lens`.
+    slots: *mut u8,
+    ready: *mut u64,
+    lens: *mut u64,
+    /// On the consumer: the producer's words (its credit).
+    words: *mut u64,
+}
+
+// SAFETY: addresses of symmetric memory the channel owns, only handed to kernels.
+unsafe impl Send for PeerMaps {}
+unsafe impl Sync for PeerMaps {}
+
+impl PeerMaps {
+    fn new(
+        me: usize,
+        layout: &ChannelLayout,
+        slots: &SymmetricBuffer<u8>,
+        ctrl: &SymmetricBuffer<u64>,
+    ) -> Result<Self> {
+        let null = std::ptr::null_mut();
+        let mut maps = PeerMaps {
+            slots: null as *mut u8,
+            ready: null,
+            lens: null,
+            words: null,
+        };
+        let depth = layout.depth;
+        if me == layout.producer {
+            if let Some(base) = ctrl.peer_ptr(layout.consumer)? {
+                maps.slots = slots.peer_ptr(layout.consumer)?.unwrap_or(maps.slots);
+                maps.ready = base;
+                maps.lens = base.wrapping_add(depth);
+            }
+        }
+        if me == layout.consumer {
+            if let Some(base) = ctrl.peer_ptr(layout.producer)? {
+                maps.words = base.wrapping_add(2 * depth);
+            }
+        }
+        Ok(maps)
     }
 }
 
@@ -250,6 +299,7 @@ impl<T: Element> Channel<T> {
         let fault = FaultRecord::new(shmem)?;
         let slots = shmem.calloc::<u8>(layout.slots_bytes())?;
         let ctrl = shmem.calloc::<u64>(layout.ctrl_words())?;
+        let peer = PeerMaps::new(shmem.my_pe(), &layout, &slots, &ctrl)?;
         Ok(Channel {
             shmem: shmem.clone(),
             layout,
@@ -257,6 +307,7 @@ impl<T: Element> Channel<T> {
             slots,
             ctrl,
             fault,
+            peer,
             sender: CallOrder::new(),
             receiver: CallOrder::new(),
             kernels,
@@ -333,6 +384,10 @@ impl<T: Element> Channel<T> {
             consumer: self.layout.consumer as i32,
             wait_units: bound::wait_units(self.timeout),
             fault: self.fault.device_ptr(),
+            peer_slots: self.peer.slots as *mut std::ffi::c_char,
+            peer_ready: self.peer.ready,
+            peer_lens: self.peer.lens,
+            peer_words: self.peer.words,
         }
     }
 

@@ -59,6 +59,10 @@ __device__ __forceinline__ void st_release_sys(uint64_t *p, uint64_t v) {
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+__device__ __forceinline__ void st_relaxed_sys(uint64_t *p, uint64_t v) {
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 // Polls of a wait between two looks at the clock: a wait that ends sooner never reads it, and
 // the poll loop touches nothing but the polled word and a register.
 constexpr uint32_t spins_per_check = 1024;
@@ -146,6 +150,20 @@ __device__ __forceinline__ void put(void *dst, const void *src, size_t bytes, in
     else nvshmemx_putmem_block(dst, src, bytes, pe);
 }
 
+// Copy `bytes` from src to dst (the consumer's slot, as this PE maps it), by the threads of
+// the group: plain stores over NVLink, with no lookup of where the peer lies.
+template <Scope S>
+__device__ __forceinline__ void store_to_slot(char *dst, const char *src, uint64_t bytes) {
+    const unsigned r = rank<S>(), n = size<S>();
+    uint64_t done = 0;
+    if ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) {
+        const uint64_t vecs = bytes / 16;
+        for (uint64_t i = r; i < vecs; i += n) ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
+        done = vecs * 16;
+    }
+    for (uint64_t i = done + r; i < bytes; i += n) dst[i] = src[i];
+}
+
 // Copy `bytes` from a slot (which peers write, so read through L2: this SM's L1 may hold the
 // slot's previous message) to local memory, by the threads of the group.
 template <Scope S>
@@ -183,14 +201,12 @@ __device__ __forceinline__ uint64_t channel_reserve(const nvshmem_rs_channel &ch
 __device__ __forceinline__ void channel_publish(const nvshmem_rs_channel &ch, uint64_t seq,
                                                 uint64_t bytes) {
     const uint32_t i = (uint32_t)(seq % ch.depth);
-    uint64_t *ready = (uint64_t *)nvshmem_ptr(&ch.ready[i], ch.consumer);
-    if (ready) {
+    if (ch.peer_ready) {
         // Load/store reach (NVLink, or this GPU): the length, then the ready word with release
         // semantics, which orders the data the group stored (the barrier before) and the
         // length before it.
-        uint64_t *lens = (uint64_t *)nvshmem_ptr(&ch.lens[i], ch.consumer);
-        *(volatile uint64_t *)lens = bytes;
-        channel_detail::st_release_sys(ready, seq + 1);
+        *(volatile uint64_t *)&ch.peer_lens[i] = bytes;
+        channel_detail::st_release_sys(&ch.peer_ready[i], seq + 1);
     } else {
         nvshmem_uint64_p(&ch.lens[i], bytes, ch.consumer);
         // The data and the length land before the ready word (NVSHMEM orders puts to one PE
@@ -220,13 +236,28 @@ __device__ __forceinline__ void channel_release(const nvshmem_rs_channel &ch, ui
                                                 uint64_t bytes) {
     // The slot's reads complete before the producer may overwrite it (a release store, or a
     // fence before NVSHMEM's signal).
-    uint64_t *credit = (uint64_t *)nvshmem_ptr(&ch.words[CHANNEL_CREDIT], ch.producer);
-    if (credit) {
-        channel_detail::st_release_sys(credit, seq + 1);
+    if (ch.peer_words) {
+        channel_detail::st_release_sys(&ch.peer_words[CHANNEL_CREDIT], seq + 1);
     } else {
         __threadfence_system();
         nvshmemx_signal_op(&ch.words[CHANNEL_CREDIT], seq + 1, NVSHMEM_SIGNAL_SET, ch.producer);
     }
+    *(volatile uint64_t *)&ch.words[CHANNEL_LAST_BYTES] = bytes;
+    *(volatile uint64_t *)&ch.words[CHANNEL_RECEIVED] = seq + 1;
+}
+
+// channel_release after the group copied the slot out (channel_pop): every thread's loads of the
+// slot returned their data before its stores of that data to dst issued, and those before the
+// barrier this thread passed, so no later write of the producer can reach them. The credit then
+// needs no fence of its own: a plain store, which spares the pop a wait for the whole memory
+// system. Over NVSHMEM's transports, as channel_release.
+__device__ __forceinline__ void channel_release_copied(const nvshmem_rs_channel &ch, uint64_t seq,
+                                                       uint64_t bytes) {
+    if (!ch.peer_words) {
+        channel_release(ch, seq, bytes);
+        return;
+    }
+    channel_detail::st_relaxed_sys(&ch.peer_words[CHANNEL_CREDIT], seq + 1);
     *(volatile uint64_t *)&ch.words[CHANNEL_LAST_BYTES] = bytes;
     *(volatile uint64_t *)&ch.words[CHANNEL_RECEIVED] = seq + 1;
 }
@@ -242,7 +273,10 @@ __device__ __forceinline__ bool channel_push(const nvshmem_rs_channel &ch, const
     if (rank<S>() == 0) seq = channel_reserve(ch);
     seq = broadcast<S>(seq);
     if (seq == CHANNEL_TIMED_OUT) return false;
-    if (bytes > 0) put<S>(channel_slot(ch, seq), src, bytes, ch.consumer);
+    if (bytes > 0 && ch.peer_slots)
+        store_to_slot<S>(ch.peer_slots + (seq % ch.depth) * ch.slot_bytes, (const char *)src, bytes);
+    else if (bytes > 0)
+        put<S>(channel_slot(ch, seq), src, bytes, ch.consumer);
     sync<S>();
     if (rank<S>() == 0) channel_publish(ch, seq, bytes);
     sync<S>();
@@ -264,7 +298,7 @@ __device__ __forceinline__ uint64_t channel_pop(const nvshmem_rs_channel &ch, vo
     if (seq == CHANNEL_TIMED_OUT) return CHANNEL_TIMED_OUT;
     copy_from_slot<S>((char *)dst, channel_slot(ch, seq), bytes < capacity ? bytes : capacity);
     sync<S>();
-    if (rank<S>() == 0) channel_release(ch, seq, bytes);
+    if (rank<S>() == 0) channel_release_copied(ch, seq, bytes);
     sync<S>();
     return bytes;
 }

@@ -82,6 +82,17 @@ typedef struct nvshmem_rs_channel {
     uint32_t wait_units;
     // This PE's fault record (mapped host memory), or null.
     nvshmem_rs_channel_fault *fault;
+    // The other end's memory as this PE maps it (NVLink, or this GPU), so that kernels store
+    // into it without asking NVSHMEM where it lies at every message. Each is null where only
+    // NVSHMEM's transports reach the other end, and on the PEs that are neither end.
+    // On the producer: the consumer's `slots`.
+    char *peer_slots;
+    // On the producer: the consumer's `ready`.
+    uint64_t *peer_ready;
+    // On the producer: the consumer's `lens`.
+    uint64_t *peer_lens;
+    // On the consumer: the producer's `words` (its credit).
+    uint64_t *peer_words;
 } nvshmem_rs_channel;
 
 #endif
