@@ -133,6 +133,29 @@ impl Handle {
         r != cusys::CUresult::CUDA_ERROR_NOT_FOUND
     }
 
+    /// Load every kernel of a module now, not at its first lookup or launch. Under lazy
+    /// loading (`CUDA_MODULE_LOADING=LAZY`, the default since CUDA 12.2) a kernel loads when it
+    /// is first looked up, and loading may wait for the whole GPU. Beside another thread's
+    /// kernel that waits for another PE, that wait can stall both PEs. A driver without
+    /// `cuModuleEnumerateFunctions` (before CUDA 12.4) keeps its own way.
+    ///
+    /// # Safety
+    /// A live handle, its context current.
+    unsafe fn load_every_kernel(&self) -> std::result::Result<(), DriverError> {
+        let Handle::Module(m) = *self else {
+            return Ok(());
+        };
+        let mut count = 0u32;
+        if cusys::cuModuleGetFunctionCount(&mut count, m).result().is_err() {
+            return Ok(());
+        }
+        let mut functions = vec![std::ptr::null_mut(); count as usize];
+        cusys::cuModuleEnumerateFunctions(functions.as_mut_ptr(), count, m).result()?;
+        functions
+            .into_iter()
+            .try_for_each(|f| cusys::cuFuncLoad(f).result())
+    }
+
     /// # Safety
     /// Nothing may use the handle afterwards.
     unsafe fn unload(&self) {
@@ -308,6 +331,16 @@ impl Module {
                      NVSHMEM's own explanation"
                 ),
                 None,
+            ));
+        }
+        // SAFETY: the handle was just loaded in the current context.
+        if let Err(e) = unsafe { handle.load_every_kernel() } {
+            // SAFETY: nothing else refers to the handle yet.
+            unsafe { handle.unload() };
+            return Err(module_error(
+                name,
+                "the driver could not load its kernels".into(),
+                Some(e),
             ));
         }
         let loaded = Arc::new(Loaded {
