@@ -28,6 +28,9 @@ pub(crate) const TP_IN: usize = 128;
 pub(crate) const TP_OUT: usize = 64;
 /// Every this many calls, the tp threads vote on stopping.
 const TP_VOTE_EVERY: u64 = 8;
+/// Elements from the vote's source to its destination: 16 bytes, the alignment that
+/// collectives ask of their buffers.
+const VOTE_STRIDE: usize = 4;
 
 /// The layers and their buffers, built before the threads start.
 pub(crate) struct TpWorld {
@@ -92,7 +95,7 @@ impl TpWorld {
         Ok(TpWorld {
             x: shmem.malloc(max_tokens * TP_IN)?,
             y: shmem.malloc(max_tokens * TP_OUT)?,
-            vote: shmem.malloc(2)?,
+            vote: shmem.malloc(2 * VOTE_STRIDE)?,
             group,
             row,
             row_seq,
@@ -213,15 +216,16 @@ pub(crate) fn tp_layers(w: &Worker) {
 /// Whether any PE's time is up: an all-reduce (max) through the layers' `Collectives`.
 fn vote(w: &Worker, tp: &TpWorld, stream: &Arc<CudaStream>) -> Outcome<bool> {
     let coll = tp.group.collectives();
+    let result = tp.vote.view(VOTE_STRIDE..VOTE_STRIDE + 1);
     upload(stream, tp.vote.view(..1), &[i32::from(w.time_up())])?;
     coll.all_reduce(
-        tp.vote.view(1..2),
+        result,
         tp.vote.view(..1),
         ReduceOp::Max,
         AllReduceAlgo::Auto,
         stream,
     )?;
-    let got = download(stream, tp.vote.view(1..2))?[0];
+    let got = download(stream, result)?[0];
     coll.check()?;
     match got {
         0 => Ok(false),
