@@ -130,6 +130,11 @@ macro_rules! atomic {
     };
 }
 
+/// Make the runtime's atomics service now (at start: see `Nvshmem::load_services`).
+pub(crate) fn load_service(shmem: &Nvshmem) -> Result<()> {
+    shmem.with_service(HostAmo::load, |_| Ok(()))
+}
+
 /// The atomics kernel of one runtime (a runtime service), with its stream and a device
 /// buffer for its result (`[fetched bits, token]`).
 pub(crate) struct HostAmo {

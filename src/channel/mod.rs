@@ -110,6 +110,11 @@ impl Kernels {
     }
 }
 
+/// Load the runtime's channel kernels now (at start: see `Nvshmem::load_services`).
+pub(crate) fn load_service(shmem: &Nvshmem) -> Result<()> {
+    shmem.with_service(Kernels::load, |_| Ok(()))
+}
+
 /// A bounded single-producer single-consumer queue of messages of `T` from one PE to
 /// another, in symmetric memory (see the [module](self) documentation).
 ///

@@ -146,7 +146,10 @@ impl Handle {
             return Ok(());
         };
         let mut count = 0u32;
-        if cusys::cuModuleGetFunctionCount(&mut count, m).result().is_err() {
+        if cusys::cuModuleGetFunctionCount(&mut count, m)
+            .result()
+            .is_err()
+        {
             return Ok(());
         }
         let mut functions = vec![std::ptr::null_mut(); count as usize];
