@@ -226,8 +226,10 @@ impl Nvshmem {
         } else {
             unsafe {
                 match how {
-                    Alloc::Uninit => sys::nvshmem_malloc(bytes),
-                    Alloc::Zeroed => sys::nvshmem_calloc(len, std::mem::size_of::<T>()),
+                    // Zeroed below: NVSHMEM's calloc zeroes with a synchronous cudaMemset on
+                    // the legacy stream, which has been seen to stall beside kernels that wait
+                    // for other PEs until their timeout.
+                    Alloc::Uninit | Alloc::Zeroed => sys::nvshmem_malloc(bytes),
                     Alloc::Aligned(a) => sys::nvshmem_align(a, bytes),
                 }
             }
@@ -246,8 +248,15 @@ impl Nvshmem {
             let offset = self.heap_offset(ptr as u64);
             self.with_service(AllocCheck::new, |check| {
                 check.note_placed(offset);
-                Ok(())
+                match how {
+                    Alloc::Zeroed => check.zero(self, ptr as u64, bytes),
+                    _ => Ok(()),
+                }
             })?;
+            // A peer may write into this PE's copy as soon as its own allocation returns.
+            if matches!(how, Alloc::Zeroed) {
+                self.set_up_barrier(SetUp::Zeroed)?;
+            }
         }
         note_alloc(&self.rt, bytes);
         Ok(SymmetricBuffer {
