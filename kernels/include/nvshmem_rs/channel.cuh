@@ -155,11 +155,20 @@ __device__ __forceinline__ void put(void *dst, const void *src, size_t bytes, in
 template <Scope S>
 __device__ __forceinline__ void store_to_slot(char *dst, const char *src, uint64_t bytes) {
     const unsigned r = rank<S>(), n = size<S>();
+    const uintptr_t both = (uintptr_t)dst | (uintptr_t)src;
     uint64_t done = 0;
-    if ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) {
+    if ((both & 15) == 0) {
         const uint64_t vecs = bytes / 16;
         for (uint64_t i = r; i < vecs; i += n) ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
         done = vecs * 16;
+    }
+    // A tail of 8-byte words (a whole message of them, where only 8 bytes align), not bytes:
+    // each store over NVLink is a transaction.
+    if ((both & 7) == 0) {
+        const uint64_t words = bytes / 8;
+        for (uint64_t i = done / 8 + r; i < words; i += n)
+            ((uint64_t *)dst)[i] = ((const uint64_t *)src)[i];
+        done = words * 8;
     }
     for (uint64_t i = done + r; i < bytes; i += n) dst[i] = src[i];
 }
@@ -169,12 +178,19 @@ __device__ __forceinline__ void store_to_slot(char *dst, const char *src, uint64
 template <Scope S>
 __device__ __forceinline__ void copy_from_slot(char *dst, const char *slot, uint64_t bytes) {
     const unsigned r = rank<S>(), n = size<S>();
+    const uintptr_t both = (uintptr_t)dst | (uintptr_t)slot;
     uint64_t done = 0;
-    if ((((uintptr_t)dst | (uintptr_t)slot) & 15) == 0) {
+    if ((both & 15) == 0) {
         const uint64_t vecs = bytes / 16;
         for (uint64_t i = r; i < vecs; i += n)
             ((uint4 *)dst)[i] = __ldcg((const uint4 *)slot + i);
         done = vecs * 16;
+    }
+    if ((both & 7) == 0) {
+        const uint64_t words = bytes / 8;
+        for (uint64_t i = done / 8 + r; i < words; i += n)
+            ((unsigned long long *)dst)[i] = __ldcg((const unsigned long long *)slot + i);
+        done = words * 8;
     }
     for (uint64_t i = done + r; i < bytes; i += n) dst[i] = (char)__ldcg((const signed char *)slot + i);
 }
