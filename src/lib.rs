@@ -47,15 +47,19 @@
 //! crate go through pinned buffers, so that none waits for a kernel inside the driver: stack
 //! dumps of a hung stress check showed other threads' calls stopped there beside such a copy.
 //!
-//! Some driver calls wait for the whole GPU and hold back the other threads' launches
-//! meanwhile: `cuModuleUnload`, `cuMemFree` and `cuMemFreeHost`. A stack dump of a hung stress
-//! check showed a page pool's drop in `cuModuleUnload`, with every other thread's launch
-//! stopped. So while the runtime lives, no drop of the crate calls them. Modules stay loaded
-//! until the runtime ends, device buffers go back to the device's memory pool in stream
-//! order, and pinned records are recycled. With this, every role of the stress check passes
-//! 15-second runs on 2 GPUs: allocations, frees and constructors beside collectives, channels
-//! and host calls. One known gap: in 3 of 20 5-second runs, collective calls of the first
-//! second gave up with [`Error::Timeout`] after their 30 s bound.
+//! Some driver calls wait for the whole GPU and hold back the other threads' CUDA calls
+//! meanwhile: loading and unloading a module, `cuMemFree`, `cuMemFreeHost` and NVSHMEM's
+//! zeroing `calloc`. Beside a kernel that waits for another PE, whose matching work a held-back
+//! thread was to launch, both PEs stall until a bound runs out. So while the runtime lives the
+//! crate avoids them: the runtime loads its services' modules (host atomics, channels) when
+//! it starts; a module, once loaded, stays until the runtime ends; device buffers go back to
+//! the device's memory pool in stream order; pinned records are recycled; `calloc` zeroes on
+//! a stream of its own. The first [`Collectives`], [`PagePool`](pool::PagePool), tensor-parallel
+//! group or [`Module`](module::Module) of a runtime loads its module: make them before starting
+//! work that waits for other PEs from other threads. The known gap: in 1 of 40 stress runs
+//! (`checks/src/bin/stress_check/`, 5 s, 2 GPUs) collective calls gave up with
+//! [`Error::Timeout`] after their 30 s bound (a thread freeing memory waited for the GPU while
+//! others waited in `cuEventCreate`).
 //!
 //! # Lifetimes on the GPU
 //! Freeing a symmetric or device buffer, destroying a team, dropping a [`Collectives`], and
