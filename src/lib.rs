@@ -87,6 +87,7 @@ pub mod pool;
 pub mod rma;
 pub mod runtime;
 pub mod signal;
+mod start;
 pub mod sync;
 pub mod team;
 #[cfg(feature = "tp")]
