@@ -51,12 +51,16 @@
 //! meanwhile: loading and unloading a module, `cuMemFree`, `cuMemFreeHost` and NVSHMEM's
 //! zeroing `calloc`. Beside a kernel that waits for another PE, whose matching work a held-back
 //! thread was to launch, both PEs stall until a bound runs out. So while the runtime lives the
-//! crate avoids them: the runtime loads its services' modules (host atomics, channels) when
-//! it starts; a module, once loaded, stays until the runtime ends; device buffers go back to
-//! the device's memory pool in stream order; pinned records are recycled; `calloc` zeroes on
-//! a stream of its own. The first [`Collectives`], [`PagePool`](pool::PagePool), tensor-parallel
-//! group or [`Module`](module::Module) of a runtime loads its module: make them before starting
-//! work that waits for other PEs from other threads. The known gap: in 1 of 40 stress runs
+//! crate avoids them:
+//! - the runtime loads its services' modules (host atomics, channels) when it starts;
+//! - a module, once loaded, stays until the runtime ends;
+//! - device buffers go back to the device's memory pool in stream order;
+//! - pinned records are recycled;
+//! - `calloc` zeroes on a stream of its own.
+//!
+//! The first [`Collectives`], [`PagePool`], tensor-parallel group or
+//! [`Module`](module::Module) of a runtime loads its module: make them before starting work
+//! that waits for other PEs from other threads. The known gap: in 1 of 40 stress runs
 //! (`checks/src/bin/stress_check/`, 5 s, 2 GPUs) collective calls gave up with
 //! [`Error::Timeout`] after their 30 s bound (a thread freeing memory waited for the GPU while
 //! others waited in `cuEventCreate`).
