@@ -150,49 +150,46 @@ __device__ __forceinline__ void put(void *dst, const void *src, size_t bytes, in
     else nvshmemx_putmem_block(dst, src, bytes, pe);
 }
 
-// Copy `bytes` from src to dst (the consumer's slot, as this PE maps it), by the threads of
-// the group: plain stores over NVLink, with no lookup of where the peer lies.
-template <Scope S>
-__device__ __forceinline__ void store_to_slot(char *dst, const char *src, uint64_t bytes) {
+// *p, through L2 with `ThroughL2` (past this SM's L1).
+template <bool ThroughL2, typename W> __device__ __forceinline__ W load(const W *p) {
+    if constexpr (ThroughL2) return __ldcg(p);
+    else return *p;
+}
+
+// Copy `bytes` from src to dst by the threads of the group, in the widest units both addresses
+// align to: 16-byte vectors, then 8-byte words (a whole message of them, where only 8 bytes
+// align), then bytes. Each store over NVLink is a transaction.
+template <Scope S, bool ThroughL2>
+__device__ __forceinline__ void copy_by_group(char *dst, const char *src, uint64_t bytes) {
     const unsigned r = rank<S>(), n = size<S>();
     const uintptr_t both = (uintptr_t)dst | (uintptr_t)src;
     uint64_t done = 0;
     if ((both & 15) == 0) {
         const uint64_t vecs = bytes / 16;
-        for (uint64_t i = r; i < vecs; i += n) ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
+        for (uint64_t i = r; i < vecs; i += n) ((uint4 *)dst)[i] = load<ThroughL2>((const uint4 *)src + i);
         done = vecs * 16;
     }
-    // A tail of 8-byte words (a whole message of them, where only 8 bytes align), not bytes:
-    // each store over NVLink is a transaction.
     if ((both & 7) == 0) {
         const uint64_t words = bytes / 8;
         for (uint64_t i = done / 8 + r; i < words; i += n)
-            ((uint64_t *)dst)[i] = ((const uint64_t *)src)[i];
+            ((unsigned long long *)dst)[i] = load<ThroughL2>((const unsigned long long *)src + i);
         done = words * 8;
     }
-    for (uint64_t i = done + r; i < bytes; i += n) dst[i] = src[i];
+    for (uint64_t i = done + r; i < bytes; i += n) dst[i] = (char)load<ThroughL2>((const signed char *)src + i);
+}
+
+// Copy `bytes` from src to dst (the consumer's slot, as this PE maps it), by the threads of
+// the group: plain stores over NVLink, with no lookup of where the peer lies.
+template <Scope S>
+__device__ __forceinline__ void store_to_slot(char *dst, const char *src, uint64_t bytes) {
+    copy_by_group<S, false>(dst, src, bytes);
 }
 
 // Copy `bytes` from a slot (which peers write, so read through L2: this SM's L1 may hold the
 // slot's previous message) to local memory, by the threads of the group.
 template <Scope S>
 __device__ __forceinline__ void copy_from_slot(char *dst, const char *slot, uint64_t bytes) {
-    const unsigned r = rank<S>(), n = size<S>();
-    const uintptr_t both = (uintptr_t)dst | (uintptr_t)slot;
-    uint64_t done = 0;
-    if ((both & 15) == 0) {
-        const uint64_t vecs = bytes / 16;
-        for (uint64_t i = r; i < vecs; i += n)
-            ((uint4 *)dst)[i] = __ldcg((const uint4 *)slot + i);
-        done = vecs * 16;
-    }
-    if ((both & 7) == 0) {
-        const uint64_t words = bytes / 8;
-        for (uint64_t i = done / 8 + r; i < words; i += n)
-            ((unsigned long long *)dst)[i] = __ldcg((const unsigned long long *)slot + i);
-        done = words * 8;
-    }
-    for (uint64_t i = done + r; i < bytes; i += n) dst[i] = (char)__ldcg((const signed char *)slot + i);
+    copy_by_group<S, true>(dst, slot, bytes);
 }
 
 }  // namespace channel_detail
