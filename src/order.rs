@@ -7,7 +7,7 @@
 
 use crate::error::{CudaResultExt, Error, Result};
 use crate::runtime::Nvshmem;
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaEvent, CudaStream};
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -15,6 +15,37 @@ use std::time::{Duration, Instant};
 thread_local! {
     /// The orders this thread is inside of (their addresses), innermost last.
     static HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    /// This thread's event of each context, recorded again for every use (see [`join`]).
+    static EVENTS: RefCell<Vec<CudaEvent>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Run `f` with this thread's event of `stream`'s context, just recorded on `stream`.
+///
+/// Not a new event each time, as cudarc's `CudaStream::join` makes: creating (and destroying)
+/// an event waits for a lock of the driver that a thread inside a blocking call (a stream or
+/// context synchronisation) can hold until the GPU is done. Beside kernels that wait for
+/// other PEs, that held back every CUDA call of the process (stress check dumps:
+/// `cuEventCreate` under `CallOrder::run`). Reusing one is sound: a wait, or a query, takes
+/// the event's state when it is made.
+fn with_recorded<R>(stream: &CudaStream, f: impl FnOnce(&CudaEvent) -> Result<R>) -> Result<R> {
+    EVENTS.with(|events| {
+        let mut events = events.borrow_mut();
+        let ctx = stream.context();
+        let i = match events.iter().position(|e| e.context() == ctx) {
+            Some(i) => i,
+            None => {
+                events.push(ctx.new_event(None).during("cuEventCreate")?);
+                events.len() - 1
+            }
+        };
+        events[i].record(stream).during("cuEventRecord")?;
+        f(&events[i])
+    })
+}
+
+/// `waiter` waits, on the device, for what `on` holds now.
+pub(crate) fn join(waiter: &CudaStream, on: &CudaStream) -> Result<()> {
+    with_recorded(on, |event| waiter.wait(event).during("cuStreamWaitEvent"))
 }
 
 /// What a call on one stream does to follow the last call, made on another.
@@ -76,7 +107,7 @@ impl CallOrder {
             .filter(|l| l.cu_stream() != stream.cu_stream())
         {
             match follow(shmem.capture_id(l)?, shmem.capture_id(stream)?) {
-                Follow::Wait => stream.join(l).during("cuStreamWaitEvent")?,
+                Follow::Wait => join(stream, l)?,
                 Follow::Nothing => {}
                 Follow::Refuse => {
                     return Err(Error::InvalidArgument(format!(
@@ -107,8 +138,7 @@ impl CallOrder {
                 "dropped while the stream of its last call is being captured".into(),
             ));
         }
-        let done = stream.record_event(None).during("cuEventRecord")?;
-        loop {
+        with_recorded(stream, |done| loop {
             if done.try_is_complete().during("cuEventQuery")? {
                 return Ok(true);
             }
@@ -116,7 +146,7 @@ impl CallOrder {
                 return Ok(false);
             }
             std::thread::sleep(Duration::from_micros(500));
-        }
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<Arc<CudaStream>>> {

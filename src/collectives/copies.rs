@@ -130,7 +130,7 @@ impl Collectives {
         let side = &self.copy_stream;
         let mut sent = match remote.is_empty() {
             true => Ok(()),
-            false => side.join(stream).during("cuStreamWaitEvent"),
+            false => crate::order::join(side, stream),
         };
         let mut by_sms = Vec::new();
         for c in &remote {
@@ -170,7 +170,7 @@ impl Collectives {
         // Joined only where forked: a capture must not wait on work outside it.
         let joined = match remote.is_empty() {
             true => Ok(()),
-            false => stream.join(side).during("cuStreamWaitEvent"),
+            false => crate::order::join(stream, side),
         };
         let sig = match (&sent, &joined) {
             (Ok(()), Ok(())) => sig,

@@ -63,16 +63,8 @@ pub use schedule::{Schedule, ScheduleThresholds};
 pub use shard::{merged_rows, shard_range, take_cols, take_rows};
 
 use crate::error::{Error, Result};
-use cudarc::driver::CudaStream;
-use std::sync::Arc;
 
-/// `waiter` waits, on the device, for what `stream` has enqueued so far.
-pub(crate) fn join(waiter: &CudaStream, stream: &Arc<CudaStream>) -> Result<()> {
-    waiter.join(stream).map_err(|source| Error::Cuda {
-        call: "cuStreamWaitEvent",
-        source,
-    })
-}
+pub(crate) use crate::order::join;
 
 /// Check that `got` elements are `rows × cols` for some `rows`, and return `rows`.
 fn rows_of(what: &str, got: usize, cols: usize) -> Result<usize> {
