@@ -8,10 +8,11 @@
 //!
 //! The NVSHMEM host library exports the signal operations only in their `_on_stream` forms
 //! (`nvshmemx_putmem_signal_on_stream`, `nvshmemx_putmem_signal_nbi_on_stream`,
-//! `nvshmemx_signal_op_on_stream`, `nvshmemx_signal_wait_until_on_stream`), plus
-//! `nvshmem_signal_fetch`. The host forms here are built on them: they enqueue the operation
-//! on the runtime's own stream ([`Nvshmem::stream`]) and, except for
-//! [`put_signal_nbi`](Nvshmem::put_signal_nbi), wait for that stream.
+//! `nvshmemx_signal_op_on_stream`, `nvshmemx_signal_wait_until_on_stream`). The host forms
+//! here are built on them: they enqueue the operation on the runtime's own stream
+//! ([`Nvshmem::stream`]) and, except for [`put_signal_nbi`](Nvshmem::put_signal_nbi), wait
+//! for that stream. [`signal_fetch`](Nvshmem::signal_fetch) and `signal_wait_until` read the
+//! signal through a pinned word on a stream of their own.
 //!
 //! ```no_run
 //! # fn main() -> nvshmem::Result<()> {
@@ -362,8 +363,11 @@ impl Nvshmem {
         index: usize,
     ) -> Result<u64> {
         let ptr = sig.into().element_ptr(self, "the signal buffer", index)?;
-        let _host = self.host_call()?;
-        Ok(unsafe { sys::nvshmem_signal_fetch(ptr) })
+        // One read through a pinned word, as the waits poll, not `nvshmem_signal_fetch`: a
+        // synchronous copy from the legacy stream into pageable memory, which waits inside the
+        // driver (under this crate's host lock) and holds back the process's other CUDA calls
+        // meanwhile (a stress check stall).
+        self.poll_word(ptr as *const u64, "the signal", index, |_| true)
     }
 }
 
