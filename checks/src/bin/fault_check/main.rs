@@ -13,7 +13,7 @@
 //!
 //! Most cases run our all-reduce with a 2 s timeout (`CollectivesConfig::timeout`); the
 //! others wait on the host for a flag nobody sets, free while a stream is being captured,
-//! call a tensor-parallel layer's fused exchange on one PE only, or start with no transport
+//! call a tensor-parallel layer's fused exchange without one PE, or start with no transport
 //! between the GPUs. The runtime's own waits are bounded at 4 s
 //! (`NVSHMEM_RS_TIMEOUT`). A PE that gets an error prints `fault_check: PE k: <error>` and
 //! exits with status 1. The `missing-pe` case runs without the launcher: rank 0 of 2 starts
@@ -149,12 +149,9 @@ const CASES: &[Case] = &[
         alone: false,
     },
     Case {
-        name: "tp-one-pe",
-        about: "PE 0 alone calls a row-parallel layer's fused GEMM + reduce-scatter",
-        expect: &[(
-            0,
-            "tensor-parallel fused exchange (the layer's call #1) waited",
-        )],
+        name: "tp-skip",
+        about: "PE 1 skips a row-parallel layer's fused GEMM + reduce-scatter that the others call",
+        expect: &[(0, "for PE 1 and gave up: it never made the same call")],
         alone: false,
     },
     Case {
@@ -452,7 +449,7 @@ fn faulty_calls(shmem: &Nvshmem, case: &str) -> nvshmem::Result<()> {
         "wait-no-setter" => return wait_for_nobody(shmem),
         "team-sync-skip" => return team_sync_skip(shmem),
         "free-capture" => return free_while_capturing(shmem),
-        "tp-one-pe" => return tp_forward_alone(shmem),
+        "tp-skip" => return tp_forward_skipped(shmem),
         _ => {}
     }
     let mut config = CollectivesConfig::for_pes(n);
@@ -582,11 +579,11 @@ fn wait_for_nobody(shmem: &Nvshmem) -> nvshmem::Result<()> {
     Ok(())
 }
 
-/// Every PE builds a row-parallel layer with a sequence-parallel output; PE 0 alone calls its
-/// fused GEMM + reduce-scatter (the exchange in rounds, whose flags stream memory operations
-/// wait for). The watchdog's bound (`NVSHMEM_RS_TIMEOUT`) must release PE 0's stream, and
-/// the layer's next call must return `ExchangeTimeout`, naming PE 1.
-fn tp_forward_alone(shmem: &Nvshmem) -> nvshmem::Result<()> {
+/// Every PE builds a row-parallel layer with a sequence-parallel output; every PE but PE 1
+/// calls its fused GEMM + reduce-scatter (the exchange in rounds, whose flags stream memory
+/// operations wait for). The watchdog's bound (`NVSHMEM_RS_TIMEOUT`) must release their
+/// streams, and the layer's next call must return `ExchangeTimeout`, naming PE 1 alone.
+fn tp_forward_skipped(shmem: &Nvshmem) -> nvshmem::Result<()> {
     use nvshmem::tp::{RowOutput, RowParallelLinear, Schedule, TensorParallel};
     use nvshmem::{bf16, Error};
     let (me, n) = (shmem.my_pe(), shmem.n_pes());
@@ -602,14 +599,14 @@ fn tp_forward_alone(shmem: &Nvshmem) -> nvshmem::Result<()> {
     let x = shmem.alloc_device::<bf16>(tokens * layer.local_in_features().len())?;
     let y = shmem.malloc::<bf16>(tokens / n * width)?;
     let stream = shmem.stream();
-    if me != 0 {
+    if me == 1 {
         trace(me, "skipping the forward");
         std::thread::sleep(4 * TIMEOUT);
-        // Not dropped: the frees would wait for PE 0.
+        // Not dropped: the frees would wait for the others.
         std::mem::forget((layer, x, y, tp));
         return Ok(());
     }
-    trace(me, "the forward, alone");
+    trace(me, "the forward, without PE 1");
     layer.forward_with(&y, &x, Schedule::Fused, stream)?;
     // Returns once the watchdog has released the waits.
     stream.synchronize()?;
