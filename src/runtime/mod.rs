@@ -412,6 +412,8 @@ pub(crate) struct Runtime {
     pub(crate) team_syncs: team_sync::TeamSyncs,
     /// Pinned host words for the small copies of host waits, team syncs and atomics.
     pub(crate) pinned: pinned::PinnedPool,
+    /// Streams of host-side waits not in use ([`Nvshmem::wait_stream`]).
+    wait_streams: Mutex<Vec<Arc<CudaStream>>>,
     /// Made on first use, dropped in reverse order before NVSHMEM is finalised (they may free
     /// symmetric memory or unregister kernels). A service must not hold an [`Nvshmem`]: that
     /// would keep the runtime alive for ever.
@@ -420,6 +422,30 @@ pub(crate) struct Runtime {
     /// opaque here as the services are): dropped after the services, before NVSHMEM is
     /// finalised, never sooner (see `module::Loaded`).
     pub(crate) modules: Mutex<LoadedModules>,
+}
+
+/// A stream of the runtime's for one host-side wait, given back when dropped.
+pub(crate) struct WaitStream<'a> {
+    stream: Option<Arc<CudaStream>>,
+    pool: &'a Mutex<Vec<Arc<CudaStream>>>,
+}
+
+impl std::ops::Deref for WaitStream<'_> {
+    type Target = Arc<CudaStream>;
+
+    fn deref(&self) -> &Arc<CudaStream> {
+        self.stream
+            .as_ref()
+            .expect("a wait stream is taken only when dropped")
+    }
+}
+
+impl Drop for WaitStream<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.stream.take() {
+            lock(self.pool).push(s);
+        }
+    }
 }
 
 impl Drop for Runtime {
@@ -821,6 +847,7 @@ impl Nvshmem {
                 exchange_scratch: exchange_scratch as u64,
                 team_syncs,
                 pinned: Default::default(),
+                wait_streams: Mutex::new(Vec::new()),
                 services: Mutex::new(Vec::new()),
                 modules: Mutex::new(Default::default()),
             })
@@ -988,10 +1015,23 @@ impl Nvshmem {
 
     /// A stream of its own for one host-side wait (a flag's polls, a new buffer's zeroing):
     /// on a shared stream (the runtime's) the wait would queue behind other threads' work,
-    /// which may itself wait for this thread.
-    pub(crate) fn wait_stream(&self) -> Result<Arc<CudaStream>> {
-        self.bind_context()?;
-        self.rt.ctx.new_stream().during("cuStreamCreate")
+    /// which may itself wait for this thread. Taken from the runtime's streams for waits and
+    /// given back when the value drops: not a stream made and destroyed per wait, since
+    /// either waits for a lock of the driver that a thread inside a blocking synchronisation
+    /// can hold until the GPU is done (see `order::with_recorded`).
+    pub(crate) fn wait_stream(&self) -> Result<WaitStream<'_>> {
+        let pooled = lock(&self.rt.wait_streams).pop();
+        let stream = match pooled {
+            Some(s) => s,
+            None => {
+                self.bind_context()?;
+                self.rt.ctx.new_stream().during("cuStreamCreate")?
+            }
+        };
+        Ok(WaitStream {
+            stream: Some(stream),
+            pool: &self.rt.wait_streams,
+        })
     }
 
     /// The id of the capture `stream` takes part in (also one already invalidated), if any.
