@@ -8,10 +8,8 @@
 //! A runtime service ([`Nvshmem::with_service`]): made on the first allocation, which every
 //! PE makes at the same point, and freed before NVSHMEM is finalised.
 
-use crate::error::{CudaResultExt, Error, HeapLimit, Result};
+use crate::error::{Error, HeapLimit, Result};
 use crate::runtime::{DuringWait, Exchanged, Nvshmem, FINALIZE_KIND};
-use cudarc::driver::CudaStream;
-use std::sync::Arc;
 
 /// What a PE is about to do.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -123,8 +121,6 @@ pub(crate) struct AllocCheck {
     next_seq: u64,
     /// [`PLACED_WORD`] of this PE's records.
     placed: u64,
-    /// The stream that zeroes `calloc`'s buffers, made on the first.
-    zeroing: Option<Arc<CudaStream>>,
 }
 
 impl AllocCheck {
@@ -133,23 +129,7 @@ impl AllocCheck {
         Ok(AllocCheck {
             next_seq: 0,
             placed: 0,
-            zeroing: None,
         })
-    }
-
-    /// Zero `bytes` of this PE's symmetric memory at `ptr` and wait for it, on a stream of
-    /// the allocations' own (behind nothing a caller queued).
-    pub(crate) fn zero(&mut self, shmem: &Nvshmem, ptr: u64, bytes: usize) -> Result<()> {
-        let stream = match &self.zeroing {
-            Some(s) => s,
-            None => self.zeroing.insert(shmem.new_stream()?),
-        };
-        shmem.bind_context()?;
-        // SAFETY: `ptr` starts `bytes` of this PE's symmetric memory, just allocated and
-        // not yet handed out.
-        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0, bytes, stream.cu_stream()) }
-            .during("cuMemsetD8Async")?;
-        stream.synchronize().during("cuStreamSynchronize")
     }
 
     /// The allocation just agreed landed `offset` bytes into this PE's heap (from the

@@ -71,9 +71,7 @@ impl Nvshmem {
                     let _host = self.host_call()?;
                     cu::malloc_async(s, bytes).during("cuMemAllocAsync")?
                 };
-                let zeroed = cu::memset_d8_async(p, 0, bytes, s)
-                    .during("cuMemsetD8Async")
-                    .and_then(|()| stream.synchronize().during("cuStreamSynchronize"));
+                let zeroed = self.zero_and_wait(&stream, p, bytes);
                 if let Err(e) = zeroed {
                     cu::free_async(p, s).ok();
                     return Err(e);

@@ -248,13 +248,14 @@ impl Nvshmem {
             let offset = self.heap_offset(ptr as u64);
             self.with_service(AllocCheck::new, |check| {
                 check.note_placed(offset);
-                match how {
-                    Alloc::Zeroed => check.zero(self, ptr as u64, bytes),
-                    _ => Ok(()),
-                }
+                Ok(())
             })?;
-            // A peer may write into this PE's copy as soon as its own allocation returns.
+            // On a stream of the waits' (behind nothing a caller queued). A peer may write
+            // into this PE's copy as soon as its own allocation returns: a barrier after.
             if matches!(how, Alloc::Zeroed) {
+                let stream = self.wait_stream()?;
+                // SAFETY: `bytes` of this PE's symmetric memory, just allocated, not handed out.
+                unsafe { self.zero_and_wait(&stream, ptr as u64, bytes) }?;
                 self.set_up_barrier(SetUp::Zeroed)?;
             }
         }

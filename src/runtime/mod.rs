@@ -1019,6 +1019,22 @@ impl Nvshmem {
     /// given back when the value drops: not a stream made and destroyed per wait, since
     /// either waits for a lock of the driver that a thread inside a blocking synchronisation
     /// can hold until the GPU is done (see `order::with_recorded`).
+    /// Zero `bytes` of this PE's memory at `ptr` on `stream` and wait for it.
+    ///
+    /// # Safety
+    /// `ptr` starts `bytes` of this GPU's memory that nothing else uses meanwhile.
+    pub(crate) unsafe fn zero_and_wait(
+        &self,
+        stream: &CudaStream,
+        ptr: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        self.bind_context()?;
+        cudarc::driver::result::memset_d8_async(ptr, 0, bytes, stream.cu_stream())
+            .during("cuMemsetD8Async")?;
+        stream.synchronize().during("cuStreamSynchronize")
+    }
+
     pub(crate) fn wait_stream(&self) -> Result<WaitStream<'_>> {
         let pooled = lock(&self.rt.wait_streams).pop();
         let stream = match pooled {

@@ -15,7 +15,6 @@
 use super::exchange::poll_tags;
 use super::Nvshmem;
 use crate::error::{CudaResultExt, Error, Result};
-use cudarc::driver::result::memset_d8_async;
 use cudarc::driver::{CudaContext, CudaStream};
 use nvshmem_sys as sys;
 use std::ffi::c_void;
@@ -171,12 +170,9 @@ impl Nvshmem {
         let syncs = &self.rt.team_syncs;
         let mut rounds = super::lock_letting_go(syncs.rounds_of(handle)?);
         let (_, tags) = syncs.slot(handle as usize);
-        self.bind_context()?;
         // SAFETY: this PE's tags of the handle; every member's last put has landed (each
         // member's last round was seen whole here).
-        unsafe { memset_d8_async(tags, 0, syncs.n_pes * 8, syncs.reads.cu_stream()) }
-            .during("cuMemsetD8Async")?;
-        syncs.reads.synchronize().during("cuStreamSynchronize")?;
+        unsafe { self.zero_and_wait(&syncs.reads, tags, syncs.n_pes * 8) }?;
         *rounds = 0;
         Ok(())
     }
