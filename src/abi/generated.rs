@@ -37,8 +37,8 @@ pub const CHANNEL_STOPPED: NvshmemRsChannelWord = 6;
 /** On each PE: set, for good, by the first wait of this PE on the channel that gave up;
  every later wait here stops at its first look at the clock.*/
 pub const CHANNEL_WORDS: NvshmemRsChannelWord = 7;
-/** Words of a channel's control block (symmetric, one block on every PE), after the
- 2 * depth words of `ready` and `lens`.*/
+/** Words of a channel's control block (symmetric, one block on every PE), after the `depth`
+ ready words.*/
 pub type NvshmemRsChannelWord = ::std::os::raw::c_uint;
 /// A push, for a free slot: the consumer's release of message seq - depth.
 pub const CHANNEL_WAIT_SLOT: NvshmemRsChannelWait = 1;
@@ -94,16 +94,18 @@ const _: () = {
 /** A bounded single-producer single-consumer queue from PE `producer` to PE `consumer`.
  Message s (counting from 0) goes into slot s % depth on the consumer; the producer may
  write it once the consumer has released message s - depth (credit >= s + 1 - depth), and the
- consumer may read it once ready[s % depth] >= s + 1. Counters are 64-bit and never wrap.*/
+ consumer may read it once the tag of ready[s % depth] is that of s. Counters are 64-bit and
+ never wrap; a ready word carries only the low 32 bits of s + 1, which tell message s from
+ s - depth since depth < 2^32.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone, PartialEq, Eq)]
 pub struct nvshmem_rs_channel {
     /// Symmetric: depth slots of slot_bytes bytes each; the consumer's copy holds the messages.
     pub slots: *mut ::std::os::raw::c_char,
-    /// Symmetric, `depth` words: on the consumer, `ready[i] = s + 1` once message s is in slot i.
+    /** Symmetric, `depth` words: on the consumer, once message s is in slot i,
+ `ready[i] = (s + 1) mod 2^32 << 32 | its length in bytes` (one word, so that a pop reads
+ the length with the word it waited for).*/
     pub ready: *mut u64,
-    /// Symmetric, `depth` words: on the consumer, the byte length of the message in slot i.
-    pub lens: *mut u64,
     /// Symmetric, CHANNEL_WORDS words (NvshmemRsChannelWord).
     pub words: *mut u64,
     /// Bytes a slot holds: the largest message.
@@ -126,8 +128,6 @@ pub struct nvshmem_rs_channel {
     pub peer_slots: *mut ::std::os::raw::c_char,
     /// On the producer: the consumer's `ready`.
     pub peer_ready: *mut u64,
-    /// On the producer: the consumer's `lens`.
-    pub peer_lens: *mut u64,
     /// On the consumer: the producer's `words` (its credit).
     pub peer_words: *mut u64,
 }
@@ -135,7 +135,7 @@ pub struct nvshmem_rs_channel {
 const _: () = {
     [
         "Size of nvshmem_rs_channel",
-    ][::std::mem::size_of::<nvshmem_rs_channel>() - 96usize];
+    ][::std::mem::size_of::<nvshmem_rs_channel>() - 80usize];
     [
         "Alignment of nvshmem_rs_channel",
     ][::std::mem::align_of::<nvshmem_rs_channel>() - 8usize];
@@ -146,41 +146,35 @@ const _: () = {
         "Offset of field: nvshmem_rs_channel::ready",
     ][::std::mem::offset_of!(nvshmem_rs_channel, ready) - 8usize];
     [
-        "Offset of field: nvshmem_rs_channel::lens",
-    ][::std::mem::offset_of!(nvshmem_rs_channel, lens) - 16usize];
-    [
         "Offset of field: nvshmem_rs_channel::words",
-    ][::std::mem::offset_of!(nvshmem_rs_channel, words) - 24usize];
+    ][::std::mem::offset_of!(nvshmem_rs_channel, words) - 16usize];
     [
         "Offset of field: nvshmem_rs_channel::slot_bytes",
-    ][::std::mem::offset_of!(nvshmem_rs_channel, slot_bytes) - 32usize];
+    ][::std::mem::offset_of!(nvshmem_rs_channel, slot_bytes) - 24usize];
     [
         "Offset of field: nvshmem_rs_channel::depth",
-    ][::std::mem::offset_of!(nvshmem_rs_channel, depth) - 40usize];
+    ][::std::mem::offset_of!(nvshmem_rs_channel, depth) - 32usize];
     [
         "Offset of field: nvshmem_rs_channel::producer",
-    ][::std::mem::offset_of!(nvshmem_rs_channel, producer) - 44usize];
+    ][::std::mem::offset_of!(nvshmem_rs_channel, producer) - 36usize];
     [
         "Offset of field: nvshmem_rs_channel::consumer",
-    ][::std::mem::offset_of!(nvshmem_rs_channel, consumer) - 48usize];
+    ][::std::mem::offset_of!(nvshmem_rs_channel, consumer) - 40usize];
     [
         "Offset of field: nvshmem_rs_channel::wait_units",
-    ][::std::mem::offset_of!(nvshmem_rs_channel, wait_units) - 52usize];
+    ][::std::mem::offset_of!(nvshmem_rs_channel, wait_units) - 44usize];
     [
         "Offset of field: nvshmem_rs_channel::fault",
-    ][::std::mem::offset_of!(nvshmem_rs_channel, fault) - 56usize];
+    ][::std::mem::offset_of!(nvshmem_rs_channel, fault) - 48usize];
     [
         "Offset of field: nvshmem_rs_channel::peer_slots",
-    ][::std::mem::offset_of!(nvshmem_rs_channel, peer_slots) - 64usize];
+    ][::std::mem::offset_of!(nvshmem_rs_channel, peer_slots) - 56usize];
     [
         "Offset of field: nvshmem_rs_channel::peer_ready",
-    ][::std::mem::offset_of!(nvshmem_rs_channel, peer_ready) - 72usize];
-    [
-        "Offset of field: nvshmem_rs_channel::peer_lens",
-    ][::std::mem::offset_of!(nvshmem_rs_channel, peer_lens) - 80usize];
+    ][::std::mem::offset_of!(nvshmem_rs_channel, peer_ready) - 64usize];
     [
         "Offset of field: nvshmem_rs_channel::peer_words",
-    ][::std::mem::offset_of!(nvshmem_rs_channel, peer_words) - 88usize];
+    ][::std::mem::offset_of!(nvshmem_rs_channel, peer_words) - 72usize];
 };
 impl Default for nvshmem_rs_channel {
     fn default() -> Self {

@@ -74,6 +74,15 @@ impl ChannelLayout {
                 u32::MAX
             )));
         }
+        // A ready word carries a message's length in 32 bits.
+        if max_len.saturating_mul(size_of::<T>()) > u32::MAX as usize {
+            return Err(Error::InvalidArgument(format!(
+                "a channel's messages of {max_len} elements of {} bytes: at most {} bytes \
+                 (send larger data in several messages)",
+                size_of::<T>(),
+                u32::MAX
+            )));
+        }
         let align = CHANNEL_SLOT_ALIGN as usize;
         let slot_bytes = max_len
             .checked_mul(size_of::<T>())
@@ -100,10 +109,9 @@ impl ChannelLayout {
         self.slot_bytes * self.depth
     }
 
-    /// Words of the control block: a ready word and a length per slot, then the channel's
-    /// counters.
+    /// Words of the control block: a ready word per slot, then the channel's counters.
     pub fn ctrl_words(&self) -> usize {
-        2 * self.depth + CHANNEL_WORDS as usize
+        self.depth + CHANNEL_WORDS as usize
     }
 
     /// A send of `len` elements from PE `me`.
@@ -145,17 +153,55 @@ impl ChannelLayout {
     }
 }
 
+/// The tag of message `seq` in a ready word: the low 32 bits of `seq + 1` (see
+/// `nvshmem_rs_channel::ready` in kernels/include/nvshmem_rs/channel.h).
+pub(crate) fn message_tag(seq: u64) -> u32 {
+    seq.wrapping_add(1) as u32
+}
+
+/// The tag a ready word carries (its high 32 bits; the low 32 are the message's length).
+pub(crate) fn ready_tag(word: u64) -> u32 {
+    (word >> 32) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use half::bf16;
+
+    /// The word the producer writes for message `seq` of `bytes` bytes (channel.cuh's
+    /// `ready_word`).
+    fn ready_word(seq: u64, bytes: u32) -> u64 {
+        (u64::from(message_tag(seq)) << 32) | u64::from(bytes)
+    }
+
+    #[test]
+    fn a_ready_word_tells_its_message_from_the_one_a_round_before() {
+        for depth in [1u64, 2, 7, u64::from(u32::MAX)] {
+            for seq in [0u64, 1, 5, (1 << 32) - 2, (1 << 32) - 1, 1 << 32, 3 << 40] {
+                let word = ready_word(seq, 100);
+                assert_eq!(ready_tag(word), message_tag(seq));
+                assert_eq!(word as u32, 100);
+                // What the slot held before: message seq - depth, or nothing (a zero word).
+                let before = match seq.checked_sub(depth) {
+                    Some(old) => ready_word(old, 8),
+                    None => 0,
+                };
+                assert_ne!(
+                    ready_tag(before),
+                    message_tag(seq),
+                    "seq {seq} depth {depth}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn slots_are_rounded_to_their_alignment() {
         let l = ChannelLayout::new::<bf16>(0, 1, 2, 3, 4).unwrap();
         assert_eq!(l.slot_bytes, 16);
         assert_eq!(l.slots_bytes(), 64);
-        assert_eq!(l.ctrl_words(), 8 + CHANNEL_WORDS as usize);
+        assert_eq!(l.ctrl_words(), 4 + CHANNEL_WORDS as usize);
         let l = ChannelLayout::new::<f32>(1, 1, 2, 1024, 2).unwrap();
         assert_eq!(l.slot_bytes, 4096);
         let l = ChannelLayout::new::<f64>(0, 0, 1, 3, 1).unwrap();
@@ -176,10 +222,12 @@ mod tests {
             let e = ChannelLayout::new::<f32>(0, 1, 2, len, depth).unwrap_err();
             assert!(e.to_string().contains("at least one slot"), "{e}");
         }
+        // A ready word holds a message's length in 32 bits.
         let e = ChannelLayout::new::<f64>(0, 1, 2, usize::MAX / 4, 2).unwrap_err();
-        assert!(e.to_string().contains("does not fit"), "{e}");
-        let e = ChannelLayout::new::<u8>(0, 1, 2, 1 << 40, 1 << 30).unwrap_err();
-        assert!(e.to_string().contains("does not fit"), "{e}");
+        assert!(e.to_string().contains("at most 4294967295 bytes"), "{e}");
+        let e = ChannelLayout::new::<u8>(0, 1, 2, 1 << 32, 2).unwrap_err();
+        assert!(e.to_string().contains("at most 4294967295 bytes"), "{e}");
+        ChannelLayout::new::<u8>(0, 1, 2, u32::MAX as usize, 2).unwrap();
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! A [`Channel<T>`] carries messages of up to [`max_len`](Channel::max_len) elements from PE
 //! [`producer`](Channel::producer) to PE [`consumer`](Channel::consumer) through `depth`
 //! slots on the consumer. The producer writes a message straight into a free slot (a put over
-//! NVLink) and raises the slot's ready word; the consumer copies it out and hands the slot
+//! NVLink) and raises the slot's ready word, which carries the message's length; the consumer
+//! copies it out and hands the slot
 //! back by advancing a credit word on the producer. A producer with every slot full waits, so
 //! an unread message is never overwritten, and no host is involved at either end.
 //!
@@ -68,6 +69,7 @@ mod fault;
 mod layout;
 
 pub use crate::abi::nvshmem_rs_channel as DeviceChannel;
+use layout::{message_tag, ready_tag};
 pub use layout::{ChannelLayout, SEND_BLOCK_BYTES};
 
 use crate::abi::{CHANNEL_LAST_BYTES, CHANNEL_RECEIVED};
@@ -144,7 +146,7 @@ pub struct Channel<T: Element> {
     timeout: Option<Duration>,
     /// `depth` slots of `slot_bytes` (used on the consumer).
     slots: SymmetricBuffer<u8>,
-    /// `ready[depth]`, `lens[depth]`, then the words of `NvshmemRsChannelWord`.
+    /// `ready[depth]`, then the words of `NvshmemRsChannelWord`.
     ctrl: SymmetricBuffer<u64>,
     /// Where a wait that gave up says so. Dropped after the buffers, whose frees wait for the
     /// kernels that could write it.
@@ -176,10 +178,9 @@ impl<T: Element> std::fmt::Debug for Channel<T> {
 /// of asking NVSHMEM where it lies at every message (null where only NVSHMEM's transports
 /// reach it, and on the PEs that are neither end).
 struct PeerMaps {
-    /// On the producer: the consumer's slots, `ready` and `lens`.
+    /// On the producer: the consumer's slots and `ready`.
     slots: *mut u8,
     ready: *mut u64,
-    lens: *mut u64,
     /// On the consumer: the producer's words (its credit).
     words: *mut u64,
 }
@@ -199,7 +200,6 @@ impl PeerMaps {
         let mut maps = PeerMaps {
             slots: null as *mut u8,
             ready: null,
-            lens: null,
             words: null,
         };
         let depth = layout.depth;
@@ -207,12 +207,11 @@ impl PeerMaps {
             if let Some(base) = ctrl.peer_ptr(layout.consumer)? {
                 maps.slots = slots.peer_ptr(layout.consumer)?.unwrap_or(maps.slots);
                 maps.ready = base;
-                maps.lens = base.wrapping_add(depth);
             }
         }
         if me == layout.consumer {
             if let Some(base) = ctrl.peer_ptr(layout.producer)? {
-                maps.words = base.wrapping_add(2 * depth);
+                maps.words = base.wrapping_add(depth);
             }
         }
         Ok(maps)
@@ -259,7 +258,7 @@ pub const DEFAULT_DEPTH: usize = 2;
 
 impl ChannelConfig {
     /// A channel from PE `producer` to PE `consumer` of messages of up to `max_len`
-    /// elements, with [`DEFAULT_DEPTH`] slots.
+    /// elements (at most `u32::MAX` bytes), with [`DEFAULT_DEPTH`] slots.
     pub fn new(producer: usize, consumer: usize, max_len: usize) -> Self {
         ChannelConfig {
             producer,
@@ -379,10 +378,9 @@ impl<T: Element> Channel<T> {
         let base = self.ctrl.as_ptr();
         DeviceChannel {
             slots: self.slots.as_ptr() as *mut std::ffi::c_char,
-            // The control block is `ready`, `lens`, then the channel's words.
+            // The control block is `ready`, then the channel's words.
             ready: base,
-            lens: base.wrapping_add(depth),
-            words: base.wrapping_add(2 * depth),
+            words: base.wrapping_add(depth),
             slot_bytes: self.layout.slot_bytes as u64,
             depth: depth as u32,
             producer: self.layout.producer as i32,
@@ -391,7 +389,6 @@ impl<T: Element> Channel<T> {
             fault: self.fault.device_ptr(),
             peer_slots: self.peer.slots as *mut std::ffi::c_char,
             peer_ready: self.peer.ready,
-            peer_lens: self.peer.lens,
             peer_words: self.peer.words,
         }
     }
@@ -530,12 +527,13 @@ impl<T: Element> Channel<T> {
     /// Whether the next message has arrived, by this PE's control block.
     fn has_message(&self, ctrl: &[u64]) -> bool {
         let received = ctrl[self.word(CHANNEL_RECEIVED)];
-        ctrl[(received % self.layout.depth as u64) as usize] > received
+        let ready = ctrl[(received % self.layout.depth as u64) as usize];
+        ready_tag(ready) == message_tag(received)
     }
 
     /// The index in the control block of one of the channel's words.
     fn word(&self, word: u32) -> usize {
-        2 * self.layout.depth + word as usize
+        self.layout.depth + word as usize
     }
 
     /// The calls that wait for their stream cannot run while it is being captured.

@@ -90,14 +90,16 @@ __device__ __forceinline__ void record_fault(const nvshmem_rs_channel &ch, int s
     f->raised = 1;
 }
 
-// Spin until *p >= v (a counter PE `pe` advances), with acquire ordering. False when the wait
-// gave up: it lasted ch.wait_units from its first look at the clock (the first to give up records
-// itself as waiting at `site` for message `seq`), or an earlier wait of this PE on the channel
-// gave up.
-__device__ __forceinline__ bool wait_at_least(const nvshmem_rs_channel &ch, const uint64_t *p, uint64_t v,
-                                              int site, int pe, uint64_t seq) {
+// Spin until `done(*p)` (a word PE `pe` writes), with acquire ordering; the word that ended
+// the wait is left in *seen. False when the wait gave up: it lasted ch.wait_units from its first
+// look at the clock (the first to give up records itself as waiting at `site` for message
+// `seq`), or an earlier wait of this PE on the channel gave up.
+template <typename Done>
+__device__ __forceinline__ bool wait_for(const nvshmem_rs_channel &ch, const uint64_t *p, Done done, int site,
+                                         int pe, uint64_t seq, uint64_t *seen) {
     uint32_t spins = 0, since = 0;
-    while (ld_acquire_sys(p) < v) {
+    uint64_t v;
+    while (!done(v = ld_acquire_sys(p))) {
         if (__builtin_expect(++spins < spins_per_check, 1)) continue;
         spins = 0;
         if (*(volatile uint64_t *)&ch.words[CHANNEL_STOPPED] != 0) return false;
@@ -107,7 +109,23 @@ __device__ __forceinline__ bool wait_at_least(const nvshmem_rs_channel &ch, cons
         record_fault(ch, site, pe, seq, since);
         return false;
     }
+    *seen = v;
     return true;
+}
+
+// Spin until *p >= v (a counter PE `pe` advances); as wait_for.
+__device__ __forceinline__ bool wait_at_least(const nvshmem_rs_channel &ch, const uint64_t *p, uint64_t v,
+                                              int site, int pe, uint64_t seq) {
+    uint64_t seen;
+    return wait_for(ch, p, [v](uint64_t w) { return w >= v; }, site, pe, seq, &seen);
+}
+
+// The tag of message `seq` in a ready word (see nvshmem_rs_channel::ready).
+__device__ __forceinline__ uint32_t ready_tag(uint64_t seq) { return (uint32_t)(seq + 1); }
+
+// The ready word of message `seq`, of `bytes` bytes (fewer than 2^32: Channel checks).
+__device__ __forceinline__ uint64_t ready_word(uint64_t seq, uint64_t bytes) {
+    return (uint64_t)ready_tag(seq) << 32 | (uint32_t)bytes;
 }
 
 template <Scope S> __device__ __forceinline__ unsigned rank() {
@@ -214,18 +232,16 @@ __device__ __forceinline__ uint64_t channel_reserve(const nvshmem_rs_channel &ch
 __device__ __forceinline__ void channel_publish(const nvshmem_rs_channel &ch, uint64_t seq,
                                                 uint64_t bytes) {
     const uint32_t i = (uint32_t)(seq % ch.depth);
+    const uint64_t word = channel_detail::ready_word(seq, bytes);
     if (ch.peer_ready) {
-        // Load/store reach (NVLink, or this GPU): the length, then the ready word with release
-        // semantics, which orders the data the group stored (the barrier before) and the
-        // length before it.
-        *(volatile uint64_t *)&ch.peer_lens[i] = bytes;
-        channel_detail::st_release_sys(&ch.peer_ready[i], seq + 1);
+        // Load/store reach (NVLink, or this GPU): the ready word with release semantics, which
+        // orders the data the group stored (the barrier before) before it.
+        channel_detail::st_release_sys(&ch.peer_ready[i], word);
     } else {
-        nvshmem_uint64_p(&ch.lens[i], bytes, ch.consumer);
-        // The data and the length land before the ready word (NVSHMEM orders puts to one PE
-        // across a fence, and the group's puts are this thread's by the barrier before).
+        // The data lands before the ready word (NVSHMEM orders puts to one PE across a fence,
+        // and the group's puts are this thread's by the barrier before).
         nvshmem_fence();
-        nvshmemx_signal_op(&ch.ready[i], seq + 1, NVSHMEM_SIGNAL_SET, ch.consumer);
+        nvshmemx_signal_op(&ch.ready[i], word, NVSHMEM_SIGNAL_SET, ch.consumer);
     }
     *(volatile uint64_t *)&ch.words[CHANNEL_SENT] = seq + 1;
 }
@@ -234,12 +250,14 @@ __device__ __forceinline__ void channel_publish(const nvshmem_rs_channel &ch, ui
 // byte length in *bytes, or CHANNEL_TIMED_OUT (in both) when the wait gave up.
 __device__ __forceinline__ uint64_t channel_wait(const nvshmem_rs_channel &ch, uint64_t *bytes) {
     const uint64_t seq = *(volatile uint64_t *)&ch.words[CHANNEL_RECEIVED];
-    const uint32_t i = (uint32_t)(seq % ch.depth);
-    if (!channel_detail::wait_at_least(ch, &ch.ready[i], seq + 1, CHANNEL_WAIT_MESSAGE, ch.producer, seq)) {
+    const uint32_t i = (uint32_t)(seq % ch.depth), tag = channel_detail::ready_tag(seq);
+    uint64_t word;
+    if (!channel_detail::wait_for(ch, &ch.ready[i], [tag](uint64_t w) { return (uint32_t)(w >> 32) == tag; },
+                                  CHANNEL_WAIT_MESSAGE, ch.producer, seq, &word)) {
         *bytes = CHANNEL_TIMED_OUT;
         return CHANNEL_TIMED_OUT;
     }
-    *bytes = channel_detail::ld_acquire_sys(&ch.lens[i]);
+    *bytes = (uint32_t)word;
     return seq;
 }
 
@@ -340,7 +358,7 @@ __device__ __forceinline__ void channel_release_peeked(const nvshmem_rs_channel 
     sync<S>();
     if (rank<S>() == 0) {
         const uint64_t seq = *(volatile uint64_t *)&ch.words[CHANNEL_RECEIVED];
-        channel_release(ch, seq, ld_acquire_sys(&ch.lens[seq % ch.depth]));
+        channel_release(ch, seq, (uint32_t)ld_acquire_sys(&ch.ready[seq % ch.depth]));
     }
     sync<S>();
 }
@@ -348,7 +366,8 @@ __device__ __forceinline__ void channel_release_peeked(const nvshmem_rs_channel 
 // Whether a message is waiting (no wait; any thread of the consumer).
 __device__ __forceinline__ bool channel_poll(const nvshmem_rs_channel &ch) {
     const uint64_t seq = *(volatile uint64_t *)&ch.words[CHANNEL_RECEIVED];
-    return channel_detail::ld_acquire_sys(&ch.ready[seq % ch.depth]) >= seq + 1;
+    return (uint32_t)(channel_detail::ld_acquire_sys(&ch.ready[seq % ch.depth]) >> 32) ==
+           channel_detail::ready_tag(seq);
 }
 
 // The scopes under their usual names.

@@ -6,8 +6,8 @@
 
 #include <stdint.h>
 
-// Words of a channel's control block (symmetric, one block on every PE), after the
-// 2 * depth words of `ready` and `lens`.
+// Words of a channel's control block (symmetric, one block on every PE), after the `depth`
+// ready words.
 enum NvshmemRsChannelWord {
     // On the producer: messages the consumer has released (written by the consumer).
     CHANNEL_CREDIT = 0,
@@ -59,14 +59,16 @@ typedef struct nvshmem_rs_channel_fault {
 // A bounded single-producer single-consumer queue from PE `producer` to PE `consumer`.
 // Message s (counting from 0) goes into slot s % depth on the consumer; the producer may
 // write it once the consumer has released message s - depth (credit >= s + 1 - depth), and the
-// consumer may read it once ready[s % depth] >= s + 1. Counters are 64-bit and never wrap.
+// consumer may read it once the tag of ready[s % depth] is that of s. Counters are 64-bit and
+// never wrap; a ready word carries only the low 32 bits of s + 1, which tell message s from
+// s - depth since depth < 2^32.
 typedef struct nvshmem_rs_channel {
     // Symmetric: depth slots of slot_bytes bytes each; the consumer's copy holds the messages.
     char *slots;
-    // Symmetric, `depth` words: on the consumer, `ready[i] = s + 1` once message s is in slot i.
+    // Symmetric, `depth` words: on the consumer, once message s is in slot i,
+    // `ready[i] = (s + 1) mod 2^32 << 32 | its length in bytes` (one word, so that a pop reads
+    // the length with the word it waited for).
     uint64_t *ready;
-    // Symmetric, `depth` words: on the consumer, the byte length of the message in slot i.
-    uint64_t *lens;
     // Symmetric, CHANNEL_WORDS words (NvshmemRsChannelWord).
     uint64_t *words;
     // Bytes a slot holds: the largest message.
@@ -89,8 +91,6 @@ typedef struct nvshmem_rs_channel {
     char *peer_slots;
     // On the producer: the consumer's `ready`.
     uint64_t *peer_ready;
-    // On the producer: the consumer's `lens`.
-    uint64_t *peer_lens;
     // On the consumer: the producer's `words` (its credit).
     uint64_t *peer_words;
 } nvshmem_rs_channel;
