@@ -6,8 +6,8 @@
 #   make test      CPU tests (no GPU needed)
 #   make run EXAMPLE=hello NP=2
 #   make check     GPU checks (our collectives, the host API, the TP layers, channels, the
-#                  page pool, all of them from many threads at once, the ring-pipeline user
-#                  crate, the fault suite)
+#                  page pool, all of them from many threads at once for 20 s, the
+#                  ring-pipeline user crate, the fault suite)
 #                  with 2 and 4 PEs (those the machine has GPUs for; SHARE_GPUS=1 runs the
 #                  others with several PEs per GPU through CUDA MPS: checks, not timings)
 #   make soak DURATION=600 NP=2
@@ -77,7 +77,8 @@ check:
 	@$(MAKE) --no-print-directory build
 	@for np in $(CHECK_NP); do \
 	  if [ $$np -gt $(word 2,$(GPUS)) ] && [ -z "$(SHARE_FLAG)" ]; then echo "check: -np $$np skipped ($(word 2,$(GPUS)) GPUs; SHARE_GPUS=1 shares them)"; continue; fi; \
-	  for prog in coll_check gpu_check tp_mlp pipeline kv_pool examples/cudarc_interop ring-pipeline; do \
+	  for prog in coll_check gpu_check tp_mlp pipeline kv_pool stress_check examples/cudarc_interop ring-pipeline; do \
+	    if [ $$prog = stress_check ] && [ -n "$(SHARE_FLAG)" ]; then echo "check: stress_check is timed for one GPU per PE; not run with SHARE_GPUS"; continue; fi; \
 	    args=$$([ $$prog = gpu_check ] && echo "$(ARGS)"); \
 	    echo "scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/$$prog $$args"; \
 	    scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/$$prog $$args || exit 1; \

@@ -48,22 +48,24 @@
 //! dumps of a hung stress check showed other threads' calls stopped there beside such a copy.
 //!
 //! Some driver calls wait for the whole GPU and hold back the other threads' CUDA calls
-//! meanwhile: loading and unloading a module, `cuMemFree`, `cuMemFreeHost` and NVSHMEM's
-//! zeroing `calloc`. Beside a kernel that waits for another PE, whose matching work a held-back
-//! thread was to launch, both PEs stall until a bound runs out. So while the runtime lives the
-//! crate avoids them:
+//! meanwhile: loading and unloading a module, `cuMemFree`, `cuMemFreeHost`, NVSHMEM's
+//! zeroing `calloc` and `nvshmem_signal_fetch`; making an event or a stream waits beside
+//! them. Beside a kernel that waits for another PE, whose matching work a held-back thread was
+//! to launch, both PEs stall until a bound runs out. So while the runtime lives the crate
+//! avoids them:
 //! - the runtime loads its services' modules (host atomics, channels) when it starts;
 //! - a module, once loaded, stays until the runtime ends;
 //! - device buffers go back to the device's memory pool in stream order;
 //! - pinned records are recycled;
-//! - `calloc` zeroes on a stream of its own.
+//! - cross-stream joins use one event per thread, and host-side waits (and `calloc`'s
+//!   zeroing) take their streams from a pool: both are made once;
+//! - [`Nvshmem::signal_fetch`] reads through a pinned word.
 //!
 //! The first [`Collectives`], [`PagePool`], tensor-parallel group or
 //! [`Module`](module::Module) of a runtime loads its module: make them before starting work
-//! that waits for other PEs from other threads. The known gap: in 1 of 40 stress runs
-//! (`checks/src/bin/stress_check/`, 5 s, 2 GPUs) collective calls gave up with
-//! [`Error::Timeout`] after their 30 s bound (a thread freeing memory waited for the GPU while
-//! others waited in `cuEventCreate`).
+//! that waits for other PEs from other threads. `checks/src/bin/stress_check/` runs every
+//! kind of call from 9 threads per PE, checked; 60 runs of 5 s in a row on 2 and 4 H200s and
+//! 9 minutes on 4 passed.
 //!
 //! # Lifetimes on the GPU
 //! Freeing a symmetric or device buffer, destroying a team, dropping a [`Collectives`], and
