@@ -64,8 +64,8 @@
 //! The first [`Collectives`], [`PagePool`], tensor-parallel group or
 //! [`Module`](module::Module) of a runtime loads its module: make them before starting work
 //! that waits for other PEs from other threads. `checks/src/bin/stress_check/` runs every
-//! kind of call from 9 threads per PE, checked; 60 runs of 5 s in a row on 2 and 4 H200s and
-//! 9 minutes on 4 passed.
+//! kind of call from 9 threads per PE, checked; 60 short runs in a row (40 of 5 s on 2
+//! H200s, 20 of 4 s on 4) and 9 minutes on 4 passed.
 //!
 //! # Lifetimes on the GPU
 //! Freeing a symmetric or device buffer, destroying a team, dropping a [`Collectives`], and
