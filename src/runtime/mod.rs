@@ -1013,12 +1013,6 @@ impl Nvshmem {
         self.rt.wait_limit
     }
 
-    /// A stream of its own for one host-side wait (a flag's polls, a new buffer's zeroing):
-    /// on a shared stream (the runtime's) the wait would queue behind other threads' work,
-    /// which may itself wait for this thread. Taken from the runtime's streams for waits and
-    /// given back when the value drops: not a stream made and destroyed per wait, since
-    /// either waits for a lock of the driver that a thread inside a blocking synchronisation
-    /// can hold until the GPU is done (see `order::with_recorded`).
     /// Zero `bytes` of this PE's memory at `ptr` on `stream` and wait for it.
     ///
     /// # Safety
@@ -1035,6 +1029,12 @@ impl Nvshmem {
         stream.synchronize().during("cuStreamSynchronize")
     }
 
+    /// A stream of its own for one host-side wait (a flag's polls, a new buffer's zeroing):
+    /// on a shared stream (the runtime's) the wait would queue behind other threads' work,
+    /// which may itself wait for this thread. Taken from the runtime's streams for waits and
+    /// given back when the value drops: not a stream made and destroyed per wait, since
+    /// either waits for a lock of the driver that a thread inside a blocking synchronisation
+    /// can hold until the GPU is done (see `order::with_recorded`).
     pub(crate) fn wait_stream(&self) -> Result<WaitStream<'_>> {
         let pooled = lock(&self.rt.wait_streams).pop();
         let stream = match pooled {
