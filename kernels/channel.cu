@@ -55,6 +55,8 @@ extern "C" __global__ void __launch_bounds__(512)
     if (threadIdx.x == 0) seq = nvshmem_rs::channel_reserve(ch);
     seq = broadcast<Scope::Block>(seq);
     const bool ok = seq != nvshmem_rs::CHANNEL_TIMED_OUT;
+    // A message this large never goes as LL lines; the first block rewrites the LL slot when due.
+    if (ok && blockIdx.x == 0 && ch.peer_ll && ll_clean_due(ch, seq)) ll_store<Scope::Block>(ch, seq, src, 0, ch.ll_bytes / 8);
     if (ok) {
         uint64_t first, len;
         block_part(bytes, &first, &len);
@@ -68,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(512)
         // The block's puts are complete before it counts itself in (its plain stores: by the
         // fence there).
         if (!ch.peer_slots) nvshmem_quiet();
-        if (last_to_arrive_all_ok(&ch.words[CHANNEL_SEND_ARRIVED], ok)) nvshmem_rs::channel_publish(ch, seq, bytes);
+        if (last_to_arrive_all_ok(&ch.words[CHANNEL_SEND_ARRIVED], ok)) publish_bulk(ch, seq, bytes);
     }
 }
 
@@ -82,17 +84,20 @@ extern "C" __global__ void __launch_bounds__(512)
         return;
     }
     using namespace nvshmem_rs::channel_detail;
-    uint64_t seq = 0, bytes = 0;
-    if (threadIdx.x == 0) seq = nvshmem_rs::channel_wait(ch, &bytes);
-    seq = broadcast<Scope::Block>(seq);
-    bytes = broadcast<Scope::Block>(bytes);
-    const bool ok = seq != nvshmem_rs::CHANNEL_TIMED_OUT;
-    if (ok) {
+    Arrival a{0, 0, {0, 0}};
+    if (threadIdx.x == 0) a = wait_arrival(ch);
+    a = broadcast<Scope::Block>(a);
+    const uint64_t bytes = ready_bytes(a.word), limit = bytes < capacity ? bytes : capacity;
+    bool ok = a.seq != nvshmem_rs::CHANNEL_TIMED_OUT;
+    if (ok && ready_ll(a.word)) {
+        // A small message, which came as LL lines: the first block copies it all.
+        if (blockIdx.x == 0) ok = ll_load<Scope::Block>(ch, a, bytes, dst, limit);
+    } else if (ok) {
         uint64_t first, len;
-        block_part(bytes < capacity ? bytes : capacity, &first, &len);
-        copy_from_slot<Scope::Block>(dst + first, nvshmem_rs::channel_slot(ch, seq) + first, len);
+        block_part(limit, &first, &len);
+        copy_from_slot<Scope::Block>(dst + first, nvshmem_rs::channel_slot(ch, a.seq) + first, len);
     }
     __syncthreads();
     if (threadIdx.x == 0 && last_to_arrive_all_ok(&ch.words[CHANNEL_RECV_ARRIVED], ok))
-        nvshmem_rs::channel_release(ch, seq, bytes);
+        nvshmem_rs::channel_release(ch, a.seq, bytes);
 }

@@ -1,7 +1,7 @@
 //! What a channel takes in memory, and the checks of its arguments: plain arithmetic, tested
 //! without a GPU.
 
-use crate::abi::{CHANNEL_SLOT_ALIGN, CHANNEL_WORDS};
+use crate::abi::{CHANNEL_LL_MAX_BYTES, CHANNEL_READY_LL, CHANNEL_SLOT_ALIGN, CHANNEL_WORDS};
 use crate::element::Element;
 use crate::error::{Error, Result};
 
@@ -45,6 +45,9 @@ pub struct ChannelLayout {
     pub depth: usize,
     /// Bytes of a slot: `max_len` elements, rounded up to `CHANNEL_SLOT_ALIGN`.
     pub slot_bytes: usize,
+    /// Data bytes of an LL slot: the largest message, at most `CHANNEL_LL_MAX_BYTES`,
+    /// rounded up to 8 (an LL slot takes twice as many).
+    pub ll_bytes: usize,
 }
 
 impl ChannelLayout {
@@ -74,13 +77,14 @@ impl ChannelLayout {
                 u32::MAX
             )));
         }
-        // A ready word carries a message's length in 32 bits.
-        if max_len.saturating_mul(size_of::<T>()) > u32::MAX as usize {
+        // A ready word carries a message's length in 31 bits (the 32nd says how it came), and
+        // a kernel may push a whole slot.
+        let most = CHANNEL_READY_LL as usize - CHANNEL_SLOT_ALIGN as usize;
+        if max_len.saturating_mul(size_of::<T>()) > most {
             return Err(Error::InvalidArgument(format!(
-                "a channel's messages of {max_len} elements of {} bytes: at most {} bytes \
+                "a channel's messages of {max_len} elements of {} bytes: at most {most} bytes \
                  (send larger data in several messages)",
                 size_of::<T>(),
-                u32::MAX
             )));
         }
         let align = CHANNEL_SLOT_ALIGN as usize;
@@ -95,17 +99,42 @@ impl ChannelLayout {
                     size_of::<T>()
                 ))
             })?;
+        let ll_bytes = (max_len * size_of::<T>())
+            .min(CHANNEL_LL_MAX_BYTES as usize)
+            .next_multiple_of(8);
+        // The LL slots follow the slots.
+        if (slot_bytes + 2 * ll_bytes).checked_mul(depth).is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "a channel of {depth} slots of {max_len} elements of {} bytes does not fit in \
+                 memory",
+                size_of::<T>()
+            )));
+        }
         Ok(ChannelLayout {
             producer,
             consumer,
             max_len,
             depth,
             slot_bytes,
+            ll_bytes,
         })
     }
 
-    /// Bytes of symmetric memory the slots take on every PE.
+    /// Bytes of symmetric memory the slots take on every PE: `depth` slots, then `depth` LL
+    /// slots.
     pub fn slots_bytes(&self) -> usize {
+        (self.slot_bytes + 2 * self.ll_bytes) * self.depth
+    }
+
+    /// A push rewrites its whole LL slot on one visit of the slot in this many: a line is then
+    /// never older than 2^31 messages (`depth`, if more), and its tag (the low 32 bits of a
+    /// message number) never the current message's.
+    pub fn ll_clean_every(&self) -> u64 {
+        ((1u64 << 31) / self.depth as u64).max(1)
+    }
+
+    /// Where the LL slots start in the slots' memory.
+    pub fn ll_offset(&self) -> usize {
         self.slot_bytes * self.depth
     }
 
@@ -159,7 +188,8 @@ pub(crate) fn message_tag(seq: u64) -> u32 {
     seq.wrapping_add(1) as u32
 }
 
-/// The tag a ready word carries (its high 32 bits; the low 32 are the message's length).
+/// The tag a ready word carries (its high 32 bits; the low 31 are the message's length, and
+/// the 32nd is `CHANNEL_READY_LL`).
 pub(crate) fn ready_tag(word: u64) -> u32 {
     (word >> 32) as u32
 }
@@ -171,20 +201,21 @@ mod tests {
 
     /// The word the producer writes for message `seq` of `bytes` bytes (channel.cuh's
     /// `ready_word`).
-    fn ready_word(seq: u64, bytes: u32) -> u64 {
-        (u64::from(message_tag(seq)) << 32) | u64::from(bytes)
+    fn ready_word(seq: u64, bytes: u32, ll: bool) -> u64 {
+        let ll = if ll { CHANNEL_READY_LL } else { 0 };
+        (u64::from(message_tag(seq)) << 32) | u64::from(bytes | ll)
     }
 
     #[test]
     fn a_ready_word_tells_its_message_from_the_one_a_round_before() {
         for depth in [1u64, 2, 7, u64::from(u32::MAX)] {
             for seq in [0u64, 1, 5, (1 << 32) - 2, (1 << 32) - 1, 1 << 32, 3 << 40] {
-                let word = ready_word(seq, 100);
+                let word = ready_word(seq, 100, seq % 2 == 0);
                 assert_eq!(ready_tag(word), message_tag(seq));
-                assert_eq!(word as u32, 100);
+                assert_eq!(word as u32 & !CHANNEL_READY_LL, 100);
                 // What the slot held before: message seq - depth, or nothing (a zero word).
                 let before = match seq.checked_sub(depth) {
-                    Some(old) => ready_word(old, 8),
+                    Some(old) => ready_word(old, 8, old % 3 == 0),
                     None => 0,
                 };
                 assert_ne!(
@@ -199,13 +230,62 @@ mod tests {
     #[test]
     fn slots_are_rounded_to_their_alignment() {
         let l = ChannelLayout::new::<bf16>(0, 1, 2, 3, 4).unwrap();
-        assert_eq!(l.slot_bytes, 16);
-        assert_eq!(l.slots_bytes(), 64);
+        assert_eq!((l.slot_bytes, l.ll_bytes), (16, 8));
+        // 4 slots of 16 bytes, then 4 LL slots of one line.
+        assert_eq!((l.slots_bytes(), l.ll_offset()), (128, 64));
         assert_eq!(l.ctrl_words(), 4 + CHANNEL_WORDS as usize);
         let l = ChannelLayout::new::<f32>(1, 1, 2, 1024, 2).unwrap();
-        assert_eq!(l.slot_bytes, 4096);
+        assert_eq!((l.slot_bytes, l.ll_bytes), (4096, 4096));
+        assert_eq!(l.slots_bytes(), 2 * (4096 + 8192));
         let l = ChannelLayout::new::<f64>(0, 0, 1, 3, 1).unwrap();
-        assert_eq!(l.slot_bytes, 32);
+        assert_eq!((l.slot_bytes, l.ll_bytes), (32, 24));
+    }
+
+    #[test]
+    fn no_ll_line_grows_old_enough_for_its_tag_to_come_round() {
+        // A line is rewritten at least once a period of visits of its slot (`every` × `depth`
+        // messages). The first rewrite, at the period's last visit, comes before message
+        // 2^32 - 1, whose tag (0) the zeroed slots hold: the same bound.
+        for depth in [
+            1usize,
+            2,
+            3,
+            7,
+            1000,
+            (1 << 31) - 1,
+            1 << 31,
+            u32::MAX as usize,
+        ] {
+            let l = ChannelLayout::new::<u8>(0, 1, 2, 8, depth).unwrap();
+            let every = l.ll_clean_every();
+            assert!(every >= 1, "depth {depth}");
+            let oldest = every * depth as u64;
+            assert!(
+                oldest < 1 << 32,
+                "depth {depth}: lines up to {oldest} messages old"
+            );
+        }
+        assert_eq!(
+            ChannelLayout::new::<u8>(0, 1, 2, 8, 2)
+                .unwrap()
+                .ll_clean_every(),
+            1 << 30
+        );
+    }
+
+    #[test]
+    fn ll_slots_hold_the_largest_small_message_in_lines_of_8_bytes() {
+        // Larger messages go as they are: the LL slots stop at CHANNEL_LL_MAX_BYTES.
+        let l = ChannelLayout::new::<u8>(0, 1, 2, 16 << 20, 2).unwrap();
+        assert_eq!(l.ll_bytes, CHANNEL_LL_MAX_BYTES as usize);
+        assert_eq!(l.ll_offset(), 2 * (16 << 20));
+        assert_eq!(l.slots_bytes(), 2 * ((16 << 20) + 2 * 4096));
+        for (len, ll) in [(1, 8), (8, 8), (9, 16), (4095, 4096), (4097, 4096)] {
+            assert_eq!(
+                ChannelLayout::new::<u8>(0, 1, 2, len, 3).unwrap().ll_bytes,
+                ll
+            );
+        }
     }
 
     #[test]
@@ -222,12 +302,13 @@ mod tests {
             let e = ChannelLayout::new::<f32>(0, 1, 2, len, depth).unwrap_err();
             assert!(e.to_string().contains("at least one slot"), "{e}");
         }
-        // A ready word holds a message's length in 32 bits.
+        // A ready word holds a message's length in 31 bits, and a slot's length too.
         let e = ChannelLayout::new::<f64>(0, 1, 2, usize::MAX / 4, 2).unwrap_err();
-        assert!(e.to_string().contains("at most 4294967295 bytes"), "{e}");
-        let e = ChannelLayout::new::<u8>(0, 1, 2, 1 << 32, 2).unwrap_err();
-        assert!(e.to_string().contains("at most 4294967295 bytes"), "{e}");
-        ChannelLayout::new::<u8>(0, 1, 2, u32::MAX as usize, 2).unwrap();
+        assert!(e.to_string().contains("at most 2147483632 bytes"), "{e}");
+        let e = ChannelLayout::new::<u8>(0, 1, 2, (1 << 31) - 15, 2).unwrap_err();
+        assert!(e.to_string().contains("at most 2147483632 bytes"), "{e}");
+        let l = ChannelLayout::new::<u8>(0, 1, 2, (1 << 31) - 16, 2).unwrap();
+        assert!(l.slot_bytes < CHANNEL_READY_LL as usize);
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! [`producer`](Channel::producer) to PE [`consumer`](Channel::consumer) through `depth`
 //! slots on the consumer. The producer writes a message straight into a free slot (a put over
 //! NVLink) and raises the slot's ready word, which carries the message's length; the consumer
-//! copies it out and hands the slot
-//! back by advancing a credit word on the producer. A producer with every slot full waits, so
+//! copies it out and hands the slot back by advancing a credit word on the producer. Messages
+//! of up to 4 KiB between GPUs that map each other's memory go as LL lines instead, 8 bytes
+//! of data beside a tag in each 16, which need no fence before the ready word. A producer with every slot full waits, so
 //! an unread message is never overwritten, and no host is involved at either end.
 //!
 //! Both ends are stream-ordered and capturable in CUDA graphs: [`send`](Channel::send) and
@@ -144,7 +145,7 @@ pub struct Channel<T: Element> {
     layout: ChannelLayout,
     /// The bound on every wait, as the kernels keep it (`None`: no bound).
     timeout: Option<Duration>,
-    /// `depth` slots of `slot_bytes` (used on the consumer).
+    /// `depth` slots of `slot_bytes`, then `depth` LL slots (used on the consumer).
     slots: SymmetricBuffer<u8>,
     /// `ready[depth]`, then the words of `NvshmemRsChannelWord`.
     ctrl: SymmetricBuffer<u64>,
@@ -258,7 +259,7 @@ pub const DEFAULT_DEPTH: usize = 2;
 
 impl ChannelConfig {
     /// A channel from PE `producer` to PE `consumer` of messages of up to `max_len`
-    /// elements (at most `u32::MAX` bytes), with [`DEFAULT_DEPTH`] slots.
+    /// elements (at most 2^31 - 16 bytes), with [`DEFAULT_DEPTH`] slots.
     pub fn new(producer: usize, consumer: usize, max_len: usize) -> Self {
         ChannelConfig {
             producer,
@@ -288,8 +289,8 @@ impl<T: Element> Channel<T> {
     ///
     /// Collective: every PE makes every channel, in the same order and with the same
     /// arguments, as for any symmetric allocation (it takes `depth × max_len` elements, plus
-    /// `2 × depth + 6` words, of symmetric memory on every PE). Bad arguments are an error on
-    /// every PE alike.
+    /// `depth × 2 × min(max_len elements, 4 KiB)` bytes for small messages and `depth + 7`
+    /// words, of symmetric memory on every PE, each part rounded up to 16 bytes). Bad arguments are an error on every PE alike.
     pub fn new(shmem: &Nvshmem, config: ChannelConfig) -> Result<Self> {
         let ChannelConfig {
             producer,
@@ -376,8 +377,18 @@ impl<T: Element> Channel<T> {
     pub fn handle(&self) -> DeviceChannel {
         let depth = self.layout.depth;
         let base = self.ctrl.as_ptr();
+        let ll = self.layout.ll_offset();
+        let peer_ll = if self.peer.slots.is_null() {
+            std::ptr::null_mut()
+        } else {
+            self.peer.slots.wrapping_add(ll)
+        };
         DeviceChannel {
             slots: self.slots.as_ptr() as *mut std::ffi::c_char,
+            ll: self.slots.as_ptr().wrapping_add(ll) as *mut std::ffi::c_char,
+            ll_bytes: self.layout.ll_bytes as u64,
+            ll_clean_every: self.layout.ll_clean_every(),
+            peer_ll: peer_ll as *mut std::ffi::c_char,
             // The control block is `ready`, then the channel's words.
             ready: base,
             words: base.wrapping_add(depth),

@@ -31,6 +31,14 @@ enum NvshmemRsChannelWord {
 // Slots start on this boundary, and hold a multiple of it.
 #define CHANNEL_SLOT_ALIGN 16
 
+// Set in a ready word's length when the message travels as LL lines (see
+// nvshmem_rs_channel::ll), so messages hold fewer than 2^31 bytes.
+#define CHANNEL_READY_LL 0x80000000u
+
+// The largest message a channel sends as LL lines: its LL slots hold this many data bytes
+// (or the largest message, if smaller, rounded up to 8).
+#define CHANNEL_LL_MAX_BYTES 4096
+
 // What a wait that gave up waited for (nvshmem_rs_channel_fault.site).
 enum NvshmemRsChannelWait {
     // A push, for a free slot: the consumer's release of message seq - depth.
@@ -62,17 +70,38 @@ typedef struct nvshmem_rs_channel_fault {
 // consumer may read it once the tag of ready[s % depth] is that of s. Counters are 64-bit and
 // never wrap; a ready word carries only the low 32 bits of s + 1, which tell message s from
 // s - depth since depth < 2^32.
+//
+// Small messages between PEs that map each other's memory travel as LL lines instead: 16
+// bytes that carry 8 bytes of the message, each 4 beside the message's tag, stored with one
+// instruction. A pop that sees the tag in both halves of a line has those bytes, so the
+// producer needs no fence between the data and the ready word, and the consumer loads the
+// first line while it waits for the ready word. The ready word says which form a message took
+// (CHANNEL_READY_LL). A line keeps its tag until it is written again: so that no line is old
+// enough for its tag to come round again (2^32 messages), a push rewrites every line of its LL
+// slot once every 2^31 messages (ll_clean_every visits of the slot).
 typedef struct nvshmem_rs_channel {
     // Symmetric: depth slots of slot_bytes bytes each; the consumer's copy holds the messages.
     char *slots;
     // Symmetric, `depth` words: on the consumer, once message s is in slot i,
     // `ready[i] = (s + 1) mod 2^32 << 32 | its length in bytes` (one word, so that a pop reads
-    // the length with the word it waited for).
+    // the length with the word it waited for), with CHANNEL_READY_LL set in the length when it
+    // came as LL lines.
     uint64_t *ready;
     // Symmetric, CHANNEL_WORDS words (NvshmemRsChannelWord).
     uint64_t *words;
     // Bytes a slot holds: the largest message.
     uint64_t slot_bytes;
+    // Symmetric, after the slots: `depth` LL slots of 2 * ll_bytes bytes (ll_bytes / 8 lines)
+    // each; the consumer's copy holds the lines.
+    char *ll;
+    // Data bytes an LL slot holds (a multiple of 8): messages of up to this many bytes may
+    // travel as LL lines.
+    uint64_t ll_bytes;
+    // A push rewrites every line of its LL slot on one visit of the slot in this many (at
+    // least 1): max(1, 2^31 / depth), so that no line is older than 2^31 messages (depth, if
+    // more).
+    // Smaller values are correct too, and cost a full slot's stores more often.
+    uint64_t ll_clean_every;
     // Slots: messages in flight at most.
     uint32_t depth;
     // The PE that pushes.
@@ -91,6 +120,8 @@ typedef struct nvshmem_rs_channel {
     char *peer_slots;
     // On the producer: the consumer's `ready`.
     uint64_t *peer_ready;
+    // On the producer: the consumer's `ll`. Messages go as LL lines only where it is mapped.
+    char *peer_ll;
     // On the consumer: the producer's `words` (its credit).
     uint64_t *peer_words;
 } nvshmem_rs_channel;

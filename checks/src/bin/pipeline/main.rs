@@ -117,9 +117,25 @@ fn main() {
     c.run("two threads at each end, on streams of their own", |s| {
         concurrent_ends(s, 8)
     });
-    for (mode, name) in [(0, "block"), (1, "warp"), (2, "thread"), (3, "block, peek")] {
-        c.run(&format!("pipeline of {n} stages, {name} functions"), |s| {
-            let t = pipeline(s, 100 + mode as u64, mode, 64)?;
+    let modes = [
+        (0, "block functions", None),
+        (1, "warp functions", None),
+        (2, "thread functions", None),
+        (3, "block functions, peek", None),
+        (
+            0,
+            "block functions, LL slots rewritten at every push",
+            Some(1),
+        ),
+        (
+            1,
+            "warp functions, LL slots rewritten every 2nd visit",
+            Some(2),
+        ),
+    ];
+    for (i, (mode, name, clean_every)) in modes.into_iter().enumerate() {
+        c.run(&format!("pipeline of {n} stages, {name}"), |s| {
+            let t = pipeline(s, 100 + i as u64, mode, 64, clean_every)?;
             if s.my_pe() == 0 {
                 println!(
                     "  pipeline ({name}): 64 micro-batches through {n} stages in {:.2} ms",

@@ -19,7 +19,16 @@ pub(crate) fn stage_op(x: u32, s: u32) -> u32 {
 /// to stage i + 1, and the last stage's output drains back to PE 0. `mode` picks the stage's
 /// device functions (pipeline_stage.cu). Returns, on PE 0, the wall time from the stage's
 /// launch to the last micro-batch drained.
-pub(crate) fn pipeline(shmem: &Nvshmem, seed: u64, mode: u32, batches: usize) -> Result<Duration> {
+///
+/// With `clean_every`, the stages' pushes rewrite their whole LL slot that often (in visits of
+/// the slot) instead of once in 2^31 messages, so that the rewrite is checked.
+pub(crate) fn pipeline(
+    shmem: &Nvshmem,
+    seed: u64,
+    mode: u32,
+    batches: usize,
+    clean_every: Option<u64>,
+) -> Result<Duration> {
     let (me, n) = (shmem.my_pe(), shmem.n_pes());
     let max_len = 3000;
     let depth = 3;
@@ -42,9 +51,13 @@ pub(crate) fn pipeline(shmem: &Nvshmem, seed: u64, mode: u32, batches: usize) ->
         2 => 1,
         _ => 256,
     };
+    let (mut there, mut back) = (input.handle(), output.handle());
+    if let Some(every) = clean_every {
+        (there.ll_clean_every, back.ll_clean_every) = (every, every);
+    }
     let mut args = KernelArgs::new();
-    args.value(input.handle())
-        .value(output.handle())
+    args.value(there)
+        .value(back)
         .device_ptr(stage_buf.addr())
         .value(max_len as u32)
         .value(batches as u32)
