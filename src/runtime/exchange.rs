@@ -215,10 +215,10 @@ pub(crate) fn poll_tags(
 /// and waits are on streams of its own that are never captured, but while another thread
 /// captures a stream in the default (global) mode CUDA refuses them as possibly unsafe: an
 /// agreement then failed and stranded the runtime, instead of reaching its verdict.
-struct RelaxedCapture(CUstreamCaptureMode);
+pub(crate) struct RelaxedCapture(CUstreamCaptureMode);
 
 impl RelaxedCapture {
-    fn new() -> Result<Self> {
+    pub(crate) fn new() -> Result<Self> {
         let mut mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         // SAFETY: swaps this thread's mode; the old one is put back on drop.
         unsafe { cusys::cuThreadExchangeStreamCaptureMode(&mut mode) }

@@ -12,7 +12,7 @@
 //! destroyed team clear their tags after its last round (every member's last put has landed
 //! by then), so a new team on the same handle starts from round 1.
 
-use super::exchange::poll_tags;
+use super::exchange::{poll_tags, RelaxedCapture};
 use super::Nvshmem;
 use crate::error::{CudaResultExt, Error, Result};
 use cudarc::driver::{CudaContext, CudaStream};
@@ -23,6 +23,9 @@ use std::sync::{Arc, Mutex};
 /// Team handles NVSHMEM hands out unless `NVSHMEM_MAX_TEAMS` says otherwise: its default from
 /// 3.5 on (32 before).
 const DEFAULT_MAX_TEAMS: usize = 128;
+
+/// Set in a member's tag with the round it refused (`team_verdict`): rounds stay far below it.
+const REFUSED: u64 = 1 << 63;
 
 /// The handles a runtime syncs teams for: `NVSHMEM_MAX_TEAMS`, as NVSHMEM reads it.
 pub(crate) fn max_teams() -> usize {
@@ -106,7 +109,23 @@ impl Nvshmem {
     /// them) has called this, within the runtime's wait limit. `what` names the call in the
     /// error of a PE that does not come.
     pub(crate) fn team_sync(&self, handle: i32, members: &[usize], what: &str) -> Result<()> {
+        self.team_verdict(handle, members, what, false).map(|_| ())
+    }
+
+    /// [`team_sync`](Self::team_sync), where each member also says whether it `refuses` what
+    /// the sync is for: whether any member refused, the same on every member. A round with a
+    /// refusal is the handle's last (the team stays as it is).
+    pub(crate) fn team_verdict(
+        &self,
+        handle: i32,
+        members: &[usize],
+        what: &str,
+        refuses: bool,
+    ) -> Result<bool> {
         super::check_not_stranded()?;
+        // Another thread's capture in the default mode would make CUDA refuse the sync's
+        // copies here, and the members would wait for this PE until their bound.
+        let _relaxed = RelaxedCapture::new()?;
         let syncs = &self.rt.team_syncs;
         let mut rounds = super::lock_letting_go(syncs.rounds_of(handle)?);
         let (staging, tags) = syncs.slot(handle as usize);
@@ -120,7 +139,7 @@ impl Nvshmem {
             let _host = self.host_call()?;
             let put = syncs.puts.cu_stream();
             let mine = tags + (syncs.my_pe * 8) as u64;
-            word.as_mut_slice()[0] = round;
+            word.as_mut_slice()[0] = round | if refuses { REFUSED } else { 0 };
             // SAFETY: this PE's staging word, then puts of it into this PE's tag of the same
             // handle on every member, in stream order.
             unsafe {
@@ -141,15 +160,21 @@ impl Nvshmem {
         // this process's other threads meanwhile (a peer may wait for their work first).
         let missing = super::without_host_library(|| {
             poll_tags(&syncs.reads, &mut seen, tags, syncs.n_pes, limit, |seen| {
-                members.iter().copied().find(|&pe| seen[pe] < round)
+                members
+                    .iter()
+                    .copied()
+                    .find(|&pe| seen[pe] & !REFUSED < round)
             })
         });
         let Ok(Some(pe)) = missing else {
+            let refused = members
+                .iter()
+                .any(|&pe| seen.as_mut_slice()[pe] & REFUSED != 0);
             if missing.is_err() {
                 // Copies may still be queued: neither buffer goes back to the pool.
                 std::mem::forget((word, seen));
             }
-            return missing.map(|_| ());
+            return missing.map(|_| refused);
         };
         std::mem::forget((word, seen));
         let why = format!(

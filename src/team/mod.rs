@@ -101,10 +101,12 @@ impl Team {
     /// Wait for every PE of the team, within the runtime's wait limit (the runtime's own
     /// bounded sync, not NVSHMEM's `nvshmem_team_sync`); `what` names the call in errors.
     pub(crate) fn sync_members(&self, what: &str) -> Result<()> {
-        let members = (0..self.n_pes())
-            .map(|pe| self.world_pe(pe))
-            .collect::<Result<Vec<_>>>()?;
-        self.shmem.team_sync(self.handle, &members, what)
+        self.shmem.team_sync(self.handle, &self.members()?, what)
+    }
+
+    /// The team's PEs, as world PEs.
+    fn members(&self) -> Result<Vec<usize>> {
+        (0..self.n_pes()).map(|pe| self.world_pe(pe)).collect()
     }
 
     pub(crate) fn check_pe(&self, pe: usize) -> Result<i32> {
@@ -183,19 +185,41 @@ impl Drop for Team {
                 crate::diag::warn_pe!(pe, "leaving team {} undestroyed: {e}", self.handle);
             }
         };
-        // Destroying is NVSHMEM's local clean-up of the team's state, which the other
-        // members' collectives on the team still write into: the members agree first (with
-        // a bound), and a member that does not come leaves the team in place on the others.
-        // The agreement comes before this PE's wait for its GPU, so that a wait that fails
-        // here (a stream being captured, a sticky error) holds up no peer.
-        if let Err(e) = self.sync_members("dropping the team") {
-            return leave(e);
+        // A kernel may still use the team (its collectives on a stream): wait for the GPU
+        // first. Destroying is NVSHMEM's clean-up of the team's state, which the other members'
+        // collectives on the team still write into: the members then agree, with a bound, and
+        // a member whose wait failed (a stream being captured, a sticky error) refuses, so that
+        // every member leaves the team in place, its handle taken, rather than some destroying
+        // it and others not. A member that does not come leaves it in place on the others.
+        let gpu_wait = match self.shmem.quiesce() {
+            Err(e @ Error::Stranded(_)) => return leave(e),
+            waited => waited,
+        };
+        if let Err(e) = &gpu_wait {
+            crate::diag::warn_pe!(pe, "team {} cannot wait for the GPU: {e}", self.handle);
         }
-        // A kernel may still use the team (its collectives on a stream). When the GPU cannot
-        // be waited for, the team is left as it is rather than destroyed under a kernel; its
-        // handle then stays taken here, so no later team reuses its words.
-        if let Err(e) = self.shmem.quiesce() {
-            return leave(e);
+        let members = match self.members() {
+            Ok(members) => members,
+            Err(e) => return leave(e),
+        };
+        match self.shmem.team_verdict(
+            self.handle,
+            &members,
+            "dropping the team",
+            gpu_wait.is_err(),
+        ) {
+            Err(e) => return leave(e),
+            Ok(true) => {
+                crate::diag::warn_pe!(
+                    pe,
+                    "leaving team {} undestroyed on every member: a member could not wait for its \
+                     GPU (a stream being captured into a CUDA graph, or a sticky error; see its \
+                     log). Drop teams while no stream of the context is being captured",
+                    self.handle
+                );
+                return;
+            }
+            Ok(false) => {}
         }
         if let Err(e) = self.shmem.team_syncs_end(self.handle) {
             return leave(e);

@@ -185,32 +185,7 @@ pub(crate) fn checks(h: &mut Harness) {
                 // On PE 0 another thread captures a stream in the default (global) mode while
                 // the free runs: PE 0's wait for its GPU is refused by CUDA. Before, PE 0
                 // returned an error and the others hung in NVSHMEM's free.
-                let (began_tx, began_rx) = std::sync::mpsc::channel::<std::result::Result<(), String>>();
-                let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
-                let side = sh.new_stream()?;
-                let freed = std::thread::scope(|scope| {
-                    if c.me == 0 {
-                        let side = &side;
-                        scope.spawn(move || {
-                            let mode = nvshmem::cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
-                            let began = side.begin_capture(mode).map_err(|e| format!("{e:?}"));
-                            let capturing = began.is_ok();
-                            let _ = began_tx.send(began);
-                            let _ = end_rx.recv();
-                            if capturing {
-                                let flags = nvshmem::cudarc::driver::sys::CUgraphInstantiate_flags(0);
-                                let _ = side.end_capture(flags);
-                            }
-                        });
-                        began_rx
-                            .recv()
-                            .map_err(|_| "the capturing thread died")?
-                            .map_err(|e| format!("PE 0 could not begin a capture: {e}"))?;
-                    }
-                    let freed = buf.free();
-                    let _ = end_tx.send(());
-                    Ok::<_, Box<dyn std::error::Error>>(freed)
-                })?;
+                let freed = while_pe0_captures(c, || buf.free())?;
                 let mut problems = Problems::default();
                 problems.note(refused("a free while PE 0 captures on another thread", freed, |e| {
                     matches!(e, Error::FreeRefused { pe: 0, .. })
@@ -225,6 +200,38 @@ pub(crate) fn checks(h: &mut Harness) {
                 problems.note(same("all-reduce after the refused free", &sum.to_vec()?, &vec![want; n]));
                 sum.free()?;
                 x.free()?;
+                problems.done()
+            },
+        );
+    }
+
+    if c.n >= 2 {
+        h.check(
+            "team drop: a member that cannot wait for its GPU (a capture on another thread) leaves the team in place on every member",
+            |_| {
+                let sh = &c.shmem;
+                let team = c.world.split_strided(0, 1, c.n)?.ok_or("a PE outside a team of every PE")?;
+                let old = team.handle();
+                // Before, the others destroyed the team while PE 0 left it (or waited for
+                // PE 0's sync until their bound, its copies refused under the capture).
+                while_pe0_captures(c, || drop(team))?;
+                // Kept on every member, the old team's handle is taken on every member: the
+                // next split gets one handle, the same everywhere, and it works.
+                let next = c.world.split_strided(0, 1, c.n)?.ok_or("a PE outside the next team")?;
+                let mine = c.upload(&[next.handle() as i64])?;
+                let (low, high) = (sh.malloc::<i64>(1)?, sh.malloc::<i64>(1)?);
+                c.world.all_reduce(&low, &mine, ReduceOp::Min, &c.stream)?;
+                c.world.all_reduce(&high, &mine, ReduceOp::Max, &c.stream)?;
+                c.sync()?;
+                let mut problems = Problems::default();
+                let (low, high) = (low.to_vec()?[0], high.to_vec()?[0]);
+                if low != high {
+                    problems.note(Err(format!("the next split's handle differs across PEs ({low} to {high})").into()));
+                }
+                if next.handle() == old {
+                    problems.note(Err(format!("the next split took the kept team's handle {old}").into()));
+                }
+                problems.note(sh.barrier(&next).map_err(Into::into));
                 problems.done()
             },
         );
@@ -324,4 +331,39 @@ pub(crate) fn checks(h: &mut Harness) {
             })
         });
     }
+}
+
+/// Run `f` on every PE while, on PE 0, another thread captures a stream in the default
+/// (global) mode, under which CUDA refuses PE 0's waits for its GPU.
+fn while_pe0_captures<R>(
+    c: &Ctx,
+    f: impl FnOnce() -> R,
+) -> std::result::Result<R, Box<dyn std::error::Error>> {
+    use nvshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let (began_tx, began_rx) = std::sync::mpsc::channel::<std::result::Result<(), String>>();
+    let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+    let side = c.shmem.new_stream()?;
+    std::thread::scope(|scope| {
+        if c.me == 0 {
+            let side = &side;
+            scope.spawn(move || {
+                let began = side
+                    .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+                    .map_err(|e| format!("{e:?}"));
+                let capturing = began.is_ok();
+                let _ = began_tx.send(began);
+                let _ = end_rx.recv();
+                if capturing {
+                    let _ = side.end_capture(CUgraphInstantiate_flags(0));
+                }
+            });
+            began_rx
+                .recv()
+                .map_err(|_| "the capturing thread died")?
+                .map_err(|e| format!("PE 0 could not begin a capture: {e}"))?;
+        }
+        let done = f();
+        let _ = end_tx.send(());
+        Ok(done)
+    })
 }
