@@ -112,6 +112,7 @@ pub use half::{bf16, f16};
 pub use memory::{DeviceBuffer, DeviceMemory, SymmetricBuffer, SymmetricView};
 pub use nvshmem_sys as sys;
 pub use pool::{PageId, PagePool, PagePoolConfig};
+pub use runtime::heap::HeapUsage;
 pub use runtime::{InitOptions, Nvshmem, RuntimeInfo, UniqueId};
 pub use signal::{Cmp, SignalOp};
 pub use team::Team;

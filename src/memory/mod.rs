@@ -2,7 +2,6 @@
 
 mod check;
 mod device;
-mod heap;
 mod interop;
 mod mapped;
 mod view;
@@ -13,12 +12,12 @@ pub use view::SymmetricView;
 
 use crate::element::Element;
 use crate::error::{CudaResultExt, Error, HeapLimit, Result};
+use crate::runtime::heap;
 use crate::runtime::{copy_host, note_alloc, note_free, HostCopy, Nvshmem};
 pub(crate) use check::AllocCheck;
 pub(crate) use check::SetUp;
 use check::{CheckKind, Proposal, Refusal};
 use cudarc::driver::CudaStream;
-use heap::HeapUse;
 pub(crate) use mapped::MappedRecord;
 use nvshmem_sys as sys;
 use std::ops::{Bound, RangeBounds};
@@ -203,16 +202,18 @@ impl Nvshmem {
             _ => 0,
         };
         let in_use = self.rt.heap_in_use.load(Ordering::Relaxed);
-        let now = HeapUse {
-            in_use,
-            mapped: self.rt.heap_mapped.load(Ordering::Relaxed),
-        };
         let gpu_free = || {
             cudarc::driver::result::mem_get_info()
                 .map(|(free, _)| free)
                 .during("cuMemGetInfo")
         };
-        let refused = heap::refusal(&self.rt.heap, now, bytes, gpu_free)?;
+        // The host library's lock keeps other allocations and frees from coming between this
+        // check and the placement.
+        let need = heap::footprint(bytes, align);
+        let refused = match need {
+            Some(need) => self.heap_model().refusal(&self.rt.heap, need, gpu_free)?,
+            None => Some(HeapLimit::MaxMemoryPerGpu(self.rt.heap.max_memory_per_gpu)),
+        };
         let seq = self.agree_collective(Proposal {
             kind: CheckKind::Alloc,
             seq: None,
@@ -246,6 +247,16 @@ impl Nvshmem {
         }
         if !ptr.is_null() {
             let offset = self.heap_offset(ptr as u64);
+            let mut model = self.heap_model();
+            let from_base = model.base_offset(offset);
+            model.place(
+                &self.rt.heap,
+                from_base,
+                need.unwrap_or(bytes),
+                align,
+                self.my_pe(),
+            );
+            drop(model);
             self.with_service(AllocCheck::new, |check| {
                 check.note_placed(offset);
                 Ok(())
@@ -453,6 +464,9 @@ impl<T: Element> SymmetricBuffer<T> {
             })?;
             if !self.ptr.is_null() {
                 unsafe { sys::nvshmem_free(self.ptr as *mut std::ffi::c_void) };
+                let mut model = self.shmem.heap_model();
+                let from_base = model.base_offset(self.shmem.heap_offset(self.ptr as u64));
+                model.remove(from_base);
             }
         }
         note_free(&self.shmem.rt, self.bytes);

@@ -5,6 +5,7 @@
 //! services, which it drops before finalising NVSHMEM without knowing what they are.
 
 mod exchange;
+pub(crate) mod heap;
 mod pinned;
 mod team_sync;
 mod transport;
@@ -15,6 +16,7 @@ pub(crate) use pinned::{copy_host, HostCopy};
 use crate::diag;
 use crate::error::{check, CudaResultExt, Error, Result};
 use cudarc::driver::{CudaContext, CudaStream};
+use heap::{footprint, HeapModel, HeapUsage};
 use nvshmem_sys as sys;
 use std::any::{Any, TypeId};
 use std::cell::{Cell, RefCell};
@@ -141,7 +143,8 @@ static UNIQUE_ID_MADE: AtomicBool = AtomicBool::new(false);
 /// of NVSHMEM 3, as `NVSHMEM_INFO=1` prints them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HeapConfig {
-    /// `NVSHMEM_SYMMETRIC_SIZE`: the whole of a fixed heap, a growing heap's first mapping.
+    /// `NVSHMEM_SYMMETRIC_SIZE`: what a fixed heap holds for buffers (NVSHMEM adds its own
+    /// blocks on top); a growing heap does not read it.
     pub(crate) symmetric_size: usize,
     /// Whether the heap grows (CUDA VMM, NVSHMEM's default on x86) or is fixed
     /// (`NVSHMEM_DISABLE_CUDA_VMM=1`).
@@ -398,9 +401,9 @@ pub(crate) struct Runtime {
     pub(crate) heap: HeapConfig,
     /// Bytes of symmetric memory this crate holds now.
     pub(crate) heap_in_use: AtomicUsize,
-    /// The most it ever held at once (or the first mapping): a growing heap keeps what it
-    /// mapped, so up to this much needs no new GPU memory.
-    pub(crate) heap_mapped: AtomicUsize,
+    /// Where NVSHMEM's allocator puts blocks, and how much of the heap is mapped (taken with
+    /// the host library's lock held, from the check before an allocation to its placement).
+    pub(crate) heap_model: Mutex<HeapModel>,
     /// How long a host-side wait for the other PEs may last (`NVSHMEM_RS_TIMEOUT`).
     pub(crate) wait_limit: Option<Duration>,
     /// The runtime's own bounded exchange (the allocation check, the barrier before
@@ -820,6 +823,20 @@ impl Nvshmem {
                 pe: my_pe as usize,
                 limit: crate::error::HeapLimit::SymmetricSize(heap.symmetric_size),
             })?;
+            let heap_model = {
+                let first = exchange_scratch as u64;
+                let (reserved, fixed_size) = measure_heap(first, my_pe);
+                let mut model = HeapModel::new(&heap, reserved, fixed_size);
+                let bytes = 8 * (WordExchange::scratch_words(n_pes as usize) + team_words);
+                model.place(
+                    &heap,
+                    reserved,
+                    footprint(bytes, 0).unwrap_or(bytes),
+                    0,
+                    my_pe as usize,
+                );
+                model
+            };
             let wait_limit = seconds_variable(WAIT_TIMEOUT_VARIABLE, DEFAULT_WAIT_TIMEOUT)?;
             // SAFETY: just allocated alike on every PE, zeroed; freed at finalize, after the
             // last exchange.
@@ -841,7 +858,7 @@ impl Nvshmem {
                 node_n_pes: node_n_pes.max(1) as usize,
                 heap,
                 heap_in_use: AtomicUsize::new(0),
-                heap_mapped: AtomicUsize::new(heap.symmetric_size),
+                heap_model: Mutex::new(heap_model),
                 wait_limit,
                 exchange: Mutex::new(exchange),
                 exchange_scratch: exchange_scratch as u64,
@@ -940,6 +957,25 @@ impl Nvshmem {
     /// Bytes of symmetric heap this crate's buffers (and its own workspaces) hold on this PE.
     pub fn heap_in_use(&self) -> usize {
         self.rt.heap_in_use.load(Ordering::Relaxed)
+    }
+
+    /// This PE's symmetric heap as the check before each allocation models it: NVSHMEM's own
+    /// blocks, the crate's, and what is mapped.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let heap = shmem.heap_usage();
+    /// println!("NVSHMEM holds {} MiB of the heap, buffers {} MiB", heap.nvshmem >> 20, heap.buffers >> 20);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn heap_usage(&self) -> HeapUsage {
+        self.heap_model().usage()
+    }
+
+    pub(crate) fn heap_model(&self) -> MutexGuard<'_, HeapModel> {
+        self.rt.heap_model.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The NVSHMEM release running (`major.minor.patch`).
@@ -1235,8 +1271,37 @@ impl fmt::Display for RuntimeInfo {
 }
 
 pub(crate) fn note_alloc(rt: &Runtime, bytes: usize) {
-    let now = rt.heap_in_use.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    rt.heap_mapped.fetch_max(now, Ordering::Relaxed);
+    rt.heap_in_use.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// Where this PE's heap begins, as bytes below `first` (the runtime's first allocation, which
+/// NVSHMEM's first fit puts just past its own blocks), and a fixed heap's size. The base is the
+/// lowest address `nvshmem_ptr` maps to this PE (it tests addresses against the heap's range);
+/// the size is the driver's range of the allocation that holds `first` (a fixed heap is one).
+/// `(0, None)` where the search cannot tell.
+fn measure_heap(first: u64, my_pe: i32) -> (usize, Option<usize>) {
+    // SAFETY: nvshmem_ptr only compares the address with the heap's range.
+    let in_heap =
+        |a: u64| unsafe { !sys::nvshmem_ptr(a as *const std::ffi::c_void, my_pe).is_null() };
+    let (mut below, mut inside) = (first.saturating_sub(1 << 42), first);
+    if !in_heap(first) || in_heap(below) {
+        return (0, None);
+    }
+    while inside - below > 1 {
+        let mid = below + (inside - below) / 2;
+        if in_heap(mid) {
+            inside = mid;
+        } else {
+            below = mid;
+        }
+    }
+    let (mut base, mut size) = (0, 0usize);
+    // SAFETY: out-parameters for a query of a device address.
+    let ranged =
+        unsafe { cudarc::driver::sys::cuMemGetAddressRange_v2(&mut base, &mut size, first) };
+    let fixed =
+        (ranged == cudarc::driver::sys::CUresult::CUDA_SUCCESS && base == inside).then_some(size);
+    ((first - inside) as usize, fixed)
 }
 
 pub(crate) fn note_free(rt: &Runtime, bytes: usize) {

@@ -243,7 +243,7 @@ pub(crate) fn checks(h: &mut Harness) {
             let sh = &c.shmem;
             let mut problems = Problems::default();
             // More than any GPU's heap may reserve (NVSHMEM_MAX_MEMORY_PER_GPU, 128 GiB by
-            // default): NVSHMEM itself would take the job down.
+            // default; NVSHMEM itself would take the job down), or a fixed heap holds.
             problems.note(refused(
                 "a 1 TiB allocation",
                 sh.malloc::<u8>(1 << 40),
@@ -251,7 +251,7 @@ pub(crate) fn checks(h: &mut Harness) {
                     matches!(
                         e,
                         Error::HeapExhausted {
-                            limit: HeapLimit::MaxMemoryPerGpu(_),
+                            limit: HeapLimit::MaxMemoryPerGpu(_) | HeapLimit::SymmetricSize(_),
                             ..
                         }
                     )
@@ -273,7 +273,9 @@ pub(crate) fn checks(h: &mut Harness) {
                     matches!(
                         e,
                         Error::HeapExhausted {
-                            limit: HeapLimit::GpuMemory(_) | HeapLimit::MaxMemoryPerGpu(_),
+                            limit: HeapLimit::GpuMemory(_)
+                                | HeapLimit::MaxMemoryPerGpu(_)
+                                | HeapLimit::SymmetricSize(_),
                             ..
                         }
                     )
@@ -291,6 +293,67 @@ pub(crate) fn checks(h: &mut Harness) {
                 &sum.to_vec()?,
                 &vec![want; n],
             ));
+            problems.done()
+        },
+    );
+
+    h.check(
+        "heap: the model counts NVSHMEM's own blocks and places buffers where NVSHMEM does",
+        |_| {
+            let sh = &c.shmem;
+            let before = sh.heap_usage();
+            let mut problems = Problems::default();
+            if before.nvshmem == 0 || before.nvshmem >= 64 << 30 {
+                problems.note(Err(format!(
+                    "NVSHMEM's own blocks measured as {} bytes",
+                    before.nvshmem
+                )
+                .into()));
+            }
+            // Blocks of 512-byte steps, an alignment on top, and a freed gap filled first.
+            let a = sh.malloc::<u8>(1)?;
+            let b = sh.malloc_aligned::<u8>(4096, 10_000)?;
+            let big = sh.malloc::<u8>((3 << 20) + 7)?;
+            drop(b);
+            let d = sh.malloc::<u8>(700)?;
+            let after = sh.heap_usage();
+            let want = 512 + ((3 << 20) + 512) + 1024;
+            if after.buffers != before.buffers + want {
+                problems.note(Err(format!(
+                    "the buffers take {} bytes more, not {want}",
+                    after.buffers - before.buffers
+                )
+                .into()));
+            }
+            // An aligned block takes its length and the alignment, less the pad before it;
+            // a small block after it may go into that pad.
+            let e = sh.malloc_aligned::<u8>(65536, 100)?;
+            let f = sh.malloc::<u8>(512)?;
+            let grown = sh.heap_usage().buffers - after.buffers;
+            if !(66048 - 65536 + 512..=66048 + 512).contains(&grown) {
+                problems.note(Err(format!(
+                    "an aligned block and a small one took {grown} bytes"
+                )
+                .into()));
+            }
+            let after = sh.heap_usage();
+            if !after.placements_as_predicted {
+                problems.note(Err(
+                    "a buffer landed elsewhere than the heap model put it".into()
+                ));
+            }
+            if after.mapped < before.nvshmem + after.buffers || after.nvshmem != before.nvshmem {
+                problems.note(Err(format!("{after:?} after {before:?}").into()));
+            }
+            drop((a, big, d, e, f));
+            let end = sh.heap_usage();
+            if end.buffers != before.buffers {
+                problems.note(Err(format!(
+                    "{} buffer bytes left, not {}",
+                    end.buffers, before.buffers
+                )
+                .into()));
+            }
             problems.done()
         },
     );
