@@ -1280,6 +1280,7 @@ pub(crate) fn note_alloc(rt: &Runtime, bytes: usize) {
 /// the size is the driver's range of the allocation that holds `first` (a fixed heap is one).
 /// `(0, None)` where the search cannot tell.
 fn measure_heap(first: u64, my_pe: i32) -> (usize, Option<usize>) {
+    let _host = host_call();
     // SAFETY: nvshmem_ptr only compares the address with the heap's range.
     let in_heap =
         |a: u64| unsafe { !sys::nvshmem_ptr(a as *const std::ffi::c_void, my_pe).is_null() };
