@@ -47,6 +47,7 @@ pub(crate) struct HeapModel {
 
 /// What the model says of this PE's heap (see [`crate::Nvshmem::heap_usage`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HeapUsage {
     /// Bytes NVSHMEM itself holds (its blocks below the first allocation of this crate).
     pub nvshmem: usize,
