@@ -247,16 +247,13 @@ impl Nvshmem {
         }
         if !ptr.is_null() {
             let offset = self.heap_offset(ptr as u64);
-            let mut model = self.heap_model();
-            let from_base = model.base_offset(offset);
-            model.place(
+            self.heap_model().place(
                 &self.rt.heap,
-                from_base,
+                offset,
                 need.unwrap_or(bytes),
                 align,
                 self.my_pe(),
             );
-            drop(model);
             self.with_service(AllocCheck::new, |check| {
                 check.note_placed(offset);
                 Ok(())
@@ -464,9 +461,8 @@ impl<T: Element> SymmetricBuffer<T> {
             })?;
             if !self.ptr.is_null() {
                 unsafe { sys::nvshmem_free(self.ptr as *mut std::ffi::c_void) };
-                let mut model = self.shmem.heap_model();
-                let from_base = model.base_offset(self.shmem.heap_offset(self.ptr as u64));
-                model.remove(from_base);
+                let offset = self.shmem.heap_offset(self.ptr as u64);
+                self.shmem.heap_model().remove(offset);
             }
         }
         note_free(&self.shmem.rt, self.bytes);

@@ -31,7 +31,8 @@ pub(crate) fn footprint(bytes: usize, align: usize) -> Option<usize> {
         .checked_next_multiple_of(BLOCK_STEP)
 }
 
-/// This PE's heap as the crate sees it: offsets are bytes from the heap's base.
+/// This PE's heap as the crate sees it. Callers give offsets from the runtime's first
+/// allocation (`Nvshmem::heap_offset`); the model keeps them from the heap's base.
 #[derive(Debug, Clone)]
 pub(crate) struct HeapModel {
     /// NVSHMEM's own blocks: the bytes below the runtime's first allocation.
@@ -78,8 +79,8 @@ impl HeapModel {
     }
 
     /// Bytes from the heap's base of a block `offset` bytes from the runtime's first
-    /// allocation (see `Nvshmem::heap_offset`).
-    pub(crate) fn base_offset(&self, offset: u64) -> usize {
+    /// allocation.
+    fn base_offset(&self, offset: u64) -> usize {
         offset.wrapping_add(self.reserved as u64) as usize
     }
 
@@ -133,12 +134,12 @@ impl HeapModel {
     }
 
     /// A block of `need` bytes (a [`footprint`] at alignment `align`, 0 for none) was handed
-    /// out at `offset`: an aligned one at most `align` bytes past its block's start, whose
-    /// leading pad NVSHMEM gives back.
+    /// out `offset` bytes from the runtime's first allocation: an aligned one at most `align`
+    /// bytes past its block's start, whose leading pad NVSHMEM gives back.
     pub(crate) fn place(
         &mut self,
         heap: &HeapConfig,
-        offset: usize,
+        offset: u64,
         need: usize,
         align: usize,
         pe: usize,
@@ -146,6 +147,7 @@ impl HeapModel {
         if need == 0 {
             return;
         }
+        let offset = self.base_offset(offset);
         let start = self.first_fit(need);
         let (at, len) = if offset >= start && offset - start <= align {
             (offset, need - (offset - start))
@@ -170,8 +172,9 @@ impl HeapModel {
         self.blocks.insert(at, len);
     }
 
-    /// The block at `offset` was freed.
-    pub(crate) fn remove(&mut self, offset: usize) {
+    /// The block `offset` bytes from the runtime's first allocation was freed.
+    pub(crate) fn remove(&mut self, offset: u64) {
+        let offset = self.base_offset(offset);
         self.blocks.remove(&offset);
     }
 }
@@ -224,7 +227,7 @@ mod tests {
         let heap = fixed();
         let mut m = HeapModel::new(&heap, 10 * MIB, Some(GIB + 16 * MIB));
         assert_eq!(m.usage().mapped, GIB + 16 * MIB);
-        m.place(&heap, 10 * MIB, GIB, 0, 0);
+        m.place(&heap, 0, GIB, 0, 0);
         assert_eq!(m.refusal(&heap, 6 * MIB, never()).unwrap(), None);
         assert_eq!(
             m.refusal(&heap, 6 * MIB + 512, free(80 * GIB)).unwrap(),
@@ -240,9 +243,9 @@ mod tests {
         let heap = fixed();
         let mut m = HeapModel::new(&heap, 0, Some(4 * MIB));
         m.place(&heap, 0, MIB, 0, 0);
-        m.place(&heap, MIB, MIB, 0, 0);
-        m.place(&heap, 2 * MIB, MIB, 0, 0);
-        m.remove(MIB);
+        m.place(&heap, MIB as u64, MIB, 0, 0);
+        m.place(&heap, 2 * MIB as u64, MIB, 0, 0);
+        m.remove(MIB as u64);
         assert_eq!(m.first_fit(512), MIB);
         assert_eq!(m.first_fit(MIB), MIB);
         assert_eq!(m.first_fit(MIB + 512), 3 * MIB);
@@ -252,11 +255,11 @@ mod tests {
             m.refusal(&heap, 2 * MIB, never()).unwrap(),
             Some(HeapLimit::SymmetricSize(GIB))
         );
-        m.place(&heap, MIB, 512, 0, 0);
+        m.place(&heap, MIB as u64, 512, 0, 0);
         assert!(m.usage().placements_as_predicted);
         assert_eq!(m.usage().buffers, 2 * MIB + 512);
         // A block where the model did not put it is noted.
-        m.place(&heap, 3 * MIB + 512, 512, 0, 0);
+        m.place(&heap, 3 * MIB as u64 + 512, 512, 0, 0);
         assert!(!m.usage().placements_as_predicted);
     }
 
@@ -264,8 +267,9 @@ mod tests {
     fn an_aligned_block_gives_back_the_pad_before_its_pointer() {
         let heap = fixed();
         let mut m = HeapModel::new(&heap, 512, Some(GIB));
-        // 100 bytes at 64 KiB alignment: a block of 66048 from 512, handed out at 65536.
-        m.place(&heap, 65536, footprint(100, 65536).unwrap(), 65536, 0);
+        // 100 bytes at 64 KiB alignment: a block of 66048 from the base's 512, handed out at
+        // 65536 (65024 past the first allocation's place).
+        m.place(&heap, 65024, footprint(100, 65536).unwrap(), 65536, 0);
         assert!(m.usage().placements_as_predicted);
         assert_eq!(m.usage().buffers, 66048 - 65024);
         assert_eq!(m.first_fit(65024), 512);
@@ -273,7 +277,7 @@ mod tests {
         // A pointer past the pad the alignment allows is not where the model put it.
         m.place(
             &heap,
-            2 * 66048 + 65536,
+            2 * 66048 + 65024,
             footprint(100, 4096).unwrap(),
             4096,
             0,
@@ -296,9 +300,9 @@ mod tests {
             Some(HeapLimit::GpuMemory(need - 1))
         );
         // What was mapped once is kept: the same block again, after a free, needs nothing new.
-        m.place(&heap, 130 * MIB, 40 * GIB, 0, 0);
+        m.place(&heap, 0, 40 * GIB, 0, 0);
         assert_eq!(m.usage().mapped, 40 * GIB + GIB / 2);
-        m.remove(130 * MIB);
+        m.remove(0);
         assert_eq!(m.refusal(&heap, 40 * GIB, never()).unwrap(), None);
     }
 

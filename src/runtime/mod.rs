@@ -816,9 +816,10 @@ impl Nvshmem {
             // can fail on one PE alone (which would leave the others waiting in it).
             let team_words = team_sync::words(n_pes as usize);
             let exchange_scratch = exchange::alloc_scratch(n_pes as usize, team_words);
+            let scratch_bytes = 8 * (WordExchange::scratch_words(n_pes as usize) + team_words);
             let heap = HeapConfig::from_env(|name| std::env::var(name).ok());
             let exchange_scratch = exchange_scratch.ok_or(Error::HeapExhausted {
-                requested: 8 * (WordExchange::scratch_words(n_pes as usize) + team_words),
+                requested: scratch_bytes,
                 in_use: 0,
                 pe: my_pe as usize,
                 limit: crate::error::HeapLimit::SymmetricSize(heap.symmetric_size),
@@ -827,14 +828,8 @@ impl Nvshmem {
                 let first = exchange_scratch as u64;
                 let (reserved, fixed_size) = measure_heap(first, my_pe);
                 let mut model = HeapModel::new(&heap, reserved, fixed_size);
-                let bytes = 8 * (WordExchange::scratch_words(n_pes as usize) + team_words);
-                model.place(
-                    &heap,
-                    reserved,
-                    footprint(bytes, 0).unwrap_or(bytes),
-                    0,
-                    my_pe as usize,
-                );
+                let need = footprint(scratch_bytes, 0).unwrap_or(scratch_bytes);
+                model.place(&heap, 0, need, 0, my_pe as usize);
                 model
             };
             let wait_limit = seconds_variable(WAIT_TIMEOUT_VARIABLE, DEFAULT_WAIT_TIMEOUT)?;
