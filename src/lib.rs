@@ -21,7 +21,8 @@
 //! ([`collectives`]), whose kernels are in [`cubins`], tensor-parallel layers on them
 //! (`tp`, with the `tp` feature), and structures in symmetric memory: [`channel`]s between
 //! PEs (pipeline hand-off) and the [`pool`] of pages handed out on any PE (KV-cache blocks)
-//! with gathers and scatters. Every operation takes its destination first, as NVSHMEM does.
+//! with gathers and scatters, and the [`pipeline`] schedule that stages handing micro-batches
+//! through channels follow. Every operation takes its destination first, as NVSHMEM does.
 //!
 //! # Features
 //! | feature | what it adds |
@@ -89,6 +90,7 @@ pub mod error;
 pub mod memory;
 pub mod module;
 mod order;
+pub mod pipeline;
 pub mod pool;
 pub mod rma;
 pub mod runtime;

@@ -229,6 +229,7 @@ fn record(
         status: check.0,
         check: check.1,
         tp: None,
+        pipeline: None,
     }
 }
 

@@ -531,6 +531,7 @@ fn point<T: BenchElem>(
         status: Status::Ok,
         check: "ok".into(),
         tp: None,
+        pipeline: None,
     };
     let what = format!(
         "{} {} {} {} {}",

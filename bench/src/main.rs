@@ -17,6 +17,7 @@ mod env;
 mod error;
 mod nccl;
 mod p2p;
+mod pipeline;
 mod plot;
 mod pool;
 mod report;
@@ -24,7 +25,12 @@ mod stats;
 mod timing;
 mod tp;
 
-/// This crate's kernels (kernels/bench_p2p.cu), built by build.rs.
+/// The crate's check of an embedded cubin set (shared with its tests and the checks').
+#[cfg(test)]
+#[path = "../../tests/support/cubin_set.rs"]
+mod cubin_set;
+
+/// This crate's kernels (kernels/bench_p2p.cu, kernels/pipeline.cu), built by build.rs.
 mod kernels {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
@@ -326,6 +332,20 @@ fn run(shmem: &Nvshmem, cfg: &Config, cublasmp_version: Option<String>) -> Resul
             progress: &progress,
         };
         channel::run(&ctx, &mut timer, &mut results)?;
+    }
+    if cfg.tests.pipeline {
+        let ctx = pipeline::Ctx {
+            shmem,
+            coord: &coord,
+            cfg,
+            stream: &stream,
+            nccl: match cfg.has_impl(Impl::Nccl) {
+                true => nccl.as_deref(),
+                false => None,
+            },
+            progress: &progress,
+        };
+        pipeline::run(&ctx, &mut timer, &mut results)?;
     }
     if cfg.tests.pool {
         let ctx = pool::Ctx {

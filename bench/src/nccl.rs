@@ -284,12 +284,20 @@ impl Nccl {
         peer: usize,
         stream: &CudaStream,
     ) -> Result<()> {
+        self.group(|| {
+            let sent = self.send(src, bytes, peer, stream);
+            let received = self.recv(dst, bytes, peer, stream);
+            sent.and(received)
+        })
+    }
+
+    /// The sends and receives that `ops` enqueues as one NCCL group: they start together,
+    /// so none waits for its peer alone while that peer waits for another of them.
+    pub fn group(&self, ops: impl FnOnce() -> Result<()>) -> Result<()> {
         nr::group_start().map_err(|e| nccl_error("ncclGroupStart", e))?;
-        let sent = self.send(src, bytes, peer, stream);
-        let received = self.recv(dst, bytes, peer, stream);
+        let queued = ops();
         nr::group_end().map_err(|e| nccl_error("ncclGroupEnd", e))?;
-        sent?;
-        received
+        queued
     }
 }
 

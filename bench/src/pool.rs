@@ -206,6 +206,7 @@ fn row(
         status: Status::Ok,
         check: "ok".into(),
         tp: None,
+        pipeline: None,
     };
     let mut problem = None;
     if me == 0 {

@@ -55,11 +55,14 @@ pub enum TestName {
     /// Tensor-parallel Llama MLP forward: the GEMMs alone, with NCCL's all-reduce, with ours
     /// (nvshmem::tp::TpMlp); not part of all
     Tp,
+    /// 1F1B pipeline of MLP stages, one per PE: channels against NCCL send/recv and local
+    /// copies (nvshmem::pipeline::OneFOneB); not part of all
+    Pipeline,
     /// Page-pool gathers (nvshmem::pool::PagePool) of 1, 16, 256 pages of 16 and 64 KiB from
     /// one peer, all peers and locally
     Pool,
-    /// Every collective and point-to-point test (not tp, which needs cuBLASLt and gigabytes of
-    /// weights per GPU: add it with --tests all,tp)
+    /// Every collective and point-to-point test (not tp or pipeline, which need cuBLASLt and
+    /// weights on every GPU: add them with --tests all,tp,pipeline)
     All,
 }
 
@@ -274,6 +277,22 @@ pub struct Args {
     /// [default: 1,16,64,128,512,2048,8192; --quick: 1,128,2048]
     #[arg(long, value_delimiter = ',')]
     pub tp_m: Vec<usize>,
+
+    /// Tokens per micro-batch of the pipeline test, comma separated [default: 1,16,64]
+    #[arg(long, value_delimiter = ',')]
+    pub pipe_tokens: Vec<usize>,
+
+    /// Micro-batches per step of the pipeline test
+    #[arg(long, default_value_t = 8)]
+    pub pipe_micro_batches: usize,
+
+    /// Hidden size of the pipeline test's MLP stages (a Llama-like 4096)
+    #[arg(long, default_value_t = 4096)]
+    pub pipe_hidden: usize,
+
+    /// FFN size of the pipeline test's MLP stages
+    #[arg(long, default_value_t = 4096)]
+    pub pipe_ffn: usize,
 
     /// Abort when one measurement makes no progress for this many seconds (0: never). The
     /// longest measurement takes a few seconds; NCCL's grouped send/recv all-to-all of

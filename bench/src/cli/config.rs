@@ -44,6 +44,7 @@ pub struct Tests {
     pub sendrecv: bool,
     pub channel: bool,
     pub tp: bool,
+    pub pipeline: bool,
     pub pool: bool,
 }
 
@@ -64,6 +65,7 @@ impl Tests {
                 TestName::Sendrecv => t.sendrecv = true,
                 TestName::Channel => t.channel = true,
                 TestName::Tp => t.tp = true,
+                TestName::Pipeline => t.pipeline = true,
                 TestName::Pool => t.pool = true,
                 TestName::P2p | TestName::All => {
                     t.p2p_latency = true;
@@ -142,6 +144,11 @@ pub struct Config {
     pub tp_layouts: Vec<TpLayout>,
     /// Token counts of the tp test, ascending.
     pub tp_m: Vec<usize>,
+    /// Tokens per micro-batch of the pipeline test, ascending.
+    pub pipe_tokens: Vec<usize>,
+    pub pipe_micro_batches: usize,
+    pub pipe_hidden: usize,
+    pub pipe_ffn: usize,
 }
 
 fn dedup_sorted<T: Ord + Copy>(mut v: Vec<T>) -> Vec<T> {
@@ -219,6 +226,16 @@ impl Config {
             }
             dedup_sorted(a.tp_m)
         };
+        if a.pipe_tokens.contains(&0) || a.pipe_micro_batches == 0 {
+            return Err("--pipe-tokens and --pipe-micro-batches must be at least 1".into());
+        }
+        if a.pipe_hidden == 0 || a.pipe_ffn == 0 {
+            return Err("--pipe-hidden and --pipe-ffn must be at least 1".into());
+        }
+        let pipe_tokens = match a.pipe_tokens.is_empty() {
+            true => vec![1, 16, 64],
+            false => dedup_sorted(a.pipe_tokens),
+        };
         let lat_sizes: Vec<usize> = sizes.iter().copied().filter(|&s| s <= lat_max).collect();
         Ok(Config {
             tests,
@@ -251,6 +268,10 @@ impl Config {
             tp_shapes,
             tp_layouts,
             tp_m,
+            pipe_tokens,
+            pipe_micro_batches: a.pipe_micro_batches,
+            pipe_hidden: a.pipe_hidden,
+            pipe_ffn: a.pipe_ffn,
         })
     }
 
@@ -262,6 +283,7 @@ impl Config {
                 || self.tests.p2p_bw
                 || self.tests.sendrecv
                 || self.tests.channel
+                || self.tests.pipeline
                 || self.tests.tp))
             || self.needs_cublasmp()
     }

@@ -89,6 +89,18 @@ CHANNELS (--tests channel), PE 0 and --peer (a loopback on PE 0 when there is on
                       time per message on the producer, GB/s and messages/s
   Check: the destination holds the sender's fresh random bytes after the timed runs.
 
+1F1B PIPELINE (--tests pipeline; not part of `all`), one stage per PE
+  Each stage an MLP block y = x + relu(x w1^T) w2^T (bf16, cuBLASLt; --pipe-hidden,
+  --pipe-ffn), --pipe-micro-batches micro-batches of each --pipe-tokens count per step,
+  forward and backward in nvshmem::pipeline::OneFOneB's order, loss |y|^2 / 2; each step one
+  CUDA graph, timed by --iters replays:
+    ours   activations and gradients through nvshmem::channel::Channel (2 slots each way)
+    nccl   ncclSend/ncclRecv, each send grouped with the receive after it
+    local  each receive copies what the single-GPU run handed over, each send copies to a
+           scratch buffer: the stage's compute, the base of the bubble and exposed figures
+  Check: outputs, input gradients and weight gradients equal a single-GPU run of every stage,
+  bit for bit; each stage's block is checked against the CPU first.
+
 PAGE POOL (--tests pool; part of all)
   nvshmem::pool::PagePool::gather_device of 1, 16 and 256 pages of 16 KiB and 64 KiB into
   local device memory, by PE 0: from --peer (PE 0 itself when alone), from every other PE in

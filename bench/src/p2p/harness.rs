@@ -227,6 +227,7 @@ impl P2p<'_> {
             status: check.0,
             check: check.1,
             tp: None,
+            pipeline: None,
         }
     }
 

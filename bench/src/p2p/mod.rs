@@ -230,18 +230,13 @@ fn bw_variant(bidir: bool, ctas: u32) -> String {
     format!("{} ctas={ctas}", if bidir { "bidir" } else { "uni" })
 }
 
-/// The crate's check of an embedded cubin set (shared with its tests and the checks').
-#[cfg(test)]
-#[path = "../../../tests/support/cubin_set.rs"]
-mod cubin_set;
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_cubin_has_exactly_the_kernels_the_tests_look_up() {
-        super::cubin_set::check_set(&crate::kernels::BENCH_P2P, &kernel_names());
+        crate::cubin_set::check_set(&crate::kernels::BENCH_P2P, &kernel_names());
     }
 
     #[test]

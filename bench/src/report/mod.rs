@@ -3,6 +3,7 @@
 mod collective;
 mod files;
 mod p2p;
+mod pipeline;
 mod pool;
 mod table;
 mod tp;
@@ -11,6 +12,7 @@ use crate::cli::{format_size, Config};
 use crate::stats::Summary;
 use collective::collective_tables;
 use p2p::p2p_tables;
+use pipeline::pipeline_tables;
 use pool::pool_tables;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -63,6 +65,35 @@ pub struct Record {
     /// The figures of a tensor-parallel MLP row (`test` = `tp`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tp: Option<TpFigures>,
+    /// The figures of a 1F1B pipeline row (`test` = `pipeline`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<PipelineFigures>,
+}
+
+/// What a pipeline row adds: its configuration and the figures derived from every PE's
+/// median step (bench/src/pipeline/mod.rs says how).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct PipelineFigures {
+    pub stages: usize,
+    pub micro_batches: usize,
+    /// Tokens per micro-batch.
+    pub tokens: usize,
+    pub hidden: usize,
+    pub ffn: usize,
+    /// The slowest stage's busy time per step (its `local` step), in microseconds.
+    pub compute_us: Option<f64>,
+    /// The step with free hand-offs: `compute_us` x (m + p - 1) / m.
+    pub ideal_step_us: Option<f64>,
+    /// (p - 1) / (m + p - 1), in percent.
+    pub ideal_bubble_percent: f64,
+    /// The stages' mean idle share of this row's step, in percent.
+    pub bubble_percent: Option<f64>,
+    /// This row's step - `ideal_step_us`: the communication the schedule did not hide.
+    pub exposed_us: Option<f64>,
+    /// Activations and gradients handed across stage boundaries per second.
+    pub handoffs_per_s: Option<f64>,
+    /// The `nccl` row's step / this row's step.
+    pub speedup_vs_nccl: Option<f64>,
 }
 
 /// What a tensor-parallel MLP row adds: its shape, token count and the figures derived from
@@ -96,6 +127,12 @@ impl Record {
     }
 
     pub fn key(&self) -> String {
+        if let Some(p) = &self.pipeline {
+            return format!(
+                "{} {} tokens={} {}",
+                self.test, self.variant, p.tokens, self.implementation
+            );
+        }
         if let Some(tp) = &self.tp {
             return format!(
                 "{} {} M={} {}",
@@ -154,6 +191,9 @@ pub fn render_tables(results: &Results, cfg: &Config) -> String {
         s.push_str(&t.render());
     }
     for t in pool_tables(&results.records) {
+        s.push_str(&t.render());
+    }
+    for t in pipeline_tables(&results.records) {
         s.push_str(&t.render());
     }
     if !results.notes.is_empty() {
@@ -231,6 +271,7 @@ pub mod tests {
                 "3 wrong, \"first\", at 1".into()
             },
             tp: None,
+            pipeline: None,
         }
     }
 

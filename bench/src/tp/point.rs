@@ -90,6 +90,7 @@ pub(super) fn point(
             overhead_slowest_percent: None,
             auto: false,
         }),
+        pipeline: None,
     };
 
     // New weights and input, the same on every PE; this PE keeps its shards of the weights.
