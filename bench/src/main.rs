@@ -15,6 +15,7 @@ mod cublasmp;
 mod data;
 mod env;
 mod error;
+mod floor;
 mod nccl;
 mod p2p;
 mod pipeline;
@@ -30,7 +31,7 @@ mod tp;
 #[path = "../../tests/support/cubin_set.rs"]
 mod cubin_set;
 
-/// This crate's kernels (kernels/bench_p2p.cu, kernels/pipeline.cu), built by build.rs.
+/// This crate's kernels (kernels/bench_p2p.cu, floor.cu, pipeline.cu), built by build.rs.
 mod kernels {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
@@ -236,6 +237,18 @@ fn run(shmem: &Nvshmem, cfg: &Config, cublasmp_version: Option<String>) -> Resul
         .unwrap_or(1)
         .div_ceil(shmem.node_n_pes())
         .max(1);
+
+    // The floor first: the collective tables give our rows as multiples of it.
+    if cfg.tests.floor || cfg.tests.any_collective() {
+        let ctx = floor::Ctx {
+            shmem,
+            coord: &coord,
+            cfg,
+            stream: &stream,
+            progress: &progress,
+        };
+        floor::run(&ctx, &mut timer, &mut results)?;
+    }
 
     // Our collectives: those measured, and the tp test's all-reduce (which it always needs:
     // the tensor-parallel layers are built on them).

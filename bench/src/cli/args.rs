@@ -58,6 +58,9 @@ pub enum TestName {
     /// 1F1B pipeline of MLP stages, one per PE: channels against NCCL send/recv and local
     /// copies (nvshmem::pipeline::OneFOneB); not part of all
     Pipeline,
+    /// The latency floor: a kernel node in a CUDA graph (with and without programmatic
+    /// dependent launch), a remote store one way, an L2 round trip; run before any collective
+    Floor,
     /// Page-pool gathers (nvshmem::pool::PagePool) of 1, 16, 256 pages of 16 and 64 KiB from
     /// one peer, all peers and locally
     Pool,

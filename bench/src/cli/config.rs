@@ -45,6 +45,7 @@ pub struct Tests {
     pub channel: bool,
     pub tp: bool,
     pub pipeline: bool,
+    pub floor: bool,
     pub pool: bool,
 }
 
@@ -66,6 +67,7 @@ impl Tests {
                 TestName::Channel => t.channel = true,
                 TestName::Tp => t.tp = true,
                 TestName::Pipeline => t.pipeline = true,
+                TestName::Floor => t.floor = true,
                 TestName::Pool => t.pool = true,
                 TestName::P2p | TestName::All => {
                     t.p2p_latency = true;
@@ -76,6 +78,7 @@ impl Tests {
                     if *name == TestName::All {
                         t.channel = true;
                         t.pool = true;
+                        t.floor = true;
                         t.allreduce = true;
                         t.allgather = true;
                         t.reducescatter = true;

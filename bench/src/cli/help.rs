@@ -89,6 +89,15 @@ CHANNELS (--tests channel), PE 0 and --peer (a loopback on PE 0 when there is on
                       time per message on the producer, GB/s and messages/s
   Check: the destination holds the sender's fresh random bytes after the timed runs.
 
+LATENCY FLOOR (--tests floor; part of all, and run before any collective)
+  kernel node   graphs of 64 one-thread kernels (each adds 1 to a counter the host checks),
+                plain and with programmatic dependent launch (PDL); time per node
+  remote store  PE 0 and --peer ping-pong 8-byte st.release.sys stores, each polling its own
+                word with ld.acquire.sys, 1000 rounds per launch; one way = round trip / 2
+  L2            one thread chasing a random cycle of 4 MiB with ld.global.cg; per load
+  A one-shot collective in a graph pays at least a PDL node + a store + an L2 round trip: the
+  collective tables give our rows as multiples of that sum (ours / floor).
+
 1F1B PIPELINE (--tests pipeline; not part of `all`), one stage per PE
   Each stage an MLP block y = x + relu(x w1^T) w2^T (bf16, cuBLASLt; --pipe-hidden,
   --pipe-ffn), --pipe-micro-batches micro-batches of each --pipe-tokens count per step,

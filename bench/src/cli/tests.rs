@@ -17,7 +17,7 @@ fn parse(args: &[&str]) -> Result<Config, String> {
 fn defaults_cover_everything() {
     let c = parse(&[]).unwrap();
     assert!(c.tests.allreduce && c.tests.allgather && c.tests.p2p_latency && c.tests.sendrecv);
-    assert!(c.tests.reducescatter);
+    assert!(c.tests.reducescatter && c.tests.floor && !c.tests.pipeline);
     assert_eq!(c.reducescatter_algo, ReduceScatterAlgo::Auto);
     assert_eq!(c.dtypes, vec![DType::Bf16, DType::F32]);
     assert_eq!(

@@ -3,6 +3,7 @@
 use super::table::{bw_cell, sizes_of, speedup, time_cell, Table};
 use super::Record;
 use crate::cli::{format_size, Config};
+use crate::floor::one_shot_floor_us;
 use crate::stats::Collective;
 
 /// Of two rows, the one with the lower median time (either, when only one has a time).
@@ -18,6 +19,7 @@ fn faster<'a>(a: Option<&'a Record>, b: Option<&'a Record>) -> Option<&'a Record
 /// One table per collective, data type and mode: ours vs NVSHMEM vs NCCL.
 pub fn collective_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
     let mut out = Vec::new();
+    let floor = one_shot_floor_us(records);
     for (test, title) in Collective::ALL.map(|c| (c.name(), c.title())) {
         for dtype in &cfg.dtypes {
             for mode in &cfg.modes {
@@ -48,6 +50,9 @@ pub fn collective_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
                 if has("ours") && has("nvshmem") {
                     headers.push("ours vs nvshmem".into());
                 }
+                if has("ours") && floor.is_some() {
+                    headers.push("ours / floor".into());
+                }
                 let mut rows = Vec::new();
                 for bytes in sizes_of(sel.iter().copied()) {
                     let get = |imp: &str| {
@@ -77,6 +82,10 @@ pub fn collective_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
                     if has("ours") && has("nvshmem") {
                         row.push(speedup(get("ours"), get("nvshmem")));
                     }
+                    if let (true, Some(f)) = (has("ours"), floor) {
+                        let ratio = get("ours").and_then(|r| r.median_us()).map(|t| t / f);
+                        row.push(ratio.map_or("-".into(), |x| format!("{x:.2}x")));
+                    }
                     rows.push(row);
                 }
                 let mode_text = if mode.name() == "graph" {
@@ -90,7 +99,9 @@ pub fn collective_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
                     rows,
                     footer: vec![
                         "us = median time per operation ± half the p10-p90 range; busbw in GB/s (nccl-tests); \
-                         \"ours vs X\" = time of X / time of ours (> 1: ours is faster); ! = check failed"
+                         \"ours vs X\" = time of X / time of ours (> 1: ours is faster); \
+                         ours / floor = time of ours / the one-shot latency floor of this run; \
+                         ! = check failed"
                             .into(),
                     ],
                 });

@@ -2,6 +2,7 @@
 
 mod collective;
 mod files;
+mod floor;
 mod p2p;
 mod pipeline;
 mod pool;
@@ -11,6 +12,7 @@ mod tp;
 use crate::cli::{format_size, Config};
 use crate::stats::Summary;
 use collective::collective_tables;
+use floor::floor_tables;
 use p2p::p2p_tables;
 use pipeline::pipeline_tables;
 use pool::pool_tables;
@@ -181,6 +183,9 @@ impl Results {
 /// Everything PE 0 prints after the header.
 pub fn render_tables(results: &Results, cfg: &Config) -> String {
     let mut s = String::new();
+    for t in floor_tables(&results.records) {
+        s.push_str(&t.render());
+    }
     for t in collective_tables(&results.records, cfg) {
         s.push_str(&t.render());
     }
