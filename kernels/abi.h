@@ -111,6 +111,15 @@ typedef struct DecodeLinear {
     unsigned long long k;
 } DecodeLinear;
 
+// The residual and weight of an all-reduce + RMSNorm (src/tp/norm.rs, kernels/tp/rmsnorm.cuh),
+// passed by value after the parameters every collective takes.
+typedef struct RmsNorm {
+    unsigned long long residual;  // device address, tokens × hidden bf16, read and written
+    unsigned long long weight;    // device address, hidden bf16
+    unsigned long long hidden;    // elements per token, a multiple of 4
+    float eps;
+} RmsNorm;
+
 // ---- the host atomics' helper (src/atomic.rs, kernels/atomics.cu) ------------------------
 
 // Operations of host_amo.

@@ -1,12 +1,14 @@
 // The tensor-parallel layers' own kernels (src/tp): what sits between their GEMMs, a GEMM for
-// decode (tp/decode.cuh), and the row-parallel layer's decode GEMM fused with its all-reduce
-// (tp/decode_allreduce.cuh).
+// decode (tp/decode.cuh), the row-parallel layer's decode GEMM fused with its all-reduce
+// (tp/decode_allreduce.cuh), and the residual add and RMSNorm after an all-reduce, fused
+// with it or alone (tp/rmsnorm.cuh).
 #include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "abi.h"
 #include "tp/decode.cuh"
 #include "tp/decode_allreduce.cuh"
+#include "tp/rmsnorm.cuh"
 
 __device__ __forceinline__ float silu_times(float gate, float up) {
     return gate / (1.0f + expf(-gate)) * up;
@@ -133,4 +135,27 @@ extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_linear_al
     enter_call(CALL_SIG("decode_linear_allreduce_bf16", len, 0));
     const __nv_bfloat16 *w = (const __nv_bfloat16 *)(uintptr_t)lin.w;
     WITH_DECODE_M(lin.m, (decode_linear_allreduce_lines<M>(x, w, y, (int)lin.m, lin.n, lin.k, ctrl, lines, slot_bytes, peers, sh)));
+}
+
+// ---- residual add + RMSNorm ----------------------------------------------------------------
+// After an all-reduce whose result is `sum` (rows × norm.hidden; may be `out`), on its own
+// (tp/rmsnorm.cuh). Launched with programmatic stream serialization: it waits for the
+// all-reduce before it.
+extern "C" __global__ void __launch_bounds__(RMSNORM_THREADS) rmsnorm_residual_bf16(const __nv_bfloat16 *sum,
+                                                                               __nv_bfloat16 *out, uint64_t rows,
+                                                                               const RmsNorm norm) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    rmsnorm_after(sum, out, rows, norm);
+}
+
+// Fused with the all-reduce of x (len = tokens × norm.hidden): the parameters every
+// collective takes (src is x, dst is out, the region is the low-latency lines), the peer
+// table, then the residual and weight. RMSNORM_THREADS a block, all blocks resident (a block
+// polls for the lines of its peers' same block).
+extern "C" __global__ void __launch_bounds__(RMSNORM_THREADS) allreduce_rmsnorm_bf16(
+    const __nv_bfloat16 *x, __nv_bfloat16 *out, size_t len, Ctrl *ctrl, uint64_t *flags, char *lines,
+    size_t slot_bytes, const Peers peers, const RmsNorm norm) {
+    enter_call(CALL_SIG("allreduce_rmsnorm_bf16", len, 0));
+    WITH_NP(peers.npes, (allreduce_rmsnorm_lines<NP>(x, out, len, ctrl, lines, slot_bytes, peers, norm)));
 }

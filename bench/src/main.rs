@@ -17,6 +17,7 @@ mod env;
 mod error;
 mod floor;
 mod nccl;
+mod norm;
 mod p2p;
 mod pipeline;
 mod plot;
@@ -252,7 +253,10 @@ fn run(shmem: &Nvshmem, cfg: &Config, cublasmp_version: Option<String>) -> Resul
 
     // Our collectives: those measured, and the tp test's all-reduce (which it always needs:
     // the tensor-parallel layers are built on them).
-    let ours = match (cfg.tests.any_collective() && cfg.has_impl(Impl::Ours)) || cfg.tests.tp {
+    let ours = match (cfg.tests.any_collective() && cfg.has_impl(Impl::Ours))
+        || cfg.tests.tp
+        || cfg.tests.norm
+    {
         true => {
             progress.say("loading our collectives");
             timing::step("loading our collectives");
@@ -300,6 +304,22 @@ fn run(shmem: &Nvshmem, cfg: &Config, cublasmp_version: Option<String>) -> Resul
             threads,
         };
         tp::run(&ctx, &mut timer, &mut results)?;
+    }
+    if let (true, Some(collectives)) = (cfg.tests.norm, ours.as_deref()) {
+        let ctx = norm::Ctx {
+            shmem,
+            coord: &coord,
+            cfg,
+            stream: &stream,
+            collectives,
+            nccl: match cfg.has_impl(Impl::Nccl) {
+                true => nccl.as_deref(),
+                false => None,
+            },
+            progress: &progress,
+            threads,
+        };
+        norm::run(&ctx, &mut timer, &mut results)?;
     }
     drop(ours);
 

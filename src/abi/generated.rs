@@ -489,6 +489,34 @@ const _: () = {
         "Offset of field: DecodeLinear::k",
     ][::std::mem::offset_of!(DecodeLinear, k) - 24usize];
 };
+/** The residual and weight of an all-reduce + RMSNorm (src/tp/norm.rs, kernels/tp/rmsnorm.cuh),
+ passed by value after the parameters every collective takes.*/
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq)]
+pub struct RmsNorm {
+    /// device address, tokens × hidden bf16, read and written
+    pub residual: ::std::os::raw::c_ulonglong,
+    /// device address, hidden bf16
+    pub weight: ::std::os::raw::c_ulonglong,
+    /// elements per token, a multiple of 4
+    pub hidden: ::std::os::raw::c_ulonglong,
+    pub eps: f32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of RmsNorm"][::std::mem::size_of::<RmsNorm>() - 32usize];
+    ["Alignment of RmsNorm"][::std::mem::align_of::<RmsNorm>() - 8usize];
+    [
+        "Offset of field: RmsNorm::residual",
+    ][::std::mem::offset_of!(RmsNorm, residual) - 0usize];
+    [
+        "Offset of field: RmsNorm::weight",
+    ][::std::mem::offset_of!(RmsNorm, weight) - 8usize];
+    [
+        "Offset of field: RmsNorm::hidden",
+    ][::std::mem::offset_of!(RmsNorm, hidden) - 16usize];
+    ["Offset of field: RmsNorm::eps"][::std::mem::offset_of!(RmsNorm, eps) - 24usize];
+};
 pub const AMO_FETCH: AmoOp = 0;
 pub const AMO_SET: AmoOp = 1;
 pub const AMO_SWAP: AmoOp = 2;

@@ -36,10 +36,12 @@ pub(crate) enum Collective {
     Reduce = 9,
     /// A row-parallel layer's GEMM fused with its all-reduce (src/tp).
     LinearAllReduce = 10,
+    /// An all-reduce fused with the residual add and RMSNorm after it (src/tp).
+    AllReduceRmsNorm = 11,
 }
 
 impl Collective {
-    const ALL: [Collective; 8] = [
+    const ALL: [Collective; 9] = [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::ReduceScatter,
@@ -48,6 +50,7 @@ impl Collective {
         Collective::AllToAllV,
         Collective::Reduce,
         Collective::LinearAllReduce,
+        Collective::AllReduceRmsNorm,
     ];
 
     fn name(self) -> &'static str {
@@ -60,6 +63,7 @@ impl Collective {
             Collective::AllToAllV => "all_to_all_v",
             Collective::Reduce => "reduce",
             Collective::LinearAllReduce => "row-parallel linear + all_reduce",
+            Collective::AllReduceRmsNorm => "all_reduce + residual + RMSNorm",
         }
     }
 
@@ -74,6 +78,7 @@ impl Collective {
             Collective::AllToAllV => (row == 0).then_some("push"),
             Collective::Reduce => REDUCE_ROWS.get(row).map(|r| r.name),
             Collective::LinearAllReduce => (row == 0).then_some("decode"),
+            Collective::AllReduceRmsNorm => (row == 0).then_some("ll"),
         }
     }
 }
@@ -179,7 +184,7 @@ impl Record {
                 n_pes: w[2],
             }),
             4 => Some(Record::Failed),
-            2 | 3 | 5..=10 => Some(Record::Call {
+            2 | 3 | 5..=11 => Some(Record::Call {
                 collective: *Collective::ALL.iter().find(|&&c| c as u64 == w[0])?,
                 dtype: *DTYPES.iter().find(|&&t| t as u64 == w[1])?,
                 op: ReduceOp::ALL.get(w[2] as usize).copied(),

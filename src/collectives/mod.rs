@@ -52,7 +52,8 @@ use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
 use crate::order::CallOrder;
 use crate::runtime::Nvshmem;
 use crate::team::collectives::check_overlap;
-use agree::{config_hash, Agreement, Collective, Record};
+pub(crate) use agree::Collective;
+use agree::{config_hash, Agreement, Record};
 use algo::{
     all_gather_kernel, all_reduce_kernel, all_reduce_kernels, all_to_all_kernel, broadcast_kernel,
     reduce_kernel, reduce_kernels, reduce_scatter_kernel, reduce_scatter_kernels, type_and_op,
@@ -784,14 +785,17 @@ impl Collectives {
     /// result `dst` is the same on every PE. Like every call, it is checked against this
     /// `Collectives`' state, agreed on with `check_calls`, ordered after the last call and
     /// launched on the one launch path. `staged` is what it exchanges per PE from `src` (data
-    /// bytes), `blocks` × `threads` its grid (the same on every PE).
+    /// bytes), `blocks` × `threads` its grid (the same on every PE), `collective` what the
+    /// PEs agree they are calling.
     ///
     /// # Safety
     /// `extra` must be the kernel's last parameter and `src` and everything `extra` points
     /// at valid for the kernel, until it has run on `stream`.
     #[cfg(feature = "tp")]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn fused_call<X: Copy + 'static>(
         &self,
+        collective: Collective,
         function: &Function,
         dst: SymmetricView<'_, half::bf16>,
         (src, staged): (u64, usize),
@@ -823,7 +827,7 @@ impl Collectives {
                 )));
             }
             let record = Record::Call {
-                collective: Collective::LinearAllReduce,
+                collective,
                 dtype: DataType::BF16,
                 op: Some(ReduceOp::Sum),
                 row: 0,

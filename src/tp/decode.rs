@@ -6,7 +6,7 @@
 use super::gemm::Stopwatch;
 use super::{Schedule, TensorParallel};
 use crate::abi::{DecodeLinear, COLL_MAX_BLOCKS};
-use crate::collectives::{AllReduceAlgo, Collectives};
+use crate::collectives::{AllReduceAlgo, Collective, Collectives};
 use crate::element::ReduceOp;
 use crate::error::{CudaResultExt, Result};
 use crate::memory::{SymmetricBuffer, SymmetricView};
@@ -75,6 +75,7 @@ impl FusedDecode {
     ) -> Result<()> {
         let staged = y.len() * std::mem::size_of::<bf16>();
         c.fused_call(
+            Collective::LinearAllReduce,
             &self.kernel,
             y,
             (x, staged),

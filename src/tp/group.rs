@@ -2,6 +2,7 @@
 
 use super::decode::{self, FusedDecode};
 use super::exchange::stream_memops;
+use super::norm;
 use super::{Gemm, ScheduleThresholds};
 use crate::collectives::Collectives;
 use crate::cubins::TP;
@@ -14,13 +15,15 @@ use half::bf16;
 use std::sync::Arc;
 
 /// The kernels of the tensor-parallel cubin that the layers look up (kernels/tp.cu).
-pub fn kernel_names() -> [&'static str; 5] {
+pub fn kernel_names() -> [&'static str; 7] {
     [
         SILU_MUL,
         SUM_SLABS,
         super::gemm::DECODE_KERNELS[0],
         super::gemm::DECODE_KERNELS[1],
         decode::KERNEL,
+        norm::FUSED_KERNEL,
+        norm::KERNEL,
     ]
 }
 
@@ -41,6 +44,12 @@ pub struct TensorParallel {
     thresholds: ScheduleThresholds,
 }
 
+/// The residual add and RMSNorm after an all-reduce: fused with it, and alone (norm.rs).
+pub(super) struct NormKernels {
+    pub(super) fused: Function,
+    pub(super) alone: Function,
+}
+
 struct Inner {
     shmem: Nvshmem,
     collectives: Arc<Collectives>,
@@ -48,6 +57,7 @@ struct Inner {
     silu_mul: Function,
     sum_slabs: Function,
     fused_decode: FusedDecode,
+    norm: NormKernels,
     sms: u32,
     /// Where overlapped schedules communicate.
     side: Arc<CudaStream>,
@@ -85,6 +95,10 @@ impl TensorParallel {
                 collectives,
                 gemm,
                 fused_decode,
+                norm: NormKernels {
+                    fused: module.function(norm::FUSED_KERNEL)?,
+                    alone: module.function(norm::KERNEL)?,
+                },
                 sms,
             }),
             thresholds: ScheduleThresholds::for_pes(shmem.n_pes()),
@@ -169,6 +183,10 @@ impl TensorParallel {
     /// The fused decode kernel.
     pub(super) fn fused_decode(&self) -> &FusedDecode {
         &self.inner.fused_decode
+    }
+
+    pub(super) fn inner_norm(&self) -> &NormKernels {
+        &self.inner.norm
     }
 
     /// `out[r][j] = silu(gu[r][j]) * gu[r][f + j]`, in f32 rounded once to bf16: `gu` holds

@@ -48,6 +48,7 @@ mod exchange;
 mod gemm;
 mod group;
 mod mlp;
+mod norm;
 mod row;
 mod schedule;
 mod shard;

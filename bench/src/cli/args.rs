@@ -58,6 +58,9 @@ pub enum TestName {
     /// 1F1B pipeline of MLP stages, one per PE: channels against NCCL send/recv and local
     /// copies (nvshmem::pipeline::OneFOneB); not part of all
     Pipeline,
+    /// Our all-reduce with the residual add and RMSNorm fused into it, against our all-reduce
+    /// and NCCL's each followed by the RMSNorm kernel (hidden 4096 and 8192, 1 to 64 tokens)
+    Norm,
     /// The latency floor: a kernel node in a CUDA graph (with and without programmatic
     /// dependent launch), a remote store one way, an L2 round trip; run before any collective
     Floor,

@@ -46,6 +46,7 @@ pub struct Tests {
     pub tp: bool,
     pub pipeline: bool,
     pub floor: bool,
+    pub norm: bool,
     pub pool: bool,
 }
 
@@ -68,6 +69,7 @@ impl Tests {
                 TestName::Tp => t.tp = true,
                 TestName::Pipeline => t.pipeline = true,
                 TestName::Floor => t.floor = true,
+                TestName::Norm => t.norm = true,
                 TestName::Pool => t.pool = true,
                 TestName::P2p | TestName::All => {
                     t.p2p_latency = true;
@@ -287,6 +289,7 @@ impl Config {
                 || self.tests.sendrecv
                 || self.tests.channel
                 || self.tests.pipeline
+                || self.tests.norm
                 || self.tests.tp))
             || self.needs_cublasmp()
     }

@@ -89,6 +89,16 @@ CHANNELS (--tests channel), PE 0 and --peer (a loopback on PE 0 when there is on
                       time per message on the producer, GB/s and messages/s
   Check: the destination holds the sender's fresh random bytes after the timed runs.
 
+ALL-REDUCE + RMSNORM (--tests norm; not part of `all`)
+  The residual add and RMSNorm after a row-parallel layer, bf16, hidden 4096 and 8192, 1, 4,
+  16 and 64 tokens, each in CUDA graphs of --graph-ops calls:
+    fused         nvshmem::tp::TensorParallel::all_reduce_rmsnorm
+    ours+rmsnorm  our all-reduce, then TensorParallel::rmsnorm
+    nccl+rmsnorm  ncclAllReduce, then the same rmsnorm
+    all-reduce    our all-reduce alone
+  Check: after the replays each runs once from a fresh residual; the new residual must be the
+  CPU's bit for bit (NCCL's within 2^-7) and the output within a bf16 rounding of the CPU's.
+
 LATENCY FLOOR (--tests floor; part of all, and run before any collective)
   kernel node   graphs of 64 one-thread kernels (each adds 1 to a counter the host checks),
                 plain and with programmatic dependent launch (PDL); time per node

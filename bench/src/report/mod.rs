@@ -3,6 +3,7 @@
 mod collective;
 mod files;
 mod floor;
+mod norm;
 mod p2p;
 mod pipeline;
 mod pool;
@@ -13,6 +14,7 @@ use crate::cli::{format_size, Config};
 use crate::stats::Summary;
 use collective::collective_tables;
 use floor::floor_tables;
+use norm::norm_tables;
 use p2p::p2p_tables;
 use pipeline::pipeline_tables;
 use pool::pool_tables;
@@ -190,6 +192,9 @@ pub fn render_tables(results: &Results, cfg: &Config) -> String {
         s.push_str(&t.render());
     }
     for t in tp_tables(&results.records) {
+        s.push_str(&t.render());
+    }
+    for t in norm_tables(&results.records) {
         s.push_str(&t.render());
     }
     for t in p2p_tables(&results.records, cfg) {

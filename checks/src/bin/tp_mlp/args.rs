@@ -9,6 +9,7 @@ pub struct Args {
     pub row: bool,
     pub mlp: bool,
     pub gemm: bool,
+    pub norm: bool,
     pub breakdown: bool,
     pub hidden: usize,
     pub ffn: usize,
@@ -28,6 +29,7 @@ enum Test {
     Row,
     Mlp,
     Gemm,
+    Norm,
     Breakdown,
 }
 
@@ -43,9 +45,10 @@ fn tests(v: &str) -> Result<Tests, String> {
             "row" => Ok(Test::Row),
             "mlp" => Ok(Test::Mlp),
             "gemm" => Ok(Test::Gemm),
+            "norm" => Ok(Test::Norm),
             "breakdown" => Ok(Test::Breakdown),
             _ => Err(format!(
-                "unknown test {t:?}: all, column, row, mlp, gemm or breakdown"
+                "unknown test {t:?}: all, column, row, mlp, gemm, norm or breakdown"
             )),
         })
         .collect::<Result<_, _>>()
@@ -105,7 +108,7 @@ fn token_counts(v: &str) -> Result<TokenCounts, String> {
 // A repeated option takes its last value (a repeated --test: see `resolve`).
 #[command(name = "tp_mlp", args_override_self = true)]
 struct Cli {
-    /// The groups to run: all, column, row, mlp, gemm, breakdown (timing only, not in all); several with commas; all by default
+    /// The groups to run: all, column, row, mlp, gemm, norm, breakdown (timing only, not in all); several with commas; all by default
     #[arg(long, value_name = "LIST", value_parser = tests)]
     test: Vec<Tests>,
     /// The large shape, checked against the unsharded product on one GPU and timed: 8b, 70b or HIDDEN,FFN
@@ -140,6 +143,7 @@ fn resolve(cli: Cli) -> Args {
         row: true,
         mlp: true,
         gemm: true,
+        norm: true,
         breakdown: false,
         hidden: cli.shape.hidden,
         ffn: cli.shape.ffn,
@@ -152,14 +156,17 @@ fn resolve(cli: Cli) -> Args {
     };
     // Each --test names the layer groups afresh; breakdown, once named, stays.
     for Tests(list) in cli.test {
-        (a.column, a.row, a.mlp, a.gemm) = (false, false, false, false);
+        (a.column, a.row, a.mlp, a.gemm, a.norm) = (false, false, false, false, false);
         for t in list {
             match t {
-                Test::All => (a.column, a.row, a.mlp, a.gemm) = (true, true, true, true),
+                Test::All => {
+                    (a.column, a.row, a.mlp, a.gemm, a.norm) = (true, true, true, true, true)
+                }
                 Test::Column => a.column = true,
                 Test::Row => a.row = true,
                 Test::Mlp => a.mlp = true,
                 Test::Gemm => a.gemm = true,
+                Test::Norm => a.norm = true,
                 Test::Breakdown => a.breakdown = true,
             }
         }

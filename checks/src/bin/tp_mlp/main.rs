@@ -4,7 +4,7 @@
 //! scripts/nvshmrun -np 2 target/release/tp_mlp --test all
 //! scripts/nvshmrun -np 4 target/release/tp_mlp --test mlp --shape 70b --m 1,128,2048
 //! ```
-//! `--test all|column|row|mlp|gemm|breakdown` (several with commas), `--shape 8b|70b|HIDDEN,FFN` (the
+//! `--test all|column|row|mlp|gemm|norm|breakdown` (several with commas), `--shape 8b|70b|HIDDEN,FFN` (the
 //! large shape checked against the unsharded product on one GPU and timed; 8b by default),
 //! `--m LIST` (its token counts), `--iters N` (timed graph replays per row), `--no-timing`.
 //! `--rounds N` makes every fused exchange N rounds (`ScheduleThresholds::fused_exchange_gemms`
@@ -52,6 +52,7 @@ mod gemm;
 mod harness;
 mod large;
 mod mlp;
+mod norm;
 mod reference;
 mod row;
 mod sequence_timing;
@@ -97,6 +98,9 @@ fn main() {
     }
     if args.gemm {
         gemm::run(&mut c, &args);
+    }
+    if args.norm {
+        norm::run(&mut c);
     }
     let which = (args.column, args.row, args.mlp);
     if which != (false, false, false) {
