@@ -168,6 +168,35 @@ impl TpMlp {
                 .run_producing(y, act, tokens, schedule, stream, Some(&produce))
         })
     }
+
+    /// The MLP half of a Llama decoder layer: `residual += mlp(x)` and
+    /// `out = rmsnorm(residual) · norm_weight`, the down projection's all-reduce fused with
+    /// the residual add and RMSNorm where it fits
+    /// ([`RowParallelLinear::forward_rmsnorm`]). `x`, `out` and `residual` are
+    /// `tokens × hidden`; `norm_weight` is `hidden`.
+    pub fn forward_rmsnorm<'a>(
+        &self,
+        out: impl Into<SymmetricView<'a, bf16>>,
+        residual: &impl DeviceMemory<bf16>,
+        x: &impl DeviceMemory<bf16>,
+        norm_weight: &impl DeviceMemory<bf16>,
+        eps: f32,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let (out, l) = (out.into(), &self.layers);
+        let tokens = rows_of("the MLP input", x.device_len(), l.hidden)?;
+        l.check(tokens, out.len(), tokens * l.hidden)?;
+        let f = l.down.local_in_features().len();
+        let (gu, act) = (l.gate_up_out.addr(), l.act.addr());
+        // SAFETY: `x` holds `tokens × hidden` elements and the scratch buffers `max_tokens`
+        // rows, at least `tokens`.
+        l.tp.ordered(stream, || unsafe {
+            l.gate_up.run(gu, x.device_addr(stream), tokens, stream)?;
+            l.tp.silu_mul_raw(act, gu, tokens, f, stream)?;
+            l.down
+                .run_rmsnorm(out, residual, act, tokens, (norm_weight, eps), stream)
+        })
+    }
 }
 
 impl SequenceParallelMlp {

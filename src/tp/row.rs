@@ -360,6 +360,76 @@ impl RowParallelLinear {
         })
     }
 
+    /// `residual += Σ over PEs of x_p · w_pᵀ` and `out = rmsnorm(residual) · norm_weight`:
+    /// this layer's GEMM into its partial product, then
+    /// [`TensorParallel::all_reduce_rmsnorm`] (one kernel with the all-reduce where it
+    /// fits). The layer after a Llama layer's attention (its output projection) or MLP (its
+    /// down projection), with the residual add and the next RMSNorm. `out` and `residual` are
+    /// `tokens × out_features`; a replicated output only.
+    pub fn forward_rmsnorm<'a>(
+        &self,
+        out: impl Into<SymmetricView<'a, bf16>>,
+        residual: &impl DeviceMemory<bf16>,
+        x: &impl DeviceMemory<bf16>,
+        norm_weight: &impl DeviceMemory<bf16>,
+        eps: f32,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        if let Some(e) = &self.exchange {
+            e.flags.refuse()?;
+        }
+        let tokens = rows_of(
+            "the row-parallel input",
+            x.device_len(),
+            self.local_in.len(),
+        )?;
+        let out = out.into();
+        // SAFETY: `x` holds `tokens × local_in` elements.
+        self.tp.ordered(stream, || unsafe {
+            self.run_rmsnorm(
+                out,
+                residual,
+                x.device_addr(stream),
+                tokens,
+                (norm_weight, eps),
+                stream,
+            )
+        })
+    }
+
+    /// The GEMM into the partial product, then the all-reduce with the residual add and
+    /// RMSNorm into `out`.
+    ///
+    /// # Safety
+    /// As for [`run`](Self::run).
+    pub(super) unsafe fn run_rmsnorm(
+        &self,
+        out: SymmetricView<'_, bf16>,
+        residual: &impl DeviceMemory<bf16>,
+        x: u64,
+        tokens: usize,
+        (norm_weight, eps): (&impl DeviceMemory<bf16>, f32),
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        check_tokens(
+            "RowParallelLinear::forward_rmsnorm",
+            tokens,
+            self.max_tokens,
+        )?;
+        if self.output != RowOutput::Replicated {
+            return Err(Error::InvalidArgument(
+                "forward_rmsnorm takes a layer with a replicated output (the residual add and \
+                 RMSNorm follow an all-reduce)"
+                    .into(),
+            ));
+        }
+        self.check_output(&out, tokens)?;
+        self.gemm_rows(x, 0..tokens, stream)?;
+        let partial = self.partial.view(..tokens * self.out_features);
+        self.tp
+            .all_reduce_rmsnorm(out, residual, partial, norm_weight, eps, stream)
+    }
+
     /// The GEMM and the collective into `y`, in `schedule`.
     ///
     /// # Safety

@@ -1,6 +1,7 @@
 //! `TensorParallel::all_reduce_rmsnorm`: the new residual bit for bit and the normalised
 //! output against the CPU, fused and unfused (our all-reduce, then `rmsnorm`) the same bits,
-//! in place, in a CUDA graph, every PE alike; and bad arguments refused.
+//! in place, in a CUDA graph, every PE alike; bad arguments refused; and the MLP half of a
+//! decoder layer (`TpMlp::forward_rmsnorm`) the same bits as the MLP, then `rmsnorm`.
 //!
 //! The CPU sums the PEs' inputs in f32 in PE order and rounds to bf16 as our all-reduces do,
 //! then adds the residual in f32 and rounds: the new residual must have exactly those bits.
@@ -8,10 +9,11 @@
 //! squares in f32 differs from f64 by far less than one bf16 spacing, so the output may
 //! differ by its final rounding, 2^-7 of its magnitude plus 2^-7 of the output's RMS.
 
+use nvshmem::tp::{MlpShape, Schedule, TpMlp};
 use nvshmem::{bf16, AllReduceAlgo, DeviceBuffer, ReduceOp};
 
 use crate::harness::{capture, sync, text, Checks, Outcome};
-use crate::reference::{bits, compare_with, Rng};
+use crate::reference::{bits, compare_with, weight, Rng};
 
 const EPS: f32 = 1e-5;
 
@@ -51,6 +53,61 @@ pub fn run(c: &mut Checks) {
     c.run("all_reduce_rmsnorm refuses bad arguments".into(), |c, _| {
         refusals(c)
     });
+    for tokens in [1, 5, 64] {
+        c.run(
+            format!("TpMlp::forward_rmsnorm {tokens} tokens: forward, then rmsnorm, bit for bit"),
+            |c, seed| mlp_half(c, seed, tokens),
+        );
+    }
+}
+
+/// The MLP half of a decoder layer, fused, against the MLP's sequential forward (the same
+/// GEMMs and all-reduce) followed by `rmsnorm`: the same bits, on every PE.
+fn mlp_half(c: &Checks, seed: u64, tokens: usize) -> Outcome {
+    let (hidden, ffn) = (1024, 256 * c.n());
+    let mut rng = Rng::new(seed);
+    let shape = MlpShape {
+        hidden,
+        ffn,
+        max_tokens: 64,
+    };
+    let mlp = TpMlp::new(&c.tp, shape).map_err(text)?;
+    let (gate, up, down) = (
+        weight(&mut rng, ffn, hidden),
+        weight(&mut rng, ffn, hidden),
+        weight(&mut rng, hidden, ffn),
+    );
+    mlp.load_weights(&gate, &up, &down).map_err(text)?;
+    let n = tokens * hidden;
+    let x = c.device(&rng.bf16s(n, 1.0))?;
+    let start = rng.bf16s(n, 2.0);
+    let w: Vec<bf16> = rng
+        .bf16s(hidden, 0.5)
+        .iter()
+        .map(|v| bf16::from_f32(1.0 + v.to_f32()))
+        .collect();
+    let w = c.device(&w)?;
+    let s = &c.stream;
+    let (fused, r_fused) = (c.shmem.malloc::<bf16>(n).map_err(text)?, c.device(&start)?);
+    mlp.forward_rmsnorm(&fused, &r_fused, &x, &w, EPS, s)
+        .map_err(text)?;
+    let (y, r_apart) = (c.shmem.malloc::<bf16>(n).map_err(text)?, c.device(&start)?);
+    mlp.forward_with(&y, &x, Schedule::Sequential, s)
+        .map_err(text)?;
+    c.tp.rmsnorm(&y, &r_apart, &y, &w, EPS, s).map_err(text)?;
+    sync(s).map_err(text)?;
+    let (got, want) = (fused.to_vec().map_err(text)?, y.to_vec().map_err(text)?);
+    let (gr, wr) = (
+        r_fused.to_vec().map_err(text)?,
+        r_apart.to_vec().map_err(text)?,
+    );
+    if bits(&got) != bits(&want) || bits(&gr) != bits(&wr) {
+        return Err("forward_rmsnorm differs from forward then rmsnorm".into());
+    }
+    if got.iter().any(|v| !v.to_f32().is_finite()) {
+        return Err("forward_rmsnorm gave a value that is not finite".into());
+    }
+    c.identical("forward_rmsnorm", &got)
 }
 
 /// The CPU's new residual and output for every PE's input `xs`.
