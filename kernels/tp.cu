@@ -156,6 +156,7 @@ extern "C" __global__ void __launch_bounds__(RMSNORM_THREADS) rmsnorm_residual_b
 extern "C" __global__ void __launch_bounds__(RMSNORM_THREADS) allreduce_rmsnorm_bf16(
     const __nv_bfloat16 *x, __nv_bfloat16 *out, size_t len, Ctrl *ctrl, uint64_t *flags, char *lines,
     size_t slot_bytes, const Peers peers, const RmsNorm norm) {
+    __shared__ rmsnorm::RmsShared sh;
     enter_call(CALL_SIG("allreduce_rmsnorm_bf16", len, 0));
-    WITH_NP(peers.npes, (allreduce_rmsnorm_lines<NP>(x, out, len, ctrl, lines, slot_bytes, peers, norm)));
+    WITH_NP(peers.npes, (allreduce_rmsnorm_lines<NP>(x, out, len, ctrl, lines, slot_bytes, peers, norm, sh)));
 }
