@@ -339,3 +339,34 @@ fn help_documents_the_options() {
         assert!(help.contains(word), "help lacks {word}");
     }
 }
+
+#[test]
+fn pipeline_norm_and_floor_are_named_tests_with_their_options() {
+    let c = parse(&["--tests", "pipeline"]).unwrap();
+    assert!(c.tests.pipeline && !c.tests.floor && !c.tests.any_collective());
+    assert_eq!(c.pipe_tokens, vec![1, 16, 64]);
+    assert_eq!(
+        (c.pipe_micro_batches, c.pipe_hidden, c.pipe_ffn),
+        (8, 4096, 4096)
+    );
+    assert!(c.needs_nccl());
+    let c = parse(&[
+        "--tests",
+        "pipeline",
+        "--pipe-tokens",
+        "64,1",
+        "--pipe-micro-batches",
+        "4",
+    ])
+    .unwrap();
+    assert_eq!((c.pipe_tokens, c.pipe_micro_batches), (vec![1, 64], 4));
+    assert!(parse(&["--tests", "pipeline", "--pipe-tokens", "0"]).is_err());
+    assert!(parse(&["--pipe-micro-batches", "0"]).is_err());
+    assert!(parse(&["--pipe-hidden", "0"]).is_err());
+    let c = parse(&["--tests", "norm"]).unwrap();
+    assert!(c.tests.norm && !c.tests.pipeline && c.needs_nccl());
+    assert!(!parse(&["--tests", "norm", "--impls", "ours"])
+        .unwrap()
+        .needs_nccl());
+    assert!(parse(&["--tests", "floor"]).unwrap().tests.floor);
+}
