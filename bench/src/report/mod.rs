@@ -14,7 +14,7 @@ use crate::cli::{format_size, Config};
 use crate::stats::Summary;
 use collective::collective_tables;
 use floor::floor_tables;
-use norm::norm_tables;
+use norm::{block_tables, norm_tables};
 use p2p::p2p_tables;
 use pipeline::pipeline_tables;
 use pool::pool_tables;
@@ -195,6 +195,9 @@ pub fn render_tables(results: &Results, cfg: &Config) -> String {
         s.push_str(&t.render());
     }
     for t in norm_tables(&results.records) {
+        s.push_str(&t.render());
+    }
+    for t in block_tables(&results.records) {
         s.push_str(&t.render());
     }
     for t in p2p_tables(&results.records, cfg) {

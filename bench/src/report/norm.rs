@@ -3,7 +3,7 @@
 use super::table::{fmt_us, speedup, time_cell, Table};
 use super::Record;
 use crate::cli::format_size;
-use crate::norm::{NormImpl, NORM_TEST};
+use crate::norm::{BlockImpl, NormImpl, BLOCK_TEST, NORM_TEST};
 
 pub fn norm_tables(records: &[Record]) -> Vec<Table> {
     let rows: Vec<&Record> = records.iter().filter(|r| r.test == NORM_TEST).collect();
@@ -73,6 +73,56 @@ pub fn norm_tables(records: &[Record]) -> Vec<Table> {
         });
     }
     out
+}
+
+/// The MLP block's table: a row per token count, what the residual add and RMSNorm cost
+/// over the MLP alone, fused and apart.
+pub fn block_tables(records: &[Record]) -> Vec<Table> {
+    let sel: Vec<&Record> = records.iter().filter(|r| r.test == BLOCK_TEST).collect();
+    let Some(first) = sel.first() else {
+        return Vec::new();
+    };
+    let mut headers = vec!["tokens".to_string()];
+    headers.extend(BlockImpl::ALL.iter().map(|i| format!("{} us", i.name())));
+    headers.extend(["norm apart us", "norm fused us", "fused vs apart"].map(String::from));
+    let mut tokens: Vec<usize> = sel.iter().map(|r| r.count).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    let rows = tokens
+        .into_iter()
+        .map(|t| {
+            let get = |i: BlockImpl| {
+                sel.iter()
+                    .copied()
+                    .find(|r| r.count == t && r.implementation == i.name())
+            };
+            let median = |i: BlockImpl| get(i).and_then(|r| r.median_us());
+            let over = |i: BlockImpl| {
+                median(i)
+                    .zip(median(BlockImpl::MlpOnly))
+                    .map_or("-".into(), |(a, b)| fmt_us(a - b))
+            };
+            let mut row = vec![t.to_string()];
+            row.extend(BlockImpl::ALL.iter().map(|i| time_cell(get(*i))));
+            row.push(over(BlockImpl::Apart));
+            row.push(over(BlockImpl::Fused));
+            row.push(speedup(get(BlockImpl::Fused), get(BlockImpl::Apart)));
+            row
+        })
+        .collect();
+    vec![Table {
+        title: format!(
+            "decoder layer MLP half, {} (TpMlp), {} PEs (CUDA graphs)",
+            first.variant, first.n_pes
+        ),
+        headers,
+        rows,
+        footer: vec![
+            "mlp+fused = TpMlp::forward_rmsnorm; mlp, rmsnorm = TpMlp::forward then \
+             TensorParallel::rmsnorm; norm X = time of X - time of mlp; ! = check failed"
+                .into(),
+        ],
+    }]
 }
 
 #[cfg(test)]

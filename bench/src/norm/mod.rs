@@ -4,13 +4,19 @@
 //! - `fused`: `TensorParallel::all_reduce_rmsnorm` (one kernel where it fuses);
 //! - `ours+rmsnorm`: our all-reduce, then `TensorParallel::rmsnorm`;
 //! - `nccl+rmsnorm`: NCCL's all-reduce, then the same `rmsnorm`;
-//! - `all-reduce`: our all-reduce alone, what the fused call adds to.
+//! - `all-reduce`: our all-reduce alone, what the fused call adds to;
+//!
+//! and the MLP half of a decoder layer with and without it (block.rs).
 //!
 //! Each in CUDA graphs of `--graph-ops` calls. After the timed replays every implementation
 //! runs once more from a fresh residual: `fused` must give the CPU's new residual bit for bit
 //! and its output within a bf16 rounding (2^-7 of magnitude plus RMS), and so must
 //! `ours+rmsnorm`; `nccl+rmsnorm`, whose sum may round otherwise, within 2^-7 for the residual
 //! and 2^-6 for the output; `all-reduce` the CPU's sum bit for bit.
+
+mod block;
+
+pub use block::{BlockImpl, BLOCK_TEST};
 
 use crate::cli::{Config, Impl};
 use crate::coord::Coord;
@@ -124,7 +130,7 @@ pub fn run(ctx: &Ctx, timer: &mut Timer, results: &mut Results) -> Result<()> {
                 .say(format!("norm {tokens} x {hidden}: {}", said.join(", ")));
         }
     }
-    Ok(())
+    block::run(ctx, timer, results, &tp)
 }
 
 fn make_case(ctx: &Ctx, tokens: usize, hidden: usize) -> Result<Case> {
