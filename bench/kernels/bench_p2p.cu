@@ -216,6 +216,26 @@ extern "C" __global__ void bench_put_bw(char *dst, const char *src, size_t slot_
     if (threadIdx.x == 0) nvshmem_quiet();
 }
 
+// Every PE to every other at once: the grid's blocks are dealt round the npes - 1 peers
+// (block b to peer me + 1 + b % (npes - 1)), each moving its piece of `bytes` from src into
+// this PE's slot of the peer's destination (dst + me * bytes), `iters` times, then waiting
+// for completion. The grid is a multiple of npes - 1.
+extern "C" __global__ void bench_put_all_bw(char *dst, const char *src, size_t bytes, int iters) {
+    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    if (npes < 2) return;
+    const unsigned int per_peer = gridDim.x / (npes - 1);
+    const int peer = (me + 1 + (int)(blockIdx.x % (npes - 1))) % npes;
+    size_t chunk = (bytes + per_peer - 1) / per_peer;
+    chunk = (chunk + 15) & ~(size_t)15;
+    const size_t offset = (size_t)(blockIdx.x / (npes - 1)) * chunk;
+    const size_t len = offset < bytes ? (bytes - offset < chunk ? bytes - offset : chunk) : 0;
+    if (len > 0)
+        for (int i = 0; i < iters; ++i)
+            nvshmemx_putmem_nbi_block(dst + (size_t)me * bytes + offset, src + offset, len, peer);
+    __syncthreads();
+    if (threadIdx.x == 0) nvshmem_quiet();
+}
+
 // Every block gets its piece of slot (first + i) % nslots of the peer's source region for
 // i < iters (non-blocking, fresh lines each time, as in get_latency), then waits for
 // completion. Over NVLink a block's gets are its own threads' loads and stores, so the last

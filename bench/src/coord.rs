@@ -2,6 +2,7 @@
 //! gathering small records, and broadcasting bytes from PE 0.
 
 use crate::error::{BenchError, CudaExt, Guard, Result};
+use crate::stats::Summary;
 use nvshmem::{sys, Nvshmem, ReduceOp, SymmetricBuffer, Team};
 
 /// Values per PE that [`Coord::reduce`] and [`Coord::gather`] take.
@@ -122,5 +123,34 @@ impl Coord {
             return Ok(data.to_vec());
         }
         Ok(self.bytes.view(BYTES..BYTES + n).to_vec()?)
+    }
+}
+
+impl Coord {
+    /// Every PE's summary of its samples (none where it timed nothing), in PE order.
+    pub fn gather_summaries(&self, mine: Option<Summary>) -> Result<Vec<Option<Summary>>> {
+        let mut words = [0u64; SLOTS];
+        if let Some(s) = mine {
+            let v = [s.n as f64, s.median, s.mean, s.min, s.max, s.p10, s.p90];
+            for (w, x) in words.iter_mut().zip(v) {
+                *w = x.to_bits();
+            }
+        }
+        Ok(self
+            .gather(&words)?
+            .iter()
+            .map(|w| {
+                let f = |i: usize| f64::from_bits(w[i]);
+                (f(0) >= 1.0).then(|| Summary {
+                    n: f(0) as usize,
+                    median: f(1),
+                    mean: f(2),
+                    min: f(3),
+                    max: f(4),
+                    p10: f(5),
+                    p90: f(6),
+                })
+            })
+            .collect())
     }
 }

@@ -416,7 +416,78 @@ pub fn write_plots(dir: &Path, records: &[Record], cfg: &Config) -> Result<Vec<P
         )?;
     }
     written.extend(tp_written);
+    // The bandwidth matrix: one way, as a heat map.
+    let path = dir.join("p2p_matrix_put_bw.svg");
+    if heat_map(&path, records)? {
+        written.push(path);
+    }
     Ok(written)
+}
+
+/// The one-way put bandwidth of every ordered pair (`p2p-matrix`) as a grid of squares, the
+/// slowest pairs darkest, each labelled with its GB/s; `false` when there is none.
+fn heat_map(path: &Path, records: &[Record]) -> Result<bool> {
+    let cells: Vec<(usize, usize, f64)> = records
+        .iter()
+        .filter(|r| r.test == crate::p2p::matrix::UNI && r.status == Status::Ok)
+        .filter_map(|r| {
+            let (a, b) = r.variant.split_once("->")?;
+            Some((a.parse().ok()?, b.parse().ok()?, r.algbw_gbs?))
+        })
+        .collect();
+    let Some(n) = records
+        .iter()
+        .find(|r| r.test == crate::p2p::matrix::UNI)
+        .map(|r| r.n_pes)
+    else {
+        return Ok(false);
+    };
+    if cells.is_empty() {
+        return Ok(false);
+    }
+    let (lo, hi) = cells
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), c| (lo.min(c.2), hi.max(c.2)));
+    let err = |e: &dyn std::fmt::Display| BenchError::new(format!("plot {}: {e}", path.display()));
+    let side = 120 * n as u32 + 160;
+    let root = SVGBackend::new(path, (side, side)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let root = root
+        .titled(
+            "put bandwidth one way, GB/s (row: from, column: to)",
+            ("sans-serif", 18),
+        )
+        .map_err(|e| err(&e))?;
+    for &(a, b, gbs) in &cells {
+        // 0 at the slowest pair, 1 at the fastest.
+        let t = if hi > lo { (gbs - lo) / (hi - lo) } else { 1.0 };
+        let shade = (80.0 + 175.0 * t) as u8;
+        let (x, y) = (80 + 120 * b as i32, 40 + 120 * a as i32);
+        root.draw(&Rectangle::new(
+            [(x, y), (x + 116, y + 116)],
+            RGBColor(255 - shade / 2, shade, 120).filled(),
+        ))
+        .map_err(|e| err(&e))?;
+        root.draw(&Text::new(
+            format!("{gbs:.0}"),
+            (x + 30, y + 50),
+            ("sans-serif", 20),
+        ))
+        .map_err(|e| err(&e))?;
+    }
+    for pe in 0..n as i32 {
+        let label = format!("PE {pe}");
+        root.draw(&Text::new(
+            label.clone(),
+            (20, 90 + 120 * pe),
+            ("sans-serif", 16),
+        ))
+        .map_err(|e| err(&e))?;
+        root.draw(&Text::new(label, (110 + 120 * pe, 20), ("sans-serif", 16)))
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -597,6 +668,39 @@ mod tests {
         let svg = std::fs::read_to_string(dir.join("tp_8b_time.svg")).unwrap();
         assert!(svg.contains("tokens (M)") && svg.contains("cublas+ours"));
         assert_eq!(file_part("a,b/c"), "a_b_c");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_heat_map_draws_the_pairs_it_has() {
+        use crate::report::tests::record;
+        let dir = std::env::temp_dir().join(format!("bench-heat-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m.svg");
+        assert!(!heat_map(&path, &[]).unwrap());
+        let rows: Vec<Record> = [(0, 1, 412.0), (1, 0, 398.0)]
+            .into_iter()
+            .map(|(a, b, g)| {
+                let mut r = record(
+                    crate::p2p::matrix::UNI,
+                    "nvshmem",
+                    "device",
+                    1 << 26,
+                    1.0,
+                    Status::Ok,
+                );
+                r.variant = format!("{a}->{b}");
+                r.n_pes = 2;
+                r.algbw_gbs = Some(g);
+                r
+            })
+            .collect();
+        assert!(heat_map(&path, &rows).unwrap());
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            svg.contains("412") && svg.contains("398") && svg.contains("PE 1"),
+            "{svg}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

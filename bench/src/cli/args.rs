@@ -38,7 +38,8 @@ pub enum TestName {
     Broadcast,
     /// All-to-all with equal blocks: ours, NVSHMEM, NCCL (grouped send/recv)
     Alltoall,
-    /// Every point-to-point test (p2p-latency, p2p-signal, p2p-bw, p2p-host, sendrecv)
+    /// Every point-to-point test (p2p-latency, p2p-signal, p2p-bw, p2p-host, sendrecv,
+    /// p2p-matrix)
     P2p,
     /// Device-initiated p/g and put/get latency at thread, warp and block scope
     P2pLatency,
@@ -48,6 +49,9 @@ pub enum TestName {
     P2pBw,
     /// Host-initiated and on-stream put/get latency
     P2pHost,
+    /// Every ordered pair of PEs: one-way and both-ways put bandwidth at 64 MiB, 8-byte put
+    /// latency, and every PE to every other at once
+    P2pMatrix,
     /// NCCL send/recv ping-pong and bandwidth only
     Sendrecv,
     /// Channel hand-off ping-pong and full-queue throughput (and NCCL send/recv)
@@ -241,6 +245,11 @@ pub struct Args {
     /// The PE that PE 0 talks to in the point-to-point tests
     #[arg(long, default_value_t = 1)]
     pub peer: usize,
+
+    /// p2p-matrix: flag pairs whose one-way bandwidth is under this many GB/s (0: under 80%
+    /// of the median pair)
+    #[arg(long, default_value_t = 0.0)]
+    pub min_gbps: f64,
 
     /// Use --iters/--warmup/--inner for every size (no reduction for large sizes)
     #[arg(long)]

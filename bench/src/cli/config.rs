@@ -41,6 +41,7 @@ pub struct Tests {
     pub p2p_signal: bool,
     pub p2p_bw: bool,
     pub p2p_host: bool,
+    pub p2p_matrix: bool,
     pub sendrecv: bool,
     pub channel: bool,
     pub tp: bool,
@@ -64,6 +65,7 @@ impl Tests {
                 TestName::P2pSignal => t.p2p_signal = true,
                 TestName::P2pBw => t.p2p_bw = true,
                 TestName::P2pHost => t.p2p_host = true,
+                TestName::P2pMatrix => t.p2p_matrix = true,
                 TestName::Sendrecv => t.sendrecv = true,
                 TestName::Channel => t.channel = true,
                 TestName::Tp => t.tp = true,
@@ -76,6 +78,7 @@ impl Tests {
                     t.p2p_signal = true;
                     t.p2p_bw = true;
                     t.p2p_host = true;
+                    t.p2p_matrix = true;
                     t.sendrecv = true;
                     if *name == TestName::All {
                         t.channel = true;
@@ -98,12 +101,17 @@ impl Tests {
     }
 
     pub fn any_p2p(&self) -> bool {
-        self.p2p_latency || self.p2p_signal || self.p2p_bw || self.p2p_host || self.sendrecv
+        self.p2p_latency
+            || self.p2p_signal
+            || self.p2p_bw
+            || self.p2p_host
+            || self.sendrecv
+            || self.p2p_matrix
     }
 
     /// Whether the device kernels of this crate's kernels/bench_p2p.cu are needed.
     pub fn device_p2p(&self) -> bool {
-        self.p2p_latency || self.p2p_signal || self.p2p_bw
+        self.p2p_latency || self.p2p_signal || self.p2p_bw || self.p2p_matrix
     }
 }
 
@@ -135,6 +143,8 @@ pub struct Config {
     pub ctas: Vec<u32>,
     pub block_threads: u32,
     pub peer: usize,
+    /// p2p-matrix: GB/s under which a pair is flagged (0: 80% of the median pair).
+    pub min_gbps: f64,
     pub fixed_iters: bool,
     /// Seconds a collective case may take (0: no limit).
     pub case_budget_s: f64,
@@ -206,6 +216,9 @@ impl Config {
                 a.block_threads
             ));
         }
+        if !(a.min_gbps >= 0.0 && a.min_gbps.is_finite()) {
+            return Err("--min-gbps: GB/s must be 0 (relative to the median pair) or more".into());
+        }
         if a.peer == 0 {
             return Err("--peer: the peer of PE 0 must be another PE (1 or more)".into());
         }
@@ -263,6 +276,7 @@ impl Config {
             ctas,
             block_threads: a.block_threads,
             peer: a.peer,
+            min_gbps: a.min_gbps,
             fixed_iters: a.fixed_iters,
             case_budget_s: a.case_budget,
             quick: q,

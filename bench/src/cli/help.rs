@@ -70,6 +70,11 @@ POINT-TO-POINT (--tests p2p, or a subset), PE 0 and --peer (default PE 1); other
                on-stream nvshmemx_putmem_on_stream + nvshmemx_quiet_on_stream /
                nvshmemx_getmem_on_stream (CUDA events)
   sendrecv     only the NCCL send/recv comparisons above
+  p2p-matrix   every ordered pair of PEs: one-way and both-ways put bandwidth at 64 MiB (the
+               largest --ctas), 8-byte put latency, as p2p-bw and p2p-latency measure them
+               for PE 0 and --peer; then every PE to every other at once (16 MiB to each),
+               GB/s per GPU. Tables name the slowest pair and mark pairs under --min-gbps
+               (0: under 80% of the median pair) with *; p2p_matrix_put_bw.svg is a heat map
   Latency tests use the sizes up to --lat-max-bytes, bandwidth tests all sizes. Bandwidth in GB/s = 10^9 bytes/s, as the
   NVSHMEM perftests. Check: the destination must hold the sender's random bytes afterwards.
   No repetition reuses bytes a cache could serve: every get reads, and every put-bandwidth

@@ -370,3 +370,14 @@ fn pipeline_norm_and_floor_are_named_tests_with_their_options() {
         .needs_nccl());
     assert!(parse(&["--tests", "floor"]).unwrap().tests.floor);
 }
+
+#[test]
+fn the_bandwidth_matrix_is_a_point_to_point_test_with_a_threshold() {
+    let c = parse(&["--tests", "p2p-matrix"]).unwrap();
+    assert!(c.tests.p2p_matrix && c.tests.any_p2p() && c.tests.device_p2p() && !c.tests.p2p_bw);
+    assert_eq!(c.min_gbps, 0.0);
+    assert!(parse(&[]).unwrap().tests.p2p_matrix);
+    assert!(parse(&["--tests", "p2p"]).unwrap().tests.p2p_matrix);
+    assert_eq!(parse(&["--min-gbps", "230"]).unwrap().min_gbps, 230.0);
+    assert!(parse(&["--min-gbps", "-1"]).is_err());
+}

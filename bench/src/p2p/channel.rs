@@ -31,13 +31,13 @@ impl P2p<'_> {
         let max_len = bytes.max(1);
         let there = Guard::new(Channel::<u8>::new(
             self.shmem,
-            ChannelConfig::new(0, self.peer, max_len),
+            ChannelConfig::new(0, self.peer(), max_len),
         )?);
         let back = Guard::new(Channel::<u8>::new(
             self.shmem,
-            ChannelConfig::new(self.peer, 0, max_len),
+            ChannelConfig::new(self.peer(), 0, max_len),
         )?);
-        let back_handle = match self.peer == 0 {
+        let back_handle = match self.peer() == 0 {
             true => there.handle(),
             false => back.handle(),
         };

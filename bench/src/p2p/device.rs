@@ -34,7 +34,7 @@ impl P2p<'_> {
             for s in 0..warm + launches {
                 let mut args = KernelArgs::new();
                 args.value(words)
-                    .value(self.peer as i32)
+                    .value(self.peer() as i32)
                     .value(token)
                     .value(inner_warm as i32)
                     .value(inner as i32)
@@ -67,7 +67,7 @@ impl P2p<'_> {
             for s in 0..warm + launches {
                 let mut args = KernelArgs::new();
                 args.value(self.gwords.addr())
-                    .value(self.peer as i32)
+                    .value(self.peer() as i32)
                     .value(inner_warm as i32)
                     .value(inner as i32)
                     .value(self.gsum.addr())
@@ -79,7 +79,7 @@ impl P2p<'_> {
         self.finish()?;
         let local = if self.is_initiator() {
             let got = self.gsum.to_vec()?;
-            let want = g_expected(&data::words32(key, self.peer, G_SLOTS * G_STRIDE), total);
+            let want = g_expected(&data::words32(key, self.peer(), G_SLOTS * G_STRIDE), total);
             data::compare_plain(&got, &[want])
         } else {
             Mismatch::default()
@@ -134,7 +134,7 @@ impl P2p<'_> {
                         .value(s * per_launch);
                 }
                 args.value(bytes)
-                    .value(self.peer as i32)
+                    .value(self.peer() as i32)
                     .value(inner_warmup(inner) as i32)
                     .value(inner as i32)
                     .value(self.times_ptr(s));
@@ -147,10 +147,10 @@ impl P2p<'_> {
         }
         self.finish()?;
         let local = match (get, self.is_initiator(), self.is_target()) {
-            (false, _, true) => self.check_dst(key, 0, bytes)?,
+            (false, _, true) => self.check_dst(key, self.from(), bytes)?,
             // The last repetition's slot.
             (true, true, _) => {
-                self.check_slot(key, self.peer, true, slots.offset(total - 1), bytes)?
+                self.check_slot(key, self.peer(), true, slots.offset(total - 1), bytes)?
             }
             _ => Mismatch::default(),
         };

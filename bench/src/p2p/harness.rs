@@ -10,20 +10,30 @@ use nvshmem::module::{Function, KernelArgs, Module};
 use nvshmem::{sys, LaunchConfig};
 
 impl P2p<'_> {
+    /// The PE that starts each exchange (PE 0, but in the bandwidth matrix).
+    pub(super) fn from(&self) -> usize {
+        self.from.get()
+    }
+
+    /// The PE it talks to (`--peer`, but in the bandwidth matrix).
+    pub(super) fn peer(&self) -> usize {
+        self.peer.get()
+    }
+
     pub(super) fn is_initiator(&self) -> bool {
-        self.me == 0
+        self.me == self.from()
     }
 
     pub(super) fn is_target(&self) -> bool {
-        self.me == self.peer
+        self.me == self.peer()
     }
 
-    /// The PE this one talks to (PE 0 <-> peer).
+    /// The PE this one talks to (the initiator <-> the peer).
     pub(super) fn other(&self) -> usize {
         if self.is_initiator() {
-            self.peer
+            self.peer()
         } else {
-            0
+            self.from()
         }
     }
 

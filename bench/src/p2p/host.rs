@@ -25,7 +25,7 @@ impl P2p<'_> {
         self.prepare(key, bytes)?;
         let dst = self.dst.as_ptr() as *mut std::ffi::c_void;
         let src = self.src.as_ptr() as *const std::ffi::c_void;
-        let peer = self.peer as i32;
+        let peer = self.peer() as i32;
         let raw = self.raw_stream();
         let mut samples = Vec::new();
         if self.is_initiator() {
@@ -71,8 +71,8 @@ impl P2p<'_> {
         }
         self.finish()?;
         let local = match (test.ends_with("get"), self.is_initiator(), self.is_target()) {
-            (false, _, true) => self.check_dst(key, 0, bytes)?,
-            (true, true, _) => self.check_dst(key, self.peer, bytes)?,
+            (false, _, true) => self.check_dst(key, self.from(), bytes)?,
+            (true, true, _) => self.check_dst(key, self.peer(), bytes)?,
             _ => Mismatch::default(),
         };
         let check = self.agree(local)?;

@@ -7,6 +7,7 @@ mod device;
 mod harness;
 mod host;
 mod layout;
+pub mod matrix;
 mod sendrecv;
 
 use crate::cli::Config;
@@ -20,6 +21,7 @@ use cudarc::driver::CudaStream;
 use layout::{region_len, G_SLOTS, G_STRIDE, P_SLOTS};
 use nvshmem::module::Module;
 use nvshmem::{Nvshmem, SymmetricBuffer};
+use std::cell::Cell;
 use std::sync::Arc;
 
 /// Work-group scope of a device operation.
@@ -56,6 +58,7 @@ const G_KERNEL: &str = "bench_g_latency";
 const PUT_BW_KERNEL: &str = "bench_put_bw";
 const GET_BW_KERNEL: &str = "bench_get_bw";
 const FILL_KERNEL: &str = "bench_fill_random";
+const PUT_ALL_BW_KERNEL: &str = "bench_put_all_bw";
 
 /// The kernel of put (or get) latency at `scope`.
 fn latency_kernel(get: bool, scope: Scope) -> String {
@@ -82,6 +85,7 @@ fn kernel_names() -> Vec<String> {
         PUT_BW_KERNEL,
         GET_BW_KERNEL,
         FILL_KERNEL,
+        PUT_ALL_BW_KERNEL,
     ]
     .map(String::from)
     .into();
@@ -112,7 +116,9 @@ pub struct P2p<'a> {
     nccl: Option<&'a Nccl>,
     progress: &'a Progress,
     me: usize,
-    peer: usize,
+    /// Who talks: PE 0 and `--peer`, every ordered pair in turn in the bandwidth matrix.
+    from: Cell<usize>,
+    peer: Cell<usize>,
     src: Guard<SymmetricBuffer<u8>>,
     dst: Guard<SymmetricBuffer<u8>>,
     sig: Guard<SymmetricBuffer<u64>>,
@@ -146,7 +152,8 @@ pub fn run(
         nccl,
         progress,
         me: shmem.my_pe(),
-        peer: cfg.peer,
+        from: Cell::new(0),
+        peer: Cell::new(cfg.peer),
         src: Guard::new(shmem.malloc::<u8>(region_len(max_bytes))?),
         dst: Guard::new(shmem.calloc::<u8>(region_len(max_bytes))?),
         sig: Guard::new(shmem.calloc::<u64>(8)?),
@@ -214,6 +221,9 @@ pub fn run(
                 if bidir { "bidir" } else { "uni" },
             );
         }
+    }
+    if t.p2p_matrix {
+        matrix::run(&p, timer, results)?;
     }
     if t.p2p_host {
         for test in ["host_put", "host_get", "stream_put", "stream_get"] {

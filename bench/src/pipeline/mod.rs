@@ -16,12 +16,12 @@ mod block;
 mod reference;
 
 use crate::cli::{Config, Impl};
-use crate::coord::{Coord, SLOTS};
+use crate::coord::Coord;
 use crate::data::{self, Mismatch};
 use crate::error::{BenchError, CudaExt, Guard, Result};
 use crate::nccl::Nccl;
 use crate::report::{PipelineFigures, Record, Results, Status};
-use crate::stats::{self, Summary};
+use crate::stats;
 use crate::timing::{self, Timer};
 use crate::Progress;
 use block::{Block, Kernels};
@@ -474,7 +474,11 @@ fn measure(
         (Status::Ok, "ok".into())
     };
     let mine = stats::summarize(&samples);
-    let (summaries, medians) = gather_summaries(ctx.coord, mine)?;
+    let summaries = ctx.coord.gather_summaries(mine)?;
+    let medians = summaries
+        .iter()
+        .map(|s| s.map_or(f64::NAN, |s| s.median))
+        .collect();
     // The slowest PE's samples: the step ends with it.
     let slowest = summaries
         .iter()
@@ -515,41 +519,6 @@ pub fn variant(shape: Shape, stages: usize) -> String {
         "{stages} stages, {} micro-batches, hidden {}, ffn {}",
         shape.micro_batches, shape.hidden, shape.ffn
     )
-}
-
-/// Every PE's summary (none where it timed nothing) and median (NaN there).
-fn gather_summaries(
-    coord: &Coord,
-    mine: Option<Summary>,
-) -> Result<(Vec<Option<Summary>>, Vec<f64>)> {
-    let mut words = [0u64; SLOTS];
-    if let Some(s) = mine {
-        let v = [s.n as f64, s.median, s.mean, s.min, s.max, s.p10, s.p90];
-        for (w, x) in words.iter_mut().zip(v) {
-            *w = x.to_bits();
-        }
-    }
-    let all = coord.gather(&words)?;
-    let summaries: Vec<Option<Summary>> = all
-        .iter()
-        .map(|w| {
-            let f = |i: usize| f64::from_bits(w[i]);
-            (f(0) >= 1.0).then(|| Summary {
-                n: f(0) as usize,
-                median: f(1),
-                mean: f(2),
-                min: f(3),
-                max: f(4),
-                p10: f(5),
-                p90: f(6),
-            })
-        })
-        .collect();
-    let medians = summaries
-        .iter()
-        .map(|s| s.map_or(f64::NAN, |s| s.median))
-        .collect();
-    Ok((summaries, medians))
 }
 
 /// The figures of one configuration's rows from every PE's median per transport. A stage's

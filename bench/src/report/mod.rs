@@ -3,6 +3,7 @@
 mod collective;
 mod files;
 mod floor;
+mod matrix;
 mod norm;
 mod p2p;
 mod pipeline;
@@ -14,6 +15,7 @@ use crate::cli::{format_size, Config};
 use crate::stats::Summary;
 use collective::collective_tables;
 use floor::floor_tables;
+use matrix::matrix_tables;
 use norm::{block_tables, norm_tables};
 use p2p::p2p_tables;
 use pipeline::pipeline_tables;
@@ -201,6 +203,9 @@ pub fn render_tables(results: &Results, cfg: &Config) -> String {
         s.push_str(&t.render());
     }
     for t in p2p_tables(&results.records, cfg) {
+        s.push_str(&t.render());
+    }
+    for t in matrix_tables(&results.records, cfg) {
         s.push_str(&t.render());
     }
     for t in pool_tables(&results.records) {
