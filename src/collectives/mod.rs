@@ -768,12 +768,14 @@ impl Collectives {
         bytes <= self.fused_lines_room()
     }
 
-    /// The data bytes per PE a fused call can exchange through the low-latency lines: none
-    /// above `LL_MAX_PES` PEs (no peer table).
+    /// The data bytes per PE a fused call can exchange through the low-latency lines: half
+    /// a lines slot, as a fused call's rows are whole lines (16 bytes carry 8 of data; the
+    /// collectives' own limit leaves a line more for inputs of any length); none above
+    /// `LL_MAX_PES` PEs (no peer table).
     #[cfg(feature = "tp")]
     fn fused_lines_room(&self) -> usize {
         match self.tables {
-            Some(_) => plan::ll_max_input(self.dims.lines_slot_bytes),
+            Some(_) => self.dims.lines_slot_bytes / 2,
             None => 0,
         }
     }

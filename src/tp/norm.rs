@@ -113,9 +113,8 @@ impl TensorParallel {
 
     /// Whether [`all_reduce_rmsnorm`](Self::all_reduce_rmsnorm) of `tokens × hidden` runs as
     /// one kernel: when the collectives' low-latency lines hold the call (up to their PE
-    /// limit; 1 MiB of input per PE, less 8 bytes, with the default workspace: 64 tokens of
-    /// 4096), else it is our, else it is our
-    /// all-reduce and then [`rmsnorm`](Self::rmsnorm). The same on every PE.
+    /// limit; 1 MiB of input per PE with the default workspace: 64 tokens of 8192), else it
+    /// is our all-reduce and then [`rmsnorm`](Self::rmsnorm). The same on every PE.
     pub fn fuses_rmsnorm(&self, tokens: usize, hidden: usize) -> bool {
         let bytes = tokens * hidden * std::mem::size_of::<bf16>();
         tokens > 0 && hidden.is_multiple_of(4) && self.collectives().fused_lines_fit(bytes)

@@ -24,8 +24,8 @@ const CASES: [(usize, usize); 7] = [
     (3, 8192),
     (16, 4100),
     (5, 16384),
-    (64, 4096),
     (64, 8192),
+    (65, 8192),
     (2048, 4096),
 ];
 
@@ -42,12 +42,12 @@ pub fn run(c: &mut Checks) {
             |c, seed| case(c, seed, tokens, hidden),
         );
     }
-    // The default workspace's lines hold 1 MiB of input per PE, less a line.
+    // The default workspace's lines hold 1 MiB of input per PE.
     c.run(
-        "all_reduce_rmsnorm: the default workspace fuses 64 x 4096, not 64 x 8192".into(),
-        |c, _| match (c.tp.fuses_rmsnorm(64, 4096), c.tp.fuses_rmsnorm(64, 8192)) {
+        "all_reduce_rmsnorm: the default workspace fuses 64 x 8192, not 128 x 8192".into(),
+        |c, _| match (c.tp.fuses_rmsnorm(64, 8192), c.tp.fuses_rmsnorm(128, 8192)) {
             (true, false) => Ok(()),
-            got => Err(format!("fuses (64 x 4096, 64 x 8192): {got:?}")),
+            got => Err(format!("fuses (64 x 8192, 128 x 8192): {got:?}")),
         },
     );
     c.run("all_reduce_rmsnorm refuses bad arguments".into(), |c, _| {
