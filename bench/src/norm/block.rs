@@ -12,7 +12,7 @@
 use super::{Ctx, EPS, K_NORM};
 use crate::data::{self, Mismatch};
 use crate::error::{CudaExt, Guard, Result};
-use crate::report::{Record, Results, Status};
+use crate::report::{Record, Results};
 use crate::stats;
 use crate::timing::{self, Timer};
 use half::bf16;
@@ -159,78 +159,28 @@ fn measure(
 ) -> Result<Record> {
     let tokens = b.x.len() / SHAPE.0;
     timing::step(format!("norm: MLP block {} {tokens} tokens", imp.name()));
-    let s = ctx.stream;
-    b.residual.copy_from_host(&b.start)?;
-    ctx.coord.barrier()?;
-    let ops = ctx.cfg.graph_ops.max(1);
-    let graph = timing::capture(s, ops, || {
-        call(ctx, tp, mlp, b, imp).map_err(|e| e.to_string())
-    });
-    let failed = ctx.coord.sum(graph.is_err() as u64)?;
-    let mut samples = Vec::new();
-    let mut problem = None;
-    match (graph, failed) {
-        (Ok(g), 0) => {
-            for _ in 0..ctx.cfg.warmup.div_ceil(ops).max(1) {
-                g.launch().cuda("cuGraphLaunch")?;
-            }
-            samples = timer.time_each(
-                s,
-                ctx.cfg.iters,
-                ops,
-                |_| Ok(()),
-                |_| g.launch().cuda("cuGraphLaunch"),
-            )?;
-        }
-        (Err(e), _) => problem = Some(e),
-        (Ok(_), _) => problem = Some("graph capture failed on another PE".into()),
-    }
-    s.synchronize().cuda("cuStreamSynchronize")?;
-    ctx.coord.barrier()?;
-    let mismatch = match problem {
-        Some(_) => Mismatch::default(),
-        None => {
-            b.residual.copy_from_host(&b.start)?;
-            ctx.coord.barrier()?;
-            call(ctx, tp, mlp, b, imp)?;
-            s.synchronize().cuda("cuStreamSynchronize")?;
-            let (out, r) = (b.out.to_vec()?, b.residual.to_vec()?);
-            match imp {
-                BlockImpl::Fused => {
-                    let m = data::compare_elems(&r, want_r);
-                    if m.count > 0 {
-                        m
-                    } else {
-                        data::compare_elems(&out, want_out)
-                    }
-                }
-                BlockImpl::Apart => {
-                    let m = data::compare_close(&r, want_r, 1.0 / 64.0);
-                    if m.count > 0 {
-                        m
-                    } else {
-                        data::compare_close(&out, want_out, 1.0 / 64.0)
-                    }
-                }
-                BlockImpl::MlpOnly => data::compare_close(&out, want_y, 1.0 / 64.0),
-            }
-        }
+    let check = || -> Result<Mismatch> {
+        let (out, r) = (b.out.to_vec()?, b.residual.to_vec()?);
+        // The residual first, then the output (or the MLP's output alone).
+        let first = |m: Mismatch, then: &dyn Fn() -> Mismatch| if m.count > 0 { m } else { then() };
+        Ok(match imp {
+            BlockImpl::Fused => first(data::compare_elems(&r, want_r), &|| {
+                data::compare_elems(&out, want_out)
+            }),
+            BlockImpl::Apart => first(data::compare_close(&r, want_r, 1.0 / 64.0), &|| {
+                data::compare_close(&out, want_out, 1.0 / 64.0)
+            }),
+            BlockImpl::MlpOnly => data::compare_close(&out, want_y, 1.0 / 64.0),
+        })
     };
-    let totals = ctx
-        .coord
-        .sums(&[mismatch.count, (mismatch.count > 0) as u64])?;
-    let (status, check) = match (problem, totals[0]) {
-        (Some(p), _) => (Status::Failed, p),
-        (None, 0) => (Status::Ok, "ok".into()),
-        (None, wrong) => (
-            Status::Failed,
-            format!(
-                "{wrong} elements wrong on {} PE(s); this PE: {}",
-                totals[1],
-                mismatch.describe()
-            ),
-        ),
-    };
+    let (samples, status, check) = super::time_and_check(
+        ctx,
+        timer,
+        tokens * SHAPE.0 * 2,
+        || Ok(b.residual.copy_from_host(&b.start)?),
+        || call(ctx, tp, mlp, b, imp),
+        check,
+    )?;
     Ok(Record {
         test: BLOCK_TEST.into(),
         variant: format!("8b MLP, hidden {}, ffn {}", SHAPE.0, SHAPE.1),

@@ -98,17 +98,7 @@ struct Case {
 
 pub fn run(ctx: &Ctx, timer: &mut Timer, results: &mut Results) -> Result<()> {
     timing::step("norm: setting up the tensor-parallel kernels");
-    let tp = TensorParallel::with_collectives(ctx.shmem, Arc::clone(ctx.collectives));
-    let failed = ctx.coord.sum(tp.is_err() as u64)?;
-    let tp = match tp {
-        Ok(tp) if failed == 0 => Guard::new(tp),
-        Ok(_) => {
-            return Err(BenchError::new(format!(
-                "norm: set-up failed on {failed} PE(s)"
-            )))
-        }
-        Err(e) => return Err(BenchError::new(format!("norm: cannot set up: {e}"))),
-    };
+    let tp = crate::tp::group(ctx.shmem, ctx.coord, ctx.collectives, "norm")?;
     let impls: Vec<NormImpl> = NormImpl::ALL
         .into_iter()
         .filter(|i| *i != NormImpl::Nccl || (ctx.nccl.is_some() && ctx.cfg.has_impl(Impl::Nccl)))
@@ -222,50 +212,47 @@ fn call(ctx: &Ctx, tp: &TensorParallel, c: &Case, imp: NormImpl) -> Result<()> {
     Ok(())
 }
 
-fn measure(
+/// A row's measurement: `ops` calls of `call` captured into a graph and replayed (warm-up,
+/// then timed), then `reset` and one more call, checked by `check` on every PE. The samples
+/// (µs per call), and the row's status and text agreed over the PEs.
+pub(super) fn time_and_check(
     ctx: &Ctx,
     timer: &mut Timer,
-    tp: &TensorParallel,
-    c: &Case,
-    imp: NormImpl,
-) -> Result<Record> {
-    timing::step(format!("norm: {} {} x {}", imp.name(), c.tokens, c.hidden));
+    bytes: usize,
+    reset: impl Fn() -> Result<()>,
+    call: impl Fn() -> Result<()>,
+    check: impl Fn() -> Result<Mismatch>,
+) -> Result<(Vec<f64>, Status, String)> {
     let s = ctx.stream;
-    c.residual.copy_from_host(&c.start)?;
+    reset()?;
     ctx.coord.barrier()?;
     let ops = ctx.cfg.graph_ops.max(1);
-    let graph = timing::capture(s, ops, || call(ctx, tp, c, imp).map_err(|e| e.to_string()));
+    let graph = timing::capture(s, ops, || call().map_err(|e| e.to_string()));
     let failed = ctx.coord.sum(graph.is_err() as u64)?;
     let mut samples = Vec::new();
     let mut problem = None;
     match (graph, failed) {
         (Ok(g), 0) => {
-            let (warm, iters) = ctx.cfg.iters_for(c.tokens * c.hidden * 2);
+            let (warm, iters) = ctx.cfg.iters_for(bytes);
             for _ in 0..warm.div_ceil(ops).max(1) {
                 g.launch().cuda("cuGraphLaunch")?;
             }
-            samples = timer.time_each(
-                s,
-                iters,
-                ops,
-                |_| Ok(()),
-                |_| g.launch().cuda("cuGraphLaunch"),
-            )?;
+            let launch = |_| g.launch().cuda("cuGraphLaunch");
+            samples = timer.time_each(s, iters, ops, |_| Ok(()), launch)?;
         }
         (Err(e), _) => problem = Some(e),
         (Ok(_), _) => problem = Some("graph capture failed on another PE".into()),
     }
     s.synchronize().cuda("cuStreamSynchronize")?;
     ctx.coord.barrier()?;
-    // Once more from a fresh residual, checked.
     let mismatch = match problem {
         Some(_) => Mismatch::default(),
         None => {
-            c.residual.copy_from_host(&c.start)?;
+            reset()?;
             ctx.coord.barrier()?;
-            call(ctx, tp, c, imp)?;
+            call()?;
             s.synchronize().cuda("cuStreamSynchronize")?;
-            check(c, imp)?
+            check()?
         }
     };
     let totals = ctx
@@ -283,13 +270,33 @@ fn measure(
             ),
         ),
     };
+    Ok((samples, status, text))
+}
+
+fn measure(
+    ctx: &Ctx,
+    timer: &mut Timer,
+    tp: &TensorParallel,
+    c: &Case,
+    imp: NormImpl,
+) -> Result<Record> {
+    timing::step(format!("norm: {} {} x {}", imp.name(), c.tokens, c.hidden));
+    let bytes = c.tokens * c.hidden * 2;
+    let (samples, status, text) = time_and_check(
+        ctx,
+        timer,
+        bytes,
+        || Ok(c.residual.copy_from_host(&c.start)?),
+        || call(ctx, tp, c, imp),
+        || check(c, imp),
+    )?;
     Ok(Record {
         test: NORM_TEST.into(),
         variant: format!("hidden {}", c.hidden),
         implementation: imp.name().into(),
         mode: "graph".into(),
         dtype: "bf16".into(),
-        bytes: c.tokens * c.hidden * 2,
+        bytes,
         count: c.tokens,
         n_pes: ctx.shmem.n_pes(),
         time_us: stats::summarize(&samples),

@@ -125,27 +125,35 @@ pub struct Ctx<'a> {
     pub threads: usize,
 }
 
+/// A tensor-parallel group on `collectives`, or the error of any PE that could not make one
+/// (`test` names the test in it). Not collective: the PEs agree on the outcome before
+/// anything that is.
+pub fn group(
+    shmem: &Nvshmem,
+    coord: &Coord,
+    collectives: &Arc<Collectives>,
+    test: &str,
+) -> Result<Guard<TensorParallel>> {
+    let n = shmem.n_pes();
+    let tp = TensorParallel::with_collectives(shmem, Arc::clone(collectives));
+    let failed = coord.sum(tp.is_err() as u64)?;
+    match tp {
+        Ok(tp) if failed == 0 => Ok(Guard::new(tp)),
+        Ok(_) => Err(BenchError::new(format!(
+            "{test}: setting up the tensor-parallel layers failed on {failed} of {n} PEs"
+        ))),
+        Err(e) => Err(BenchError::new(format!(
+            "{test}: cannot set up the tensor-parallel layers: {e}"
+        ))),
+    }
+}
+
 pub fn run(ctx: &Ctx, timer: &mut Timer, results: &mut Results) -> Result<()> {
     let n = ctx.shmem.n_pes();
     ctx.progress
         .say("tp: setting up cuBLASLt and the tensor-parallel kernels");
     timing::step("tp: setting up cuBLASLt and the tensor-parallel kernels");
-    // Not collective: the PEs agree on the outcome before anything that is.
-    let tp = TensorParallel::with_collectives(ctx.shmem, Arc::clone(ctx.collectives));
-    let failed = ctx.coord.sum(tp.is_err() as u64)?;
-    let tp = match tp {
-        Ok(tp) if failed == 0 => Guard::new(tp),
-        Ok(_) => {
-            return Err(BenchError::new(format!(
-                "tp: setting up the tensor-parallel layers failed on {failed} of {n} PEs"
-            )))
-        }
-        Err(e) => {
-            return Err(BenchError::new(format!(
-                "tp: cannot set up the tensor-parallel layers: {e}"
-            )))
-        }
-    };
+    let tp = group(ctx.shmem, ctx.coord, ctx.collectives, "tp")?;
     let impls = TpImpl::selected(ctx.cfg);
     for shape in &ctx.cfg.tp_shapes {
         if shape.ffn < n {
