@@ -147,25 +147,15 @@ impl TpMlp {
         let (y, l) = (y.into(), &self.layers);
         let tokens = rows_of("the MLP input", x.device_len(), l.hidden)?;
         l.check(tokens, y.len(), tokens * l.hidden)?;
-        let f = l.down.local_in_features().len();
-        let (gu, act) = (l.gate_up_out.addr(), l.act.addr());
         // The gate and up projection and the activation of some tokens: all of them first,
         // or, fused, each round's just before the round.
-        let produce = |rows: Range<usize>| {
-            let gu_rows = gu + (rows.start * 2 * f * BF16) as u64;
-            let act_rows = act + (rows.start * f * BF16) as u64;
-            let x_rows = x.device_addr(stream) + (rows.start * l.hidden * BF16) as u64;
-            // SAFETY: `x` holds `tokens × hidden` elements and the scratch buffers
-            // `max_tokens` rows, at least `tokens`; `rows` lies within `tokens`.
-            unsafe {
-                l.gate_up.run(gu_rows, x_rows, rows.len(), stream)?;
-                l.tp.silu_mul_raw(act_rows, gu_rows, rows.len(), f, stream)
-            }
-        };
-        // SAFETY: as above; `produce` writes `act`'s rows before the GEMMs that read them.
+        // SAFETY: `x` holds `tokens × hidden` elements; `rows` lies within `tokens`.
+        let produce =
+            |rows: Range<usize>| unsafe { l.activate(x.device_addr(stream), rows, stream) };
+        // SAFETY: `produce` writes `act`'s rows before the GEMMs that read them.
         l.tp.ordered(stream, || unsafe {
             l.down
-                .run_producing(y, act, tokens, schedule, stream, Some(&produce))
+                .run_producing(y, l.act.addr(), tokens, schedule, stream, Some(&produce))
         })
     }
 
@@ -186,13 +176,10 @@ impl TpMlp {
         let (out, l) = (out.into(), &self.layers);
         let tokens = rows_of("the MLP input", x.device_len(), l.hidden)?;
         l.check(tokens, out.len(), tokens * l.hidden)?;
-        let f = l.down.local_in_features().len();
-        let (gu, act) = (l.gate_up_out.addr(), l.act.addr());
-        // SAFETY: `x` holds `tokens × hidden` elements and the scratch buffers `max_tokens`
-        // rows, at least `tokens`.
+        // SAFETY: `x` holds `tokens × hidden` elements.
         l.tp.ordered(stream, || unsafe {
-            l.gate_up.run(gu, x.device_addr(stream), tokens, stream)?;
-            l.tp.silu_mul_raw(act, gu, tokens, f, stream)?;
+            l.activate(x.device_addr(stream), 0..tokens, stream)?;
+            let act = l.act.addr();
             l.down
                 .run_rmsnorm(out, residual, act, tokens, (norm_weight, eps), stream)
         })
@@ -294,6 +281,21 @@ impl MlpLayers {
                 got,
             }),
         }
+    }
+
+    /// The gate and up projection of tokens `rows` of `x` (replicated input), then their
+    /// activation `SiLU(gate) * up` into the same rows of `act`.
+    ///
+    /// # Safety
+    /// `x` holds the call's `tokens × hidden` elements, `rows` lies within them, and
+    /// `tokens` is at most `max_tokens` (the scratch buffers' rows).
+    unsafe fn activate(&self, x: u64, rows: Range<usize>, stream: &Arc<CudaStream>) -> Result<()> {
+        let f = self.down.local_in_features().len();
+        let gu = self.gate_up_out.addr() + (rows.start * 2 * f * BF16) as u64;
+        let act = self.act.addr() + (rows.start * f * BF16) as u64;
+        let x = x + (rows.start * self.hidden * BF16) as u64;
+        self.gate_up.run(gu, x, rows.len(), stream)?;
+        self.tp.silu_mul_raw(act, gu, rows.len(), f, stream)
     }
 
     /// Check the full weights and keep this PE's shards in the layers.

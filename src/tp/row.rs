@@ -345,14 +345,7 @@ impl RowParallelLinear {
         schedule: Schedule,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        if let Some(e) = &self.exchange {
-            e.flags.refuse()?;
-        }
-        let tokens = rows_of(
-            "the row-parallel input",
-            x.device_len(),
-            self.local_in.len(),
-        )?;
+        let tokens = self.input_tokens(x)?;
         let y = y.into();
         // SAFETY: `x` holds `tokens × local_in` elements.
         self.tp.ordered(stream, || unsafe {
@@ -375,14 +368,7 @@ impl RowParallelLinear {
         eps: f32,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        if let Some(e) = &self.exchange {
-            e.flags.refuse()?;
-        }
-        let tokens = rows_of(
-            "the row-parallel input",
-            x.device_len(),
-            self.local_in.len(),
-        )?;
+        let tokens = self.input_tokens(x)?;
         let out = out.into();
         // SAFETY: `x` holds `tokens × local_in` elements.
         self.tp.ordered(stream, || unsafe {
@@ -428,6 +414,19 @@ impl RowParallelLinear {
         let partial = self.partial.view(..tokens * self.out_features);
         self.tp
             .all_reduce_rmsnorm(out, residual, partial, norm_weight, eps, stream)
+    }
+
+    /// The tokens of input `x` (this PE's `tokens × local_in_features`), once the fused
+    /// exchange (if the layer has one) is still usable.
+    fn input_tokens(&self, x: &impl DeviceMemory<bf16>) -> Result<usize> {
+        if let Some(e) = &self.exchange {
+            e.flags.refuse()?;
+        }
+        rows_of(
+            "the row-parallel input",
+            x.device_len(),
+            self.local_in.len(),
+        )
     }
 
     /// The GEMM and the collective into `y`, in `schedule`.

@@ -1,25 +1,14 @@
 //! The all-reduce + RMSNorm tables: one per hidden size, a row per token count.
 
-use super::table::{fmt_us, speedup, time_cell, Table};
+use super::table::{by_variant, fmt_us, present, speedup, time_cell, Table};
 use super::Record;
 use crate::cli::format_size;
 use crate::norm::{BlockImpl, NormImpl, BLOCK_TEST, NORM_TEST};
 
 pub fn norm_tables(records: &[Record]) -> Vec<Table> {
-    let rows: Vec<&Record> = records.iter().filter(|r| r.test == NORM_TEST).collect();
-    let mut variants: Vec<&str> = rows.iter().map(|r| r.variant.as_str()).collect();
-    variants.dedup();
     let mut out = Vec::new();
-    for variant in variants {
-        let sel: Vec<&Record> = rows
-            .iter()
-            .copied()
-            .filter(|r| r.variant == variant)
-            .collect();
-        let impls: Vec<NormImpl> = NormImpl::ALL
-            .into_iter()
-            .filter(|i| sel.iter().any(|r| r.implementation == i.name()))
-            .collect();
+    for (variant, sel) in by_variant(records, |r| r.test == NORM_TEST) {
+        let impls = present(NormImpl::ALL, &sel, NormImpl::name);
         let mut headers = vec!["tokens".to_string(), "bytes".to_string()];
         headers.extend(impls.iter().map(|i| format!("{} us", i.name())));
         headers.push("fused - all-reduce us".into());

@@ -1,30 +1,17 @@
 //! The pipeline's tables: one per configuration (stages, micro-batches, shape), a row per
 //! token count, the transports side by side.
 
-use super::table::{fmt_us, time_cell, Table};
+use super::table::{by_variant, fmt_us, present, time_cell, Table};
 use super::Record;
 use crate::cli::format_size;
 use crate::pipeline::{Transport, PIPELINE_TEST};
 
 /// One table per configuration of the pipeline rows.
 pub fn pipeline_tables(records: &[Record]) -> Vec<Table> {
-    let rows: Vec<&Record> = records
-        .iter()
-        .filter(|r| r.test == PIPELINE_TEST && r.pipeline.is_some())
-        .collect();
-    let mut variants: Vec<&str> = rows.iter().map(|r| r.variant.as_str()).collect();
-    variants.dedup();
     let mut out = Vec::new();
-    for variant in variants {
-        let sel: Vec<&Record> = rows
-            .iter()
-            .copied()
-            .filter(|r| r.variant == variant)
-            .collect();
-        let transports: Vec<Transport> = Transport::ALL
-            .into_iter()
-            .filter(|t| sel.iter().any(|r| r.implementation == t.name()))
-            .collect();
+    let keep = |r: &Record| r.test == PIPELINE_TEST && r.pipeline.is_some();
+    for (variant, sel) in by_variant(records, keep) {
+        let transports = present(Transport::ALL, &sel, Transport::name);
         let mut headers = vec!["tokens".to_string(), "message".to_string()];
         for t in &transports {
             headers.push(format!("{} step us", t.name()));

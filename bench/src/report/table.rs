@@ -101,6 +101,32 @@ pub(super) fn speedup(ours: Option<&Record>, other: Option<&Record>) -> String {
     }
 }
 
+/// The records that `keep` selects, grouped by variant in the order the variants first come.
+pub(super) fn by_variant(
+    records: &[Record],
+    keep: impl Fn(&Record) -> bool,
+) -> Vec<(&str, Vec<&Record>)> {
+    let mut groups: Vec<(&str, Vec<&Record>)> = Vec::new();
+    for r in records.iter().filter(|r| keep(r)) {
+        match groups.iter_mut().find(|(v, _)| *v == r.variant) {
+            Some((_, g)) => g.push(r),
+            None => groups.push((r.variant.as_str(), vec![r])),
+        }
+    }
+    groups
+}
+
+/// Of `all`, in its order, those that some record of `sel` names as its implementation.
+pub(super) fn present<T: Copy>(
+    all: impl IntoIterator<Item = T>,
+    sel: &[&Record],
+    name: impl Fn(T) -> &'static str,
+) -> Vec<T> {
+    all.into_iter()
+        .filter(|&i| sel.iter().any(|r| r.implementation == name(i)))
+        .collect()
+}
+
 pub(super) fn sizes_of<'a>(records: impl Iterator<Item = &'a Record>) -> Vec<usize> {
     let mut v: Vec<usize> = records.map(|r| r.bytes).collect();
     v.sort_unstable();
@@ -124,5 +150,23 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[2], "   a  bbb");
         assert_eq!(lines[4], "1234    5");
+    }
+
+    #[test]
+    fn records_group_by_variant_in_first_order() {
+        use crate::report::tests::record;
+        use crate::report::Status;
+        let mut rows = Vec::new();
+        for (v, imp) in [("b", "x"), ("a", "y"), ("b", "y"), ("c", "x")] {
+            let mut r = record("t", imp, "graph", 8, 1.0, Status::Ok);
+            r.variant = v.into();
+            rows.push(r);
+        }
+        let groups = by_variant(&rows, |r| r.variant != "c");
+        let shape: Vec<(&str, usize)> = groups.iter().map(|(v, g)| (*v, g.len())).collect();
+        assert_eq!(shape, vec![("b", 2), ("a", 1)]);
+        let names = |i: usize| ["x", "y", "z"][i];
+        assert_eq!(present(0..3, &groups[1].1, names), vec![1]);
+        assert_eq!(present(0..3, &groups[0].1, names), vec![0, 1]);
     }
 }
