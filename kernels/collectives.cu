@@ -22,6 +22,7 @@
 
 #include "abi.h"
 #include "collectives/bandwidth.cuh"
+#include "collectives/compress.cuh"
 #include "collectives/movement.cuh"
 #include "collectives/low_latency.cuh"
 #include "collectives/oneshot.cuh"
@@ -207,3 +208,35 @@ extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ce_local_copy(con
     enter_call(0);
     copy_mapped<true>(dst, src, bytes);
 }
+
+// The compressed all-reduce's local steps (see collectives/compress.cuh), one entry point per
+// input type and format: `compress_quantize_NAME_FMT`, `compress_reduce_FMT`,
+// `compress_expand_NAME_FMT`. Each is one of a call's launches, after its predecessor.
+#define COMPRESS_TYPE_ENTRIES(NAME, T, FMT, F)                                                              \
+    extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) compress_quantize_##NAME##_##FMT(           \
+        const T *src, float *fb, char *out, size_t len, size_t shard_len, size_t shard_bytes, size_t data_off, \
+        unsigned int block, int npes) {                                                                       \
+        enter_call(0);                                                                                        \
+        compress_quantize<T, F>(src, fb, out, len, shard_len, shard_bytes, data_off, block, npes);            \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) compress_expand_##NAME##_##FMT(             \
+        const char *in, T *dst, size_t len, size_t shard_len, size_t shard_bytes, size_t data_off,            \
+        unsigned int block) {                                                                                 \
+        enter_call(0);                                                                                        \
+        compress_expand<T, F>(in, dst, len, shard_len, shard_bytes, data_off, block);                         \
+    }
+
+#define COMPRESS_FORMAT(FMT, F)                                                                               \
+    COMPRESS_TYPE_ENTRIES(f32, float, FMT, F)                                                                 \
+    COMPRESS_TYPE_ENTRIES(bf16, __nv_bfloat16, FMT, F)                                                        \
+    extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) compress_reduce_##FMT(                      \
+        const char *in, char *out, float *fb, size_t shard_len, size_t shard_bytes, size_t data_off,          \
+        unsigned int block, int npes, size_t valid) {                                                         \
+        enter_call(0);                                                                                        \
+        compress_reduce<F>(in, out, fb, shard_len, shard_bytes, data_off, block, npes, valid);                \
+    }
+
+COMPRESS_FORMAT(fp16, FmtF16)
+COMPRESS_FORMAT(bf16, FmtBf16)
+COMPRESS_FORMAT(int8, FmtInt8)
+COMPRESS_FORMAT(fp8, FmtFp8)

@@ -104,7 +104,7 @@ pub mod tp;
 pub use channel::{Channel, ChannelConfig};
 pub use collectives::{
     AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives, CollectivesConfig,
-    ReduceAlgo, ReduceScatterAlgo, Thresholds, Workspace,
+    Compression, ReduceAlgo, ReduceScatterAlgo, Thresholds, Workspace,
 };
 pub use cudarc;
 pub use cudarc::driver::{CudaStream, LaunchConfig};

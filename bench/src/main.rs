@@ -16,6 +16,7 @@ mod data;
 mod env;
 mod error;
 mod floor;
+mod gradsync;
 mod nccl;
 mod norm;
 mod p2p;
@@ -256,6 +257,7 @@ fn run(shmem: &Nvshmem, cfg: &Config, cublasmp_version: Option<String>) -> Resul
     let ours = match (cfg.tests.any_collective() && cfg.has_impl(Impl::Ours))
         || cfg.tests.tp
         || cfg.tests.norm
+        || cfg.tests.gradsync
     {
         true => {
             progress.say("loading our collectives");
@@ -320,6 +322,22 @@ fn run(shmem: &Nvshmem, cfg: &Config, cublasmp_version: Option<String>) -> Resul
             threads,
         };
         norm::run(&ctx, &mut timer, &mut results)?;
+    }
+    if cfg.tests.gradsync {
+        let ctx = norm::Ctx {
+            shmem,
+            coord: &coord,
+            cfg,
+            stream: &stream,
+            collectives: ours.as_deref().expect("made for the gradsync test"),
+            nccl: match cfg.has_impl(Impl::Nccl) {
+                true => nccl.as_deref(),
+                false => None,
+            },
+            progress: &progress,
+            threads,
+        };
+        gradsync::run(&ctx, &mut timer, &mut results)?;
     }
     drop(ours);
 

@@ -38,10 +38,12 @@ pub(crate) enum Collective {
     LinearAllReduce = 10,
     /// An all-reduce fused with the residual add and RMSNorm after it (src/tp).
     AllReduceRmsNorm = 11,
+    /// An all-reduce whose values travel quantised (its row says the compression).
+    AllReduceCompressed = 12,
 }
 
 impl Collective {
-    const ALL: [Collective; 9] = [
+    const ALL: [Collective; 10] = [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::ReduceScatter,
@@ -51,6 +53,7 @@ impl Collective {
         Collective::Reduce,
         Collective::LinearAllReduce,
         Collective::AllReduceRmsNorm,
+        Collective::AllReduceCompressed,
     ];
 
     fn name(self) -> &'static str {
@@ -64,6 +67,7 @@ impl Collective {
             Collective::Reduce => "reduce",
             Collective::LinearAllReduce => "row-parallel linear + all_reduce",
             Collective::AllReduceRmsNorm => "all_reduce + residual + RMSNorm",
+            Collective::AllReduceCompressed => "all_reduce_compressed",
         }
     }
 
@@ -79,6 +83,7 @@ impl Collective {
             Collective::Reduce => REDUCE_ROWS.get(row).map(|r| r.name),
             Collective::LinearAllReduce => (row == 0).then_some("decode"),
             Collective::AllReduceRmsNorm => (row == 0).then_some("ll"),
+            Collective::AllReduceCompressed => super::compressed::format_of_row(row),
         }
     }
 }
@@ -184,7 +189,7 @@ impl Record {
                 n_pes: w[2],
             }),
             4 => Some(Record::Failed),
-            2 | 3 | 5..=11 => Some(Record::Call {
+            2 | 3 | 5..=12 => Some(Record::Call {
                 collective: *Collective::ALL.iter().find(|&&c| c as u64 == w[0])?,
                 dtype: *DTYPES.iter().find(|&&t| t as u64 == w[1])?,
                 op: ReduceOp::ALL.get(w[2] as usize).copied(),

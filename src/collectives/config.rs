@@ -317,6 +317,11 @@ pub struct Workspace {
     /// Bytes of one sentinel receive slot: a sentinel one-shot's input, or a two-shot's part
     /// in each half. A multiple of 256.
     pub sentinel_slot_bytes: usize,
+    /// Bytes of the largest quantised input of a compressed all-reduce
+    /// ([`Compression::workspace_bytes`](super::Compression::workspace_bytes)); the
+    /// workspace holds it twice, and a PE's shard of it once more. 0 (the default) takes
+    /// no memory and no compressed call.
+    pub compressed_bytes: usize,
 }
 
 impl Workspace {
@@ -344,17 +349,24 @@ impl Workspace {
             staging_slot_bytes: staging.div_ceil(256) * 256,
             lines_slot_bytes: lines.div_ceil(256) * 256,
             sentinel_slot_bytes: sentinel.div_ceil(256) * 256,
+            compressed_bytes: 0,
         }
     }
 
     /// Symmetric bytes it takes on each PE (every slot, per PE and parity); `None` when that
     /// does not fit a `usize`.
     pub fn bytes(&self, n_pes: usize) -> Option<usize> {
+        let compressed = self
+            .compressed_bytes
+            .checked_next_multiple_of(256)?
+            .checked_mul(2)?
+            .checked_add(super::compressed::shard_room(self.compressed_bytes, n_pes))?;
         self.staging_slot_bytes
             .checked_add(self.lines_slot_bytes)?
             .checked_add(self.sentinel_slot_bytes)?
             .checked_mul(n_pes)?
-            .checked_mul(2)
+            .checked_mul(2)?
+            .checked_add(compressed)
     }
 
     pub(crate) fn check(&self, n_pes: usize) -> Result<()> {
@@ -497,6 +509,7 @@ mod tests {
             staging_slot_bytes: w.staging_slot_bytes,
             lines_slot_bytes: w.lines_slot_bytes,
             sentinel_slot_bytes: w.sentinel_slot_bytes,
+            compressed_bytes: w.compressed_bytes,
         }
     }
 

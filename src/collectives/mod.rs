@@ -30,6 +30,7 @@
 
 mod agree;
 pub mod algo;
+pub mod compressed;
 pub mod config;
 mod copies;
 mod fault;
@@ -40,6 +41,7 @@ pub use algo::{
     kernel_names, AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, ReduceAlgo,
     ReduceScatterAlgo,
 };
+pub use compressed::Compression;
 pub use config::{CollectivesConfig, Thresholds, Workspace, DEFAULT_TIMEOUT, TIMEOUT_VARIABLE};
 pub use movement::{ALL_TO_ALL_ONESHOT_BYTES, BROADCAST_ONESHOT_BYTES};
 
@@ -131,6 +133,10 @@ pub struct Collectives {
     copy_stream: Arc<CudaStream>,
     /// Every PE's control words as mapped here (where any symmetric address of a peer is).
     ctrl_peers: Vec<u64>,
+    /// The compressed all-reduce's steps, and its scratch (`None` for a workspace with no
+    /// `compressed_bytes`).
+    compress: compressed::CompressKernels,
+    compress_scratch: Option<compressed::CompressScratch>,
 }
 
 // SAFETY: the tables hold device addresses, only ever passed to kernels; the functions and
@@ -158,6 +164,17 @@ struct Launch<'f> {
     function: &'f Function,
     grid: cudarc::driver::LaunchConfig,
     args: KernelArgs<'f>,
+}
+
+impl Planned<'static> {
+    /// A call that launches nothing here, only agreed on (a call of several launches,
+    /// made after it is agreed).
+    fn agree_only(record: Record) -> Self {
+        Planned {
+            record,
+            launch: None,
+        }
+    }
 }
 
 /// `record`'s call, launching what `launch` plans unless the call is `empty` (moves
@@ -303,7 +320,10 @@ impl Collectives {
                 Ok((
                     (all_reduce, all_gather, reduce_scatter, reduce),
                     (broadcast, all_to_all, all_to_all_v, barriers),
-                    FaultRecord::new(shmem)?,
+                    (
+                        FaultRecord::new(shmem)?,
+                        compressed::CompressKernels::load(&module)?,
+                    ),
                 ))
             });
         // Before anything that depends on it: the same configuration on every PE.
@@ -319,7 +339,7 @@ impl Collectives {
         let (
             (all_reduce, all_gather, reduce_scatter, reduce),
             (broadcast, all_to_all, all_to_all_v, (ce_open, ce_close, ce_local_copy)),
-            fault,
+            (fault, compress),
         ) = local?;
         agreed?;
         let (sm_count, per_sm) = agreed_grid_limits(shmem, &all_reduce)?;
@@ -331,6 +351,7 @@ impl Collectives {
             staging_slot_bytes: config.workspace.staging_slot_bytes,
             lines_slot_bytes: config.workspace.lines_slot_bytes,
             sentinel_slot_bytes: config.workspace.sentinel_slot_bytes,
+            compressed_bytes: config.workspace.compressed_bytes,
         };
         config.thresholds.check_fits(&dims)?;
 
@@ -361,6 +382,7 @@ impl Collectives {
         let counts_table = shmem.calloc::<u64>(2 * 3 * n)?;
         let sentinel = shmem.malloc::<u32>(2 * n * dims.sentinel_slot_bytes / 4)?;
         sentinel.copy_from_host(&vec![abi::COLL_SENTINEL; sentinel.len()])?;
+        let compress_scratch = compressed::CompressScratch::new(shmem, dims.compressed_bytes, n)?;
         let tables = match (peer_table(shmem, &lines)?, peer_table(shmem, &sentinel)?) {
             (Some(s), Some(t)) => Some((s, t)),
             _ => None,
@@ -400,6 +422,8 @@ impl Collectives {
             ce_local_copy,
             copy_stream,
             ctrl_peers,
+            compress,
+            compress_scratch,
         })
     }
 
@@ -479,6 +503,7 @@ impl Collectives {
             staging_slot_bytes: self.dims.staging_slot_bytes,
             lines_slot_bytes: self.dims.lines_slot_bytes,
             sentinel_slot_bytes: self.dims.sentinel_slot_bytes,
+            compressed_bytes: self.dims.compressed_bytes,
         }
     }
 

@@ -169,7 +169,7 @@ impl Collectives {
     }
 
     /// Check and plan an all-to-all on this PE.
-    fn plan_all_to_all<T: Element>(
+    pub(super) fn plan_all_to_all<T: Element>(
         &self,
         dst: &SymmetricView<'_, T>,
         src: &SymmetricView<'_, T>,

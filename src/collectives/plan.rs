@@ -54,6 +54,8 @@ pub(crate) struct Dims {
     pub(crate) staging_slot_bytes: usize,
     pub(crate) lines_slot_bytes: usize,
     pub(crate) sentinel_slot_bytes: usize,
+    /// The compressed all-reduce's quantised input, at most.
+    pub(crate) compressed_bytes: usize,
 }
 
 /// The by-value parameter of a call (`Params` says which kind its kernel takes).
@@ -461,6 +463,7 @@ mod tests {
             staging_slot_bytes: 6 << 20,
             lines_slot_bytes: 1 << 20,
             sentinel_slot_bytes: 1 << 20,
+            compressed_bytes: 0,
         };
         let (d, ll) = (dims(4), AllGatherAlgo::LowLatency);
         // 2 PEs, and the other algorithms, keep the all-gather by lines.
@@ -493,6 +496,7 @@ mod tests {
             staging_slot_bytes: 6 << 20,
             lines_slot_bytes: 1 << 20,
             sentinel_slot_bytes: 1 << 20,
+            compressed_bytes: 0,
         };
         // (bytes, blocks, segment vectors, rounds as the kernel counts them)
         for (bytes, blocks, chunk, rounds) in [
@@ -552,6 +556,7 @@ mod tests {
                 staging_slot_bytes: 6 << 20,
                 lines_slot_bytes: slot,
                 sentinel_slot_bytes: 1 << 20,
+                compressed_bytes: 0,
             };
             assert_eq!(
                 reduce_scatter_plan(ReduceScatterAlgo::LowLatency, 8, &d).limit,
@@ -680,6 +685,7 @@ mod tests {
             staging_slot_bytes: 6 << 20,
             lines_slot_bytes: 6 << 20,
             sentinel_slot_bytes: 1 << 20,
+            compressed_bytes: 0,
         };
         // 256 KiB: the sentinel paths take one vector per thread.
         let p = all_reduce_plan(AllReduceAlgo::SentinelTwoShot, 256 << 10, &d);

@@ -65,6 +65,9 @@ pub enum TestName {
     /// Our all-reduce with the residual add and RMSNorm fused into it, against our all-reduce
     /// and NCCL's each followed by the RMSNorm kernel (hidden 4096 and 8192, 1 to 64 tokens)
     Norm,
+    /// The compressed all-reduce of f32 gradients (int8, fp8, fp16, bf16) from 256 KiB of
+    /// --sizes up, against our plain all-reduce and NCCL's in f32 and bf16; not part of all
+    Gradsync,
     /// The latency floor: a kernel node in a CUDA graph (with and without programmatic
     /// dependent launch), a remote store one way, an L2 round trip; run before any collective
     Floor,

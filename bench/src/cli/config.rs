@@ -48,6 +48,7 @@ pub struct Tests {
     pub pipeline: bool,
     pub floor: bool,
     pub norm: bool,
+    pub gradsync: bool,
     pub pool: bool,
 }
 
@@ -72,6 +73,7 @@ impl Tests {
                 TestName::Pipeline => t.pipeline = true,
                 TestName::Floor => t.floor = true,
                 TestName::Norm => t.norm = true,
+                TestName::Gradsync => t.gradsync = true,
                 TestName::Pool => t.pool = true,
                 TestName::P2p | TestName::All => {
                     t.p2p_latency = true;
@@ -304,6 +306,7 @@ impl Config {
                 || self.tests.channel
                 || self.tests.pipeline
                 || self.tests.norm
+                || self.tests.gradsync
                 || self.tests.tp))
             || self.needs_cublasmp()
     }

@@ -107,6 +107,16 @@ ALL-REDUCE + RMSNORM (--tests norm; not part of `all`)
   tokens: TpMlp::forward_rmsnorm (mlp+fused), TpMlp::forward then rmsnorm, and the MLP alone;
   the fused block must equal the sequential forward then rmsnorm bit for bit.
 
+GRADIENT SYNC (--tests gradsync; not part of `all`)
+  The compressed all-reduce of f32 gradients, at the --sizes from 256 KiB up, each in CUDA
+  graphs of --graph-ops calls; GB/s over the uncompressed f32 bytes:
+    int8/128, fp8e4m3/128, fp16, bf16   Collectives::all_reduce_compressed
+    ours-f32                            our all-reduce of the f32 gradients
+    nccl-f32, nccl-bf16                 ncclAllReduce in f32, and of the gradients in bf16
+  Check: after the replays each runs once more; a compressed row must equal the CPU model bit
+  for bit and lie within its error bound everywhere (the largest error / bound is printed);
+  ours-f32 the f32 sum in PE order bit for bit; NCCL within 2n roundings of its type.
+
 LATENCY FLOOR (--tests floor; part of all, and run before any collective)
   kernel node   graphs of 64 one-thread kernels (each adds 1 to a counter the host checks),
                 plain and with programmatic dependent launch (PDL); time per node

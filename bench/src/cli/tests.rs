@@ -341,6 +341,17 @@ fn help_documents_the_options() {
 }
 
 #[test]
+fn gradsync_is_a_named_test_of_the_sizes_from_256_kib() {
+    let c = parse(&["--tests", "gradsync", "--sizes", "8,64K,256K,16M"]).unwrap();
+    assert!(c.tests.gradsync && !c.tests.allreduce && c.needs_nccl());
+    assert_eq!(crate::gradsync::sizes(&c.sizes), vec![256 << 10, 16 << 20]);
+    assert!(!parse(&["--tests", "all"]).unwrap().tests.gradsync);
+    assert!(!parse(&["--tests", "gradsync", "--impls", "ours"])
+        .unwrap()
+        .needs_nccl());
+}
+
+#[test]
 fn pipeline_norm_and_floor_are_named_tests_with_their_options() {
     let c = parse(&["--tests", "pipeline"]).unwrap();
     assert!(c.tests.pipeline && !c.tests.floor && !c.tests.any_collective());

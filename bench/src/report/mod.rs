@@ -3,6 +3,7 @@
 mod collective;
 mod files;
 mod floor;
+mod gradsync;
 mod matrix;
 mod norm;
 mod p2p;
@@ -15,6 +16,7 @@ use crate::cli::{format_size, Config};
 use crate::stats::Summary;
 use collective::collective_tables;
 use floor::floor_tables;
+use gradsync::gradsync_tables;
 use matrix::matrix_tables;
 use norm::{block_tables, norm_tables};
 use p2p::p2p_tables;
@@ -200,6 +202,9 @@ pub fn render_tables(results: &Results, cfg: &Config) -> String {
         s.push_str(&t.render());
     }
     for t in block_tables(&results.records) {
+        s.push_str(&t.render());
+    }
+    for t in gradsync_tables(&results.records) {
         s.push_str(&t.render());
     }
     for t in p2p_tables(&results.records, cfg) {

@@ -10,12 +10,21 @@ pub(crate) struct Checker {
     pub(crate) passed: usize,
     pub(crate) failed: usize,
     pub(crate) seq: u64,
+    /// Only the checks whose name holds this run (the same on every PE).
+    pub(crate) only: Option<String>,
 }
 
 impl Checker {
     /// Run one named check on every PE; it fails if it fails on any PE.
     pub(crate) fn check(&mut self, name: &str, f: impl FnOnce(&Nvshmem, u64) -> Result<()>) {
         self.seq += 1;
+        if self
+            .only
+            .as_ref()
+            .is_some_and(|only| !name.contains(only.as_str()))
+        {
+            return;
+        }
         let mine = match f(&self.shmem, self.seq) {
             Ok(()) => 0,
             Err(e) => {

@@ -21,6 +21,7 @@ mod all_reduce;
 mod all_to_all_v;
 mod arg_errors;
 mod back_to_back;
+mod compressed;
 mod graph_replay;
 mod harness;
 mod lifecycle;
@@ -47,6 +48,9 @@ struct Args {
     /// Run random checked calls for SECONDS instead of the fixed checks (`make soak`).
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     soak: Option<f64>,
+    /// Run only the checks whose name holds TEXT (for example `compressed`).
+    #[arg(long, value_name = "TEXT")]
+    only: Option<String>,
 }
 
 /// A soak's length: a finite number of seconds, zero or more.
@@ -91,6 +95,7 @@ fn main() {
         passed: 0,
         failed: 0,
         seq: 0,
+        only: args.only,
     };
     // Each check's seed is its place in the run: a new check goes after the others.
     all_reduce::checks(&mut c, &coll);
@@ -107,6 +112,7 @@ fn main() {
     back_to_back::two_stream_checks(&mut c, &coll);
     lifecycle::checks(&mut c);
     arg_errors::checks(&mut c, &coll);
+    compressed::checks(&mut c, &coll);
     if shmem.my_pe() == 0 {
         println!("{} passed, {} failed", c.passed, c.failed);
     }
