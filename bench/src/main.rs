@@ -307,7 +307,8 @@ fn run(shmem: &Nvshmem, cfg: &Config, cublasmp_version: Option<String>) -> Resul
         };
         tp::run(&ctx, &mut timer, &mut results)?;
     }
-    if let (true, Some(collectives)) = (cfg.tests.norm, ours.as_deref()) {
+    // The norm and gradsync tests share one context: our collectives and NCCL if asked.
+    if let (true, Some(collectives)) = (cfg.tests.norm || cfg.tests.gradsync, ours.as_deref()) {
         let ctx = norm::Ctx {
             shmem,
             coord: &coord,
@@ -321,23 +322,12 @@ fn run(shmem: &Nvshmem, cfg: &Config, cublasmp_version: Option<String>) -> Resul
             progress: &progress,
             threads,
         };
-        norm::run(&ctx, &mut timer, &mut results)?;
-    }
-    if cfg.tests.gradsync {
-        let ctx = norm::Ctx {
-            shmem,
-            coord: &coord,
-            cfg,
-            stream: &stream,
-            collectives: ours.as_deref().expect("made for the gradsync test"),
-            nccl: match cfg.has_impl(Impl::Nccl) {
-                true => nccl.as_deref(),
-                false => None,
-            },
-            progress: &progress,
-            threads,
-        };
-        gradsync::run(&ctx, &mut timer, &mut results)?;
+        if cfg.tests.norm {
+            norm::run(&ctx, &mut timer, &mut results)?;
+        }
+        if cfg.tests.gradsync {
+            gradsync::run(&ctx, &mut timer, &mut results)?;
+        }
     }
     drop(ours);
 
