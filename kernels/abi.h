@@ -100,6 +100,29 @@ typedef struct BandwidthPlan {
     unsigned int slots;       // chunk slots per block and source, at least 2
 } BandwidthPlan;
 
+// ---- the grouped all-reduce (src/collectives/group.rs, kernels/collectives/group.cuh) ----
+
+// Buffers one launch of a grouped all-reduce takes.
+#define COLL_GROUP_MAX 32
+
+// One buffer of a grouped all-reduce: n elements from src into dst (device addresses).
+// `off`: where its input sits in a one-shot staging slot (bytes, a multiple of 16);
+// `before`: the 16-byte vectors of the buffers before it, so that the grid takes the
+// buffers end to end instead of every small one on its first threads.
+typedef struct GroupEntry {
+    unsigned long long src;
+    unsigned long long dst;
+    unsigned long long n;
+    unsigned long long off;
+    unsigned long long before;
+} GroupEntry;
+
+// The buffers of one launch, passed by value.
+typedef struct Group {
+    GroupEntry entry[COLL_GROUP_MAX];
+    unsigned int count;
+} Group;
+
 // ---- the tensor-parallel layers' fused kernels (src/tp, kernels/tp) ------------------------
 
 // The weight and shape of a fused decode product y (m × n) = x (m × k) · wᵀ, passed by value

@@ -23,6 +23,7 @@
 #include "abi.h"
 #include "collectives/bandwidth.cuh"
 #include "collectives/compress.cuh"
+#include "collectives/group.cuh"
 #include "collectives/movement.cuh"
 #include "collectives/low_latency.cuh"
 #include "collectives/oneshot.cuh"
@@ -76,6 +77,29 @@ FLOAT_ALLREDUCE_TYPE(f32, float)
 FLOAT_ALLREDUCE_TYPE(f16, __half)
 FLOAT_ALLREDUCE_TYPE(bf16, __nv_bfloat16)
 ALLREDUCE_TYPE(i32, int32_t)
+
+// The grouped all-reduce (collectives/group.cuh): `ALGO_allreduce_group_NAME_OPNAME`, the
+// buffers by value, then the parameters every collective takes but the buffers. Its
+// handshakes compare the buffers' lengths and count.
+#define GROUP_ENTRY(ALGO, NAME, T, OPNAME, OP, CALL)                                                         \
+    extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) ALGO##_allreduce_group_##NAME##_##OPNAME( \
+        const Group g, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {                      \
+        enter_call(CALL_SIG(#ALGO "_allreduce_group_" #NAME "_" #OPNAME, group_shape(g), (int)g.count));      \
+        CALL;                                                                                                 \
+    }
+
+#define GROUP_TYPE(NAME, T)                                                                                   \
+    GROUP_ENTRY(oneshot, NAME, T, sum, OpSum, (oneshot_allreduce_group<T, OpSum>(g, ctrl, flags, staging, slot_bytes))) \
+    GROUP_ENTRY(oneshot, NAME, T, max, OpMax, (oneshot_allreduce_group<T, OpMax>(g, ctrl, flags, staging, slot_bytes))) \
+    GROUP_ENTRY(oneshot, NAME, T, min, OpMin, (oneshot_allreduce_group<T, OpMin>(g, ctrl, flags, staging, slot_bytes))) \
+    GROUP_ENTRY(twoshot, NAME, T, sum, OpSum, (twoshot_allreduce_group<T, OpSum>(g, ctrl, flags)))                      \
+    GROUP_ENTRY(twoshot, NAME, T, max, OpMax, (twoshot_allreduce_group<T, OpMax>(g, ctrl, flags)))                      \
+    GROUP_ENTRY(twoshot, NAME, T, min, OpMin, (twoshot_allreduce_group<T, OpMin>(g, ctrl, flags)))
+
+GROUP_TYPE(f32, float)
+GROUP_TYPE(f16, __half)
+GROUP_TYPE(bf16, __nv_bfloat16)
+GROUP_TYPE(i32, int32_t)
 
 // One entry point `ALGO_reducescatter_NAME_OPNAME` per type and operator: the parameters
 // every collective takes (the staging pair unused by the pull algorithm; the lines region and

@@ -87,6 +87,7 @@ pub mod cubins;
 mod diag;
 pub mod element;
 pub mod error;
+pub mod grad_sync;
 pub mod memory;
 pub mod module;
 mod order;
@@ -104,12 +105,13 @@ pub mod tp;
 pub use channel::{Channel, ChannelConfig};
 pub use collectives::{
     AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives, CollectivesConfig,
-    Compression, ReduceAlgo, ReduceScatterAlgo, Thresholds, Workspace,
+    Compression, ReduceAlgo, ReduceScatterAlgo, Thresholds, Workspace, GROUP_MAX,
 };
 pub use cudarc;
 pub use cudarc::driver::{CudaStream, LaunchConfig};
 pub use element::{AtomicElement, AtomicInteger, DataType, Element, ReduceOp};
 pub use error::{ChannelWait, Error, HeapLimit, Result};
+pub use grad_sync::{GradSyncConfig, GradientSync};
 pub use half::{bf16, f16};
 pub use memory::{DeviceBuffer, DeviceMemory, SymmetricBuffer, SymmetricView};
 pub use nvshmem_sys as sys;

@@ -20,6 +20,7 @@ pub const COLL_UNROLL: u32 = 4;
 pub const COLL_SENTINEL: u32 = 4294967295;
 pub const COLL_ROUND_BITS: u32 = 20;
 pub const COLL_SIG_FAILED: u32 = 65535;
+pub const COLL_GROUP_MAX: u32 = 32;
 /// On the producer: messages the consumer has released (written by the consumer).
 pub const CHANNEL_CREDIT: NvshmemRsChannelWord = 0;
 /// On the producer: messages pushed so far.
@@ -459,6 +460,51 @@ const _: () = {
     [
         "Offset of field: BandwidthPlan::slots",
     ][::std::mem::offset_of!(BandwidthPlan, slots) - 4usize];
+};
+/** One buffer of a grouped all-reduce: n elements from src into dst (device addresses).
+ `off`: where its input sits in a one-shot staging slot (bytes, a multiple of 16);
+ `before`: the 16-byte vectors of the buffers before it, so that the grid takes the
+ buffers end to end instead of every small one on its first threads.*/
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct GroupEntry {
+    pub src: ::std::os::raw::c_ulonglong,
+    pub dst: ::std::os::raw::c_ulonglong,
+    pub n: ::std::os::raw::c_ulonglong,
+    pub off: ::std::os::raw::c_ulonglong,
+    pub before: ::std::os::raw::c_ulonglong,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of GroupEntry"][::std::mem::size_of::<GroupEntry>() - 40usize];
+    ["Alignment of GroupEntry"][::std::mem::align_of::<GroupEntry>() - 8usize];
+    [
+        "Offset of field: GroupEntry::src",
+    ][::std::mem::offset_of!(GroupEntry, src) - 0usize];
+    [
+        "Offset of field: GroupEntry::dst",
+    ][::std::mem::offset_of!(GroupEntry, dst) - 8usize];
+    ["Offset of field: GroupEntry::n"][::std::mem::offset_of!(GroupEntry, n) - 16usize];
+    [
+        "Offset of field: GroupEntry::off",
+    ][::std::mem::offset_of!(GroupEntry, off) - 24usize];
+    [
+        "Offset of field: GroupEntry::before",
+    ][::std::mem::offset_of!(GroupEntry, before) - 32usize];
+};
+/// The buffers of one launch, passed by value.
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct Group {
+    pub entry: [GroupEntry; 32usize],
+    pub count: ::std::os::raw::c_uint,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of Group"][::std::mem::size_of::<Group>() - 1288usize];
+    ["Alignment of Group"][::std::mem::align_of::<Group>() - 8usize];
+    ["Offset of field: Group::entry"][::std::mem::offset_of!(Group, entry) - 0usize];
+    ["Offset of field: Group::count"][::std::mem::offset_of!(Group, count) - 1280usize];
 };
 /** The weight and shape of a fused decode product y (m × n) = x (m × k) · wᵀ, passed by value
  after the parameters every collective takes.*/

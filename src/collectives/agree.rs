@@ -40,10 +40,12 @@ pub(crate) enum Collective {
     AllReduceRmsNorm = 11,
     /// An all-reduce whose values travel quantised (its row says the compression).
     AllReduceCompressed = 12,
+    /// Several all-reduces in one launch (its row is the algorithm's, its root the count).
+    AllReduceGroup = 13,
 }
 
 impl Collective {
-    const ALL: [Collective; 10] = [
+    const ALL: [Collective; 11] = [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::ReduceScatter,
@@ -54,6 +56,7 @@ impl Collective {
         Collective::LinearAllReduce,
         Collective::AllReduceRmsNorm,
         Collective::AllReduceCompressed,
+        Collective::AllReduceGroup,
     ];
 
     fn name(self) -> &'static str {
@@ -68,6 +71,7 @@ impl Collective {
             Collective::LinearAllReduce => "row-parallel linear + all_reduce",
             Collective::AllReduceRmsNorm => "all_reduce + residual + RMSNorm",
             Collective::AllReduceCompressed => "all_reduce_compressed",
+            Collective::AllReduceGroup => "all_reduce_group",
         }
     }
 
@@ -84,6 +88,7 @@ impl Collective {
             Collective::LinearAllReduce => (row == 0).then_some("decode"),
             Collective::AllReduceRmsNorm => (row == 0).then_some("ll"),
             Collective::AllReduceCompressed => super::compressed::format_of_row(row),
+            Collective::AllReduceGroup => ALL_REDUCE_ROWS.get(row).map(|r| r.name),
         }
     }
 }

@@ -693,6 +693,7 @@ pub fn kernel_names() -> Vec<String> {
     names.extend(reduce_kernels().map(|(row, t, o)| reduce_kernel(row, t, o)));
     names.extend([CE_OPEN_KERNEL, CE_CLOSE_KERNEL, CE_LOCAL_COPY_KERNEL].map(String::from));
     names.extend(super::compressed::kernel_names());
+    names.extend(super::group::kernel_names());
     names
 }
 
@@ -845,7 +846,7 @@ mod tests {
         let names = kernel_names();
         assert_eq!(
             names.len(),
-            5 * 4 * 3 + 2 * 3 * 3 + 3 + 2 + 2 * 4 * 3 + 5 + 3 + 1 + 4 * 3 + 3 + 4 * 5
+            5 * 4 * 3 + 2 * 3 * 3 + 3 + 2 + 2 * 4 * 3 + 5 + 3 + 1 + 4 * 3 + 3 + 4 * 5 + 2 * 4 * 3
         );
         assert!(names.contains(&"ce_local_copy".to_string()));
         assert!(names.contains(&"compress_quantize_bf16_fp8".to_string()));

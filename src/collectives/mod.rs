@@ -34,6 +34,7 @@ pub mod compressed;
 pub mod config;
 mod copies;
 mod fault;
+pub mod group;
 mod movement;
 mod plan;
 
@@ -43,6 +44,7 @@ pub use algo::{
 };
 pub use compressed::Compression;
 pub use config::{CollectivesConfig, Thresholds, Workspace, DEFAULT_TIMEOUT, TIMEOUT_VARIABLE};
+pub use group::GROUP_MAX;
 pub use movement::{ALL_TO_ALL_ONESHOT_BYTES, BROADCAST_ONESHOT_BYTES};
 
 use crate::abi;
@@ -137,6 +139,8 @@ pub struct Collectives {
     /// `compressed_bytes`).
     compress: compressed::CompressKernels,
     compress_scratch: Option<compressed::CompressScratch>,
+    /// The grouped all-reduce's kernels.
+    group: group::GroupKernels,
 }
 
 // SAFETY: the tables hold device addresses, only ever passed to kernels; the functions and
@@ -323,6 +327,7 @@ impl Collectives {
                     (
                         FaultRecord::new(shmem)?,
                         compressed::CompressKernels::load(&module)?,
+                        group::GroupKernels::load(&module)?,
                     ),
                 ))
             });
@@ -339,7 +344,7 @@ impl Collectives {
         let (
             (all_reduce, all_gather, reduce_scatter, reduce),
             (broadcast, all_to_all, all_to_all_v, (ce_open, ce_close, ce_local_copy)),
-            (fault, compress),
+            (fault, compress, group),
         ) = local?;
         agreed?;
         let (sm_count, per_sm) = agreed_grid_limits(shmem, &all_reduce)?;
@@ -424,6 +429,7 @@ impl Collectives {
             ctrl_peers,
             compress,
             compress_scratch,
+            group,
         })
     }
 

@@ -1,7 +1,7 @@
 //! Measuring on this GPU what [`GemmPath::Auto`] takes: cuBLASLt's fastest candidate
 //! algorithm for few tokens, and where our decode kernel beats cuBLASLt.
 
-use super::plan::{common_alignment, Key, Tuned};
+use super::plan::{common_alignment, Key, Product, Tuned};
 use super::{Gemm, GemmPath, LinearShape, Operands, DECODE_MAX_TOKENS};
 use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::{DeviceBuffer, DeviceMemory};
@@ -259,6 +259,7 @@ impl Gemm {
         let mut tried = Vec::new();
         let enqueued = todo.iter().try_for_each(|&m| -> Result<()> {
             let key = Key {
+                product: Product::Linear,
                 shape: LinearShape { m, n, k },
                 ldy: n,
                 align,

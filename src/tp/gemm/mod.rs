@@ -21,7 +21,7 @@ use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys as ltsys;
 use cudarc::driver::CudaStream;
 use half::bf16;
-use plan::{common_alignment, cublas, Key, Plan, Tuned};
+use plan::{common_alignment, cublas, Key, Plan, Product, Tuned};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -80,6 +80,28 @@ impl LinearShape {
     pub fn flops(&self) -> f64 {
         2.0 * self.m as f64 * self.n as f64 * self.k as f64
     }
+}
+
+/// Each operand `(what, its length, (rows, columns))` must hold exactly rows × columns.
+fn check_operands(operands: &[(&'static str, usize, (usize, usize))]) -> Result<()> {
+    for &(what, got, (a, b)) in operands {
+        match a.checked_mul(b) {
+            Some(want) if want == got => {}
+            Some(want) => {
+                return Err(Error::Length {
+                    what,
+                    expected: want,
+                    got,
+                })
+            }
+            None => {
+                return Err(Error::InvalidArgument(format!(
+                    "{what}: {a} × {b} elements overflow usize"
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Blocks of the decode kernel per SM (256 threads at 94 registers, its launch bounds).
@@ -278,27 +300,11 @@ impl Gemm {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let LinearShape { m, n, k } = shape;
-        for (what, got, (a, b)) in [
+        check_operands(&[
             ("the GEMM input x (m × k)", x.device_len(), (m, k)),
             ("the GEMM weight w (n × k)", w.device_len(), (n, k)),
             ("the GEMM output y (m × n)", y.device_len(), (m, n)),
-        ] {
-            match a.checked_mul(b) {
-                Some(want) if want == got => {}
-                Some(want) => {
-                    return Err(Error::Length {
-                        what,
-                        expected: want,
-                        got,
-                    })
-                }
-                None => {
-                    return Err(Error::InvalidArgument(format!(
-                        "{what}: {a} × {b} elements overflow usize"
-                    )))
-                }
-            }
-        }
+        ])?;
         let ops = Operands {
             y: y.device_addr(stream),
             ldy: n,
@@ -308,6 +314,116 @@ impl Gemm {
         // SAFETY: the lengths were checked against the shape, and the slices are device
         // memory of this PE.
         unsafe { self.linear_path(ops, shape, path, stream) }
+    }
+
+    /// The input gradient of [`linear`](Self::linear) on `stream`: `dx = dy · w`, with `dy`
+    /// (`m × n`), `w` (`n × k`) and `dx` (`m × k`) row-major, each exactly that long. By
+    /// cuBLASLt (its heuristic's first choice), accumulated in f32.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::{bf16, tp::{Gemm, LinearShape}};
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let gemm = Gemm::new(&shmem)?;
+    /// let shape = LinearShape { m: 256, n: 1024, k: 512 };
+    /// let (x, w) = (shmem.alloc_device::<bf16>(256 * 512)?, shmem.alloc_device::<bf16>(1024 * 512)?);
+    /// let dy = shmem.alloc_device::<bf16>(256 * 1024)?;
+    /// let (dx, dw) = (shmem.alloc_device::<bf16>(256 * 512)?, shmem.alloc_device::<bf16>(1024 * 512)?);
+    /// gemm.linear_input_grad(&dx, &dy, &w, shape, shmem.stream())?;
+    /// gemm.linear_weight_grad(&dw, &dy, &x, shape, shmem.stream())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn linear_input_grad(
+        &self,
+        dx: &impl DeviceMemory<bf16>,
+        dy: &impl DeviceMemory<bf16>,
+        w: &impl DeviceMemory<bf16>,
+        shape: LinearShape,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let LinearShape { m, n, k } = shape;
+        let operands = [
+            ("the input gradient dx (m × k)", dx.device_len(), (m, k)),
+            ("the output gradient dy (m × n)", dy.device_len(), (m, n)),
+            ("the GEMM weight w (n × k)", w.device_len(), (n, k)),
+        ];
+        check_operands(&operands)?;
+        let (c, b, a) = (
+            dx.device_addr(stream),
+            dy.device_addr(stream),
+            w.device_addr(stream),
+        );
+        // SAFETY: the lengths were checked against the shape.
+        unsafe { self.backward(Product::InputGrad, (c, k), b, a, shape, stream) }
+    }
+
+    /// The weight gradient of [`linear`](Self::linear) on `stream`: `dw = dyᵀ · x`, with `dy`
+    /// (`m × n`), `x` (`m × k`) and `dw` (`n × k`) row-major, each exactly that long; a sum
+    /// over the `m` tokens, in f32. By cuBLASLt (its heuristic's first choice).
+    pub fn linear_weight_grad(
+        &self,
+        dw: &impl DeviceMemory<bf16>,
+        dy: &impl DeviceMemory<bf16>,
+        x: &impl DeviceMemory<bf16>,
+        shape: LinearShape,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let LinearShape { m, n, k } = shape;
+        let operands = [
+            ("the weight gradient dw (n × k)", dw.device_len(), (n, k)),
+            ("the output gradient dy (m × n)", dy.device_len(), (m, n)),
+            ("the GEMM input x (m × k)", x.device_len(), (m, k)),
+        ];
+        check_operands(&operands)?;
+        let (c, b, a) = (
+            dw.device_addr(stream),
+            dy.device_addr(stream),
+            x.device_addr(stream),
+        );
+        // SAFETY: the lengths were checked against the shape.
+        unsafe { self.backward(Product::WeightGrad, (c, k), b, a, shape, stream) }
+    }
+
+    /// A backward product by cuBLASLt's heuristic plan, ordered after this `Gemm`'s last call.
+    ///
+    /// # Safety
+    /// `c` (with rows `ldc` apart), `b` and `a` must hold the product's operands (see
+    /// [`Product`]), valid until the call has run on `stream`.
+    unsafe fn backward(
+        &self,
+        product: Product,
+        (c, ldc): (u64, usize),
+        b: u64,
+        a: u64,
+        shape: LinearShape,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let LinearShape { m, n, k } = shape;
+        if n == 0 || k == 0 || m == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "a {product:?} of m = {m}, n = {n}, k = {k}: a layer's gradient needs tokens, \
+                 input and output features"
+            )));
+        }
+        let key = Key {
+            product,
+            shape,
+            ldy: ldc,
+            align: common_alignment(&[
+                a,
+                b,
+                c,
+                (n * std::mem::size_of::<bf16>()) as u64,
+                (k * std::mem::size_of::<bf16>()) as u64,
+            ]),
+            heuristic: true,
+        };
+        self.order.run(&self.shmem, stream, "a GEMM", || {
+            self.shmem.bind_context()?;
+            let plan = self.plan(key)?;
+            // SAFETY: the caller's; the plan was made for this product and shape.
+            unsafe { self.matmul(&plan, &plan.algo, c, b, a, stream) }
+        })
     }
 
     /// `y = x · wᵀ` with `y`'s rows `ldy` elements apart (`ldy >= n`), for a product that
@@ -382,6 +498,7 @@ impl Gemm {
             return self.decode(ops, shape, true, stream);
         }
         let key = Key {
+            product: Product::Linear,
             shape,
             ldy,
             align: common_alignment(&[

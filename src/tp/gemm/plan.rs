@@ -14,11 +14,25 @@ use std::sync::Arc;
 /// alignment every pointer has (cuBLASLt picks kernels that assume it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) struct Key {
+    pub(super) product: Product,
     pub(super) shape: LinearShape,
     pub(super) ldy: usize,
     pub(super) align: u32,
     /// The heuristic's first choice, never a measured one.
     pub(super) heuristic: bool,
+}
+
+/// Which product of a linear layer a plan computes, for its [`LinearShape`] (`m` tokens, `n`
+/// output and `k` input features). Each names its operands A, B and C as cuBLASLt does, and
+/// [`Gemm::matmul`] takes them in that order's reverse (C, B, A).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Product {
+    /// The forward `y = x · wᵀ`: A = w, B = x, C = y.
+    Linear,
+    /// The input gradient `dx (m × k) = dy (m × n) · w`: A = w, B = dy, C = dx.
+    InputGrad,
+    /// The weight gradient `dw (n × k) = dyᵀ · x`: A = x, B = dy, C = dw.
+    WeightGrad,
 }
 
 /// The algorithm [`Gemm::calibrate`] measured fastest for a shape, and the pointer alignment
@@ -127,7 +141,7 @@ impl Gemm {
     /// of two at or above its tokens), where one was and `key`'s pointers are as aligned.
     fn tuned_for(&self, key: Key) -> Option<ltsys::cublasLtMatmulAlgo_t> {
         let LinearShape { m, n, k } = key.shape;
-        if key.heuristic || m > TUNED_TOKENS {
+        if key.heuristic || key.product != Product::Linear || m > TUNED_TOKENS {
             return None;
         }
         let tuned = self.tuned.lock().unwrap_or_else(|e| e.into_inner());
@@ -181,21 +195,53 @@ impl Gemm {
             lt::create_matrix_layout(bf, rows as u64, cols as u64, ld as i64)
                 .map_err(|e| cublas("cublasLtMatrixLayoutCreate", e))
         };
-        // Column-major views of the row-major buffers: w is k × n, x is k × m, y is n × m.
-        plan.w = layout(k, n, k)?;
-        plan.x = layout(k, m, k)?;
-        plan.y = layout(n, m, key.ldy)?;
-        // cublasOperation_t (cuBLAS's header, not cuBLASLt's): CUBLAS_OP_T is 1.
-        let transpose: i32 = 1;
+        // Column-major views of the row-major buffers (a row-major r × c matrix is a
+        // column-major c × r one), in the fields A (`w`), B (`x`) and C (`y`), and whether
+        // cuBLASLt transposes A and B. cublasOperation_t (cuBLAS's header, not cuBLASLt's):
+        // CUBLAS_OP_N is 0, CUBLAS_OP_T 1.
+        let (transa, transb): (i32, i32) = match key.product {
+            // yᵀ (n × m) = (w: k × n)ᵀ · (x: k × m).
+            Product::Linear => {
+                plan.w = layout(k, n, k)?;
+                plan.x = layout(k, m, k)?;
+                plan.y = layout(n, m, key.ldy)?;
+                (1, 0)
+            }
+            // dxᵀ (k × m) = (w: k × n) · (dy: n × m).
+            Product::InputGrad => {
+                plan.w = layout(k, n, k)?;
+                plan.x = layout(n, m, n)?;
+                plan.y = layout(k, m, key.ldy)?;
+                (0, 0)
+            }
+            // dwᵀ (k × n) = (x: k × m) · (dy: n × m)ᵀ.
+            Product::WeightGrad => {
+                plan.w = layout(k, m, k)?;
+                plan.x = layout(n, m, n)?;
+                plan.y = layout(k, n, key.ldy)?;
+                (0, 1)
+            }
+        };
         // SAFETY: live descriptors; the attribute values outlive the calls.
         unsafe {
-            lt::set_matmul_desc_attribute(
-                plan.desc,
-                ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
-                &transpose as *const _ as *const c_void,
-                std::mem::size_of_val(&transpose),
-            )
-            .map_err(|e| cublas("cublasLtMatmulDescSetAttribute", e))?;
+            for (attr, value) in [
+                (
+                    ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                    &transa,
+                ),
+                (
+                    ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
+                    &transb,
+                ),
+            ] {
+                lt::set_matmul_desc_attribute(
+                    plan.desc,
+                    attr,
+                    value as *const i32 as *const c_void,
+                    std::mem::size_of::<i32>(),
+                )
+                .map_err(|e| cublas("cublasLtMatmulDescSetAttribute", e))?;
+            }
             let pref = lt::create_matmul_pref()
                 .map_err(|e| cublas("cublasLtMatmulPreferenceCreate", e))?;
             let chosen = self.candidates(&plan, pref, key, count);
@@ -280,9 +326,9 @@ impl Gemm {
             failed => Err(Error::Cublas {
                 call: "cublasLtMatmulAlgoGetHeuristic",
                 message: format!(
-                    "no bf16 algorithm for y ({m} × {n}, rows {} apart) = x ({m} × {k}) · wᵀ with \
-                 {}-byte aligned pointers",
-                    key.ldy, key.align
+                    "no bf16 algorithm for {:?} of m = {m}, n = {n}, k = {k} (output rows {} \
+                     apart) with {}-byte aligned pointers",
+                    key.product, key.ldy, key.align
                 ),
                 source: failed.err(),
             }),

@@ -22,7 +22,9 @@ mod all_to_all_v;
 mod arg_errors;
 mod back_to_back;
 mod compressed;
+mod grad_sync;
 mod graph_replay;
+mod group;
 mod harness;
 mod lifecycle;
 mod movement;
@@ -113,6 +115,8 @@ fn main() {
     lifecycle::checks(&mut c);
     arg_errors::checks(&mut c, &coll);
     compressed::checks(&mut c, &coll);
+    group::checks(&mut c, &coll);
+    grad_sync::checks(&mut c, &coll);
     if shmem.my_pe() == 0 {
         println!("{} passed, {} failed", c.passed, c.failed);
     }
