@@ -144,4 +144,6 @@ mod doc_snippets {
     struct Errors;
     #[doc = include_str!("../docs/tensor-parallel.md")]
     struct TensorParallel;
+    #[doc = include_str!("../docs/data-parallel.md")]
+    struct DataParallel;
 }

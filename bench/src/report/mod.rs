@@ -16,7 +16,7 @@ use crate::cli::{format_size, Config};
 use crate::stats::Summary;
 use collective::collective_tables;
 use floor::floor_tables;
-use gradsync::gradsync_tables;
+use gradsync::{gradsync_tables, step_tables};
 use matrix::matrix_tables;
 use norm::{block_tables, norm_tables};
 use p2p::p2p_tables;
@@ -205,6 +205,9 @@ pub fn render_tables(results: &Results, cfg: &Config) -> String {
         s.push_str(&t.render());
     }
     for t in gradsync_tables(&results.records) {
+        s.push_str(&t.render());
+    }
+    for t in step_tables(&results.records) {
         s.push_str(&t.render());
     }
     for t in p2p_tables(&results.records, cfg) {

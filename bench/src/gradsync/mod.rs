@@ -12,6 +12,8 @@
 //! error over the bound); `ours-f32` must equal the f32 sum in PE order bit for bit; NCCL's
 //! rows must be within `2n` roundings of their type of the exact sum.
 
+pub mod step;
+
 use crate::data::{self, Mismatch};
 use crate::error::{Guard, Result};
 use crate::norm::{time_and_check, Ctx};
@@ -121,7 +123,8 @@ pub fn run(ctx: &Ctx, timer: &mut Timer, results: &mut Results) -> Result<()> {
             said.join(", ")
         ));
     }
-    Ok(())
+    drop(coll);
+    step::run(ctx, timer, results)
 }
 
 fn make_case(ctx: &Ctx, len: usize) -> Result<Case> {
@@ -204,24 +207,51 @@ fn measure(
     if let (Status::Ok, Some(w)) = (status, worst.get()) {
         text = format!("ok, largest error / bound {w:.3}");
     }
-    let time_us = stats::summarize(&samples);
-    Ok(Record {
-        test: GRADSYNC_TEST.into(),
+    let row = Row {
+        test: GRADSYNC_TEST,
         variant: "f32 gradients".into(),
         implementation: imp.name(),
-        mode: "graph".into(),
-        dtype: "f32".into(),
+        dtype: "f32",
         bytes,
         count: c.len,
-        n_pes: ctx.shmem.n_pes(),
-        algbw_gbs: time_us.as_ref().map(|t| bytes as f64 / (t.median * 1e3)),
-        time_us,
-        busbw_gbs: None,
-        status,
-        check: text,
-        tp: None,
-        pipeline: None,
-    })
+    };
+    Ok(row.record(ctx, &samples, status, text))
+}
+
+/// What names a row of the gradsync tests (timed in CUDA graphs).
+struct Row {
+    test: &'static str,
+    variant: String,
+    implementation: String,
+    dtype: &'static str,
+    bytes: usize,
+    count: usize,
+}
+
+impl Row {
+    /// The row's record: its times, and GB/s over `bytes`.
+    fn record(self, ctx: &Ctx, samples: &[f64], status: Status, check: String) -> Record {
+        let time_us = stats::summarize(samples);
+        Record {
+            test: self.test.into(),
+            variant: self.variant,
+            implementation: self.implementation,
+            mode: "graph".into(),
+            dtype: self.dtype.into(),
+            bytes: self.bytes,
+            count: self.count,
+            n_pes: ctx.shmem.n_pes(),
+            algbw_gbs: time_us
+                .as_ref()
+                .map(|t| self.bytes as f64 / (t.median * 1e3)),
+            time_us,
+            busbw_gbs: None,
+            status,
+            check,
+            tp: None,
+            pipeline: None,
+        }
+    }
 }
 
 /// This PE's output against the reference of `imp` (see the module documentation); a
