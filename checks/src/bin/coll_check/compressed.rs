@@ -11,7 +11,7 @@ use nvshmem_checks::graph::capture;
 use crate::harness::{cuda, expect_err, sync, Checker};
 use crate::reference::Rng;
 
-const FORMATS: [Compression; 4] = [
+pub(crate) const FORMATS: [Compression; 4] = [
     Compression::Fp16,
     Compression::Bf16,
     Compression::Int8 { block: 128 },
@@ -19,10 +19,10 @@ const FORMATS: [Compression; 4] = [
 ];
 
 /// The largest call of these checks.
-const MAX_LEN: usize = (1 << 20) + 3;
+pub(crate) const MAX_LEN: usize = (1 << 20) + 3;
 
 /// An element type the compressed all-reduce takes, as the model sees it.
-trait Gradient: Element {
+pub(crate) trait Gradient: Element {
     fn from_f32(v: f32) -> Self;
     fn to_f32(self) -> f32;
     /// What rounding the output to this type adds to the bound.
@@ -106,7 +106,7 @@ fn compare<T: Gradient>(what: &str, got: &[T], m: &Modelled) -> Result<()> {
 }
 
 /// One call of `len` elements: out of place (or in place), checked.
-fn call<T: Gradient>(
+pub(crate) fn call<T: Gradient>(
     shmem: &Nvshmem,
     coll: &Collectives,
     seed: u64,

@@ -39,7 +39,7 @@ fn views<'a, T: Element>(
 
 /// One group of buffers of `lens` elements, cut from one symmetric buffer (inputs) and
 /// another (outputs, poisoned) or in place; each buffer compared with its reference.
-fn group_case<T: Reducible>(
+pub(crate) fn group_case<T: Reducible>(
     shmem: &Nvshmem,
     coll: &Collectives,
     seed: u64,

@@ -3,8 +3,8 @@
 //! it runs and prints.
 
 use nvshmem::{
-    bf16, f16, AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives, DataType,
-    Error, Nvshmem, ReduceOp, ReduceScatterAlgo, Result,
+    bf16, f16, AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives,
+    CollectivesConfig, DataType, Error, Nvshmem, ReduceOp, ReduceScatterAlgo, Result,
 };
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,9 @@ use crate::all_gather::all_gather_case;
 use crate::all_reduce::all_reduce_case;
 use crate::all_to_all_v::all_to_all_v_case;
 use crate::back_to_back::{back_to_back, two_streams};
+use crate::compressed::{self, FORMATS, MAX_LEN};
 use crate::graph_replay::graph_replay;
+use crate::group::group_case;
 use crate::harness::{any_pe, cuda, ll_limit};
 use crate::movement::{all_to_all_case, broadcast_case};
 use crate::reduce::reduce_case;
@@ -38,6 +40,20 @@ fn free_memory(shmem: &Nvshmem) -> Result<usize> {
 /// Random checked calls until `time` is up (see the program's documentation).
 pub(crate) fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool {
     let me = shmem.my_pe();
+    // A second Collectives, with room for compressed calls of up to MAX_LEN elements.
+    let mut config = CollectivesConfig::for_pes(shmem.n_pes());
+    config.workspace.compressed_bytes = FORMATS
+        .iter()
+        .map(|f| f.workspace_bytes(MAX_LEN, shmem.n_pes()))
+        .max()
+        .unwrap_or(0);
+    let squeezed = match Collectives::with_config(shmem, config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("PE {me}: soak: a Collectives with a compressed workspace: {e}");
+            return false;
+        }
+    };
     // Every kernel once first: CUDA loads a kernel's code on its first launch, which takes
     // device memory that stays.
     let warm = (|| -> Result<()> {
@@ -66,7 +82,27 @@ pub(crate) fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool 
         for algo in AllToAllAlgo::ALL {
             all_to_all_case::<f32>(shmem, coll, 10, algo, 1000)?;
         }
-        all_to_all_v_case(shmem, coll, 11, 100)
+        all_to_all_v_case(shmem, coll, 11, 100)?;
+        for (i, f) in FORMATS.into_iter().enumerate() {
+            compressed::call::<f32>(shmem, &squeezed, 13 + i as u64, f, 1000, false, None)?;
+        }
+        let grouped = [
+            AllReduceAlgo::Auto,
+            AllReduceAlgo::OneShot,
+            AllReduceAlgo::TwoShot,
+        ];
+        for (i, algo) in grouped.into_iter().enumerate() {
+            group_case::<f32>(
+                shmem,
+                coll,
+                17 + i as u64,
+                ReduceOp::Sum,
+                algo,
+                &[5, 1000],
+                false,
+            )?;
+        }
+        Ok(())
     })();
     if let Err(e) = warm {
         eprintln!("PE {me}: soak: the warm-up failed: {e}");
@@ -96,7 +132,7 @@ pub(crate) fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool 
         };
         let op = ops_of[pick(&mut rng, 3)];
         let in_place = pick(&mut rng, 2) == 1;
-        let kind = pick(&mut rng, 24);
+        let kind = pick(&mut rng, 26);
         let mut algo = reduce_algos[pick(&mut rng, reduce_algos.len())];
         // The paths with a part of the workspace take small inputs only: Auto beyond 64 Ki
         // elements (the smallest such part holds 256 KiB on 8 PEs).
@@ -209,6 +245,35 @@ pub(crate) fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool 
                     _ => all_to_all_case::<f32>(shmem, coll, seed, a, block),
                 };
                 (format!("all_to_all {a:?} block={block}"), r)
+            }
+            24 => {
+                // Up to 40 buffers of up to 2^15 elements each, any algorithm of the group.
+                let count = 1 + pick(&mut rng, 40);
+                let lens: Vec<usize> = (0..count).map(|_| pick(&mut rng, 1 << 15)).collect();
+                let g = [
+                    AllReduceAlgo::Auto,
+                    AllReduceAlgo::OneShot,
+                    AllReduceAlgo::TwoShot,
+                ][pick(&mut rng, 3)];
+                let r = match pick(&mut rng, 2) {
+                    0 => group_case::<bf16>(shmem, coll, seed, op, g, &lens, in_place),
+                    _ => group_case::<f32>(shmem, coll, seed, op, g, &lens, in_place),
+                };
+                (format!("all_reduce_group {g:?} {op:?} {count} buffers"), r)
+            }
+            25 => {
+                let f = FORMATS[pick(&mut rng, FORMATS.len())];
+                let n = n.min(MAX_LEN);
+                let r = match pick(&mut rng, 2) {
+                    0 if f != nvshmem::Compression::Bf16 => {
+                        compressed::call::<bf16>(shmem, &squeezed, seed, f, n, in_place, None)
+                    }
+                    _ => compressed::call::<f32>(shmem, &squeezed, seed, f, n, in_place, None),
+                };
+                (
+                    format!("all_reduce_compressed {f} n={n} in_place={in_place}"),
+                    r,
+                )
             }
             23 => {
                 let max = n.min(1 << 14);
