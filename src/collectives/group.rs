@@ -85,50 +85,57 @@ pub(super) enum Batch {
         members: Vec<usize>,
         offsets: Vec<usize>,
     },
-    /// A buffer larger than a one-shot group holds: an all-reduce of its own (`Auto`).
+    /// A buffer above the two-shot's limit: an all-reduce of its own (`Auto`).
     Single(usize),
 }
 
-/// The launches of a group of buffers of `bytes` each (per PE): `Auto` packs the buffers
-/// that fit into one-shot groups of up to `oneshot_room` bytes and [`GROUP_MAX`] buffers,
-/// and gives each larger one an all-reduce of its own (after the groups); `OneShot` packs
-/// every buffer (one larger than `slot` is an `Err`); `TwoShot` every [`GROUP_MAX`]. Empty
+/// Where `Auto` sends a group's buffers: the limits of the one-shot and two-shot all-reduce
+/// (`Thresholds::oneshot_max_bytes`, `twoshot_max_bytes`) and the staging slot, in bytes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    pub(super) oneshot: usize,
+    pub(super) twoshot: usize,
+    pub(super) slot: usize,
+}
+
+/// The launches of a group of buffers of `bytes` each (per PE). `Auto`: a group whose
+/// buffers all fit one one-shot all-reduce together goes one-shot; any other takes the
+/// two-shot, except each buffer above the two-shot's limit, which gets an all-reduce of its
+/// own (after the groups). `OneShot` packs every buffer into the staging slot (one larger
+/// is an `Err`); `TwoShot` takes any. Each launch holds up to [`GROUP_MAX`] buffers. Empty
 /// buffers are left out. The same on every PE for the same lengths.
-pub(super) fn batches(
-    bytes: &[usize],
-    algo: AllReduceAlgo,
-    oneshot_room: usize,
-    slot: usize,
-) -> Result<Vec<Batch>> {
-    let room = match algo {
-        AllReduceAlgo::Auto => oneshot_room.min(slot),
-        AllReduceAlgo::OneShot => slot,
-        AllReduceAlgo::TwoShot => usize::MAX,
+pub(super) fn batches(bytes: &[usize], algo: AllReduceAlgo, limits: Limits) -> Result<Vec<Batch>> {
+    let staged = |b: usize| b.div_ceil(16) * 16;
+    let all: usize = bytes.iter().map(|&b| staged(b)).sum();
+    let (kind, room, own_above) = match algo {
+        AllReduceAlgo::Auto if all <= limits.oneshot.min(limits.slot) => {
+            (AllReduceAlgo::OneShot, limits.slot, usize::MAX)
+        }
+        AllReduceAlgo::Auto => (AllReduceAlgo::TwoShot, usize::MAX, limits.twoshot),
+        AllReduceAlgo::OneShot => (AllReduceAlgo::OneShot, limits.slot, usize::MAX),
+        AllReduceAlgo::TwoShot => (AllReduceAlgo::TwoShot, usize::MAX, usize::MAX),
         a => {
             return Err(Error::InvalidArgument(format!(
                 "a grouped all-reduce takes Auto, OneShot or TwoShot, not {a}"
             )))
         }
     };
-    let kind = match algo {
-        AllReduceAlgo::TwoShot => AllReduceAlgo::TwoShot,
-        _ => AllReduceAlgo::OneShot,
-    };
+    let slot = limits.slot;
     let (mut out, mut singles) = (Vec::new(), Vec::new());
     let (mut members, mut offsets, mut used) = (Vec::new(), Vec::new(), 0usize);
     for (k, &b) in bytes.iter().enumerate() {
         if b == 0 {
             continue;
         }
-        let staged = b.div_ceil(16) * 16;
+        let staged = staged(b);
+        if b > own_above {
+            singles.push(Batch::Single(k));
+            continue;
+        }
         if kind == AllReduceAlgo::OneShot && staged > room {
-            if algo == AllReduceAlgo::Auto {
-                singles.push(Batch::Single(k));
-                continue;
-            }
             return Err(Error::InvalidArgument(format!(
                 "buffer {k} of the OneShot group ({b} bytes) exceeds the staging slot \
-                 ({slot} bytes): use Auto (it reduces larger buffers on their own), or a \
+                 ({slot} bytes): use Auto (it takes the two-shot for larger groups), or a \
                  larger CollectivesConfig::workspace"
             )));
         }
@@ -181,8 +188,9 @@ impl Collectives {
     /// Takes the types and operators of [`all_reduce`](Self::all_reduce). `dst[k]` and
     /// `src[k]` have the same length (any, per `k`) and may be the same buffer; no buffer
     /// may otherwise overlap another's destination. Every PE passes the same lengths in the
-    /// same order. `Auto` puts the buffers that fit a one-shot all-reduce into one-shot
-    /// launches and gives each larger one an all-reduce of its own; `OneShot` and `TwoShot`
+    /// same order. `Auto` takes the one-shot when every buffer fits one one-shot all-reduce
+    /// together, the two-shot otherwise, and gives each buffer above the two-shot's limit
+    /// (`Thresholds::twoshot_max_bytes`) an all-reduce of its own. `OneShot` and `TwoShot`
     /// put every buffer in launches of that algorithm. Each launch is one call (agreed, in
     /// order, capturable in a CUDA graph).
     ///
@@ -313,11 +321,12 @@ impl Collectives {
             }
         }
         let bytes: Vec<usize> = src.iter().map(|s| s.num_bytes()).collect();
-        let room = self.thresholds.oneshot_max_bytes;
-        Ok((
-            batches(&bytes, algo, room, self.dims.staging_slot_bytes)?,
-            to,
-        ))
+        let limits = Limits {
+            oneshot: self.thresholds.oneshot_max_bytes,
+            twoshot: self.thresholds.twoshot_max_bytes,
+            slot: self.dims.staging_slot_bytes,
+        };
+        Ok((batches(&bytes, algo, limits)?, to))
     }
 
     /// [`fold`] of a group's buffers, named by where they sit in the symmetric heap.
@@ -342,21 +351,45 @@ mod tests {
         }
     }
 
+    fn limits(oneshot: usize, twoshot: usize, slot: usize) -> Limits {
+        Limits {
+            oneshot,
+            twoshot,
+            slot,
+        }
+    }
+
     #[test]
-    fn auto_packs_small_buffers_and_leaves_large_ones_alone() {
+    fn auto_goes_one_shot_when_the_group_fits_and_two_shot_otherwise() {
+        // 100, 40 and 600 bytes stage as 112 + 48 + 608 = 768: one one-shot launch, each at
+        // its place in the slot; the empty buffer nowhere.
+        let b = batches(
+            &[100, 0, 40, 600],
+            AllReduceAlgo::Auto,
+            limits(1 << 10, 1 << 20, 4 << 20),
+        );
+        let one_shot = Batch::Group {
+            algo: AllReduceAlgo::OneShot,
+            members: vec![0, 2, 3],
+            offsets: vec![0, 112, 160],
+        };
+        assert_eq!(b.unwrap(), vec![one_shot]);
+        // More than the one-shot takes: the two-shot, and a buffer above its limit alone,
+        // after the group.
         let bytes = [100, 0, 1 << 20, 40, 600, 2 << 20];
-        let b = batches(&bytes, AllReduceAlgo::Auto, 1 << 10, 4 << 20).unwrap();
-        // 100 and 40 and 600 round up to 112 + 48 + 608 = 768 bytes: one launch; the two
-        // large buffers each their own all-reduce, after it; the empty one nowhere.
+        let b = batches(
+            &bytes,
+            AllReduceAlgo::Auto,
+            limits(1 << 10, 1 << 20, 4 << 20),
+        );
         assert_eq!(
-            b,
+            b.unwrap(),
             vec![
                 Batch::Group {
-                    algo: AllReduceAlgo::OneShot,
-                    members: vec![0, 3, 4],
-                    offsets: vec![0, 112, 160],
+                    algo: AllReduceAlgo::TwoShot,
+                    members: vec![0, 2, 3, 4],
+                    offsets: vec![0; 4],
                 },
-                Batch::Single(2),
                 Batch::Single(5),
             ]
         );
@@ -365,11 +398,11 @@ mod tests {
     #[test]
     fn launches_hold_at_most_group_max_buffers_and_their_room() {
         let bytes = vec![16; 2 * GROUP_MAX + 3];
-        let b = batches(&bytes, AllReduceAlgo::TwoShot, 0, 0).unwrap();
+        let b = batches(&bytes, AllReduceAlgo::TwoShot, limits(0, 0, 0)).unwrap();
         let sizes: Vec<usize> = b.iter().map(|b| members(b).len()).collect();
         assert_eq!(sizes, [GROUP_MAX, GROUP_MAX, 3]);
         // Room for 3 buffers of 48 bytes per launch.
-        let b = batches(&[48; 7], AllReduceAlgo::OneShot, 0, 150).unwrap();
+        let b = batches(&[48; 7], AllReduceAlgo::OneShot, limits(0, 0, 150)).unwrap();
         let all: Vec<Vec<usize>> = b.iter().map(members).collect();
         assert_eq!(all, [vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
         // Every buffer once, in order.
@@ -379,9 +412,9 @@ mod tests {
 
     #[test]
     fn what_a_group_cannot_take_is_an_err() {
-        let e = batches(&[64, 4096], AllReduceAlgo::OneShot, 0, 1024).unwrap_err();
+        let e = batches(&[64, 4096], AllReduceAlgo::OneShot, limits(0, 0, 1024)).unwrap_err();
         assert!(e.to_string().contains("buffer 1"), "{e}");
-        let e = batches(&[64], AllReduceAlgo::LowLatency, 0, 1024).unwrap_err();
+        let e = batches(&[64], AllReduceAlgo::LowLatency, limits(0, 0, 1024)).unwrap_err();
         assert!(e.to_string().contains("Auto, OneShot or TwoShot"), "{e}");
     }
 

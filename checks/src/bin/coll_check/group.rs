@@ -199,7 +199,7 @@ fn refusals(shmem: &Nvshmem, coll: &Collectives) -> Result<()> {
 /// Every algorithm, operator and type over several groups, then replays and refusals.
 pub(crate) fn checks(c: &mut Checker, coll: &Collectives) {
     // More buffers than one launch takes; one empty; and, last, sizes from one element to
-    // past the one-shot threshold (Auto reduces those on their own).
+    // past the one-shot threshold (Auto then takes the two-shot).
     let many: Vec<usize> = (0..GROUP_MAX + 9).map(|k| 1 + (k * 131) % 997).collect();
     let groups: [(&str, Vec<usize>); 3] = [
         ("odd", vec![1, 7, 0, 8, 13, 1000, 4099]),
@@ -240,5 +240,21 @@ pub(crate) fn checks(c: &mut Checker, coll: &Collectives) {
             |s, seed| group_replay(s, coll, seed, algo),
         );
     }
+    // A buffer past the two-shot's limit: an all-reduce of its own, after the group.
+    let large = coll.thresholds().twoshot_max_bytes / 4 + 5;
+    c.check(
+        "all_reduce_group Auto, a buffer past the two-shot",
+        |s, seed| {
+            group_case::<f32>(
+                s,
+                coll,
+                seed,
+                ReduceOp::Sum,
+                AllReduceAlgo::Auto,
+                &[100, large, 7],
+                false,
+            )
+        },
+    );
     c.check("all_reduce_group refusals", |s, _| refusals(s, coll));
 }
