@@ -9,6 +9,7 @@
 //! [`wait`](GradientSync::wait) makes the backward stream wait for every bucket's sum. No
 //! host synchronisation anywhere, so a whole step can be captured in a CUDA graph.
 
+use crate::collectives::algo::type_and_op;
 use crate::collectives::{AllReduceAlgo, Collectives, Compression};
 use crate::element::{Element, ReduceOp};
 use crate::error::{Error, Result};
@@ -125,8 +126,9 @@ pub struct GradientSync<'c, T: Element> {
 
 impl<'c, T: Element> GradientSync<'c, T> {
     /// Gradients for parameters of `param_lens` elements (in the forward order), summed by
-    /// `coll` (collective). With a compression, `coll`'s workspace must hold its largest
-    /// bucket: [`compressed_workspace_bytes`](Self::compressed_workspace_bytes).
+    /// `coll` (collective): f32, f16, bf16 or i32, or f32 and bf16 with a compression. With a
+    /// compression, `coll`'s workspace must hold its largest bucket:
+    /// [`compressed_workspace_bytes`](Self::compressed_workspace_bytes).
     pub fn new(
         shmem: &Nvshmem,
         coll: &'c Collectives,
@@ -138,8 +140,11 @@ impl<'c, T: Element> GradientSync<'c, T> {
                 "GradSyncConfig::bucket_bytes must be at least 1 (25 MiB is the default)".into(),
             ));
         }
-        if let Some(c) = config.compression {
-            c.check(T::DTYPE)?;
+        match config.compression {
+            Some(c) => c.check(T::DTYPE)?,
+            None => {
+                type_and_op::<T>(ReduceOp::Sum, "gradient sync", "all_reduce")?;
+            }
         }
         let n = shmem.n_pes();
         let elem = std::mem::size_of::<T>();

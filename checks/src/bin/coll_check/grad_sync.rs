@@ -191,6 +191,11 @@ fn refusals(shmem: &Nvshmem, coll: &Collectives) -> Result<()> {
         "bf16 gradients sent as bf16",
         invalid,
     )?;
+    expect_err(
+        GradientSync::<u16>::new(shmem, coll, &PARAMS, GradSyncConfig::default()).map(|_| ()),
+        "u16 gradients",
+        |e| matches!(e, Error::TypeMismatch { .. }),
+    )?;
     let mut gs = GradientSync::<f32>::new(shmem, coll, &PARAMS, GradSyncConfig::default())?;
     let s = shmem.stream();
     expect_err(gs.wait(s), "a step with no parameter ready", invalid)?;
