@@ -9,8 +9,8 @@
 //! ```
 
 use nvshmem::tp::{Gemm, LinearShape};
-use nvshmem::{bf16, Collectives, DeviceBuffer, GradSyncConfig, GradientSync, Nvshmem, ReduceOp};
-
+use nvshmem::{bf16, Collectives, CollectivesConfig, DeviceBuffer, GradSyncConfig, GradientSync};
+use nvshmem::{Nvshmem, ReduceOp};
 #[path = "common/mlp_cpu.rs"]
 mod mlp_cpu;
 
@@ -53,11 +53,10 @@ fn same_on_every_pe(shmem: &Nvshmem, hash: u64) -> nvshmem::Result<bool> {
 fn run() -> nvshmem::Result<()> {
     let shmem = Nvshmem::init()?;
     let (me, n) = (shmem.my_pe(), shmem.n_pes());
-    let coll = Collectives::new(&shmem)?;
-    let buckets = GradSyncConfig {
-        bucket_bytes: 4 << 20,
-        ..Default::default()
-    };
+    let mut config = CollectivesConfig::for_pes(n);
+    config.max_blocks = Some(32); // room for the GEMMs beside the sync (see the README)
+    let coll = Collectives::with_config(&shmem, config)?;
+    let buckets = GradSyncConfig::buckets_of(4 << 20);
     let mut sync = GradientSync::<bf16>::new(&shmem, &coll, &[WIDTH * WIDTH; LAYERS], buckets)?;
     let (gemm, s) = (Gemm::new(&shmem)?, shmem.stream());
     let buf = |_| shmem.alloc_device::<bf16>(TOKENS * WIDTH);
@@ -137,10 +136,10 @@ fn run() -> nvshmem::Result<()> {
             (h ^ v.to_bits() as u64).wrapping_mul(0x100_0000_01b3)
         });
         let same_everywhere = same_on_every_pe(&shmem, hash)?;
-        let buckets = sync.buckets().len();
         println!(
-            "data_parallel: PE {me}/{n}: step {step}, {buckets} buckets: weights equal the \
-             single-GPU run: {same_as_reference}; the same on every PE: {same_everywhere}"
+            "data_parallel: PE {me}/{n}: step {step}, {} buckets: weights equal the single-GPU \
+             run: {same_as_reference}; the same on every PE: {same_everywhere}",
+            sync.buckets().len()
         );
         if !(same_as_reference && same_everywhere) {
             std::process::exit(1);

@@ -35,12 +35,24 @@ pub struct GradSyncConfig {
     pub compression: Option<Compression>,
 }
 
-impl Default for GradSyncConfig {
-    fn default() -> Self {
+impl GradSyncConfig {
+    /// Buckets of `bucket_bytes`, summed exactly (no compression).
+    ///
+    /// ```
+    /// let config = nvshmem::GradSyncConfig::buckets_of(4 << 20);
+    /// assert_eq!((config.bucket_bytes, config.compression), (4 << 20, None));
+    /// ```
+    pub fn buckets_of(bucket_bytes: usize) -> Self {
         GradSyncConfig {
-            bucket_bytes: DEFAULT_BUCKET_BYTES,
+            bucket_bytes,
             compression: None,
         }
+    }
+}
+
+impl Default for GradSyncConfig {
+    fn default() -> Self {
+        GradSyncConfig::buckets_of(DEFAULT_BUCKET_BYTES)
     }
 }
 
@@ -75,6 +87,11 @@ fn buckets(param_lens: &[usize], elem_bytes: usize, bucket_bytes: usize) -> Vec<
     out
 }
 
+/// The elements of the gradient buffer that the parameters `ps` span (zeros between them).
+fn span(params: &[Range<usize>], ps: &Range<usize>) -> Range<usize> {
+    params[ps.start].start..params[ps.end - 1].end
+}
+
 /// One bucket: its parameters, its elements of the gradient buffer, and its part of the
 /// error feedback (compressed).
 #[derive(Debug, Clone)]
@@ -99,7 +116,7 @@ struct Bucket {
 /// let shmem = nvshmem::Nvshmem::init()?;
 /// let coll = Collectives::new(&shmem)?;
 /// let params = [4096 * 4096, 4096, 4096 * 4096, 4096];
-/// let config = GradSyncConfig { bucket_bytes: 8 << 20, ..Default::default() };
+/// let config = GradSyncConfig::buckets_of(8 << 20);
 /// let mut sync = GradientSync::<bf16>::new(&shmem, &coll, &params, config)?;
 /// let stream = shmem.stream();
 /// for p in (0..params.len()).rev() {
@@ -118,10 +135,9 @@ pub struct GradientSync<'c, T: Element> {
     compression: Option<Compression>,
     feedback: Option<SymmetricBuffer<f32>>,
     side: Arc<CudaStream>,
-    /// This step: parameters not yet ready per bucket, which are, which buckets went.
+    /// This step: parameters not yet ready per bucket (0: the bucket went), and which are.
     waiting: Vec<usize>,
     marked: Vec<bool>,
-    launched: Vec<bool>,
 }
 
 impl<'c, T: Element> GradientSync<'c, T> {
@@ -157,7 +173,7 @@ impl<'c, T: Element> GradientSync<'c, T> {
             .enumerate()
         {
             bucket_of[ps.clone()].fill(b);
-            let elems = params[ps.start].start..params[ps.end - 1].end;
+            let elems = span(&params, &ps);
             let fb = config
                 .compression
                 .map_or(0, |c| c.feedback_len(elems.len(), n));
@@ -190,7 +206,6 @@ impl<'c, T: Element> GradientSync<'c, T> {
             coll,
             grads,
             marked: vec![false; params.len()],
-            launched: vec![false; out.len()],
             params,
             buckets: out,
             bucket_of,
@@ -217,7 +232,7 @@ impl<'c, T: Element> GradientSync<'c, T> {
         let (params, _) = layout(param_lens, elem);
         buckets(param_lens, elem, config.bucket_bytes.max(1))
             .into_iter()
-            .map(|ps| c.workspace_bytes(params[ps.end - 1].end - params[ps.start].start, n_pes))
+            .map(|ps| c.workspace_bytes(span(&params, &ps).len(), n_pes))
             .max()
             .unwrap_or(0)
     }
@@ -263,11 +278,9 @@ impl<'c, T: Element> GradientSync<'c, T> {
     /// once, as after a backward pass that did not overlap it.
     pub fn ready_all(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
         let left: Vec<usize> = (0..self.buckets.len())
-            .filter(|&b| !self.launched[b])
+            .filter(|&b| self.waiting[b] > 0)
             .collect();
-        for p in 0..self.params.len() {
-            self.marked[p] = true;
-        }
+        self.marked.fill(true);
         for &b in &left {
             self.waiting[b] = 0;
         }
@@ -289,7 +302,6 @@ impl<'c, T: Element> GradientSync<'c, T> {
         }
         join(stream, &self.side)?;
         self.marked.fill(false);
-        self.launched.fill(false);
         for (w, b) in self.waiting.iter_mut().zip(&self.buckets) {
             *w = b.params.len();
         }
@@ -321,11 +333,8 @@ impl<'c, T: Element> GradientSync<'c, T> {
     }
 
     /// All-reduce buckets `bs` on the side stream (which already waits for their data).
-    fn launch(&mut self, bs: &[usize]) -> Result<()> {
-        for &b in bs {
-            self.launched[b] = true;
-        }
-        let side = self.side.clone();
+    fn launch(&self, bs: &[usize]) -> Result<()> {
+        let side = &self.side;
         match (self.compression, self.feedback.as_ref()) {
             (Some(c), Some(fb)) => {
                 for &b in bs {
@@ -333,7 +342,7 @@ impl<'c, T: Element> GradientSync<'c, T> {
                     let view = self.grads.view(bucket.elems.clone());
                     let mut carry = fb.view(bucket.feedback.clone());
                     self.coll
-                        .all_reduce_compressed(&view, &view, c, Some(&mut carry), &side)?;
+                        .all_reduce_compressed(&view, &view, c, Some(&mut carry), side)?;
                 }
                 Ok(())
             }
@@ -342,13 +351,8 @@ impl<'c, T: Element> GradientSync<'c, T> {
                     .iter()
                     .map(|&b| self.grads.view(self.buckets[b].elems.clone()))
                     .collect();
-                self.coll.all_reduce_group(
-                    &views,
-                    &views,
-                    ReduceOp::Sum,
-                    AllReduceAlgo::Auto,
-                    &side,
-                )
+                self.coll
+                    .all_reduce_group(&views, &views, ReduceOp::Sum, AllReduceAlgo::Auto, side)
             }
         }
     }

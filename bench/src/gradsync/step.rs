@@ -11,6 +11,9 @@
 //! and once per model `one call`, our all-reduce of the whole gradient buffer at once (the
 //! bandwidth a sync could reach). Exposed communication = step - compute.
 //!
+//! Our calls here run with `CollectivesConfig::max_blocks` = 32, as a sync beside other
+//! kernels needs.
+//!
 //! Checked after the timed replays on every PE: `sync ours` and `step ours` must equal the
 //! sum in PE order (in f32, rounded once) of every PE's gradients from `compute` bit for
 //! bit, `compute` its own gradients, and NCCL's rows that sum within 2n bf16 roundings.
@@ -27,6 +30,7 @@ use half::bf16;
 use nvshmem::tp::{Gemm, LinearShape};
 use nvshmem::SymmetricView;
 use nvshmem::{AllReduceAlgo, DeviceBuffer, GradSyncConfig, GradientSync, ReduceOp};
+use nvshmem::{Collectives, CollectivesConfig};
 use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::Arc;
@@ -35,6 +39,8 @@ use std::sync::Arc;
 pub const STEP_TEST: &str = "gradsync-step";
 /// Data key (`data::key`).
 const K_STEP: u64 = 74;
+/// Blocks of our collectives' calls in these rows (`CollectivesConfig::max_blocks`).
+pub const STEP_MAX_BLOCKS: usize = 32;
 
 /// A model: its layers' (output, input) features, tokens per PE, and bucket sizes.
 pub struct Model {
@@ -135,6 +141,15 @@ struct Run<'a> {
 }
 
 pub fn run(ctx: &Ctx, timer: &mut Timer, results: &mut Results) -> Result<()> {
+    // The sync runs beside the GEMMs' stream: its kernels leave them room (README, "When
+    // something goes wrong"), as examples/data_parallel.rs does.
+    let mut config = CollectivesConfig::for_pes(ctx.shmem.n_pes());
+    config.max_blocks = Some(STEP_MAX_BLOCKS);
+    let coll = Arc::new(Collectives::with_config(ctx.shmem, config)?);
+    let ctx = &Ctx {
+        collectives: &coll,
+        ..*ctx
+    };
     for model in models() {
         for (i, &bucket) in model.buckets.iter().enumerate() {
             timing::step(format!(

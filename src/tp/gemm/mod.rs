@@ -354,7 +354,7 @@ impl Gemm {
             w.device_addr(stream),
         );
         // SAFETY: the lengths were checked against the shape.
-        unsafe { self.backward(Product::InputGrad, (c, k), b, a, shape, stream) }
+        unsafe { self.backward(Product::InputGrad, c, b, a, shape, stream) }
     }
 
     /// The weight gradient of [`linear`](Self::linear) on `stream`: `dw = dyᵀ · x`, with `dy`
@@ -381,18 +381,18 @@ impl Gemm {
             x.device_addr(stream),
         );
         // SAFETY: the lengths were checked against the shape.
-        unsafe { self.backward(Product::WeightGrad, (c, k), b, a, shape, stream) }
+        unsafe { self.backward(Product::WeightGrad, c, b, a, shape, stream) }
     }
 
     /// A backward product by cuBLASLt's heuristic plan, ordered after this `Gemm`'s last call.
     ///
     /// # Safety
-    /// `c` (with rows `ldc` apart), `b` and `a` must hold the product's operands (see
-    /// [`Product`]), valid until the call has run on `stream`.
+    /// `c`, `b` and `a` must hold the product's operands (see [`Product`]; both products'
+    /// outputs have rows of `k`), valid until the call has run on `stream`.
     unsafe fn backward(
         &self,
         product: Product,
-        (c, ldc): (u64, usize),
+        c: u64,
         b: u64,
         a: u64,
         shape: LinearShape,
@@ -408,7 +408,7 @@ impl Gemm {
         let key = Key {
             product,
             shape,
-            ldy: ldc,
+            ldy: shape.k,
             align: common_alignment(&[
                 a,
                 b,

@@ -251,16 +251,25 @@ fn refusals(shmem: &Nvshmem, coll: &Collectives, plain: &Collectives) -> Result<
     )
 }
 
+/// A `Collectives` (collective) whose workspace holds compressed calls of `bytes`
+/// ([`Compression::workspace_bytes`]).
+pub(crate) fn with_compressed_bytes(shmem: &Nvshmem, bytes: usize) -> Result<Collectives> {
+    let mut config = CollectivesConfig::for_pes(shmem.n_pes());
+    config.workspace.compressed_bytes = bytes;
+    Collectives::with_config(shmem, config)
+}
+
+/// A `Collectives` with room for every format of [`FORMATS`] up to [`MAX_LEN`] elements.
+pub(crate) fn with_room(shmem: &Nvshmem) -> Result<Collectives> {
+    let n = shmem.n_pes();
+    let bytes = FORMATS.iter().map(|f| f.workspace_bytes(MAX_LEN, n)).max();
+    with_compressed_bytes(shmem, bytes.unwrap_or(0))
+}
+
 pub(crate) fn checks(c: &mut Checker, plain: &Collectives) {
     let shmem = c.shmem.clone();
     let n = shmem.n_pes();
-    let mut config = CollectivesConfig::for_pes(n);
-    config.workspace.compressed_bytes = FORMATS
-        .iter()
-        .map(|f| f.workspace_bytes(MAX_LEN, n))
-        .max()
-        .unwrap_or(0);
-    let coll = match Collectives::with_config(&shmem, config) {
+    let coll = match with_room(&shmem) {
         Ok(coll) => coll,
         Err(e) => {
             c.check(

@@ -4,10 +4,11 @@
 //! bucket), for several steps and in a replayed graph; and the misuse it refuses.
 
 use nvshmem::collectives::compressed::model;
-use nvshmem::collectives::{CollectivesConfig, Compression};
+use nvshmem::collectives::Compression;
 use nvshmem::{bf16, Collectives, Error, GradSyncConfig, GradientSync, Nvshmem, ReduceOp, Result};
 use nvshmem_checks::graph::capture;
 
+use crate::compressed::with_compressed_bytes;
 use crate::harness::{compare, cuda, expect_err, sync, Checker};
 use crate::reference::{inputs, reference, Reducible};
 
@@ -227,8 +228,7 @@ pub(crate) fn checks(c: &mut Checker, coll: &Collectives) {
     let shmem = c.shmem.clone();
     let n = shmem.n_pes();
     let formats = [Compression::Int8 { block: 128 }, Compression::Fp16];
-    let mut config = CollectivesConfig::for_pes(n);
-    config.workspace.compressed_bytes = formats
+    let bytes = formats
         .iter()
         .map(|&f| {
             GradientSync::<f32>::compressed_workspace_bytes(
@@ -242,7 +242,7 @@ pub(crate) fn checks(c: &mut Checker, coll: &Collectives) {
         })
         .max()
         .unwrap_or(0);
-    let compressed = match Collectives::with_config(&shmem, config) {
+    let compressed = match with_compressed_bytes(&shmem, bytes) {
         Ok(c) => c,
         Err(e) => {
             c.check(

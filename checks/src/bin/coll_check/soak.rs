@@ -3,8 +3,8 @@
 //! it runs and prints.
 
 use nvshmem::{
-    bf16, f16, AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives,
-    CollectivesConfig, DataType, Error, Nvshmem, ReduceOp, ReduceScatterAlgo, Result,
+    bf16, f16, AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives, DataType,
+    Error, Nvshmem, ReduceOp, ReduceScatterAlgo, Result,
 };
 use std::time::{Duration, Instant};
 
@@ -41,13 +41,7 @@ fn free_memory(shmem: &Nvshmem) -> Result<usize> {
 pub(crate) fn soak(shmem: &Nvshmem, coll: &Collectives, time: Duration) -> bool {
     let me = shmem.my_pe();
     // A second Collectives, with room for compressed calls of up to MAX_LEN elements.
-    let mut config = CollectivesConfig::for_pes(shmem.n_pes());
-    config.workspace.compressed_bytes = FORMATS
-        .iter()
-        .map(|f| f.workspace_bytes(MAX_LEN, shmem.n_pes()))
-        .max()
-        .unwrap_or(0);
-    let squeezed = match Collectives::with_config(shmem, config) {
+    let squeezed = match compressed::with_room(shmem) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("PE {me}: soak: a Collectives with a compressed workspace: {e}");
