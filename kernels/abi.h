@@ -9,6 +9,7 @@
 // Structures users' kernels also see (kernels/include, on their include path).
 #include "nvshmem_rs/channel.h"
 #include "nvshmem_rs/pool.h"
+#include "nvshmem_rs/map.h"
 
 // ---- our collectives' workspace (src/collectives, kernels/collectives) -------------------
 

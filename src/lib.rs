@@ -88,6 +88,7 @@ mod diag;
 pub mod element;
 pub mod error;
 pub mod grad_sync;
+pub mod map;
 pub mod memory;
 pub mod module;
 mod order;
@@ -113,6 +114,7 @@ pub use element::{AtomicElement, AtomicInteger, DataType, Element, ReduceOp};
 pub use error::{ChannelWait, Error, HeapLimit, Result};
 pub use grad_sync::{GradSyncConfig, GradientSync};
 pub use half::{bf16, f16};
+pub use map::{MapConfig, MapStatus, SymmetricMap};
 pub use memory::{DeviceBuffer, DeviceMemory, SymmetricBuffer, SymmetricView};
 pub use nvshmem_sys as sys;
 pub use pool::{PageId, PagePool, PagePoolConfig};
@@ -138,6 +140,8 @@ mod doc_snippets {
     struct Channels;
     #[doc = include_str!("../docs/page-pool.md")]
     struct PagePool;
+    #[doc = include_str!("../docs/map.md")]
+    struct Map;
     #[doc = include_str!("../docs/launching.md")]
     struct Launching;
     #[doc = include_str!("../docs/errors.md")]

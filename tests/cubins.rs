@@ -64,6 +64,22 @@ fn pool_cubin_has_the_page_pool_kernels() {
     );
 }
 
+#[test]
+fn map_cubin_has_the_map_kernels() {
+    check_set(
+        &nvshmem::cubins::MAP,
+        &[
+            "map_insert_warps",
+            "map_insert_blocks",
+            "map_lookup_warps",
+            "map_lookup_blocks",
+            "map_remove_warps",
+            "map_count_slots",
+        ]
+        .map(String::from),
+    );
+}
+
 /// The crate's own cubin sets: the tensor-parallel one with the `tp` feature.
 fn library_sets() -> Vec<&'static CubinSet> {
     #[allow(unused_mut)]
@@ -72,6 +88,7 @@ fn library_sets() -> Vec<&'static CubinSet> {
         &nvshmem::cubins::ATOMICS,
         &nvshmem::cubins::CHANNEL,
         &nvshmem::cubins::POOL,
+        &nvshmem::cubins::MAP,
     ];
     #[cfg(feature = "tp")]
     sets.push(&nvshmem::cubins::TP);
@@ -82,7 +99,7 @@ fn library_sets() -> Vec<&'static CubinSet> {
 fn the_library_ships_only_library_kernels() {
     // Demos and benchmark kernels live in their own crates (bench/).
     let names: Vec<&str> = library_sets().iter().map(|s| s.name()).collect();
-    let mut want = vec!["collectives", "atomics", "channel", "pool"];
+    let mut want = vec!["collectives", "atomics", "channel", "pool", "map"];
     if cfg!(feature = "tp") {
         want.push("tp");
     }
@@ -99,6 +116,7 @@ fn the_library_ships_only_library_kernels() {
             "atomics.cu",
             "channel.cu",
             "collectives.cu",
+            "map.cu",
             "pool.cu",
             "tp.cu"
         ]

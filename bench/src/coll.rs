@@ -635,16 +635,7 @@ fn point<T: BenchElem>(
                     return Ok(record);
                 }
             };
-            for _ in 0..warm.div_ceil(graph_ops).max(1) {
-                graph.launch().cuda("cuGraphLaunch")?;
-            }
-            timer.time_each(
-                stream,
-                iters,
-                graph_ops,
-                |_| Ok(()),
-                |_| graph.launch().cuda("cuGraphLaunch"),
-            )?
+            timer.time_graph(stream, &graph, warm, iters, graph_ops)?
         }
     };
 

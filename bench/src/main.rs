@@ -17,6 +17,8 @@ mod env;
 mod error;
 mod floor;
 mod gradsync;
+mod kv_transfer;
+mod map;
 mod nccl;
 mod norm;
 mod p2p;
@@ -33,7 +35,8 @@ mod tp;
 #[path = "../../tests/support/cubin_set.rs"]
 mod cubin_set;
 
-/// This crate's kernels (kernels/bench_p2p.cu, floor.cu, pipeline.cu), built by build.rs.
+/// This crate's kernels (kernels/bench_p2p.cu, floor.cu, pipeline.cu, map_bench.cu), built by
+/// build.rs.
 mod kernels {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
@@ -397,6 +400,33 @@ fn run(shmem: &Nvshmem, cfg: &Config, cublasmp_version: Option<String>) -> Resul
             progress: &progress,
         };
         pool::run(&ctx, &mut timer, &mut results)?;
+    }
+    if cfg.tests.map {
+        let module = Guard::new(Module::load(shmem, &kernels::MAP_BENCH)?);
+        let chain = map::chain_function(&module)?;
+        let ctx = map::Ctx {
+            shmem,
+            coord: &coord,
+            cfg,
+            stream: &stream,
+            progress: &progress,
+            chain: &chain,
+        };
+        map::run(&ctx, &mut timer, &mut results)?;
+    }
+    if cfg.tests.kv_transfer {
+        let ctx = kv_transfer::Ctx {
+            shmem,
+            coord: &coord,
+            cfg,
+            stream: &stream,
+            progress: &progress,
+            nccl: match cfg.has_impl(Impl::Nccl) {
+                true => nccl.as_deref(),
+                false => None,
+            },
+        };
+        kv_transfer::run(&ctx, &mut timer, &mut results)?;
     }
 
     timing::step("finishing");

@@ -191,23 +191,15 @@ fn row(
         .copy_from_host(&data::bytes(key, me, POOL_PAGES * page_bytes))?;
     ctx.coord.barrier()?;
 
-    let mut record = Record {
-        test: POOL_TEST.into(),
-        variant: variant(page_bytes, source),
-        implementation: source.name().into(),
-        mode: Mode::Graph.name().into(),
-        dtype: "bytes".into(),
+    let mut record = Record::bytes_row(
+        POOL_TEST,
+        variant(page_bytes, source),
+        source.name(),
+        Mode::Graph,
         bytes,
         count,
-        n_pes: n,
-        time_us: None,
-        algbw_gbs: None,
-        busbw_gbs: None,
-        status: Status::Ok,
-        check: "ok".into(),
-        tp: None,
-        pipeline: None,
-    };
+        n,
+    );
     let mut problem = None;
     if me == 0 {
         let ids = pages_of(source, count, me, n, peer, key);
@@ -246,18 +238,8 @@ fn row(
                     )
                 }
                 .cuda("cuMemsetD8Async")?;
-                timing::step(format!("{what}: warm-up"));
-                for _ in 0..warm.div_ceil(graph_ops).max(1) {
-                    graph.launch().cuda("cuGraphLaunch")?;
-                }
-                timing::step(format!("{what}: timed replays"));
-                let samples = timer.time_each(
-                    stream,
-                    iters,
-                    graph_ops,
-                    |_| Ok(()),
-                    |_| graph.launch().cuda("cuGraphLaunch"),
-                )?;
+                timing::step(format!("{what}: warm-up and timed replays"));
+                let samples = timer.time_graph(stream, &graph, warm, iters, graph_ops)?;
                 timing::step(format!("{what}: checking"));
                 let mismatch =
                     data::compare_plain(&dst.to_vec()?, &expected(key, &ids, page_bytes));

@@ -63,6 +63,30 @@ impl Timer {
     }
 }
 
+impl Timer {
+    /// `graph` (of `graph_ops` operations) replayed for a warm-up of `warm` operations (whole
+    /// graphs, at least one), then `iters` times, each timed: microseconds per operation.
+    pub fn time_graph(
+        &mut self,
+        stream: &CudaStream,
+        graph: &CudaGraph,
+        warm: usize,
+        iters: usize,
+        graph_ops: usize,
+    ) -> Result<Vec<f64>> {
+        for _ in 0..warm.div_ceil(graph_ops).max(1) {
+            graph.launch().cuda("cuGraphLaunch")?;
+        }
+        self.time_each(
+            stream,
+            iters,
+            graph_ops,
+            |_| Ok(()),
+            |_| graph.launch().cuda("cuGraphLaunch"),
+        )
+    }
+}
+
 /// Capture `ops` calls of `op` on `stream` into an instantiated, uploaded CUDA graph.
 /// Errors come back as text (capture problems are reported, not fatal).
 pub fn capture(

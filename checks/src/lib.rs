@@ -1,13 +1,14 @@
 //! Pieces the check programs share: seeded random data, CUDA-graph capture and the kernels
-//! the pipeline and page-pool checks launch (built like a user's, from the device headers).
+//! the pipeline, page-pool and map checks launch (built like a user's, from the device headers).
 
 use nvshmem::Nvshmem;
 
 pub mod graph;
 #[path = "../../examples/common/splitmix.rs"]
 pub mod splitmix;
+pub mod tally;
 
-/// The checks' own cubins (`PIPELINE_STAGE`, `KV_POOL_DEVICE`), from build.rs.
+/// The checks' own cubins (`PIPELINE_STAGE`, `KV_POOL_DEVICE`, `MAP_DEVICE`), from build.rs.
 pub mod kernels {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }

@@ -9,7 +9,8 @@ use nvshmem_checks::kernels;
 
 #[test]
 fn users_kernels_build_against_the_device_headers() {
-    // They include <nvshmem_rs/channel.cuh> and <nvshmem_rs/pool.cuh> from the exported
+    // They include <nvshmem_rs/channel.cuh>, <nvshmem_rs/pool.cuh> and <nvshmem_rs/map.cuh>
+    // from the exported
     // header folder.
     check_set(&kernels::PIPELINE_STAGE, &["pipeline_stage"]);
     check_set(
@@ -19,6 +20,15 @@ fn users_kernels_build_against_the_device_headers() {
             "kv_device_free_race",
             "kv_device_produce",
             "kv_device_stale_free",
+        ],
+    );
+    check_set(
+        &kernels::MAP_DEVICE,
+        &[
+            "map_device_bad",
+            "map_device_insert",
+            "map_device_lookup",
+            "map_device_remove",
         ],
     );
 }

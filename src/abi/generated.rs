@@ -11,6 +11,19 @@ pub const POOL_PE_BITS: u32 = 16;
 pub const POOL_GENERATION_BITS: u32 = 20;
 pub const POOL_MAX_PAGES: u32 = 268435456;
 pub const POOL_MAX_PES: u32 = 65535;
+pub const MAP_EMPTY_KEY: i32 = -1;
+pub const MAP_REMOVED_KEY: i32 = -2;
+pub const MAP_BUSY_KEY: i32 = -3;
+pub const MAP_FIRST_RESERVED_KEY: i32 = -3;
+pub const MAP_VALUE_ALIGN: u32 = 16;
+pub const MAP_MAX_VALUE_BYTES: u32 = 65536;
+pub const MAP_MAX_SLOTS: u32 = 2147483647;
+pub const MAP_DONE: u32 = 0;
+pub const MAP_ABSENT: u32 = 1;
+pub const MAP_EXISTS: u32 = 2;
+pub const MAP_FULL: u32 = 3;
+pub const MAP_RESERVED: u32 = 4;
+pub const MAP_TOO_LARGE: u32 = 5;
 pub const COLL_MAX_BLOCKS: u32 = 512;
 pub const COLL_MAX_PES: u32 = 64;
 pub const COLL_FLAG_SETS: u32 = 5;
@@ -289,6 +302,56 @@ const _: () = {
     ][::std::mem::offset_of!(nvshmem_rs_pool, n_pes) - 52usize];
 };
 impl Default for nvshmem_rs_pool {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+/// A symmetric hash map: `slots` key words and `slots` values of `value_bytes` on every PE.
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct nvshmem_rs_map {
+    /** Symmetric, slots words: on PE p, word i is slot i's key (or a reserved word), changed
+ only by NVSHMEM atomics.*/
+    pub keys: *mut u64,
+    /// Symmetric, slots * value_bytes: slot i's value is values + i * value_bytes.
+    pub values: *mut ::std::os::raw::c_char,
+    /// Bytes of a value, a positive multiple of MAP_VALUE_ALIGN, at most MAP_MAX_VALUE_BYTES.
+    pub value_bytes: u64,
+    /// Slots each PE holds, at least 1 and at most MAP_MAX_SLOTS.
+    pub slots: u32,
+    /// This PE.
+    pub my_pe: i32,
+    /// The number of PEs.
+    pub n_pes: i32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of nvshmem_rs_map"][::std::mem::size_of::<nvshmem_rs_map>() - 40usize];
+    ["Alignment of nvshmem_rs_map"][::std::mem::align_of::<nvshmem_rs_map>() - 8usize];
+    [
+        "Offset of field: nvshmem_rs_map::keys",
+    ][::std::mem::offset_of!(nvshmem_rs_map, keys) - 0usize];
+    [
+        "Offset of field: nvshmem_rs_map::values",
+    ][::std::mem::offset_of!(nvshmem_rs_map, values) - 8usize];
+    [
+        "Offset of field: nvshmem_rs_map::value_bytes",
+    ][::std::mem::offset_of!(nvshmem_rs_map, value_bytes) - 16usize];
+    [
+        "Offset of field: nvshmem_rs_map::slots",
+    ][::std::mem::offset_of!(nvshmem_rs_map, slots) - 24usize];
+    [
+        "Offset of field: nvshmem_rs_map::my_pe",
+    ][::std::mem::offset_of!(nvshmem_rs_map, my_pe) - 28usize];
+    [
+        "Offset of field: nvshmem_rs_map::n_pes",
+    ][::std::mem::offset_of!(nvshmem_rs_map, n_pes) - 32usize];
+};
+impl Default for nvshmem_rs_map {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
         unsafe {

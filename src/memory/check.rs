@@ -39,6 +39,7 @@ pub(crate) enum SetUp {
     SyncAll = 6,
     /// Every PE zeroed its copy of a `calloc` buffer.
     Zeroed = 7,
+    SymmetricMap = 8,
 }
 
 impl SetUp {
@@ -51,6 +52,7 @@ impl SetUp {
             5 => "a barrier_all",
             6 => "a sync_all",
             7 => "a calloc's zeroing",
+            8 => "SymmetricMap::new",
             _ => "a constructor",
         }
     }

@@ -4,6 +4,7 @@ mod check;
 mod device;
 mod interop;
 mod mapped;
+mod round_trip;
 mod view;
 
 pub use device::DeviceBuffer;
@@ -20,6 +21,7 @@ use check::{CheckKind, Proposal, Refusal};
 use cudarc::driver::CudaStream;
 pub(crate) use mapped::MappedRecord;
 use nvshmem_sys as sys;
+pub(crate) use round_trip::round_trip;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -78,7 +78,7 @@ pub use layout::{PageId, NO_PAGE};
 use crate::cubins::POOL;
 use crate::element::Element;
 use crate::error::{CudaResultExt, Error, Result};
-use crate::memory::{DeviceMemory, SetUp, SymmetricBuffer, SymmetricView};
+use crate::memory::{round_trip, DeviceMemory, SetUp, SymmetricBuffer, SymmetricView};
 use crate::module::{grid, Function, KernelArgs, Module};
 use crate::runtime::Nvshmem;
 use cudarc::driver::{result as cu, CudaStream};
@@ -689,40 +689,14 @@ impl PagePool {
         })
     }
 
-    /// On the pool's stream: `input` to device memory, `launch(input, output)`, `out_len`
-    /// words of output back; waits. The memory is this call's own, so host calls from
-    /// several threads do not meet.
+    /// [`round_trip`] on the pool's stream.
     fn round_trip(
         &self,
         input: &[u64],
         out_len: usize,
         launch: impl FnOnce(u64, u64) -> Result<()>,
     ) -> Result<Vec<u64>> {
-        self.shmem.bind_context()?;
-        let s = self.stream.cu_stream();
-        let words = (input.len() + out_len).max(1);
-        // SAFETY: memory of this call on the pool's stream, freed after its last use there.
-        let base = unsafe { cu::malloc_async(s, 8 * words) }.during("cuMemAllocAsync")?;
-        let out_ptr = base + 8 * input.len() as u64;
-        let mut out = vec![0u64; out_len];
-        let result = (|| {
-            if !input.is_empty() {
-                // SAFETY: `input` fits the allocation's first words.
-                unsafe { cu::memcpy_htod_async(base, input, s) }.during("cuMemcpyHtoDAsync")?;
-            }
-            launch(base, out_ptr)?;
-            if out_len > 0 {
-                // SAFETY: `out` has out_len words, the allocation's last; waited for below.
-                unsafe { cu::memcpy_dtoh_async(&mut out, out_ptr, s) }
-                    .during("cuMemcpyDtoHAsync")?;
-            }
-            Ok(())
-        })();
-        // SAFETY: enqueued after every use above.
-        let freed = unsafe { cu::free_async(base, s) }.during("cuMemFreeAsync");
-        let synced = self.stream.synchronize().during("cuStreamSynchronize");
-        result.and(freed).and(synced)?;
-        Ok(out)
+        round_trip(&self.shmem, &self.stream, input, out_len, launch)
     }
 }
 

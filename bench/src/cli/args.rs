@@ -74,6 +74,12 @@ pub enum TestName {
     /// Page-pool gathers (nvshmem::pool::PagePool) of 1, 16, 256 pages of 16 and 64 KiB from
     /// one peer, all peers and locally
     Pool,
+    /// The symmetric map (nvshmem::map::SymmetricMap): lookup latency from a kernel, batched
+    /// lookups of 1, 1 Ki, 1 Mi keys against a local copy, and inserts
+    Map,
+    /// The KV-cache hand-off of disaggregated serving: a request's pages of PE 0's page pool
+    /// pulled by --peer, against NCCL send/recv of the same pages and a put of the same bytes
+    KvTransfer,
     /// Every collective and point-to-point test (not tp or pipeline, which need cuBLASLt and
     /// weights on every GPU: add them with --tests all,tp,pipeline)
     All,

@@ -50,6 +50,8 @@ pub struct Tests {
     pub norm: bool,
     pub gradsync: bool,
     pub pool: bool,
+    pub map: bool,
+    pub kv_transfer: bool,
 }
 
 impl Tests {
@@ -75,6 +77,8 @@ impl Tests {
                 TestName::Norm => t.norm = true,
                 TestName::Gradsync => t.gradsync = true,
                 TestName::Pool => t.pool = true,
+                TestName::Map => t.map = true,
+                TestName::KvTransfer => t.kv_transfer = true,
                 TestName::P2p | TestName::All => {
                     t.p2p_latency = true;
                     t.p2p_signal = true;
@@ -85,6 +89,8 @@ impl Tests {
                     if *name == TestName::All {
                         t.channel = true;
                         t.pool = true;
+                        t.map = true;
+                        t.kv_transfer = true;
                         t.floor = true;
                         t.allreduce = true;
                         t.allgather = true;
@@ -307,6 +313,7 @@ impl Config {
                 || self.tests.pipeline
                 || self.tests.norm
                 || self.tests.gradsync
+                || self.tests.kv_transfer
                 || self.tests.tp))
             || self.needs_cublasmp()
     }

@@ -147,6 +147,28 @@ PAGE POOL (--tests pool; part of all)
   bytes / time. Check: every row writes fresh random bytes into every PE's pages, PE 0's
   destination is poisoned before the replays and must hold the pages' bytes afterwards.
 
+SYMMETRIC MAP (--tests map; part of all)
+  nvshmem::map::SymmetricMap, by PE 0. Latency: one warp of a kernel looks up 256 keys of
+  64-byte values one after another (each key depends on the value before), held by PE 0
+  (local owner) and by --peer (remote owner); time = per lookup. Batches: lookup_batch of 1,
+  1 Ki and 1 Mi keys of every PE, values of 64 B, 1 KiB and 16 KiB, against a
+  device-to-device copy of the same bytes (local copy), in CUDA graphs. Inserts:
+  insert_batch of 1 Ki and 1 Mi keys of 64 B and 1 KiB, each after an untimed remove_batch.
+  Maps larger than 512 MiB a PE are skipped with a note. Check: every case's map is filled
+  with fresh random values; every status must be Done and every looked-up value equal the
+  one inserted.
+
+KV HAND-OFF (--tests kv-transfer; part of all)
+  Disaggregated serving's hand-off: PE 0 (prefill) holds a request's pages at random places
+  of its PagePool, and --peer (decode) takes them into one contiguous buffer. Requests of 1,
+  4, 16, 64 and 256 pages of 16 KiB and 64 KiB, each moved three ways, one launch per
+  request: pool pull (PagePool::gather_device on the decode PE), nccl (ncclSend of each page
+  and ncclRecv of each into place, one group per request a side), and put (put_on_stream of
+  the same bytes from a contiguous region, then quiet_on_stream: the pair's one-way put
+  bandwidth). Time = median per request on the side that finishes it. Check: fresh random
+  pages on PE 0 in every row; the decode PE's destination is poisoned first and must hold
+  the request's bytes afterwards.
+
 TENSOR-PARALLEL MLP (--tests tp; not part of `all`: name it, e.g. --tests all,tp)
   A Llama MLP forward, y = down(SiLU(x gate^T) * (x up^T)) in bf16, with the FFN features
   sharded over every PE (tensor-parallel degree = PEs), for each --tp-shapes shape (8b: hidden

@@ -4,6 +4,8 @@ mod collective;
 mod files;
 mod floor;
 mod gradsync;
+mod kv_transfer;
+mod map;
 mod matrix;
 mod norm;
 mod p2p;
@@ -12,11 +14,13 @@ mod pool;
 mod table;
 mod tp;
 
-use crate::cli::{format_size, Config};
+use crate::cli::{format_size, Config, Mode};
 use crate::stats::Summary;
 use collective::collective_tables;
 use floor::floor_tables;
 use gradsync::{gradsync_tables, step_tables};
+use kv_transfer::kv_tables;
+use map::map_tables;
 use matrix::matrix_tables;
 use norm::{block_tables, norm_tables};
 use p2p::p2p_tables;
@@ -130,6 +134,35 @@ pub struct TpFigures {
 }
 
 impl Record {
+    /// A row of bytes moved (`dtype` `bytes`), not timed yet, its check `ok`.
+    pub fn bytes_row(
+        test: &str,
+        variant: String,
+        implementation: &str,
+        mode: Mode,
+        bytes: usize,
+        count: usize,
+        n_pes: usize,
+    ) -> Record {
+        Record {
+            test: test.into(),
+            variant,
+            implementation: implementation.into(),
+            mode: mode.name().into(),
+            dtype: "bytes".into(),
+            bytes,
+            count,
+            n_pes,
+            time_us: None,
+            algbw_gbs: None,
+            busbw_gbs: None,
+            status: Status::Ok,
+            check: "ok".into(),
+            tp: None,
+            pipeline: None,
+        }
+    }
+
     pub fn median_us(&self) -> Option<f64> {
         self.time_us.map(|s| s.median)
     }
@@ -217,6 +250,12 @@ pub fn render_tables(results: &Results, cfg: &Config) -> String {
         s.push_str(&t.render());
     }
     for t in pool_tables(&results.records) {
+        s.push_str(&t.render());
+    }
+    for t in map_tables(&results.records) {
+        s.push_str(&t.render());
+    }
+    for t in kv_tables(&results.records) {
         s.push_str(&t.render());
     }
     for t in pipeline_tables(&results.records) {

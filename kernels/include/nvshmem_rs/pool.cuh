@@ -25,6 +25,7 @@
 #include <nvshmemx.h>
 #include <stdint.h>
 
+#include "copy.cuh"
 #include "pool.h"
 
 namespace nvshmem_rs {
@@ -173,73 +174,25 @@ __device__ inline uint64_t pool_table_read(const nvshmem_rs_pool &pool, int32_t 
     return id;
 }
 
-namespace detail {
-
-// Copy `bytes` from src to dst by `size` threads of rank `rank`: 16-byte vectors when both
-// addresses and the length allow (four loads in flight per thread), bytes otherwise. Loads
-// bypass L1, so that a page rewritten by a peer is not read from a stale line.
-__device__ __forceinline__ void pool_copy(char *dst, const char *src, uint64_t bytes, uint32_t rank,
-                                          uint32_t size) {
-    if ((((uintptr_t)dst | (uintptr_t)src | bytes) & 15) == 0) {
-        uint4 *d = (uint4 *)dst;
-        const uint4 *s = (const uint4 *)src;
-        const uint64_t n = bytes / 16;
-        uint64_t i = rank;
-        for (; i + 3 * (uint64_t)size < n; i += 4 * (uint64_t)size) {
-            const uint4 a = __ldcg(s + i), b = __ldcg(s + i + size);
-            const uint4 c = __ldcg(s + i + 2 * size), e = __ldcg(s + i + 3 * size);
-            d[i] = a;
-            d[i + size] = b;
-            d[i + 2 * size] = c;
-            d[i + 3 * size] = e;
-        }
-        for (; i < n; i += size) d[i] = __ldcg(s + i);
-    } else {
-        for (uint64_t i = rank; i < bytes; i += size) dst[i] = __ldcg(src + i);
-    }
-}
-
-}  // namespace detail
-
 // Copy `bytes` at symmetric address `sym` of PE `pe` into local `dst`, by every thread of the
 // block (each must call it with the same arguments).
 __device__ inline void pool_get_block(char *dst, const char *sym, uint64_t bytes, int32_t pe) {
-    const char *src = (const char *)nvshmem_ptr(sym, pe);
-    if (src == nullptr) {
-        nvshmemx_getmem_block(dst, sym, bytes, pe);
-    } else {
-        detail::pool_copy(dst, src, bytes, threadIdx.x, blockDim.x);
-    }
+    detail::get_bytes<detail::Group::Block>(dst, sym, bytes, pe);
 }
 
 // Copy `bytes` of local `src` to symmetric address `sym` of PE `pe`, by every thread of the
 // block; complete at `pe` once pool_quiet_block (or nvshmem_quiet) has run.
 __device__ inline void pool_put_block(char *sym, const char *src, uint64_t bytes, int32_t pe) {
-    char *dst = (char *)nvshmem_ptr(sym, pe);
-    if (dst == nullptr) {
-        nvshmemx_putmem_block(sym, src, bytes, pe);
-    } else {
-        detail::pool_copy(dst, src, bytes, threadIdx.x, blockDim.x);
-    }
+    detail::put_bytes<detail::Group::Block>(sym, src, bytes, pe);
 }
 
 // The warp forms: every lane of the warp calls with the same arguments.
 __device__ inline void pool_get_warp(char *dst, const char *sym, uint64_t bytes, int32_t pe) {
-    const char *src = (const char *)nvshmem_ptr(sym, pe);
-    if (src == nullptr) {
-        nvshmemx_getmem_warp(dst, sym, bytes, pe);
-    } else {
-        detail::pool_copy(dst, src, bytes, threadIdx.x % warpSize, warpSize);
-    }
+    detail::get_bytes<detail::Group::Warp>(dst, sym, bytes, pe);
 }
 
 __device__ inline void pool_put_warp(char *sym, const char *src, uint64_t bytes, int32_t pe) {
-    char *dst = (char *)nvshmem_ptr(sym, pe);
-    if (dst == nullptr) {
-        nvshmemx_putmem_warp(sym, src, bytes, pe);
-    } else {
-        detail::pool_copy(dst, src, bytes, threadIdx.x % warpSize, warpSize);
-    }
+    detail::put_bytes<detail::Group::Warp>(sym, src, bytes, pe);
 }
 
 // Make the block's puts and stores complete at their PEs (every thread of the block calls).
