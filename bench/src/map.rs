@@ -121,6 +121,13 @@ pub fn run(ctx: &Ctx, timer: &mut Timer, results: &mut Results) -> Result<()> {
     timing::step("map: latency");
     let case = build(ctx, 8 * CHAIN * n, LATENCY_VALUE, 0)?;
     for remote in [false, true] {
+        if remote && peer == 0 {
+            let note =
+                "map: the remote-owner latency row skipped: it needs --peer, a PE other than 0";
+            ctx.progress.say(note);
+            results.notes.push(note.into());
+            continue;
+        }
         let owner = if remote { peer } else { 0 };
         let r = latency(ctx, timer, &case, owner, remote)?;
         say(ctx, &r);
