@@ -2,7 +2,7 @@
 //! by side.
 
 use super::table::{bw_cell, time_cell, Table};
-use super::Record;
+use super::{Record, Status};
 use crate::cli::format_size;
 use crate::kv_transfer::{variant, Way, KV_TEST, PAGE_BYTES};
 
@@ -40,7 +40,9 @@ pub fn kv_tables(records: &[Record]) -> Vec<Table> {
                     row.push(time_cell(find(way, pages)));
                     row.push(bw_cell(find(way, pages), false));
                 }
-                let t = |way| find(way, pages).and_then(|r| r.median_us());
+                // A failed row gives no ratio.
+                let ok = |way| find(way, pages).filter(|r| r.status == Status::Ok);
+                let t = |way| ok(way).and_then(|r| r.median_us());
                 let bw = |way| find(way, pages).and_then(|r| r.algbw_gbs);
                 row.push(match (t(Way::Nccl), t(Way::PoolPull)) {
                     (Some(a), Some(b)) => format!("{:.2}x", a / b),
@@ -70,4 +72,46 @@ pub fn kv_tables(records: &[Record]) -> Vec<Table> {
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::record;
+
+    fn row(way: Way, pages: usize, median: f64, status: Status) -> Record {
+        let mut r = record(KV_TEST, way.name(), "plain", pages << 16, median, status);
+        r.variant = variant(64 << 10);
+        r.count = pages;
+        if status == Status::Failed {
+            r.algbw_gbs = None;
+        }
+        r
+    }
+
+    #[test]
+    fn a_table_per_page_size_with_the_ratios_of_good_rows_only() {
+        let rows = vec![
+            row(Way::PoolPull, 16, 10.0, Status::Ok),
+            row(Way::Nccl, 16, 25.0, Status::Ok),
+            row(Way::Put, 16, 8.0, Status::Ok),
+            row(Way::PoolPull, 64, 30.0, Status::Failed),
+            row(Way::Nccl, 64, 60.0, Status::Ok),
+        ];
+        let tables = kv_tables(&rows);
+        assert_eq!(tables.len(), 1, "no 16 KiB rows, no 16 KiB table");
+        let text = tables[0].render();
+        assert!(text.contains("KV hand-off of 64 KiB pages"), "{text}");
+        // 16 pages: NCCL 2.5 times the pull; the pull at 80% of the put's bandwidth.
+        assert!(text.contains("2.50x") && text.contains("80%"), "{text}");
+        // 64 pages: the failed pull gives no ratio, and its time is marked.
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("64 "))
+            .unwrap();
+        assert!(
+            line.contains("30.00!") && line.trim_end().ends_with("-"),
+            "{line}"
+        );
+    }
 }

@@ -119,3 +119,56 @@ pub fn map_tables(records: &[Record]) -> Vec<Table> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::map::variant;
+    use crate::report::tests::record;
+    use crate::report::Status;
+
+    fn row(kind: Kind, value: usize, count: usize, median: f64, status: Status) -> Record {
+        let mut r = record(
+            MAP_TEST,
+            kind.name(),
+            "graph",
+            count * value,
+            median,
+            status,
+        );
+        r.variant = variant(value);
+        r.count = count;
+        if status == Status::Failed {
+            r.check = "looked-up values: 1 wrong".into();
+        }
+        r
+    }
+
+    #[test]
+    fn latency_lookups_and_inserts_each_get_their_table() {
+        let mut latency = row(Kind::Latency { remote: false }, 64, 256, 1.5, Status::Ok);
+        latency.variant = format!("{}, one warp", variant(64));
+        let rows = vec![
+            latency,
+            row(Kind::Lookup, 64, 1024, 2.0, Status::Ok),
+            row(Kind::LocalCopy, 64, 1024, 1.0, Status::Ok),
+            row(Kind::Insert, 64, 1024, 4.0, Status::Failed),
+        ];
+        let tables = map_tables(&rows);
+        let titles: Vec<&str> = tables.iter().map(|t| t.title.as_str()).collect();
+        assert_eq!(tables.len(), 3, "{titles:?}");
+        let text: String = tables.iter().map(Table::render).collect();
+        assert!(
+            text.contains("local owner") && text.contains("1.50"),
+            "{text}"
+        );
+        // 1024 keys in 2 us: 512 M keys/s.
+        assert!(
+            text.contains("lookup_batch of 64 B values") && text.contains("512.0"),
+            "{text}"
+        );
+        // A failed insert is marked and gives no rate.
+        let line = text.lines().find(|l| l.contains("4.00!")).unwrap();
+        assert!(line.trim_end().ends_with("-"), "{line}");
+    }
+}
