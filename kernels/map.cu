@@ -73,7 +73,7 @@ extern "C" __global__ void map_count_slots(nvshmem_rs_map map, int32_t pe, uint6
     __shared__ unsigned long long total[4];
     if (threadIdx.x < 4) total[threadIdx.x] = 0;
     __syncthreads();
-    const uint64_t *keys = (const uint64_t *)nvshmem_ptr(map.keys, pe);
+    const uint64_t *keys = detail::map_peer(map, (const uint64_t *)map.keys, pe);
     for (uint32_t s = threadIdx.x; s < map.slots; s += blockDim.x) {
         const uint64_t word = detail::map_read_key(map, keys, s, pe);
         const int k = word == MAP_EMPTY_KEY     ? 3

@@ -78,10 +78,11 @@ __device__ __forceinline__ void get_bytes(char *dst, const char *sym, uint64_t b
 }
 
 // Copy `bytes` of local `src` to symmetric address `sym` of PE `pe`; complete at `pe` once
-// the writing threads have run nvshmem_quiet.
+// the writing threads have run nvshmem_quiet. `dst` is nvshmem_ptr(sym, pe), found by the
+// caller.
 template <Group G>
-__device__ __forceinline__ void put_bytes(char *sym, const char *src, uint64_t bytes, int32_t pe) {
-    char *dst = (char *)nvshmem_ptr(sym, pe);
+__device__ __forceinline__ void put_bytes_via(char *dst, char *sym, const char *src,
+                                              uint64_t bytes, int32_t pe) {
     if (dst != nullptr) {
         copy_bytes(dst, src, bytes, group_rank<G>(), group_size<G>());
     } else if (G == Group::Block) {
@@ -91,6 +92,12 @@ __device__ __forceinline__ void put_bytes(char *sym, const char *src, uint64_t b
     } else {
         nvshmem_putmem(sym, src, bytes, pe);
     }
+}
+
+// Copy `bytes` of local `src` to symmetric address `sym` of PE `pe`, as put_bytes_via.
+template <Group G>
+__device__ __forceinline__ void put_bytes(char *sym, const char *src, uint64_t bytes, int32_t pe) {
+    put_bytes_via<G>((char *)nvshmem_ptr(sym, pe), sym, src, bytes, pe);
 }
 
 }  // namespace detail

@@ -53,6 +53,13 @@ __device__ __forceinline__ char *map_value_sym(const nvshmem_rs_map &map, uint32
 
 namespace detail {
 
+// `sym` on PE `pe` for loads and stores: this PE's own address when `pe` is this PE, else
+// nvshmem_ptr's (nullptr when `pe` is reachable only through NVSHMEM calls).
+template <typename T>
+__device__ __forceinline__ T *map_peer(const nvshmem_rs_map &map, T *sym, int32_t pe) {
+    return pe == map.my_pe ? sym : (T *)nvshmem_ptr(sym, pe);
+}
+
 // The first slot of `key`'s chain.
 __device__ __forceinline__ uint32_t map_home(const nvshmem_rs_map &map, uint64_t key) {
     return (uint32_t)map_hash(key) % map.slots;
@@ -60,7 +67,7 @@ __device__ __forceinline__ uint32_t map_home(const nvshmem_rs_map &map, uint64_t
 
 // Slot `slot`'s key word on PE `pe`, read with acquire semantics: the caller's later reads
 // of the slot's value see the value the key was stored after. `keys` is the owner's key
-// array as nvshmem_ptr gives it, or nullptr when the owner is reachable only through
+// array as map_peer gives it, or nullptr when the owner is reachable only through
 // NVSHMEM calls.
 __device__ __forceinline__ uint64_t map_read_key(const nvshmem_rs_map &map, const uint64_t *keys,
                                                  uint32_t slot, int32_t pe) {
@@ -101,7 +108,8 @@ struct MapProbe {
 
 // Probe `key`'s chain on its owner `pe` from step `from` (step k is slot (home + k) % slots),
 // LANES slots at a time (each lane reads one key word): up to the first empty slot, or
-// every slot. `keys` is nvshmem_ptr(map.keys, pe). Every lane calls and gets the same answer.
+// every slot. `keys` is map_peer(map, map.keys, pe). Every lane calls and gets the same
+// answer.
 template <int LANES>
 __device__ inline MapProbe map_probe(const nvshmem_rs_map &map, const uint64_t *keys,
                                      uint64_t key, int32_t pe, uint32_t from) {
@@ -137,7 +145,7 @@ template <int LANES>
 __device__ inline uint32_t map_claim(const nvshmem_rs_map &map, uint64_t key,
                                      uint32_t *slot_out) {
     const int32_t pe = map_owner(map, key);
-    const uint64_t *keys = (const uint64_t *)nvshmem_ptr(map.keys, pe);
+    const uint64_t *keys = map_peer(map, (const uint64_t *)map.keys, pe);
     uint32_t from = 0;
     for (;;) {
         const MapProbe p = map_probe<LANES>(map, keys, key, pe, from);
@@ -165,8 +173,8 @@ template <Group G>
 __device__ inline void map_publish(const nvshmem_rs_map &map, uint32_t slot, uint64_t key,
                                    const void *value, uint64_t bytes, int32_t pe) {
     char *sym = map_value_sym(map, slot);
-    put_bytes<G>(sym, (const char *)value, bytes, pe);
-    char *tail = (char *)nvshmem_ptr(sym, pe);
+    char *tail = map_peer(map, sym, pe);
+    put_bytes_via<G>(tail, sym, (const char *)value, bytes, pe);
     for (uint64_t i = bytes + group_rank<G>(); i < map.value_bytes; i += group_size<G>()) {
         if (tail != nullptr) {
             tail[i] = 0;
@@ -217,8 +225,8 @@ __device__ inline uint32_t map_lookup_group(const nvshmem_rs_map &map, uint64_t 
     if (map_key_reserved(key)) return MAP_RESERVED;
     const int32_t pe = map_owner(map, key);
     // Both peer addresses before the key's acquire, which makes later reads miss L1.
-    const uint64_t *keys = (const uint64_t *)nvshmem_ptr(map.keys, pe);
-    const char *values = (const char *)nvshmem_ptr(map.values, pe);
+    const uint64_t *keys = map_peer(map, (const uint64_t *)map.keys, pe);
+    const char *values = map_peer(map, (const char *)map.values, pe);
     MapProbe p;
     if (G == Group::Block) {
         __shared__ MapProbe shared_probe;
@@ -246,7 +254,7 @@ __device__ inline uint32_t map_remove_lanes(const nvshmem_rs_map &map, uint64_t 
     if (map_key_reserved(key)) return MAP_RESERVED;
     const int32_t pe = map_owner(map, key);
     const MapProbe p =
-        map_probe<LANES>(map, (const uint64_t *)nvshmem_ptr(map.keys, pe), key, pe, 0);
+        map_probe<LANES>(map, map_peer(map, (const uint64_t *)map.keys, pe), key, pe, 0);
     if (p.status != MAP_DONE) return MAP_ABSENT;
     uint64_t old = 0;
     if (LANES == 1 || threadIdx.x % warpSize == 0) {
