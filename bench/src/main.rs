@@ -403,7 +403,7 @@ fn run(shmem: &Nvshmem, cfg: &Config, cublasmp_version: Option<String>) -> Resul
     }
     if cfg.tests.map {
         let module = Guard::new(Module::load(shmem, &kernels::MAP_BENCH)?);
-        let chain = map::chain_function(&module)?;
+        let chain = module.function("map_bench_chain")?;
         let ctx = map::Ctx {
             shmem,
             coord: &coord,

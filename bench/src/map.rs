@@ -24,7 +24,7 @@ use crate::timing::{self, Timer};
 use crate::Progress;
 use cudarc::driver::CudaStream;
 use nvshmem::map::{MapConfig, SymmetricMap, FIRST_RESERVED_KEY};
-use nvshmem::module::{grid, Function, KernelArgs, Module};
+use nvshmem::module::{grid, Function, KernelArgs};
 use nvshmem::{DeviceBuffer, Nvshmem};
 use std::sync::Arc;
 
@@ -112,6 +112,11 @@ impl Case {
     /// Value `i`'s bytes.
     fn value(&self, i: usize) -> Vec<u8> {
         data::bytes_at(self.key, 0, i * self.value_bytes, self.value_bytes)
+    }
+
+    /// The values of keys `indices`, end to end.
+    fn values(&self, indices: &[usize]) -> Vec<u8> {
+        indices.iter().flat_map(|&i| self.value(i)).collect()
     }
 }
 
@@ -216,7 +221,7 @@ fn build(ctx: &Ctx, count: usize, value_bytes: usize, part: u64) -> Result<Case>
     };
     let mine: Vec<usize> = (me..count).step_by(n).collect();
     let k: Vec<u64> = mine.iter().map(|&i| case.keys[i]).collect();
-    let v: Vec<u8> = mine.iter().flat_map(|&i| case.value(i)).collect();
+    let v = case.values(&mine);
     let failed = insert_checked(ctx, &case, &k, &v)?;
     if ctx.coord.sum(failed as u64)? > 0 {
         return Err(crate::error::BenchError::new(format!(
@@ -261,13 +266,13 @@ fn settle(ctx: &Ctx, mut r: Record, problem: Option<String>) -> Result<Record> {
     Ok(r)
 }
 
-/// What `dst` must hold after looking up keys `indices` of the case, and its statuses.
-fn check_lookup(case: &Case, indices: &[usize], dst: &[u8], status: &[u32]) -> Option<String> {
+/// Whether `dst` holds `want` and every status (a copy has none) is `Done`.
+fn check_lookup(want: &[u8], dst: &[u8], status: Option<&[u32]>) -> Option<String> {
+    let status = status.unwrap_or_default();
     if let Some(i) = status.iter().position(|&s| s != 0) {
         return Some(format!("lookup {i}: status {}, expected Done", status[i]));
     }
-    let want: Vec<u8> = indices.iter().flat_map(|&i| case.value(i)).collect();
-    let m = data::compare_plain(dst, &want);
+    let m = data::compare_plain(dst, want);
     (m.count > 0).then(|| format!("looked-up values: {}", m.describe()))
 }
 
@@ -313,7 +318,8 @@ fn latency(
                 Ok(unsafe { ctx.chain.launch(grid(1, 32), ctx.stream, &mut args) }?)
             };
             let samples = replay(ctx, timer, CHAIN * case.value_bytes, &dst, launch)?;
-            problem = check_lookup(case, &indices, &dst.to_vec()?, &s.to_vec()?);
+            let statuses = s.to_vec()?;
+            problem = check_lookup(&case.values(&indices), &dst.to_vec()?, Some(&statuses));
             // Per lookup: a replay is one chain.
             let per: Vec<f64> = samples.iter().map(|t| t / CHAIN as f64).collect();
             r.time_us = stats::summarize(&per);
@@ -336,22 +342,18 @@ fn lookups(ctx: &Ctx, timer: &mut Timer, case: &Case, kind: Kind) -> Result<Reco
         let dst = Guard::new(ctx.shmem.alloc_device::<u8>(bytes)?);
         let s = Guard::new(ctx.shmem.alloc_device::<u32>(count)?);
         k.copy_from_host(&keys)?;
+        let want = case.values(&indices);
         // The copy's source: the same bytes in local memory.
-        let src: Guard<DeviceBuffer<u8>> = Guard::new(ctx.shmem.alloc_device(match kind {
-            Kind::LocalCopy => bytes,
-            _ => 0,
-        })?);
-        if kind == Kind::LocalCopy {
-            src.copy_from_host(
-                &indices
-                    .iter()
-                    .flat_map(|&i| case.value(i))
-                    .collect::<Vec<_>>(),
-            )?;
-            s.copy_from_host(&vec![0; count])?;
-        }
-        let op = || match kind {
+        let src: Option<Guard<DeviceBuffer<u8>>> = match kind {
             Kind::LocalCopy => {
+                let src = Guard::new(ctx.shmem.alloc_device(bytes)?);
+                src.copy_from_host(&want)?;
+                Some(src)
+            }
+            _ => None,
+        };
+        let op = || match &src {
+            Some(src) => {
                 // SAFETY: both buffers hold `bytes`.
                 unsafe {
                     cudarc::driver::result::memcpy_dtod_async(
@@ -363,10 +365,14 @@ fn lookups(ctx: &Ctx, timer: &mut Timer, case: &Case, kind: Kind) -> Result<Reco
                 }
                 .cuda("cuMemcpyDtoDAsync")
             }
-            _ => Ok(case.map.lookup_batch(&*dst, &*k, &*s, ctx.stream)?),
+            None => Ok(case.map.lookup_batch(&*dst, &*k, &*s, ctx.stream)?),
         };
         let samples = replay(ctx, timer, bytes, &dst, op)?;
-        problem = check_lookup(case, &indices, &dst.to_vec()?, &s.to_vec()?);
+        let statuses = match kind {
+            Kind::LocalCopy => None,
+            _ => Some(s.to_vec()?),
+        };
+        problem = check_lookup(&want, &dst.to_vec()?, statuses.as_deref());
         r.time_us = stats::summarize(&samples);
         r.algbw_gbs = r.time_us.map(|t| stats::algbw_gbs(bytes as f64, t.median));
         r.busbw_gbs = r.algbw_gbs;
@@ -411,7 +417,9 @@ fn inserts(ctx: &Ctx, timer: &mut Timer, case: &Case) -> Result<Record> {
         let s = Guard::new(ctx.shmem.alloc_device::<u32>(count)?);
         let gone = Guard::new(ctx.shmem.alloc_device::<u32>(count)?);
         k.copy_from_host(&case.keys)?;
-        v.copy_from_host(&(0..count).flat_map(|i| case.value(i)).collect::<Vec<_>>())?;
+        let all: Vec<usize> = (0..count).collect();
+        let want = case.values(&all);
+        v.copy_from_host(&want)?;
         let remove = || Ok(case.map.remove_batch(&*k, &*gone, ctx.stream)?);
         let insert = || Ok(case.map.insert_batch(&*k, &*v, &*s, ctx.stream)?);
         remove()?;
@@ -432,16 +440,11 @@ fn inserts(ctx: &Ctx, timer: &mut Timer, case: &Case) -> Result<Record> {
             let dst = Guard::new(ctx.shmem.alloc_device::<u8>(bytes)?);
             case.map.lookup_batch(&*dst, &*k, &*s, ctx.stream)?;
             ctx.stream.synchronize().cuda("cuStreamSynchronize")?;
-            let all: Vec<usize> = (0..count).collect();
-            problem = check_lookup(case, &all, &dst.to_vec()?, &s.to_vec()?);
+            let statuses = s.to_vec()?;
+            problem = check_lookup(&want, &dst.to_vec()?, Some(&statuses));
         }
     }
     settle(ctx, r, problem)
-}
-
-/// The latency kernel's function from the bench's map module.
-pub fn chain_function(module: &Module) -> Result<Function> {
-    Ok(module.function("map_bench_chain")?)
 }
 
 #[cfg(test)]

@@ -96,7 +96,8 @@ __device__ __forceinline__ uint32_t map_below(uint32_t mask, int lane) {
     return lane >= 32 ? mask : mask & ((1u << lane) - 1);
 }
 
-// What a probe found.
+// What a probe found (and what a claim did: MAP_DONE with the claimed slot, MAP_EXISTS or
+// MAP_FULL).
 struct MapProbe {
     // MAP_DONE: `key` is at `slot`. MAP_ABSENT: it is not in the map, and `slot` is the first
     // free slot of its chain (`seen` holds its word: MAP_REMOVED_KEY or MAP_EMPTY_KEY), or
@@ -140,30 +141,48 @@ __device__ inline MapProbe map_probe(const nvshmem_rs_map &map, const uint64_t *
 }
 
 // Claim a free slot for `key` by LANES lanes of a warp (all calling with the same
-// arguments; lane 0 makes the atomic calls): MAP_DONE and the slot in *slot_out, or why not.
+// arguments; lane 0 makes the atomic calls): MAP_DONE and the slot, or why not.
 template <int LANES>
-__device__ inline uint32_t map_claim(const nvshmem_rs_map &map, uint64_t key,
-                                     uint32_t *slot_out) {
+__device__ inline MapProbe map_claim(const nvshmem_rs_map &map, uint64_t key) {
     const int32_t pe = map_owner(map, key);
     const uint64_t *keys = map_peer(map, (const uint64_t *)map.keys, pe);
     uint32_t from = 0;
     for (;;) {
         const MapProbe p = map_probe<LANES>(map, keys, key, pe, from);
-        if (p.status == MAP_DONE) return MAP_EXISTS;
-        if (p.seen == MAP_BUSY_KEY) return MAP_FULL;
+        if (p.status == MAP_DONE) return {MAP_EXISTS, p.slot, key};
+        if (p.seen == MAP_BUSY_KEY) return {MAP_FULL, 0, MAP_BUSY_KEY};
         uint64_t old = 0;
         if (LANES == 1 || threadIdx.x % warpSize == 0) {
             old = nvshmem_uint64_atomic_compare_swap(map.keys + p.slot, p.seen, MAP_BUSY_KEY, pe);
         }
         if (LANES > 1) old = __shfl_sync(0xFFFFFFFFu, old, 0);
-        if (old == p.seen) {
-            *slot_out = p.slot;
-            return MAP_DONE;
-        }
-        if (old == key) return MAP_EXISTS;
+        if (old == p.seen) return {MAP_DONE, p.slot, MAP_BUSY_KEY};
+        if (old == key) return {MAP_EXISTS, p.slot, key};
         // Another insert took the slot first: go on from the step after it.
         const uint32_t home = map_home(map, key);
         from = (p.slot >= home ? p.slot - home : p.slot + map.slots - home) + 1;
+    }
+}
+
+// f() run where a group's probe runs, its result in every thread of the group: by the
+// calling thread or warp itself (the warp's barrier passes a lane's acquire of the key on to
+// the others), or by a block's first warp, its thread 0's result shared with the block.
+template <Group G, typename T, typename F>
+__device__ __forceinline__ T probe_in(F f) {
+    if constexpr (G == Group::Block) {
+        __shared__ T shared;
+        if (threadIdx.x < warpSize) {
+            const T v = f();
+            if (threadIdx.x == 0) shared = v;
+        }
+        __syncthreads();
+        const T v = shared;
+        __syncthreads();
+        return v;
+    } else {
+        const T v = f();
+        group_sync<G>();
+        return v;
     }
 }
 
@@ -199,25 +218,12 @@ __device__ __forceinline__ uint32_t map_check(const nvshmem_rs_map &map, uint64_
 template <int LANES, Group G>
 __device__ inline uint32_t map_insert_group(const nvshmem_rs_map &map, uint64_t key,
                                             const void *value, uint64_t bytes) {
-    uint32_t status = map_check(map, key, bytes);
+    const uint32_t status = map_check(map, key, bytes);
     if (status != MAP_DONE) return status;
-    uint32_t slot = 0;
-    if (G == Group::Block) {
-        // The first warp claims the slot; the block writes the value.
-        __shared__ uint32_t shared_status, shared_slot;
-        if (threadIdx.x < warpSize) {
-            status = map_claim<LANES>(map, key, &slot);
-            if (threadIdx.x == 0) shared_status = status, shared_slot = slot;
-        }
-        __syncthreads();
-        status = shared_status;
-        slot = shared_slot;
-        __syncthreads();
-    } else {
-        status = map_claim<LANES>(map, key, &slot);
-    }
-    if (status == MAP_DONE) map_publish<G>(map, slot, key, value, bytes, map_owner(map, key));
-    return status;
+    // The probe claims the slot; the whole group writes the value.
+    const MapProbe c = probe_in<G, MapProbe>([&] { return map_claim<LANES>(map, key); });
+    if (c.status == MAP_DONE) map_publish<G>(map, c.slot, key, value, bytes, map_owner(map, key));
+    return c.status;
 }
 
 template <int LANES, Group G>
@@ -227,21 +233,8 @@ __device__ inline uint32_t map_lookup_group(const nvshmem_rs_map &map, uint64_t 
     // Both peer addresses before the key's acquire, which makes later reads miss L1.
     const uint64_t *keys = map_peer(map, (const uint64_t *)map.keys, pe);
     const char *values = map_peer(map, (const char *)map.values, pe);
-    MapProbe p;
-    if (G == Group::Block) {
-        __shared__ MapProbe shared_probe;
-        if (threadIdx.x < warpSize) {
-            p = map_probe<LANES>(map, keys, key, pe, 0);
-            if (threadIdx.x == 0) shared_probe = p;
-        }
-        __syncthreads();
-        p = shared_probe;
-        __syncthreads();
-    } else {
-        p = map_probe<LANES>(map, keys, key, pe, 0);
-        // The lane that read the key acquired it; the barrier passes that on to the others.
-        group_sync<G>();
-    }
+    const MapProbe p =
+        probe_in<G, MapProbe>([&] { return map_probe<LANES>(map, keys, key, pe, 0); });
     if (p.status != MAP_DONE) return MAP_ABSENT;
     const uint64_t at = (uint64_t)p.slot * map.value_bytes;
     get_bytes_via<G>((char *)dst, values == nullptr ? nullptr : values + at, map.values + at,
@@ -318,15 +311,8 @@ __device__ inline uint32_t map_remove_warp(const nvshmem_rs_map &map, uint64_t k
 
 // map_remove by a whole block: its first warp removes, every thread gets the status.
 __device__ inline uint32_t map_remove_block(const nvshmem_rs_map &map, uint64_t key) {
-    __shared__ uint32_t shared_status;
-    if (threadIdx.x < warpSize) {
-        const uint32_t status = detail::map_remove_lanes<32>(map, key);
-        if (threadIdx.x == 0) shared_status = status;
-    }
-    __syncthreads();
-    const uint32_t status = shared_status;
-    __syncthreads();
-    return status;
+    return detail::probe_in<detail::Group::Block, uint32_t>(
+        [&] { return detail::map_remove_lanes<32>(map, key); });
 }
 
 }  // namespace nvshmem_rs
