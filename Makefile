@@ -83,6 +83,10 @@ check:
 	    echo "scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/$$prog $$args"; \
 	    scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/$$prog $$args || exit 1; \
 	  done; \
+	  if [ $$np -ge 4 ]; then \
+	    echo "scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/tp_mlp --group 2 --no-timing"; \
+	    scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/tp_mlp --group 2 --no-timing || exit 1; \
+	  fi; \
 	  echo "target/release/fault_check --np $$np --launcher 'scripts/nvshmrun $(SHARE_FLAG)'"; \
 	  target/release/fault_check --np $$np --launcher "scripts/nvshmrun $(SHARE_FLAG)" || exit 1; \
 	done

@@ -64,18 +64,30 @@ typedef struct Fault {
     unsigned int sending;         // FAULT_COUNTS: whether this PE is the sender (pe: the receiver)
 } Fault;
 
+// The team a Collectives runs over, written once by the host: this PE's number in it, its
+// size, and its members as world PEs (member p is world PE start + p * stride: every team
+// NVSHMEM makes is strided). Kernels number PEs in the team; only nvshmem_ptr sees world PEs.
+typedef struct CollTeam {
+    int me;
+    int npes;
+    int start;
+    int stride;
+} CollTeam;
+
 // The epoch of this PE's calls, one copy per block index: block b reads copy b when it
 // starts and, when it ends, writes the new epoch into copies b, b + gridDim.x, ... Blocks of
 // one call touch disjoint copies, so no atomics or fences are needed, and after every call
 // all copies agree whatever the grid size of the next call. Kernel completion publishes the
 // stores to the next call. After the epochs, what bounds every wait: how long it may last
-// (0: no bound) and where a wait that ran out of time says so (the host writes both once),
-// and `aborted`, set (for good) by the first wait of this PE that gave up: it claims the
-// fault record, and every later wait polls it (device memory) to stop at once.
+// (0: no bound) and where a wait that ran out of time says so, then the team (the host
+// writes these once), and `aborted`, set (for good) by the first wait of this PE that gave
+// up: it claims the fault record, and every later wait polls it (device memory) to stop at
+// once.
 typedef struct Ctrl {
     unsigned long long epoch[COLL_MAX_BLOCKS];
     unsigned long long timeout_ns;
     Fault *fault;
+    CollTeam team;
     unsigned int aborted;
 } Ctrl;
 

@@ -2,7 +2,7 @@
 // initiated from the device.
 //
 // Every PE's buffers are symmetric, so a peer's copy is reached with a plain load or store
-// through nvshmem_ptr(). Synchronisation uses per-block flags in the symmetric heap:
+// through peer_ptr(ctrl, ). Synchronisation uses per-block flags in the symmetric heap:
 //   - each call has an epoch e (a per-PE counter in device memory, advanced at the end of
 //     every call, so a CUDA graph replays correctly: nothing is baked in at capture);
 //   - flags only grow, a block waits for flag >= e, and writes them with st.release.sys after
@@ -207,7 +207,7 @@ extern "C" __global__ void __launch_bounds__(COLL_MAX_THREADS) push_alltoallv_by
 extern "C" __global__ void __launch_bounds__(COLL_MAX_PES) ce_open(Ctrl *ctrl, uint64_t *flags, unsigned int sig) {
     enter_call(sig);
     const uint64_t e = call_epoch(ctrl);
-    signal_and_wait(ctrl, flags, FLAGS_START, nvshmem_my_pe(), nvshmem_n_pes(), e);
+    signal_and_wait(ctrl, flags, FLAGS_START, team_me(ctrl), team_npes(ctrl), e);
     finish_call(ctrl, e);
 }
 
@@ -215,14 +215,14 @@ extern "C" __global__ void __launch_bounds__(COLL_MAX_PES) ce_close(Ctrl *ctrl, 
     enter_call(sig);
     // Read after enter_call: the opening barrier may still run until then.
     if (*(volatile unsigned int *)&ctrl->aborted != 0u) call_sig_s = SIG_FAILED;
-    const int me = nvshmem_my_pe();
+    const int me = team_me(ctrl);
     const uint64_t e = call_epoch(ctrl);
     if (sig == SIG_FAILED && threadIdx.x == 0) {
         Wait w(ctrl);
         w.mismatch(me, SIG_FAILED, SIG_FAILED);
         w.report(FAULT_FLAGS, e);
     }
-    signal_and_wait(ctrl, flags, FLAGS_DONE, me, nvshmem_n_pes(), e);
+    signal_and_wait(ctrl, flags, FLAGS_DONE, me, team_npes(ctrl), e);
     finish_call(ctrl, e);
 }
 

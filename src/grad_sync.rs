@@ -13,7 +13,7 @@ use crate::collectives::algo::type_and_op;
 use crate::collectives::{AllReduceAlgo, Collectives, Compression};
 use crate::element::{Element, ReduceOp};
 use crate::error::{Error, Result};
-use crate::memory::{SymmetricBuffer, SymmetricView};
+use crate::memory::{SetUp, SymmetricBuffer, SymmetricView};
 use crate::order::join;
 use crate::runtime::Nvshmem;
 use cudarc::driver::CudaStream;
@@ -101,13 +101,14 @@ struct Bucket {
     feedback: Range<usize>,
 }
 
-/// Bucketed, overlapped data-parallel gradient sync over every PE (see the module
-/// [`grad_sync`](self)): after a step every PE holds the sum of every PE's gradients,
-/// the same bits on every PE. Divide by the PE count in the update (fold it into the
-/// learning rate) to average.
+/// Bucketed, overlapped data-parallel gradient sync over the PEs of its [`Collectives`]'
+/// team (every PE for [`Collectives::new`], the data-parallel replicas for
+/// [`Collectives::with_team`]; see the module [`grad_sync`](self)): after a step every PE
+/// of the team holds the sum of the team's gradients, the same bits on each. Divide by the
+/// team's PE count in the update (fold it into the learning rate) to average.
 ///
-/// Creating one is collective (it allocates symmetric memory). Every PE makes the same
-/// calls, with the same parameters in the same order.
+/// Creating one is collective over the world (it allocates symmetric memory), with the same
+/// parameters on every PE. The PEs of a team make the same calls in the same order.
 ///
 /// ```no_run
 /// # fn main() -> nvshmem::Result<()> {
@@ -162,7 +163,7 @@ impl<'c, T: Element> GradientSync<'c, T> {
                 type_and_op::<T>(ReduceOp::Sum, "gradient sync", "all_reduce")?;
             }
         }
-        let n = shmem.n_pes();
+        let n = coll.n_pes();
         let elem = std::mem::size_of::<T>();
         let (params, total) = layout(param_lens, elem);
         let mut bucket_of = vec![0; param_lens.len()];
@@ -198,7 +199,13 @@ impl<'c, T: Element> GradientSync<'c, T> {
         }
         let grads = shmem.calloc::<T>(total.max(1))?;
         let feedback = match config.compression {
-            Some(_) => Some(shmem.calloc::<f32>(fb_at.max(1))?),
+            // The feedback's length depends on the team's size: every PE allocates the
+            // largest (the allocation is symmetric over the world).
+            Some(_) => {
+                let all = shmem.set_up_gather(SetUp::GradientSync, fb_at as u64)?;
+                let room = all.into_iter().max().unwrap_or(0) as usize;
+                Some(shmem.calloc::<f32>(room.max(1))?)
+            }
             None => None,
         };
         let waiting = out.iter().map(|b| b.params.len()).collect();

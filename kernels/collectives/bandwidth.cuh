@@ -34,7 +34,7 @@
 
 template <typename T, typename Op>
 __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes, BandwidthPlan plan) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const int me = team_me(ctrl), npes = team_npes(ctrl);
     const uint64_t e = call_epoch(ctrl);
     char *base = staging + slot_offset(e, 0, npes, slot_bytes);
     __shared__ char *peer_in[MAX_PES];   // my source region in PE q's staging
@@ -46,10 +46,10 @@ __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, 
     const size_t nvec = n / Vec<T>::N;
     for (int p = threadIdx.x; p < npes; p += blockDim.x) {
         part_of(nvec, p, npes, &part_begin[p], &part_end[p]);
-        peer_in[p] = (char *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
-        peer_dst[p] = (uint4 *)nvshmem_ptr(dst, p);
-        peer_src[p] = (const T *)nvshmem_ptr(src, p);
-        peer_flag[p] = (uint64_t *)nvshmem_ptr(my_flags + me, p);
+        peer_in[p] = (char *)peer_ptr(ctrl, base + (size_t)me * slot_bytes, p);
+        peer_dst[p] = (uint4 *)peer_ptr(ctrl, dst, p);
+        peer_src[p] = (const T *)peer_ptr(ctrl, src, p);
+        peer_flag[p] = (uint64_t *)peer_ptr(ctrl, my_flags + me, p);
     }
     __syncthreads();
 
@@ -143,10 +143,10 @@ __device__ void bandwidth_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, 
 
 // Bandwidth: start barrier (every dst free), push my input into every PE's dst, end barrier.
 __device__ void bandwidth_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const int me = team_me(ctrl), npes = team_npes(ctrl);
     const uint64_t e = call_epoch(ctrl);
     __shared__ char *peer_dst[MAX_PES];
-    for (int p = threadIdx.x; p < npes; p += blockDim.x) peer_dst[p] = (char *)nvshmem_ptr(dst, p) + (size_t)me * bytes;
+    for (int p = threadIdx.x; p < npes; p += blockDim.x) peer_dst[p] = (char *)peer_ptr(ctrl, dst, p) + (size_t)me * bytes;
     // A peer that never came: its dst may still be in use; write nothing, send no end flag.
     if (!signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e)) {
         finish_call(ctrl, e);

@@ -73,6 +73,16 @@ __device__ __forceinline__ void enter_call(uint32_t sig) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+// ---- the team --------------------------------------------------------------------------
+// A call numbers PEs in its Collectives' team (Ctrl.team): this PE is team_me of team_npes,
+// and peer_ptr maps member p's copy of a symmetric address here. Read from the control words
+// alongside the epoch, in the same round trip.
+__device__ __forceinline__ int team_me(const Ctrl *ctrl) { return ctrl->team.me; }
+__device__ __forceinline__ int team_npes(const Ctrl *ctrl) { return ctrl->team.npes; }
+__device__ __forceinline__ void *peer_ptr(const Ctrl *ctrl, const void *addr, int p) {
+    return nvshmem_ptr(addr, ctrl->team.start + p * ctrl->team.stride);
+}
+
 __device__ __forceinline__ uint64_t *flag_at(uint64_t *flags, int set, int block, int pe, int npes) {
     return flags + ((size_t)set * MAX_BLOCKS + block) * npes + pe;
 }
@@ -219,7 +229,7 @@ __device__ __forceinline__ bool signal_and_wait(Ctrl *ctrl, uint64_t *flags, int
     __syncthreads();
     for (int p = threadIdx.x; p < npes; p += blockDim.x) {
         if (p != me) {
-            uint64_t *remote = (uint64_t *)nvshmem_ptr(flag_at(flags, set, blockIdx.x, me, npes), p);
+            uint64_t *remote = (uint64_t *)peer_ptr(ctrl, flag_at(flags, set, blockIdx.x, me, npes), p);
             st_release_sys(remote, word);
         }
     }

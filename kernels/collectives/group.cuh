@@ -88,12 +88,12 @@ __device__ __forceinline__ void group_reduce(const Group &g, unsigned count, siz
 // tails (past each buffer's last whole vector) go by block 0.
 template <typename T, typename Op>
 __device__ void oneshot_allreduce_group(const Group &g, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const int me = team_me(ctrl), npes = team_npes(ctrl);
     const uint64_t e = call_epoch(ctrl);
     char *base = staging + slot_offset(e, 0, npes, slot_bytes);
     __shared__ char *peer_slot[MAX_PES];
     for (int p = threadIdx.x; p < npes; p += blockDim.x)
-        peer_slot[p] = (char *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
+        peer_slot[p] = (char *)peer_ptr(ctrl, base + (size_t)me * slot_bytes, p);
     __syncthreads();
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -144,14 +144,14 @@ __device__ void oneshot_allreduce_group(const Group &g, Ctrl *ctrl, uint64_t *fl
 // ---- two-shot: no staging (the buffers are symmetric). After a start barrier, PE q reduces
 // part q of the run from every PE's sources (remote loads) into every PE's destinations; an
 // end barrier keeps the sources alive until every read is done. A peer's copy of a buffer
-// is the buffer's address plus that peer's heap offset (`delta`), as nvshmem_ptr maps it.
+// is the buffer's address plus that peer's heap offset (`delta`), as peer_ptr maps it.
 template <typename T, typename Op>
 __device__ void twoshot_allreduce_group(const Group &g, Ctrl *ctrl, uint64_t *flags) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const int me = team_me(ctrl), npes = team_npes(ctrl);
     const uint64_t e = call_epoch(ctrl);
     __shared__ long long delta[MAX_PES];
     for (int p = threadIdx.x; p < npes; p += blockDim.x)
-        delta[p] = (const char *)nvshmem_ptr((const void *)g.entry[0].src, p) - (const char *)g.entry[0].src;
+        delta[p] = (const char *)peer_ptr(ctrl, (const void *)g.entry[0].src, p) - (const char *)g.entry[0].src;
     // A peer that never came: write nothing into the others, and send no end flag.
     if (!signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e)) {
         finish_call(ctrl, e);

@@ -87,10 +87,10 @@ __device__ __forceinline__ void copy_mapped(char *to, const char *from, size_t b
 // staging's parity needs), then every PE copies the root's slot into dst; the root copies its
 // input unless the call is in place.
 __device__ void oneshot_broadcast(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes, int root) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const int me = team_me(ctrl), npes = team_npes(ctrl);
     const uint64_t e = call_epoch(ctrl);
     char *base = staging + slot_offset(e, 0, npes, slot_bytes);
-    if (me == root) push_to_peers(src, bytes, base, slot_bytes, me, npes);
+    if (me == root) push_to_peers(ctrl, src, bytes, base, slot_bytes, me, npes);
     if (!signal_and_wait(ctrl, flags, FLAGS_DATA, me, npes, e)) {
         finish_call(ctrl, e);
         return;
@@ -104,7 +104,7 @@ __device__ void oneshot_broadcast(const char *src, char *dst, size_t bytes, Ctrl
 // root stores its input straight into every PE's dst over all blocks, and an end barrier
 // (the root's stores have landed). No staging, so any size.
 __device__ void push_broadcast(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, int root) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const int me = team_me(ctrl), npes = team_npes(ctrl);
     const uint64_t e = call_epoch(ctrl);
     if (!signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e)) {
         finish_call(ctrl, e);
@@ -114,7 +114,7 @@ __device__ void push_broadcast(const char *src, char *dst, size_t bytes, Ctrl *c
         // Each vector read once and stored to every PE in the same pass: the local copy (at
         // HBM speed) then hides behind the NVLink stores instead of adding to them.
         __shared__ char *to[MAX_PES];
-        for (int p = threadIdx.x; p < npes; p += blockDim.x) to[p] = p == me ? dst : (char *)nvshmem_ptr(dst, p);
+        for (int p = threadIdx.x; p < npes; p += blockDim.x) to[p] = p == me ? dst : (char *)peer_ptr(ctrl, dst, p);
         __syncthreads();
         const bool in_place = dst == src;
         const size_t nvec = bytes / 16, tail = nvec * 16;
@@ -148,13 +148,13 @@ __device__ void push_broadcast(const char *src, char *dst, size_t bytes, Ctrl *c
 // in the whole message once, the root sends it once, and a relay lags the root by a round.
 __device__ void relay_broadcast(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, unsigned int chunk_vecs, int root) {
     // One PE: the root is its own relay, and the call a copy.
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes(), relays = npes > 1 ? npes - 1 : 1;
+    const int me = team_me(ctrl), npes = team_npes(ctrl), relays = npes > 1 ? npes - 1 : 1;
     const uint64_t e = call_epoch(ctrl);
     __shared__ uint4 *to[MAX_PES];  // PE p's dst
     __shared__ uint64_t *raise[MAX_PES];  // at the root: my flag word at relay k
     for (int p = threadIdx.x; p < npes; p += blockDim.x) {
-        to[p] = (uint4 *)(p == me ? dst : (char *)nvshmem_ptr(dst, p));
-        raise[p] = (uint64_t *)nvshmem_ptr(flag_at(flags, FLAGS_BW, blockIdx.x, root, npes), (root + 1 + p) % npes);
+        to[p] = (uint4 *)(p == me ? dst : (char *)peer_ptr(ctrl, dst, p));
+        raise[p] = (uint64_t *)peer_ptr(ctrl, flag_at(flags, FLAGS_BW, blockIdx.x, root, npes), (root + 1 + p) % npes);
     }
     if (!signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e)) {
         finish_call(ctrl, e);
@@ -246,12 +246,12 @@ __device__ void relay_broadcast(const char *src, char *dst, size_t bytes, Ctrl *
 // One-shot: block q of my input into my slot of PE q's staging, one handshake, then every
 // PE copies slot p into block p of dst (its own block straight from its input).
 __device__ void oneshot_alltoall(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const int me = team_me(ctrl), npes = team_npes(ctrl);
     const uint64_t e = call_epoch(ctrl);
     char *base = staging + slot_offset(e, 0, npes, slot_bytes);
     for (int p = 0; p < npes; p++) {
         if (p == me) continue;
-        char *slot = (char *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
+        char *slot = (char *)peer_ptr(ctrl, base + (size_t)me * slot_bytes, p);
         copy_mapped(slot, src + (size_t)p * bytes, bytes);
     }
     if (!signal_and_wait(ctrl, flags, FLAGS_DATA, me, npes, e)) {
@@ -268,7 +268,7 @@ __device__ void oneshot_alltoall(const char *src, char *dst, size_t bytes, Ctrl 
 // Push: a start barrier (every PE's dst is free), block q of my input stored straight into
 // block me of PE q's dst, and an end barrier. No staging, so any size.
 __device__ void push_alltoall(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const int me = team_me(ctrl), npes = team_npes(ctrl);
     const uint64_t e = call_epoch(ctrl);
     if (!signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e)) {
         finish_call(ctrl, e);
@@ -282,7 +282,7 @@ __device__ void push_alltoall(const char *src, char *dst, size_t bytes, Ctrl *ct
     for (int k = threadIdx.x; k < npes; k += blockDim.x) {
         const int p = (me + 1 + k) % npes;
         from[k] = src + (size_t)p * bytes;
-        to[k] = (p == me ? dst : (char *)nvshmem_ptr(dst, p)) + (size_t)me * bytes;
+        to[k] = (p == me ? dst : (char *)peer_ptr(ctrl, dst, p)) + (size_t)me * bytes;
     }
     __syncthreads();
     const size_t nvec = bytes / 16, tail = nvec * 16;
@@ -328,7 +328,7 @@ __device__ __forceinline__ void report_counts(Ctrl *ctrl, int pe, bool sending, 
 }
 
 __device__ void push_alltoallv(const char *src, char *dst, size_t elem, Ctrl *ctrl, uint64_t *flags, uint64_t *table, const Counts &counts) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const int me = team_me(ctrl), npes = team_npes(ctrl);
     const uint64_t e = call_epoch(ctrl);
     uint64_t *mine = table + (e & 1) * 3 * (size_t)npes;  // this call's table, at any PE
     // Every block publishes the same words: a peer's block b reads them after my block b's
@@ -347,7 +347,7 @@ __device__ void push_alltoallv(const char *src, char *dst, size_t elem, Ctrl *ct
     // As a receiver: does every sender send what I expect?
     if (blockIdx.x == 0)
         for (int p = threadIdx.x; p < npes; p += blockDim.x) {
-            const uint64_t *theirs = (const uint64_t *)nvshmem_ptr(mine, p);
+            const uint64_t *theirs = (const uint64_t *)peer_ptr(ctrl, mine, p);
             const uint64_t sent = ld_acquire_sys(theirs + 2 * npes + me);
             if (sent != counts.recv[p]) report_counts(ctrl, p, false, sent, counts.recv[p], e);
         }
@@ -355,13 +355,13 @@ __device__ void push_alltoallv(const char *src, char *dst, size_t elem, Ctrl *ct
         const int p = (me + k) % npes;  // start with the next PE: not all PEs store into PE 0 first
         uint64_t from = 0;  // my block for PE p starts here in src (elements)
         for (int i = 0; i < p; i++) from += counts.send[i];
-        const uint64_t *theirs = (const uint64_t *)nvshmem_ptr(mine, p);
+        const uint64_t *theirs = (const uint64_t *)peer_ptr(ctrl, mine, p);
         const uint64_t expected = ld_acquire_sys(theirs + me), at = ld_acquire_sys(theirs + npes + me);
         if (expected != counts.send[p]) {
             if (blockIdx.x == 0 && threadIdx.x == 0) report_counts(ctrl, p, true, counts.send[p], expected, e);
             continue;
         }
-        char *to = (p == me ? dst : (char *)nvshmem_ptr(dst, p)) + at * elem;
+        char *to = (p == me ? dst : (char *)peer_ptr(ctrl, dst, p)) + at * elem;
         copy_mapped(to, src + from * elem, counts.send[p] * elem);
     }
     signal_and_wait(ctrl, flags, FLAGS_DONE, me, npes, e);
@@ -375,11 +375,11 @@ __device__ void push_alltoallv(const char *src, char *dst, size_t elem, Ctrl *ct
 // signature, as a handshake flag holds them (signal_and_wait), into its word of every peer's
 // acknowledgement row, from the last threads of block 0 (blocks have at least 128 threads,
 // tables at most 16 PEs), which take lines last. Returns the row here.
-__device__ __forceinline__ uint64_t *announce_begun(uint64_t *flags, int me, int npes, uint64_t e) {
+__device__ __forceinline__ uint64_t *announce_begun(const Ctrl *ctrl, uint64_t *flags, int me, int npes, uint64_t e) {
     uint64_t *begun = flag_at(flags, FLAGS_ACK, 0, 0, npes);  // [pe]: the last call it began
     const int acked = (int)(blockDim.x - 1 - threadIdx.x);
     if (blockIdx.x == 0 && acked < npes && acked != me)
-        st_relaxed_sys((uint64_t *)nvshmem_ptr(begun + me, acked), e << SIG_BITS | call_sig());
+        st_relaxed_sys((uint64_t *)peer_ptr(ctrl, begun + me, acked), e << SIG_BITS | call_sig());
     return begun;
 }
 
@@ -421,7 +421,7 @@ __device__ void ll_broadcast(const char *src, char *dst, size_t bytes, Ctrl *ctr
     const size_t lines = (bytes + 7) / 8;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
-    uint64_t *begun = announce_begun(flags, me, npes, e);
+    uint64_t *begun = announce_begun(ctrl, flags, me, npes, e);
     if (me == root) {
         const size_t offset = c.offset;
         for (size_t j = first; j < lines; j += stride) {
@@ -467,7 +467,7 @@ __device__ void ll_relay_broadcast(const char *src, char *dst, size_t bytes, Ctr
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t at_root = slot_offset(e, root, npes, slot_bytes);  // the root's slot, at any PE
     auto relay_of = [&](size_t j) { return (root + 1 + (int)((j / 32) % relays)) % npes; };
-    uint64_t *begun = announce_begun(flags, me, npes, e);
+    uint64_t *begun = announce_begun(ctrl, flags, me, npes, e);
     if (me == root) {
         for (size_t j = first; j < lines; j += stride) {
             const uint2 v = load8(src, bytes, j);

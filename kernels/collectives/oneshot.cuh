@@ -12,10 +12,10 @@
 // 16-byte vectors spread over the grid, the tail by block 0. A reader must take each vector
 // from the same block index that pushed it (its handshake covers only that block).
 template <typename E>
-__device__ __forceinline__ void push_to_peers(const E *src, size_t n, char *base, size_t slot_bytes, int me, int npes) {
+__device__ __forceinline__ void push_to_peers(const Ctrl *ctrl, const E *src, size_t n, char *base, size_t slot_bytes, int me, int npes) {
     __shared__ uint4 *peer_slot[MAX_PES];
     for (int p = threadIdx.x; p < npes; p += blockDim.x)
-        peer_slot[p] = (uint4 *)nvshmem_ptr(base + (size_t)me * slot_bytes, p);
+        peer_slot[p] = (uint4 *)peer_ptr(ctrl, base + (size_t)me * slot_bytes, p);
     __syncthreads();
     const size_t nvec = n * sizeof(E) / 16, tail = nvec * 16 / sizeof(E);
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -38,7 +38,7 @@ __device__ __forceinline__ void push_to_peers(const E *src, size_t n, char *base
 template <typename E>
 __device__ __forceinline__ char *oneshot_exchange(Ctrl *ctrl, const E *src, size_t n, uint64_t e, uint64_t *flags, char *staging, size_t slot_bytes, int me, int npes) {
     char *base = staging + slot_offset(e, 0, npes, slot_bytes);
-    push_to_peers(src, n, base, slot_bytes, me, npes);
+    push_to_peers(ctrl, src, n, base, slot_bytes, me, npes);
     // After a wait that gave up, only this PE's own (garbage) result follows.
     signal_and_wait(ctrl, flags, FLAGS_DATA, me, npes, e);
     return base;
@@ -48,7 +48,7 @@ __device__ __forceinline__ char *oneshot_exchange(Ctrl *ctrl, const E *src, size
 // Push the input into every peer's staging slot, one handshake, reduce locally.
 template <typename T, typename Op>
 __device__ void oneshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const int me = team_me(ctrl), npes = team_npes(ctrl);
     const uint64_t e = call_epoch(ctrl);
     char *base = oneshot_exchange(ctrl, src, n, e, flags, staging, slot_bytes, me, npes);
 
@@ -70,7 +70,7 @@ __device__ void oneshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, ui
 // One-shot: push my input into every peer's staging slot, one handshake, copy the slots into
 // dst locally (writing a peer's dst directly would race with its use of the previous result).
 __device__ void oneshot_allgather(const char *src, char *dst, size_t bytes, Ctrl *ctrl, uint64_t *flags, char *staging, size_t slot_bytes) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const int me = team_me(ctrl), npes = team_npes(ctrl);
     const uint64_t e = call_epoch(ctrl);
     char *base = oneshot_exchange(ctrl, src, bytes, e, flags, staging, slot_bytes, me, npes);
     const size_t nvec = bytes / 16, tail = nvec * 16;

@@ -15,11 +15,11 @@
 // Blocks on 16-byte boundaries go by vectors, others element by element.
 template <typename T, typename Op>
 __device__ void pull_reducescatter(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const int me = team_me(ctrl), npes = team_npes(ctrl);
     const uint64_t e = call_epoch(ctrl);
     __shared__ const T *peer_block[MAX_PES];
     for (int p = threadIdx.x; p < npes; p += blockDim.x)
-        peer_block[p] = (const T *)nvshmem_ptr(src, p) + (size_t)me * n;
+        peer_block[p] = (const T *)peer_ptr(ctrl, src, p) + (size_t)me * n;
     // A peer that never came: read nothing, and send no end flag.
     if (!signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e)) {
         finish_call(ctrl, e);
@@ -52,10 +52,10 @@ __device__ void pull_reducescatter(const T *src, T *dst, size_t n, Ctrl *ctrl, u
 // reads an element of its own src before it writes that element).
 template <typename T, typename Op>
 __device__ void pull_reduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags, int root) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const int me = team_me(ctrl), npes = team_npes(ctrl);
     const uint64_t e = call_epoch(ctrl);
     __shared__ const T *peer_src[MAX_PES];
-    for (int p = threadIdx.x; p < npes; p += blockDim.x) peer_src[p] = (const T *)nvshmem_ptr(src, p);
+    for (int p = threadIdx.x; p < npes; p += blockDim.x) peer_src[p] = (const T *)peer_ptr(ctrl, src, p);
     if (!signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e)) {
         finish_call(ctrl, e);
         return;

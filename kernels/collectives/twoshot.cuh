@@ -14,13 +14,13 @@
 // [nvec * q / npes, nvec * (q + 1) / npes).
 template <typename T, typename Op>
 __device__ void twoshot_allreduce(const T *src, T *dst, size_t n, Ctrl *ctrl, uint64_t *flags) {
-    const int me = nvshmem_my_pe(), npes = nvshmem_n_pes();
+    const int me = team_me(ctrl), npes = team_npes(ctrl);
     const uint64_t e = call_epoch(ctrl);
     __shared__ const uint4 *peer_src[MAX_PES];
     __shared__ uint4 *peer_dst[MAX_PES];
     for (int p = threadIdx.x; p < npes; p += blockDim.x) {
-        peer_src[p] = (const uint4 *)nvshmem_ptr(src, p);
-        peer_dst[p] = (uint4 *)nvshmem_ptr(dst, p);
+        peer_src[p] = (const uint4 *)peer_ptr(ctrl, src, p);
+        peer_dst[p] = (uint4 *)peer_ptr(ctrl, dst, p);
     }
     // A peer that never came: write nothing into the others, and send no end flag.
     if (!signal_and_wait(ctrl, flags, FLAGS_START, me, npes, e)) {

@@ -414,34 +414,61 @@ const _: () = {
         "Offset of field: Fault::sending",
     ][::std::mem::offset_of!(Fault, sending) - 48usize];
 };
+/** The team a Collectives runs over, written once by the host: this PE's number in it, its
+ size, and its members as world PEs (member p is world PE start + p * stride: every team
+ NVSHMEM makes is strided). Kernels number PEs in the team; only nvshmem_ptr sees world PEs.*/
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct CollTeam {
+    pub me: ::std::os::raw::c_int,
+    pub npes: ::std::os::raw::c_int,
+    pub start: ::std::os::raw::c_int,
+    pub stride: ::std::os::raw::c_int,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CollTeam"][::std::mem::size_of::<CollTeam>() - 16usize];
+    ["Alignment of CollTeam"][::std::mem::align_of::<CollTeam>() - 4usize];
+    ["Offset of field: CollTeam::me"][::std::mem::offset_of!(CollTeam, me) - 0usize];
+    ["Offset of field: CollTeam::npes"][::std::mem::offset_of!(CollTeam, npes) - 4usize];
+    [
+        "Offset of field: CollTeam::start",
+    ][::std::mem::offset_of!(CollTeam, start) - 8usize];
+    [
+        "Offset of field: CollTeam::stride",
+    ][::std::mem::offset_of!(CollTeam, stride) - 12usize];
+};
 /** The epoch of this PE's calls, one copy per block index: block b reads copy b when it
  starts and, when it ends, writes the new epoch into copies b, b + gridDim.x, ... Blocks of
  one call touch disjoint copies, so no atomics or fences are needed, and after every call
  all copies agree whatever the grid size of the next call. Kernel completion publishes the
  stores to the next call. After the epochs, what bounds every wait: how long it may last
- (0: no bound) and where a wait that ran out of time says so (the host writes both once),
- and `aborted`, set (for good) by the first wait of this PE that gave up: it claims the
- fault record, and every later wait polls it (device memory) to stop at once.*/
+ (0: no bound) and where a wait that ran out of time says so, then the team (the host
+ writes these once), and `aborted`, set (for good) by the first wait of this PE that gave
+ up: it claims the fault record, and every later wait polls it (device memory) to stop at
+ once.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone, PartialEq, Eq)]
 pub struct Ctrl {
     pub epoch: [::std::os::raw::c_ulonglong; 512usize],
     pub timeout_ns: ::std::os::raw::c_ulonglong,
     pub fault: *mut Fault,
+    pub team: CollTeam,
     pub aborted: ::std::os::raw::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of Ctrl"][::std::mem::size_of::<Ctrl>() - 4120usize];
+    ["Size of Ctrl"][::std::mem::size_of::<Ctrl>() - 4136usize];
     ["Alignment of Ctrl"][::std::mem::align_of::<Ctrl>() - 8usize];
     ["Offset of field: Ctrl::epoch"][::std::mem::offset_of!(Ctrl, epoch) - 0usize];
     [
         "Offset of field: Ctrl::timeout_ns",
     ][::std::mem::offset_of!(Ctrl, timeout_ns) - 4096usize];
     ["Offset of field: Ctrl::fault"][::std::mem::offset_of!(Ctrl, fault) - 4104usize];
+    ["Offset of field: Ctrl::team"][::std::mem::offset_of!(Ctrl, team) - 4112usize];
     [
         "Offset of field: Ctrl::aborted",
-    ][::std::mem::offset_of!(Ctrl, aborted) - 4112usize];
+    ][::std::mem::offset_of!(Ctrl, aborted) - 4128usize];
 };
 impl Default for Ctrl {
     fn default() -> Self {

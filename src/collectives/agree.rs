@@ -12,6 +12,7 @@ use super::algo::{
     ALL_GATHER_ROWS, ALL_REDUCE_ROWS, ALL_TO_ALL_ROWS, BROADCAST_ROWS, REDUCE_ROWS,
     REDUCE_SCATTER_ROWS,
 };
+use super::members::Members;
 use super::CollectivesConfig;
 use crate::abi;
 use crate::element::{DataType, ReduceOp};
@@ -255,8 +256,13 @@ pub(crate) fn config_hash(config: &CollectivesConfig) -> u64 {
         })
 }
 
-/// The first PE whose record differs from PE 0's, described from `my_pe`.
-pub(crate) fn describe_disagreement(my_pe: usize, all: &[u64]) -> Option<String> {
+/// The first member whose record differs from the first member's, described from member
+/// `me`, `name` naming members by their place.
+pub(crate) fn describe_disagreement(
+    all: &[u64],
+    me: usize,
+    name: impl Fn(usize) -> String,
+) -> Option<String> {
     let records: Vec<&[u64]> = all.chunks(WORDS).collect();
     let first = records.first()?;
     let pe = records.iter().position(|r| r != first)?;
@@ -265,35 +271,75 @@ pub(crate) fn describe_disagreement(my_pe: usize, all: &[u64]) -> Option<String>
         None => format!("publishes {w:?}"),
     };
     Some(format!(
-        "PE 0 {} while PE {pe} {} (seen from PE {my_pe}); every PE must make the same calls on \
-         its Collectives, with the same configuration",
+        "{} {} while {} {} (seen from {}); every PE must make the same calls on its \
+         Collectives, with the same configuration",
+        name(0),
         show(first),
-        show(records[pe])
+        name(pe),
+        show(records[pe]),
+        name(me)
     ))
 }
 
-/// The records' exchange (the runtime's bounded exchange, src/runtime/exchange.rs, through
-/// scratch of its own) and that scratch. One exchange at a time: a `Collectives` may be
-/// shared between threads.
+/// Agree with every PE of the world on `record` (the making of a `Collectives`, on any
+/// team: its workspace is allocated on every PE alike), through the runtime's exchange.
+pub(crate) fn agree_world(shmem: &Nvshmem, record: Record, limit: Option<Duration>) -> Result<()> {
+    let what = || format!("making a Collectives (this PE {record})");
+    match shmem.exchange(&record.encode(), limit, DuringWait::LetGo, what)? {
+        Exchanged::All(all) => match describe_disagreement(&all, shmem.my_pe(), world_name) {
+            Some(msg) => Err(Error::CollectiveMismatch(msg)),
+            None => Ok(()),
+        },
+        Exchanged::GaveUp(missing) => Err(gave_up(
+            &world_name(shmem.my_pe()),
+            record,
+            &world_name(missing),
+            limit,
+        )),
+    }
+}
+
+fn world_name(pe: usize) -> String {
+    format!("PE {pe}")
+}
+
+/// What a PE that waited in vain for `missing` says.
+fn gave_up(me: &str, record: Record, missing: &str, limit: Option<Duration>) -> Error {
+    Error::CollectiveMismatch(format!(
+        "{me} {record}, and {missing} did not publish what it is doing within {:?}: a PE \
+         skipped the call or stopped; this process cannot go on",
+        limit.unwrap_or_default()
+    ))
+}
+
+/// The records' exchange between a team's members (the runtime's bounded exchange,
+/// src/runtime/exchange.rs, through scratch of its own) and that scratch. One exchange at a
+/// time: a `Collectives` may be shared between threads.
 pub(crate) struct Agreement {
     exchange: Mutex<(WordExchange, SymmetricBuffer<u64>)>,
+    members: Members,
 }
 
 impl Agreement {
-    /// Allocate the scratch (collective).
-    pub(crate) fn new(shmem: &Nvshmem) -> Result<Self> {
-        let n = shmem.n_pes();
-        let scratch = shmem.calloc::<u64>(WordExchange::scratch_words(n))?;
+    /// Allocate the scratch (collective over the world: room for every PE, whichever
+    /// team's members use it).
+    pub(crate) fn new(shmem: &Nvshmem, members: &Members) -> Result<Self> {
+        let scratch = shmem.calloc::<u64>(WordExchange::scratch_words(shmem.n_pes()))?;
+        // Outside the team the exchange is never used (every call fails first).
+        let (list, me) = match members.me() {
+            Ok(me) => (members.world_pes().to_vec(), me),
+            Err(_) => (vec![members.my_world()], 0),
+        };
         // SAFETY: symmetric, zeroed, alike on every PE, and kept beside the exchange.
-        let exchange =
-            unsafe { WordExchange::new(scratch.as_ptr(), shmem.context(), shmem.my_pe(), n)? };
+        let exchange = unsafe { WordExchange::new(scratch.as_ptr(), shmem.context(), list, me)? };
         Ok(Agreement {
             exchange: Mutex::new((exchange, scratch)),
+            members: members.clone(),
         })
     }
 
-    /// Publish `record`, collect every PE's, and fail if any differs. Waits for every PE to
-    /// publish for at most `limit`.
+    /// Publish `record`, collect every member's, and fail if any differs. Waits for every
+    /// member to publish for at most `limit`.
     pub(crate) fn agree(
         &self,
         shmem: &Nvshmem,
@@ -302,6 +348,8 @@ impl Agreement {
     ) -> Result<()> {
         let mut guard = crate::runtime::lock_letting_go(&self.exchange);
         let what = || format!("the call agreement (this PE {record})");
+        let m = &self.members;
+        let me = m.me()?;
         match shmem.exchange_through(
             &mut guard.0,
             &record.encode(),
@@ -309,16 +357,13 @@ impl Agreement {
             DuringWait::LetGo,
             what,
         )? {
-            Exchanged::All(all) => match describe_disagreement(shmem.my_pe(), &all) {
+            Exchanged::All(all) => match describe_disagreement(&all, me, |p| m.name(p)) {
                 Some(msg) => Err(Error::CollectiveMismatch(msg)),
                 None => Ok(()),
             },
-            Exchanged::GaveUp(missing) => Err(Error::CollectiveMismatch(format!(
-                "PE {} {record}, and PE {missing} did not publish what it is doing within \
-                 {:?}: a PE skipped the call or stopped; this process cannot go on",
-                shmem.my_pe(),
-                limit.unwrap_or_default()
-            ))),
+            Exchanged::GaveUp(missing) => {
+                Err(gave_up(&m.name(me), record, &m.name(missing), limit))
+            }
         }
     }
 }
@@ -479,7 +524,7 @@ mod tests {
             root: Some(root),
         };
         let all: Vec<u64> = [0, 1].into_iter().flat_map(|r| bcast(r).encode()).collect();
-        let msg = describe_disagreement(0, &all).unwrap();
+        let msg = describe_disagreement(&all, 0, world_name).unwrap();
         assert!(
             msg.contains("PE 0 calls broadcast(root 0, BF16, ll"),
             "{msg}"
@@ -496,7 +541,7 @@ mod tests {
         for len in [1000, 1000, 2000] {
             all.extend(call(len).encode());
         }
-        let msg = describe_disagreement(1, &all).unwrap();
+        let msg = describe_disagreement(&all, 1, world_name).unwrap();
         assert!(
             msg.contains("PE 0 calls all_reduce(Sum, BF16, sentinel, 1000 elements"),
             "{msg}"
@@ -507,13 +552,26 @@ mod tests {
         );
         assert!(msg.contains("seen from PE 1"), "{msg}");
         let same: Vec<u64> = [call(5).encode(), call(5).encode()].concat();
-        assert_eq!(describe_disagreement(0, &same), None);
+        assert_eq!(describe_disagreement(&same, 0, world_name), None);
+    }
+
+    #[test]
+    fn a_team_names_its_pes_by_world_and_team_number() {
+        let all = [call(8).encode(), call(16).encode()].concat();
+        let name = |p: usize| format!("PE {} (team PE {p})", 2 * p + 1);
+        let msg = describe_disagreement(&all, 0, name).unwrap();
+        assert!(
+            msg.starts_with("PE 1 (team PE 0) calls all_reduce("),
+            "{msg}"
+        );
+        assert!(msg.contains("while PE 3 (team PE 1) calls"), "{msg}");
+        assert!(msg.contains("seen from PE 1 (team PE 0)"), "{msg}");
     }
 
     #[test]
     fn a_pe_that_cannot_go_on_is_named() {
         let all = [call(8).encode(), Record::Failed.encode()].concat();
-        let msg = describe_disagreement(0, &all).unwrap();
+        let msg = describe_disagreement(&all, 0, world_name).unwrap();
         assert!(msg.contains("PE 1 could not go on"), "{msg}");
     }
 
@@ -537,7 +595,7 @@ mod tests {
             .encode(),
         ]
         .concat();
-        let msg = describe_disagreement(0, &all).unwrap();
+        let msg = describe_disagreement(&all, 0, world_name).unwrap();
         assert!(
             msg.contains("PE 1 makes Collectives with configuration"),
             "{msg}"

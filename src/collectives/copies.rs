@@ -44,7 +44,7 @@ impl Collectives {
     /// The peers in the order this PE serves them: the next PE first, itself last (so that
     /// the PEs do not all write into PE 0 first).
     fn destinations(&self) -> impl Iterator<Item = usize> {
-        let (n, me) = (self.dims.n_pes, self.shmem.my_pe());
+        let (n, me) = (self.dims.n_pes, self.me);
         (1..=n).map(move |k| (me + k) % n)
     }
 
@@ -54,13 +54,13 @@ impl Collectives {
             dst: self.on_pe(dst, pe),
             src,
             bytes,
-            local: pe == self.shmem.my_pe(),
+            local: pe == self.me,
         }
     }
 
     /// An all-gather of `bytes` per PE: this PE's input into its block of every PE's output.
     pub(super) fn all_gather_copies(&self, dst: u64, src: u64, bytes: usize) -> Vec<PeerCopy> {
-        let at = (self.shmem.my_pe() * bytes) as u64;
+        let at = (self.me * bytes) as u64;
         self.destinations()
             .map(|p| self.copy_to(p, dst + at, src, bytes))
             .collect()
@@ -75,7 +75,7 @@ impl Collectives {
         bytes: usize,
         root: usize,
     ) -> Vec<PeerCopy> {
-        if self.shmem.my_pe() != root {
+        if self.me != root {
             return Vec::new();
         }
         self.destinations()
@@ -87,7 +87,7 @@ impl Collectives {
     /// An all-to-all of `bytes` per block: block `p` of this PE's input into block `me` of PE
     /// `p`'s output.
     pub(super) fn all_to_all_copies(&self, dst: u64, src: u64, bytes: usize) -> Vec<PeerCopy> {
-        let at = (self.shmem.my_pe() * bytes) as u64;
+        let at = (self.me * bytes) as u64;
         self.destinations()
             .map(|p| self.copy_to(p, dst + at, src + (p * bytes) as u64, bytes))
             .collect()

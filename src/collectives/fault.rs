@@ -4,6 +4,7 @@
 //! kernels/collectives/call.cuh); it is never cleared: a `Collectives` whose PEs fell out of
 //! step cannot be trusted again.
 
+use super::Members;
 use crate::abi;
 use crate::error::{Error, Result};
 use crate::memory::MappedRecord;
@@ -12,14 +13,15 @@ use std::time::Duration;
 
 pub(crate) struct FaultRecord {
     record: MappedRecord<abi::Fault>,
-    my_pe: usize,
+    /// The kernels record team PE numbers; errors name world PEs (and team ones).
+    members: Members,
 }
 
 impl FaultRecord {
-    pub(crate) fn new(shmem: &Nvshmem) -> Result<Self> {
+    pub(crate) fn new(shmem: &Nvshmem, members: &Members) -> Result<Self> {
         Ok(FaultRecord {
             record: MappedRecord::new(shmem)?,
-            my_pe: shmem.my_pe(),
+            members: members.clone(),
         })
     }
 
@@ -39,38 +41,36 @@ impl FaultRecord {
         else {
             return Ok(());
         };
+        let m = &self.members;
+        let (me, peer) = (m.me().unwrap_or(0), f.pe.max(0) as usize);
         if f.site as u32 == abi::FAULT_COUNTS {
+            let (from, to) = if f.sending != 0 {
+                (me, peer)
+            } else {
+                (peer, me)
+            };
             return Err(Error::CollectiveMismatch(format!(
-                "all_to_all_v call #{}: PE {} sends {} elements to PE {}, which expects {} from \
-                 it (every PE p's send_counts[q] must be PE q's recv_counts[p]); nothing moved \
+                "all_to_all_v call #{}: {} sends {} elements to {}, which expects {} from it \
+                 (every PE p's send_counts[q] must be PE q's recv_counts[p]); nothing moved \
                  between them. Drop this Collectives and make a new one on every PE",
                 f.epoch,
-                if f.sending != 0 {
-                    self.my_pe
-                } else {
-                    f.pe.max(0) as usize
-                },
+                m.name(from),
                 f.sent,
-                if f.sending != 0 {
-                    f.pe.max(0) as usize
-                } else {
-                    self.my_pe
-                },
+                m.name(to),
                 f.expected
             )));
         }
         if f.site as u32 == abi::FAULT_MISMATCH {
             return Err(Error::CollectiveMismatch(mismatch_message(
-                self.my_pe,
-                f.pe.max(0) as usize,
+                (&m.name(me), &m.name(peer)),
                 f.epoch,
                 f.sent as u32,
                 f.expected as u32,
             )));
         }
         Err(Error::Timeout {
-            pe: self.my_pe,
-            waited_for: f.pe.max(0) as usize,
+            pe: m.my_world(),
+            waited_for: m.world_pes().get(peer).copied().unwrap_or(peer),
             site: site_name(f.site),
             block: f.block.max(0) as usize,
             epoch: f.epoch,
@@ -79,26 +79,23 @@ impl FaultRecord {
     }
 }
 
-/// What a `FAULT_MISMATCH` record says: PE `me`'s call #`epoch` found PE `peer`'s call of
+/// What a `FAULT_MISMATCH` record says: `me`'s call #`epoch` found `peer`'s call of
 /// signature `theirs` where its own has `mine`, or (`theirs` = `COLL_SIG_FAILED`) a PE that
 /// gave up a wait or could not queue its copies before a copy-engine call's closing barrier.
-fn mismatch_message(me: usize, peer: usize, epoch: u64, theirs: u32, mine: u32) -> String {
+/// PEs as messages name them.
+fn mismatch_message((me, peer): (&str, &str), epoch: u64, theirs: u32, mine: u32) -> String {
     let drop = "Drop this Collectives and make a new one on every PE";
     if theirs == abi::COLL_SIG_FAILED {
-        let who = if peer == me {
-            "this PE".to_string()
-        } else {
-            format!("PE {peer}")
-        };
+        let who = if peer == me { "this PE" } else { peer };
         return format!(
             "collective call #{epoch}: {who} gave up this call (a wait of its ran out of time) \
              or could not queue its copy-engine copies (its error says which), so its part of \
-             the output on PE {me} is missing or was written before PE {me} entered the call. \
+             the output on {me} is missing or was written before {me} entered the call. \
              {drop}"
         );
     }
     format!(
-        "collective call #{epoch}: PE {me} and PE {peer} made different calls (signatures \
+        "collective call #{epoch}: {me} and {peer} made different calls (signatures \
          {mine:#06x} and {theirs:#06x}: the collective, element type, operator, algorithm, \
          length or root differ, or one PE skipped a call). Every PE must make the same calls \
          in the same order; `check_calls: true` in `CollectivesConfig` names the difference \
@@ -123,21 +120,26 @@ mod tests {
 
     #[test]
     fn mismatch_messages_name_both_pes_and_the_way_out() {
-        let m = mismatch_message(2, 0, 17, 0x1234, 0xbeef);
+        let m = mismatch_message(("PE 2", "PE 0"), 17, 0x1234, 0xbeef);
         assert!(
             m.contains("call #17: PE 2 and PE 0 made different calls"),
             "{m}"
         );
         assert!(m.contains("0xbeef and 0x1234"), "{m}");
         assert!(m.contains("check_calls: true"), "{m}");
-        let peer = mismatch_message(1, 3, 5, abi::COLL_SIG_FAILED, 0x10);
+        let peer = mismatch_message(("PE 1", "PE 3"), 5, abi::COLL_SIG_FAILED, 0x10);
         assert!(peer.contains("call #5: PE 3 gave up this call"), "{peer}");
         assert!(
             peer.contains("could not queue its copy-engine copies"),
             "{peer}"
         );
         assert!(peer.contains("output on PE 1 is missing"), "{peer}");
-        let own = mismatch_message(1, 1, 5, abi::COLL_SIG_FAILED, abi::COLL_SIG_FAILED);
+        let own = mismatch_message(
+            ("PE 1", "PE 1"),
+            5,
+            abi::COLL_SIG_FAILED,
+            abi::COLL_SIG_FAILED,
+        );
         assert!(own.contains("this PE gave up this call"), "{own}");
     }
 }

@@ -35,6 +35,7 @@ pub mod config;
 mod copies;
 mod fault;
 pub mod group;
+mod members;
 mod movement;
 mod plan;
 
@@ -56,8 +57,9 @@ use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
 use crate::order::CallOrder;
 use crate::runtime::Nvshmem;
 use crate::team::collectives::check_overlap;
+use crate::team::Team;
 pub(crate) use agree::Collective;
-use agree::{config_hash, Agreement, Record};
+use agree::{agree_world, config_hash, Agreement, Record};
 use algo::{
     all_gather_kernel, all_reduce_kernel, all_reduce_kernels, all_to_all_kernel, broadcast_kernel,
     reduce_kernel, reduce_kernels, reduce_scatter_kernel, reduce_scatter_kernels, type_and_op,
@@ -65,6 +67,7 @@ use algo::{
 };
 use cudarc::driver::CudaStream;
 use fault::FaultRecord;
+pub(crate) use members::Members;
 use plan::{
     all_gather_plan, all_gather_words_plan, all_reduce_plan, reduce_plan, reduce_scatter_plan,
     CallPlan, Dims, Extra,
@@ -76,17 +79,26 @@ use std::time::Duration;
 const CTRL_TIMEOUT: usize = abi::COLL_MAX_BLOCKS as usize;
 const _: () = assert!(std::mem::offset_of!(abi::Ctrl, timeout_ns) == CTRL_TIMEOUT * 8);
 const _: () = assert!(std::mem::offset_of!(abi::Ctrl, fault) == CTRL_TIMEOUT * 8 + 8);
+/// Where the team (`CollTeam`, two words) sits in `Ctrl`, in words.
+const CTRL_TEAM: usize = CTRL_TIMEOUT + 2;
+const _: () = assert!(std::mem::offset_of!(abi::Ctrl, team) == CTRL_TEAM * 8);
 
-/// Our collectives' kernels over the world team (see the module documentation), with their
-/// symmetric workspace.
+/// Our collectives' kernels over the world or over a team (see the module documentation),
+/// with their symmetric workspace.
 pub struct Collectives {
     shmem: Nvshmem,
+    /// The team's PEs (calls number PEs in it), and this PE's number there (0 outside it,
+    /// where every call fails first).
+    members: Members,
+    me: usize,
     thresholds: Thresholds,
     programmatic_launch: bool,
     cooperative_launch: bool,
     check_calls: bool,
     timeout: Option<Duration>,
     max_blocks: Option<usize>,
+    /// The workspace as configured (`dims` holds this team's slots in it).
+    workspace: Workspace,
     /// Scratch of the agreements (configuration, and calls when `check_calls`).
     agreement: Agreement,
     /// Where a wait that ran out of time says so (read before every call).
@@ -223,21 +235,24 @@ impl Drop for Collectives {
     }
 }
 
-/// Where `buf` lives on every PE, as mapped here; `None` above `LL_MAX_PES` PEs. Every PE
-/// must be reachable (checked before).
-fn peer_table<T: Element>(shmem: &Nvshmem, buf: &SymmetricBuffer<T>) -> Result<Option<abi::Peers>> {
-    let n = shmem.n_pes();
+/// Where `buf` lives on every member, as mapped here, in team order; `None` above
+/// `LL_MAX_PES` members. Every member must be reachable (checked before).
+fn peer_table<T: Element>(
+    members: &Members,
+    buf: &SymmetricBuffer<T>,
+) -> Result<Option<abi::Peers>> {
+    let n = members.n();
     if n > abi::LL_MAX_PES as usize {
         return Ok(None);
     }
     let mut table = abi::Peers {
-        me: shmem.my_pe() as i32,
+        me: members.me().unwrap_or(0) as i32,
         npes: n as i32,
         ..Default::default()
     };
     for pe in 0..n {
         table.slot[pe] = buf
-            .peer_ptr(pe)?
+            .peer_ptr(members.world_pe(pe))?
             .map_or(std::ptr::null_mut(), |p| p as *mut std::ffi::c_char);
     }
     Ok(Some(table))
@@ -251,6 +266,7 @@ impl Collectives {
         let variable = config::timeout_from(std::env::var(TIMEOUT_VARIABLE).ok().as_deref());
         Self::build(
             shmem,
+            Ok(Members::world(shmem)),
             CollectivesConfig::for_pes(shmem.n_pes()),
             variable.map(|_| ()),
         )
@@ -259,22 +275,64 @@ impl Collectives {
     /// [`new`](Self::new) with an explicit configuration; every PE must pass the same. The
     /// thresholds must fit the workspace.
     pub fn with_config(shmem: &Nvshmem, config: CollectivesConfig) -> Result<Self> {
-        Self::build(shmem, config, Ok(()))
+        Self::build(shmem, Ok(Members::world(shmem)), config, Ok(()))
     }
 
-    /// Construction, with the outcome of checks made before (`local`).
-    fn build(shmem: &Nvshmem, config: CollectivesConfig, local: Result<()>) -> Result<Self> {
-        let n = shmem.n_pes();
+    /// Our collectives over `team`: calls run between its PEs only, which number PEs (a
+    /// root, an all-gather's blocks) in the team. Collective over the world, as every
+    /// symmetric allocation is: every PE calls it at the same point with the same `config`
+    /// (sized for the largest team, [`CollectivesConfig::for_pes`]), each with its own team
+    /// (the one a split gave it), and `None` or a team without it on a PE outside every team;
+    /// there the calls fail with a clear error. Teams may be disjoint (one `Collectives` per
+    /// pair of a split) or overlap (the rows and the columns of [`Team::split_2d`], one
+    /// `Collectives` each); each has its own workspace. `Collectives` whose calls run at
+    /// once on different streams must fit the GPU together: give each a
+    /// [`CollectivesConfig::max_blocks`].
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::{AllReduceAlgo, Collectives, CollectivesConfig, ReduceOp};
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// // Pairs of neighbours: PEs 0 and 1, 2 and 3, ...
+    /// let (pair, _columns) = shmem.team_world().split_2d(2)?;
+    /// let coll = Collectives::with_team(&shmem, pair.as_ref(), CollectivesConfig::for_pes(2))?;
+    /// let x = shmem.malloc::<f32>(4096)?;
+    /// coll.all_reduce(&x, &x, ReduceOp::Sum, AllReduceAlgo::Auto, shmem.stream())?; // within the pair
+    /// # Ok(()) }
+    /// ```
+    pub fn with_team(
+        shmem: &Nvshmem,
+        team: Option<&Team>,
+        config: CollectivesConfig,
+    ) -> Result<Self> {
+        Self::build(shmem, Members::of_team(shmem, team), config, Ok(()))
+    }
+
+    /// Construction over `members`, with the outcome of checks made before (`local`).
+    fn build(
+        shmem: &Nvshmem,
+        members: Result<Members>,
+        config: CollectivesConfig,
+        local: Result<()>,
+    ) -> Result<Self> {
         let max_pes = abi::COLL_MAX_PES as usize;
+        // A team that cannot be taken fails here, after the agreements below (as an outsider,
+        // so that the others do not wait for this PE).
+        let (members, local) = match members {
+            Ok(m) => (m, local),
+            Err(e) => (Members::outside(shmem), local.and(Err(e))),
+        };
+        let n = members.n();
         // What this PE does alone first. Its outcome is agreed with the configuration below,
         // so that a PE that cannot go on (a module that does not load on its GPU) fails every
         // PE instead of leaving them waiting.
         let local = local
             .and_then(|()| {
-                if n > max_pes {
+                if shmem.n_pes() > max_pes {
                     return Err(Error::InvalidArgument(format!(
-                        "our collectives support up to {max_pes} PEs ({n} running); use \
-                         Team::all_reduce"
+                        "our collectives support up to {max_pes} PEs ({} running); use \
+                         Team::all_reduce",
+                        shmem.n_pes()
                     )));
                 }
                 if config.max_blocks == Some(0) {
@@ -284,7 +342,7 @@ impl Collectives {
                             .into(),
                     ));
                 }
-                config.workspace.check(n)
+                config.workspace.check(shmem.n_pes())
             })
             .and_then(|()| {
                 let module = Module::load(shmem, &COLLECTIVES)?;
@@ -325,84 +383,115 @@ impl Collectives {
                     (all_reduce, all_gather, reduce_scatter, reduce),
                     (broadcast, all_to_all, all_to_all_v, barriers),
                     (
-                        FaultRecord::new(shmem)?,
+                        FaultRecord::new(shmem, &members)?,
                         compressed::CompressKernels::load(&module)?,
                         group::GroupKernels::load(&module)?,
                     ),
                 ))
             });
-        // Before anything that depends on it: the same configuration on every PE.
-        let agreement = Agreement::new(shmem)?;
+        // Every PE's team and launch limits, whatever happened here (the gathers are
+        // collective). Members that passed different teams, or thresholds that do not fit
+        // this team's part of the workspace, fail like a local check.
+        let (largest_team, same_team) = agreed_teams(shmem, &members)?;
+        let limits = agreed_limits(shmem, local.as_ref().map_or(&[][..], |l| &l.0 .0[..]))?;
+        let cap = config.max_blocks.unwrap_or(usize::MAX);
+        // Outside the team no call is made: any size that plans.
+        let team_n = if members.is_member() { n } else { largest_team };
+        // The workspace has a slot per PE of the largest team: a smaller team's slots are
+        // larger, so that whatever fits the largest fits it.
+        let slot = |bytes| plan::team_slot_bytes(bytes, largest_team, team_n);
+        let w = &config.workspace;
+        let dims = Dims {
+            n_pes: team_n,
+            sm_count: limits.sm_count.min(cap),
+            bandwidth_max_blocks: (limits.sm_count * limits.per_sm)
+                .min(plan::MAX_BLOCKS)
+                .min(cap),
+            staging_slot_bytes: slot(w.staging_slot_bytes),
+            lines_slot_bytes: slot(w.lines_slot_bytes),
+            sentinel_slot_bytes: slot(w.sentinel_slot_bytes),
+            compressed_bytes: w.compressed_bytes,
+        };
+        let local = same_team
+            .and_then(|()| config.thresholds.check_fits(&dims))
+            .and(local);
+        // Before anything that depends on it: the same configuration on every PE of the
+        // world (each allocates the same workspace, whatever its team).
         let record = match &local {
             Ok(_) => Record::Config {
                 hash: config_hash(&config),
-                n_pes: n as u64,
+                n_pes: shmem.n_pes() as u64,
             },
             Err(_) => Record::Failed,
         };
-        let agreed = agreement.agree(shmem, record, config.timeout);
+        let agreed = agree_world(shmem, record, config.timeout);
         let (
             (all_reduce, all_gather, reduce_scatter, reduce),
             (broadcast, all_to_all, all_to_all_v, (ce_open, ce_close, ce_local_copy)),
             (fault, compress, group),
         ) = local?;
         agreed?;
-        let (sm_count, per_sm) = agreed_grid_limits(shmem, &all_reduce)?;
-        let cap = config.max_blocks.unwrap_or(usize::MAX);
-        let dims = Dims {
-            n_pes: n,
-            sm_count: sm_count.min(cap),
-            bandwidth_max_blocks: (sm_count * per_sm).min(plan::MAX_BLOCKS).min(cap),
-            staging_slot_bytes: config.workspace.staging_slot_bytes,
-            lines_slot_bytes: config.workspace.lines_slot_bytes,
-            sentinel_slot_bytes: config.workspace.sentinel_slot_bytes,
-            compressed_bytes: config.workspace.compressed_bytes,
-        };
-        config.thresholds.check_fits(&dims)?;
+        let agreement = Agreement::new(shmem, &members)?;
 
+        // Sized for the largest team, alike on every PE (symmetric allocations).
+        let room = largest_team;
         let ctrl = shmem.calloc::<u64>(std::mem::size_of::<abi::Ctrl>() / 8)?;
         let bound = config
             .timeout
             .map_or(0, |t| t.as_nanos().clamp(1, u64::MAX as u128) as u64);
         ctrl.view(CTRL_TIMEOUT..CTRL_TIMEOUT + 2)
             .copy_from_host(&[bound, fault.addr()])?;
-        let flags = shmem.calloc::<u64>(abi::COLL_FLAG_SETS as usize * plan::MAX_BLOCKS * n)?;
-        let staging = shmem.malloc::<u8>(2 * n * dims.staging_slot_bytes)?;
+        let team = members.ctrl_team();
+        ctrl.view(CTRL_TEAM..CTRL_TEAM + 2).copy_from_host(&[
+            (team.me as u32 as u64) | (team.npes as u32 as u64) << 32,
+            (team.start as u32 as u64) | (team.stride as u32 as u64) << 32,
+        ])?;
+        let flags = shmem.calloc::<u64>(abi::COLL_FLAG_SETS as usize * plan::MAX_BLOCKS * room)?;
+        let staging = shmem.malloc::<u8>(2 * room * w.staging_slot_bytes)?;
         // Zeroed: no tag is 0, so no line is taken for data before it is sent (a dropped
         // workspace's lines would be).
-        let lines = shmem.calloc::<u8>(2 * n * dims.lines_slot_bytes)?;
-        // Every peer must be load/store reachable (one node, NVLink or PCIe peer access).
+        let lines = shmem.calloc::<u8>(2 * room * w.lines_slot_bytes)?;
+        // Every member must be load/store reachable (one node, NVLink or PCIe peer access).
         let ctrl_peers = (0..n)
-            .map(|pe| match ctrl.peer_ptr(pe)? {
+            .map(|pe| match ctrl.peer_ptr(members.world_pe(pe))? {
                 Some(p) => Ok(p as u64),
                 None => Err(Error::InvalidArgument(format!(
-                    "PE {pe} is not load/store reachable from PE {} (different node or no peer \
-                     access): our collectives need every PE on one node with peer access; use \
-                     Team::all_reduce / Team::fcollect instead",
+                    "{} is not load/store reachable from PE {} (different node or no peer \
+                     access): our collectives need every PE of their team on one node with \
+                     peer access; use Team::all_reduce / Team::fcollect instead",
+                    members.name(pe),
                     shmem.my_pe()
                 ))),
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>>>();
         let copy_stream = shmem.new_stream()?;
-        let counts_table = shmem.calloc::<u64>(2 * 3 * n)?;
-        let sentinel = shmem.malloc::<u32>(2 * n * dims.sentinel_slot_bytes / 4)?;
+        let counts_table = shmem.calloc::<u64>(2 * 3 * room)?;
+        let sentinel = shmem.malloc::<u32>(2 * room * w.sentinel_slot_bytes / 4)?;
         sentinel.copy_from_host(&vec![abi::COLL_SENTINEL; sentinel.len()])?;
-        let compress_scratch = compressed::CompressScratch::new(shmem, dims.compressed_bytes, n)?;
-        let tables = match (peer_table(shmem, &lines)?, peer_table(shmem, &sentinel)?) {
+        let compress_scratch =
+            compressed::CompressScratch::new(shmem, dims.compressed_bytes, room)?;
+        let ctrl_peers = ctrl_peers?;
+        let tables = match (
+            peer_table(&members, &lines)?,
+            peer_table(&members, &sentinel)?,
+        ) {
             (Some(s), Some(t)) => Some((s, t)),
             _ => None,
         };
         // Flags and the epoch must be zero everywhere before anyone signals (the zeroing
-        // allocations and the copy above are complete).
+        // allocations and the copies above are complete).
         shmem.set_up_barrier(SetUp::Collectives)?;
         Ok(Collectives {
             shmem: shmem.clone(),
+            me: members.me().unwrap_or(0),
+            members,
             thresholds: config.thresholds,
             programmatic_launch: config.programmatic_launch,
             cooperative_launch: config.cooperative_launch,
             check_calls: config.check_calls,
             timeout: config.timeout,
             max_blocks: config.max_blocks,
+            workspace: config.workspace.clone(),
             agreement,
             fault,
             order: CallOrder::new(),
@@ -448,19 +537,22 @@ impl Collectives {
     }
 
     /// `Err(Error::Timeout)` once a wait of this PE's calls for a peer ran out of time (see
-    /// [`CollectivesConfig::timeout`]); every call checks this first. Reads host memory
-    /// only: it neither waits for a stream nor blocks.
+    /// [`CollectivesConfig::timeout`]), and `Err(Error::InvalidArgument)` on a PE outside
+    /// the team; every call checks this first. Reads host memory only: it neither waits for
+    /// a stream nor blocks.
     pub fn check(&self) -> Result<()> {
+        self.members.me()?;
         self.fault.check()
     }
 
     /// Start the call counter (the epoch) of every later call at `epoch`, on this PE; every
-    /// PE must set the same, with no call in flight. For tests of what happens after billions
+    /// PE of the team must set the same, with no call in flight (they agree on it). For tests of what happens after billions
     /// of calls (flag values and low-latency tags derive from it). The counter only moves
     /// forward (flags written at a later epoch would pass every wait of an earlier one), and
     /// stays below 2^44 (where the bandwidth all-reduce's flag values would wrap).
     #[doc(hidden)]
     pub fn set_epoch_for_test(&self, epoch: u64) -> Result<()> {
+        self.check()?;
         self.shmem.quiesce()?;
         let now = self.ctrl.view(..1).to_vec()?[0];
         let limit = 1u64 << (64 - abi::COLL_ROUND_BITS);
@@ -473,7 +565,39 @@ impl Collectives {
         self.ctrl
             .view(..plan::MAX_BLOCKS)
             .copy_from_host(&vec![epoch; plan::MAX_BLOCKS])?;
-        self.shmem.barrier_all()
+        // Every member has set it before any goes on.
+        let record = Record::Config {
+            hash: epoch,
+            n_pes: self.members.n() as u64,
+        };
+        self.agreement.agree(&self.shmem, record, self.timeout)
+    }
+
+    /// PEs in the team the calls run over (the world's for [`new`](Self::new)).
+    pub fn n_pes(&self) -> usize {
+        self.members.n()
+    }
+
+    /// This PE's number in the team, `None` on a PE outside it (whose calls fail).
+    pub fn my_pe(&self) -> Option<usize> {
+        self.members.me().ok()
+    }
+
+    /// The world PE of the team's PE `pe`.
+    pub fn world_pe(&self, pe: usize) -> Result<usize> {
+        match self.members.world_pes().get(pe) {
+            Some(&w) => Ok(w),
+            None => Err(Error::PeOutOfRange {
+                pe,
+                n_pes: self.members.n(),
+            }),
+        }
+    }
+
+    /// The team's PEs, for the layers that communicate beside the calls (src/tp).
+    #[cfg(feature = "tp")]
+    pub(crate) fn members(&self) -> &Members {
+        &self.members
     }
 
     /// The thresholds of the automatic choice.
@@ -505,12 +629,7 @@ impl Collectives {
 
     /// The workspace allocated at construction.
     pub fn workspace(&self) -> Workspace {
-        Workspace {
-            staging_slot_bytes: self.dims.staging_slot_bytes,
-            lines_slot_bytes: self.dims.lines_slot_bytes,
-            sentinel_slot_bytes: self.dims.sentinel_slot_bytes,
-            compressed_bytes: self.dims.compressed_bytes,
-        }
+        self.workspace.clone()
     }
 
     /// The algorithm `Auto` picks for an all-reduce of `bytes` of `dtype` per PE.
@@ -1109,10 +1228,15 @@ impl Collectives {
     }
 }
 
-/// The SM count and bandwidth blocks per SM every PE can run: blocks pair up with the same
-/// block index on every PE, so every PE must launch the same grids (mixed GPU models take the
-/// smallest).
-fn agreed_grid_limits(shmem: &Nvshmem, all_reduce: &[Option<Function>]) -> Result<(usize, usize)> {
+/// The launch limits every PE can run: the SM count and bandwidth blocks per SM.
+struct Limits {
+    sm_count: usize,
+    per_sm: usize,
+}
+
+/// The launch limits every PE can run: blocks pair up with the same block index on every
+/// PE, so every PE must launch the same grids (mixed GPU models take the smallest).
+fn agreed_limits(shmem: &Nvshmem, all_reduce: &[Option<Function>]) -> Result<Limits> {
     let sm_count = shmem.sm_count()? as usize;
     let mut per_sm = plan::BW_BLOCKS_PER_SM;
     let bandwidth = all_reduce
@@ -1129,8 +1253,32 @@ fn agreed_grid_limits(shmem: &Nvshmem, all_reduce: &[Option<Function>]) -> Resul
     let mine = ((sm_count as u64) << 32) | per_sm as u64;
     let all = shmem.set_up_gather(SetUp::CollectivesGrid, mine)?;
     let smallest = |f: fn(u64) -> u64| all.iter().map(|&v| f(v)).min().unwrap_or(1).max(1);
-    Ok((
-        smallest(|v| v >> 32) as usize,
-        smallest(|v| v & 0xFFFF_FFFF) as usize,
-    ))
+    Ok(Limits {
+        sm_count: smallest(|v| v >> 32) as usize,
+        per_sm: smallest(|v| v & 0xFFFF_FFFF) as usize,
+    })
+}
+
+/// Every PE's team, gathered over the world: the PEs of the largest (the workspace's room,
+/// alike on every PE), and whether every member of this PE's team passed the same team
+/// (the error says which did not).
+fn agreed_teams(shmem: &Nvshmem, members: &Members) -> Result<(usize, Result<()>)> {
+    // A hash of the members above the size (0 outside every team).
+    let mine = members.hash() << 8 | members.n() as u64;
+    let teams = shmem.set_up_gather(SetUp::CollectivesTeam, mine)?;
+    let largest = teams.iter().map(|&v| (v & 0xFF) as usize).max();
+    let other = members
+        .world_pes()
+        .iter()
+        .find(|&&w| members.is_member() && teams[w] != mine);
+    let same = match other {
+        None => Ok(()),
+        Some(other) => Err(Error::CollectiveMismatch(format!(
+            "PE {other} passed Collectives::with_team another team than PE {} did (world PEs \
+             {:?}): every member must pass the same team (the one a split gave it)",
+            shmem.my_pe(),
+            members.world_pes()
+        ))),
+    };
+    Ok((largest.unwrap_or(1).max(1), same))
 }

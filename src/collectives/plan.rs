@@ -393,6 +393,16 @@ pub(crate) fn bandwidth_max_input(blocks: u32, plan: abi::BandwidthPlan, n_pes: 
         .saturating_mul(16)
 }
 
+/// A team of `n_pes` PEs' slot in a region of `slot_bytes` per PE of the largest team
+/// (`room` PEs): the region shared among the team's PEs, in 16-byte units (every slot starts
+/// aligned), never less than `slot_bytes`. A limit that grows with the slot (a one-shot's
+/// input) is then at least the largest team's; one that grows with slot × PEs (a
+/// two-shot's) is too where `n_pes` divides `room`, and within 16 bytes a slot otherwise.
+pub(crate) fn team_slot_bytes(slot_bytes: usize, room: usize, n_pes: usize) -> usize {
+    let shared = slot_bytes.saturating_mul(room) / n_pes.max(1) / 16 * 16;
+    shared.max(slot_bytes)
+}
+
 /// Staging slot that a low-latency two-shot of `bytes` needs: one line (16 bytes for 8 of
 /// data) per line of a part, in each half.
 pub(crate) fn ll_twoshot_slot_bytes(bytes: usize, n_pes: usize) -> usize {
@@ -447,6 +457,34 @@ pub(crate) fn blocks_for(work: usize, per_block: usize, max: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_smaller_team_s_slots_hold_what_the_largest_team_s_hold() {
+        assert_eq!(team_slot_bytes(1 << 20, 4, 4), 1 << 20);
+        assert_eq!(team_slot_bytes(1 << 20, 4, 2), 2 << 20);
+        assert_eq!(team_slot_bytes(1 << 20, 3, 2), 3 << 19);
+        // Never below the slot, 16-byte aligned above it, inside the region.
+        assert_eq!(team_slot_bytes(1000, 3, 2), 1488);
+        assert_eq!(team_slot_bytes(1000, 3, 3), 1000);
+        let twoshot = |slot: usize, n: usize| slot / 32 * n * 16;
+        for (slot, room, n) in [
+            (4096, 8, 3),
+            (16 << 20, 5, 3),
+            (2 << 20, 2, 1),
+            (1 << 20, 8, 4),
+        ] {
+            let s = team_slot_bytes(slot, room, n);
+            assert!(
+                s >= slot && s.is_multiple_of(16) && s * n <= slot * room,
+                "{slot} {room} {n}"
+            );
+            let (team, largest) = (twoshot(s, n), twoshot(slot, room));
+            match room % n {
+                0 => assert_eq!(team, largest, "{slot} {room} {n}"),
+                _ => assert!(team + 16 * n >= largest, "{slot} {room} {n}"),
+            }
+        }
+    }
 
     /// Rounds a bandwidth all-reduce of `nvec` vectors takes (as the kernel counts them).
     fn bandwidth_rounds(nvec: usize, n_pes: usize, blocks: u32, plan: abi::BandwidthPlan) -> usize {

@@ -40,6 +40,10 @@ pub(crate) enum SetUp {
     /// Every PE zeroed its copy of a `calloc` buffer.
     Zeroed = 7,
     SymmetricMap = 8,
+    /// Every PE's team, gathered by `Collectives::with_team`.
+    CollectivesTeam = 9,
+    /// The feedback every PE's `GradientSync` keeps, gathered to size it alike.
+    GradientSync = 10,
 }
 
 impl SetUp {
@@ -53,6 +57,8 @@ impl SetUp {
             6 => "a sync_all",
             7 => "a calloc's zeroing",
             8 => "SymmetricMap::new",
+            9 => "Collectives::with_team's teams",
+            10 => "GradientSync::new",
             _ => "a constructor",
         }
     }

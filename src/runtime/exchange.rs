@@ -37,9 +37,9 @@ pub(crate) enum DuringWait {
 
 /// How an exchange ended.
 pub(crate) enum Exchanged {
-    /// Every PE's record, in PE order (`RECORD_WORDS` each).
+    /// Every member's record, in the members' order (`RECORD_WORDS` each).
     All(Vec<u64>),
-    /// PE `.0` had not published within the bound.
+    /// Member `.0` (its place among the members) had not published within the bound.
     GaveUp(usize),
 }
 
@@ -62,8 +62,10 @@ pub(crate) struct WordExchange {
     /// from, and what the reads copy into.
     staged: PinnedWords,
     seen: PinnedWords,
-    n_pes: usize,
-    my_pe: usize,
+    /// The PEs that take part, as world PEs (every PE for the runtime's own), and this
+    /// PE's place among them: records and tags sit in that order.
+    members: Vec<usize>,
+    me: usize,
     round: u64,
 }
 
@@ -72,36 +74,42 @@ pub(crate) struct WordExchange {
 unsafe impl Send for WordExchange {}
 
 impl WordExchange {
-    /// Words of scratch for `n_pes`.
+    /// Words of scratch for `n_pes` members.
     pub(crate) fn scratch_words(n_pes: usize) -> usize {
         1 + RECORD_WORDS + n_pes + 2 * n_pes * RECORD_WORDS
     }
 
-    /// An exchange through `scratch`, putting and reading on two streams of its own in
-    /// `ctx`.
+    /// An exchange between `members` (world PEs; this PE is `members[me]`) through
+    /// `scratch`, putting and reading on two streams of its own in `ctx`.
     ///
     /// # Safety
-    /// `scratch` is symmetric, holds [`scratch_words`](Self::scratch_words) zeroed words on
-    /// every PE, and outlives this value.
+    /// `scratch` is symmetric, holds [`scratch_words`](Self::scratch_words) zeroed words for
+    /// at least `members.len()` on every member, and outlives this value.
     pub(crate) unsafe fn new(
         scratch: *mut u64,
         ctx: &Arc<CudaContext>,
-        my_pe: usize,
-        n_pes: usize,
+        members: Vec<usize>,
+        me: usize,
     ) -> Result<Self> {
+        let n_pes = members.len();
         Ok(WordExchange {
             scratch,
             puts: ctx.new_stream().during("cuStreamCreate")?,
             reads: ctx.new_stream().during("cuStreamCreate")?,
             staged: PinnedWords::new(1 + RECORD_WORDS)?,
-            seen: PinnedWords::new(n_pes * RECORD_WORDS)?,
-            n_pes,
-            my_pe,
+            seen: PinnedWords::new(n_pes.max(1) * RECORD_WORDS)?,
+            members,
+            me,
             round: 0,
         })
     }
 
-    /// Publish `record` (`RECORD_WORDS` words) and collect every PE's, waiting for the
+    /// The world PE of member `member`.
+    pub(crate) fn world_pe(&self, member: usize) -> usize {
+        self.members[member]
+    }
+
+    /// Publish `record` (`RECORD_WORDS` words) and collect every member's, waiting for the
     /// others at most `limit` (`None`: for ever), with the context current. After an error
     /// the exchange cannot go on with the other PEs (its round is spent).
     pub(crate) fn exchange(
@@ -113,7 +121,7 @@ impl WordExchange {
         assert_eq!(record.len(), RECORD_WORDS, "a record of the exchange");
         let _host = super::host_call();
         let _relaxed = RelaxedCapture::new()?;
-        let (n, me, w) = (self.n_pes, self.my_pe, RECORD_WORDS);
+        let (n, me, w) = (self.members.len(), self.me, RECORD_WORDS);
         self.round += 1;
         let round = self.round;
         // SAFETY: every offset lies inside the scratch (`new`'s contract).
@@ -139,7 +147,7 @@ impl WordExchange {
             self.staged.write_to(round_at as u64, (1 + w) * 8, put)?;
             let stream = put as sys::cudaStream_t;
             let slot = half.add(me * w) as *mut c_void;
-            for pe in 0..n {
+            for &pe in &self.members {
                 sys::nvshmemx_putmem_on_stream(
                     slot,
                     mine as *const c_void,
@@ -150,7 +158,7 @@ impl WordExchange {
             }
             sys::nvshmemx_quiet_on_stream(stream);
             let tag = tags.add(me) as *mut c_void;
-            for pe in 0..n {
+            for &pe in &self.members {
                 sys::nvshmemx_putmem_on_stream(
                     tag,
                     round_at as *const c_void,

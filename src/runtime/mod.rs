@@ -836,7 +836,12 @@ impl Nvshmem {
             // SAFETY: just allocated alike on every PE, zeroed; freed at finalize, after the
             // last exchange.
             let exchange = unsafe {
-                WordExchange::new(exchange_scratch, &ctx, my_pe as usize, n_pes as usize)?
+                WordExchange::new(
+                    exchange_scratch,
+                    &ctx,
+                    (0..n_pes as usize).collect(),
+                    my_pe as usize,
+                )?
             };
             // SAFETY: the words after the exchange's, in the same allocation.
             let team_syncs = unsafe {
@@ -1028,7 +1033,8 @@ impl Nvshmem {
                 return Err(e);
             }
         };
-        if let Exchanged::GaveUp(pe) = &out {
+        if let Exchanged::GaveUp(member) = &out {
+            let pe = exchange.world_pe(*member);
             strand(format!(
                 "PE {}: {} waited {:?} (NVSHMEM_RS_TIMEOUT) for PE {pe} and gave up",
                 self.my_pe(),

@@ -99,7 +99,10 @@ impl ColumnParallelLinear {
             ColumnInput::SequenceParallel => Some(shmem.malloc::<bf16>(max_tokens * in_features)?),
         };
         let exchange = match &gathered {
-            Some(g) if n > 1 => Some((ChunkFlags::new(shmem)?, peer_bases(g)?)),
+            Some(g) if n > 1 => {
+                let members = tp.collectives().members();
+                Some((ChunkFlags::new(shmem, members)?, peer_bases(g, members)?))
+            }
             _ => None,
         };
         let weight = shmem.alloc_device::<bf16>(local_out * in_features)?;

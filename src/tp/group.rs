@@ -4,12 +4,13 @@ use super::decode::{self, FusedDecode};
 use super::exchange::stream_memops;
 use super::norm;
 use super::{Gemm, ScheduleThresholds};
-use crate::collectives::Collectives;
+use crate::collectives::{Collectives, CollectivesConfig};
 use crate::cubins::TP;
 use crate::error::{Error, Result};
 use crate::memory::DeviceMemory;
 use crate::module::{grid, Function, KernelArgs, LaunchOptions, Module};
 use crate::runtime::Nvshmem;
+use crate::team::Team;
 use cudarc::driver::CudaStream;
 use half::bf16;
 use std::sync::Arc;
@@ -59,6 +60,8 @@ struct Inner {
     fused_decode: FusedDecode,
     norm: NormKernels,
     sms: u32,
+    /// This PE's place in the group.
+    me: usize,
     /// Where overlapped schedules communicate.
     side: Arc<CudaStream>,
     /// The fused exchanges' copy stream, where the GPU takes the stream memory operations
@@ -73,14 +76,47 @@ impl TensorParallel {
         Self::with_collectives(shmem, Arc::new(Collectives::new(shmem)?))
     }
 
-    /// A group over every PE that communicates through `collectives` (which other code may
-    /// share: its calls are ordered by stream as usual). Its thresholds are
-    /// [`ScheduleThresholds::for_pes`] of the PE count.
+    /// A group over `team`'s PEs, with a new [`Collectives`] over it of the default
+    /// configuration for its size (collective over the world). Every PE passes its own
+    /// group's team, the groups all of one size (the rows of
+    /// [`Team::split_2d`], say): layers allocate symmetric memory, so
+    /// every PE builds the same layers, each group sharding over its own PEs.
+    ///
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::tp::TensorParallel;
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// // Two groups of 2 PEs on 4 GPUs: PEs 0 and 1, PEs 2 and 3.
+    /// let (pair, _) = shmem.team_world().split_2d(2)?;
+    /// let pair = pair.expect("every PE is in a row");
+    /// let tp = TensorParallel::with_team(&shmem, &pair)?;
+    /// assert_eq!(tp.n_pes(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn with_team(shmem: &Nvshmem, team: &Team) -> Result<Self> {
+        let config = CollectivesConfig::for_pes(team.n_pes());
+        let collectives = Collectives::with_team(shmem, Some(team), config)?;
+        Self::with_collectives(shmem, Arc::new(collectives))
+    }
+
+    /// A group over the PEs of `collectives`' team (every PE for [`Collectives::new`]) that
+    /// communicates through it (other code may share it: its calls are ordered by stream as
+    /// usual). Its thresholds are [`ScheduleThresholds::for_pes`] of the group's PE count.
+    /// Refused on a PE outside that team.
     pub fn with_collectives(shmem: &Nvshmem, collectives: Arc<Collectives>) -> Result<Self> {
+        let me = collectives.my_pe().ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "PE {} is not in the team of these Collectives: a tensor-parallel group is made \
+                 on its team's PEs, and every PE must be in a group (split the world so that \
+                 each is)",
+                shmem.my_pe()
+            ))
+        })?;
         let module = Module::load(shmem, &TP)?;
         let gemm = Gemm::with_module(shmem, &module)?;
         let sms = shmem.sm_count()?;
         let fused_decode = FusedDecode::load(&module, &collectives, sms)?;
+        let n = collectives.n_pes();
         let pusher = match stream_memops(shmem)? {
             true => Some(shmem.new_stream()?),
             false => None,
@@ -100,8 +136,9 @@ impl TensorParallel {
                     alone: module.function(norm::KERNEL)?,
                 },
                 sms,
+                me,
             }),
-            thresholds: ScheduleThresholds::for_pes(shmem.n_pes()),
+            thresholds: ScheduleThresholds::for_pes(n),
         })
     }
 
@@ -160,12 +197,12 @@ impl TensorParallel {
 
     /// PEs in the group.
     pub fn n_pes(&self) -> usize {
-        self.inner.shmem.n_pes()
+        self.inner.collectives.n_pes()
     }
 
     /// This PE's place in the group.
     pub fn my_pe(&self) -> usize {
-        self.inner.shmem.my_pe()
+        self.inner.me
     }
 
     /// The stream on which overlapped schedules communicate.

@@ -141,9 +141,10 @@ impl RowParallelLinear {
         let exchange = match fuses {
             true => {
                 let received = shmem.malloc::<bf16>(max_tokens * out_features)?;
-                let bases = peer_bases(&received)?;
+                let members = tp.collectives().members();
+                let bases = peer_bases(&received, members)?;
                 Some(Exchange {
-                    flags: ChunkFlags::new(shmem)?,
+                    flags: ChunkFlags::new(shmem, members)?,
                     _received: received,
                     bases,
                 })

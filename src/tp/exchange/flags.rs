@@ -23,6 +23,7 @@
 //! credits any new chunk waits for.
 
 use super::watch::Watch;
+use crate::collectives::Members;
 use crate::element::Element;
 use crate::error::{CudaResultExt, Error, Result};
 use crate::memory::{SetUp, SymmetricBuffer, SymmetricView};
@@ -53,18 +54,21 @@ impl Drop for ChunkFlags {
 
 const FLAG: u64 = std::mem::size_of::<u64>() as u64;
 
-/// Per PE: where `buf` (a symmetric buffer, or a view of one) starts on it, as mapped here.
+/// Per PE of the group (`members`, in group order): where `buf` (a symmetric buffer, or a
+/// view of one) starts on it, as mapped here.
 pub(in crate::tp) fn peer_bases<'a, T: Element>(
     buf: impl Into<SymmetricView<'a, T>>,
+    members: &Members,
 ) -> Result<Vec<u64>> {
     let buf = buf.into();
     let shmem = buf.runtime();
-    (0..shmem.n_pes())
-        .map(|pe| match buf.peer_ptr(pe)? {
+    (0..members.n())
+        .map(|pe| match buf.peer_ptr(members.world_pe(pe))? {
             Some(p) => Ok(p as u64),
             None => Err(Error::InvalidArgument(format!(
-                "PE {pe} is not load/store reachable from PE {}: a tensor-parallel group \
-                 needs every PE on one node with peer access",
+                "{} is not load/store reachable from PE {}: a tensor-parallel group needs \
+                 every PE on one node with peer access",
+                members.name(pe),
                 shmem.my_pe()
             ))),
         })
@@ -72,15 +76,16 @@ pub(in crate::tp) fn peer_bases<'a, T: Element>(
 }
 
 impl ChunkFlags {
-    /// The flags of one exchange, all clear (collective: allocates symmetric memory, then
-    /// waits for every PE).
-    pub(in crate::tp) fn new(shmem: &Nvshmem) -> Result<Self> {
-        let (n, me) = (shmem.n_pes(), shmem.my_pe());
-        let flags = shmem.calloc::<u64>(3 * n)?;
-        let peer_flags = peer_bases(&flags)?;
+    /// The flags of one exchange between `members`, all clear (collective over the world:
+    /// allocates symmetric memory, then waits for every PE).
+    pub(in crate::tp) fn new(shmem: &Nvshmem, members: &Members) -> Result<Self> {
+        let (n, me) = (members.n(), members.me()?);
+        // Room for the world's PEs: the same on every PE, whatever its group.
+        let flags = shmem.calloc::<u64>(3 * shmem.n_pes())?;
+        let peer_flags = peer_bases(&flags, members)?;
         // No peer may write a flag here before it is cleared (calloc's zeroing is complete).
         shmem.set_up_barrier(SetUp::TpExchange)?;
-        let watch = Watch::new(shmem, peer_flags[me]);
+        let watch = Watch::new(shmem, peer_flags[me], members);
         Ok(ChunkFlags {
             n,
             me,

@@ -145,7 +145,7 @@ impl RoundsCall<'_> {
             false => None,
         };
         let outputs = match self.replicated {
-            true => peer_bases(self.y)?,
+            true => peer_bases(self.y, self.tp.collectives().members())?,
             false => Vec::new(),
         };
         let plan = Plan {

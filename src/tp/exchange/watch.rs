@@ -14,6 +14,7 @@
 //! The outputs of the calls in flight are then wrong, and every later call of the layer
 //! returns [`Error::ExchangeTimeout`]. Calls replayed from a CUDA graph are not watched.
 
+use crate::collectives::Members;
 use crate::error::{CudaResultExt, Error, Result};
 use crate::runtime::{lock, Nvshmem};
 use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaStream};
@@ -33,7 +34,9 @@ const PERIOD: Duration = Duration::from_millis(50);
 /// must never be the one to end the runtime.
 pub(in crate::tp) struct Watch {
     ctx: Arc<CudaContext>,
+    /// This PE's place in the group, and the group's PEs as world PEs (errors name those).
     me: usize,
+    world: Vec<usize>,
     /// This PE's flags (`ready`, `credit`, `done`: `n` each), at their local address.
     flags: u64,
     n: usize,
@@ -73,13 +76,14 @@ static WATCHED: Mutex<Vec<Weak<Watch>>> = Mutex::new(Vec::new());
 impl Watch {
     /// The watch over the exchange whose flags (`3 n` words) lie at `flags` on this PE, or
     /// `None` when `NVSHMEM_RS_TIMEOUT` sets no bound.
-    pub(in crate::tp) fn new(shmem: &Nvshmem, flags: u64) -> Option<Arc<Self>> {
+    pub(in crate::tp) fn new(shmem: &Nvshmem, flags: u64, members: &Members) -> Option<Arc<Self>> {
         let limit = shmem.wait_limit()?;
         let watch = Arc::new(Watch {
             ctx: shmem.context().clone(),
-            me: shmem.my_pe(),
+            me: members.me().ok()?,
+            world: members.world_pes().to_vec(),
             flags,
-            n: shmem.n_pes(),
+            n: members.n(),
             limit,
             state: Mutex::new(State::default()),
             enqueued: AtomicU64::new(0),
@@ -104,7 +108,7 @@ impl Watch {
         match self.fault.get() {
             None => Ok(()),
             Some(f) => Err(Error::ExchangeTimeout {
-                pe: self.me,
+                pe: self.world[self.me],
                 waited_for: f.waited_for.clone(),
                 call: f.call,
                 waited: f.waited,
@@ -172,9 +176,9 @@ impl Watch {
             if waited < self.limit {
                 return Ok(());
             }
-            let waited_for = self.missing()?;
+            let waited_for: Vec<usize> = self.missing()?.iter().map(|&c| self.world[c]).collect();
             crate::diag::warn_pe!(
-                Some(self.me),
+                Some(self.world[self.me]),
                 "a tensor-parallel fused exchange waited {waited:.1?} for PEs {waited_for:?}: \
                  releasing its waits (its outputs are wrong)"
             );
@@ -194,8 +198,8 @@ impl Watch {
         self.ctx.new_stream().during("cuStreamCreate")
     }
 
-    /// The peers whose chunks (then, whose sums) have not come, as this PE's flags say; every
-    /// peer where each has come.
+    /// The peers (by place in the group) whose chunks (then, whose sums) have not come, as
+    /// this PE's flags say; every peer where each has come.
     fn missing(&self) -> Result<Vec<usize>> {
         let mut words = vec![0u64; 3 * self.n];
         let stream = self.own_stream()?;

@@ -5,7 +5,7 @@ use nvshmem::{bf16, AllGatherAlgo, Collectives, Nvshmem, Result};
 
 use nvshmem_checks::graph::capture;
 
-use crate::harness::{compare, cuda, sync, zeroed, Checker};
+use crate::harness::{compare, cuda, place, sync, zeroed, Checker};
 use crate::reference::{inputs, Reducible};
 
 pub(crate) fn all_gather_case<T: Reducible>(
@@ -15,7 +15,7 @@ pub(crate) fn all_gather_case<T: Reducible>(
     algo: AllGatherAlgo,
     n: usize,
 ) -> Result<()> {
-    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let (me, np) = place(coll)?;
     let all = inputs::<T>(seed, np, n);
     let src = shmem.malloc::<T>(n)?;
     src.copy_from_host(&all[me])?;

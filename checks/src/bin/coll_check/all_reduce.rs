@@ -6,7 +6,7 @@ use nvshmem::{
     SymmetricBuffer,
 };
 
-use crate::harness::{compare, sync, Checker};
+use crate::harness::{compare, place, sync, Checker};
 use crate::reference::{inputs, reference, Reducible, Rng};
 
 /// Every all-reduce algorithm that takes i32 (all but `Auto` and the sentinel paths).
@@ -27,8 +27,8 @@ pub(crate) fn all_reduce_case<T: Reducible>(
     n: usize,
     in_place: bool,
 ) -> Result<()> {
-    let me = shmem.my_pe();
-    let all = inputs::<T>(seed, shmem.n_pes(), n);
+    let (me, np) = place(coll)?;
+    let all = inputs::<T>(seed, np, n);
     let want = reference(op, &all);
     let src = shmem.malloc::<T>(n)?;
     src.copy_from_host(&all[me])?;

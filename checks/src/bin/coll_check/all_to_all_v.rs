@@ -5,7 +5,7 @@ use nvshmem::{Collectives, Error, Nvshmem, Result};
 
 use nvshmem_checks::graph::capture;
 
-use crate::harness::{compare, cuda, sync, Checker};
+use crate::harness::{compare, cuda, place, sync, Checker};
 use crate::reference::{all_to_all_v_want, count_matrix, inputs};
 
 /// Two all-to-all-v calls with different random counts back to back on one stream, then
@@ -17,7 +17,7 @@ pub(crate) fn all_to_all_v_case(
     seed: u64,
     max: usize,
 ) -> Result<()> {
-    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let (me, np) = place(coll)?;
     let mats = [count_matrix(seed, np, max), count_matrix(seed + 1, np, max)];
     let cap = max * np + 5;
     let rounds: Vec<Vec<Vec<f32>>> = (0..4)

@@ -5,7 +5,7 @@
 use nvshmem::{bf16, AllReduceAlgo, Collectives, Error, Nvshmem, ReduceOp, Result};
 
 use crate::all_reduce::INT_ALGOS;
-use crate::harness::{compare, sync, Checker};
+use crate::harness::{compare, place, sync, Checker};
 use crate::reference::{inputs, reference, summed_again, Reducible};
 
 /// Repeated in-place sums with no host synchronisation between calls: after the first, every
@@ -19,9 +19,10 @@ pub(crate) fn back_to_back<T: Reducible>(
     n: usize,
     rounds: usize,
 ) -> Result<()> {
-    let all = inputs::<T>(seed, shmem.n_pes(), n);
+    let (me, np) = place(coll)?;
+    let all = inputs::<T>(seed, np, n);
     let x = shmem.malloc::<T>(n)?;
-    x.copy_from_host(&all[shmem.my_pe()])?;
+    x.copy_from_host(&all[me])?;
     for r in 0..rounds {
         coll.all_reduce(
             &x,
@@ -32,7 +33,7 @@ pub(crate) fn back_to_back<T: Reducible>(
         )?;
     }
     sync(shmem)?;
-    let want = summed_again(reference(ReduceOp::Sum, &all), shmem.n_pes(), rounds - 1);
+    let want = summed_again(reference(ReduceOp::Sum, &all), np, rounds - 1);
     compare("back-to-back all_reduce", &x.to_vec()?, &want)
 }
 

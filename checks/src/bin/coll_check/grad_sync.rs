@@ -9,11 +9,11 @@ use nvshmem::{bf16, Collectives, Error, GradSyncConfig, GradientSync, Nvshmem, R
 use nvshmem_checks::graph::capture;
 
 use crate::compressed::with_compressed_bytes;
-use crate::harness::{compare, cuda, expect_err, sync, Checker};
+use crate::harness::{compare, cuda, expect_err, place, sync, Checker};
 use crate::reference::{inputs, reference, Reducible};
 
 /// The parameters of the checks: odd lengths, a few large.
-const PARAMS: [usize; 9] = [1000, 7, 65_537, 3, 4096, 20_001, 1, 130_000, 999];
+pub(crate) const PARAMS: [usize; 9] = [1000, 7, 65_537, 3, 4096, 20_001, 1, 130_000, 999];
 
 /// Every PE's gradients for step `step` of check `seed`, one vector per parameter.
 fn step_grads<T: Reducible>(seed: u64, step: u64, n: usize) -> Vec<Vec<Vec<T>>> {
@@ -27,14 +27,14 @@ fn step_grads<T: Reducible>(seed: u64, step: u64, n: usize) -> Vec<Vec<Vec<T>>> 
 /// `steps` plain steps: each parameter's gradient written (a copy on the stream) and made
 /// ready from the last one back, or all at once with `sync`; each parameter's sum against
 /// the reference, bit for bit.
-fn plain_steps<T: Reducible>(
+pub(crate) fn plain_steps<T: Reducible>(
     shmem: &Nvshmem,
     coll: &Collectives,
     seed: u64,
     bucket_bytes: usize,
     one_by_one: bool,
 ) -> Result<()> {
-    let (me, n) = (shmem.my_pe(), shmem.n_pes());
+    let (me, n) = place(coll)?;
     let config = GradSyncConfig {
         bucket_bytes,
         compression: None,
@@ -73,8 +73,13 @@ fn plain_steps<T: Reducible>(
 /// Compressed steps with error feedback: each bucket against the model (its parameters end
 /// to end, zeros between, as the sync lays them out), the feedback carried over the steps;
 /// step 2 in a graph.
-fn compressed_steps(shmem: &Nvshmem, coll: &Collectives, seed: u64, c: Compression) -> Result<()> {
-    let (me, n) = (shmem.my_pe(), shmem.n_pes());
+pub(crate) fn compressed_steps(
+    shmem: &Nvshmem,
+    coll: &Collectives,
+    seed: u64,
+    c: Compression,
+) -> Result<()> {
+    let (me, n) = place(coll)?;
     let config = GradSyncConfig {
         bucket_bytes: 64 << 10,
         compression: Some(c),

@@ -5,7 +5,7 @@ use nvshmem::{AllReduceAlgo, Collectives, Nvshmem, ReduceOp, Result};
 use nvshmem_checks::graph::capture;
 
 use crate::all_reduce::INT_ALGOS;
-use crate::harness::{compare, cuda, Checker};
+use crate::harness::{compare, cuda, place, Checker};
 use crate::reference::{inputs, reference, summed_again, Reducible};
 
 /// Capture calls in a CUDA graph and replay it: the epoch lives in device memory, so each
@@ -17,10 +17,11 @@ pub(crate) fn graph_replay<T: Reducible>(
     algo: AllReduceAlgo,
     n: usize,
 ) -> Result<()> {
-    let all = inputs::<T>(seed, shmem.n_pes(), n);
+    let (me, np) = place(coll)?;
+    let all = inputs::<T>(seed, np, n);
     let x = shmem.malloc::<T>(n)?;
     let y = shmem.malloc::<T>(n)?;
-    x.copy_from_host(&all[shmem.my_pe()])?;
+    x.copy_from_host(&all[me])?;
     let stream = shmem.new_stream()?;
     // x -> y -> x: two calls per replay, out of place both ways.
     let graph = capture(&stream, || {
@@ -32,11 +33,7 @@ pub(crate) fn graph_replay<T: Reducible>(
         cuda("cuGraphLaunch", graph.launch())?;
     }
     cuda("cuStreamSynchronize", stream.synchronize())?;
-    let want = summed_again(
-        reference(ReduceOp::Sum, &all),
-        shmem.n_pes(),
-        2 * replays - 1,
-    );
+    let want = summed_again(reference(ReduceOp::Sum, &all), np, 2 * replays - 1);
     compare("graph replay", &x.to_vec()?, &want)
 }
 

@@ -99,16 +99,24 @@ pub(crate) fn zeroed(
     (0..count).map(|_| shmem.calloc::<f32>(len)).collect()
 }
 
-/// Every PE's input of case `seed` (`len` elements each); this PE's in a new symmetric
+/// This PE's number in `coll`'s team and the team's size (the world's for
+/// `Collectives::new`): the numbers a call's inputs and results are laid out by.
+pub(crate) fn place(coll: &Collectives) -> Result<(usize, usize)> {
+    coll.check()?;
+    Ok((coll.my_pe().unwrap_or(0), coll.n_pes()))
+}
+
+/// Every team PE's input of case `seed` (`len` elements each); this PE's in a new symmetric
 /// buffer; and a new output of as many elements filled with other random data, which an
 /// element the call does not write keeps: `(all, src, dst, that data)`.
 #[allow(clippy::type_complexity)]
 pub(crate) fn operands<T: Reducible>(
     shmem: &Nvshmem,
+    coll: &Collectives,
     seed: u64,
     len: usize,
 ) -> Result<(Vec<Vec<T>>, SymmetricBuffer<T>, SymmetricBuffer<T>, Vec<T>)> {
-    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let (me, np) = place(coll)?;
     let all = inputs::<T>(seed, np, len);
     let src = shmem.malloc::<T>(len)?;
     src.copy_from_host(&all[me])?;

@@ -32,6 +32,7 @@ mod reduce;
 mod reduce_scatter;
 mod reference;
 mod soak;
+mod teams;
 
 use clap::Parser;
 use nvshmem::{AllReduceAlgo, Collectives, DataType};
@@ -117,6 +118,7 @@ fn main() {
     compressed::checks(&mut c, &coll);
     group::checks(&mut c, &coll);
     grad_sync::checks(&mut c, &coll);
+    teams::checks(&mut c);
     if shmem.my_pe() == 0 {
         println!("{} passed, {} failed", c.passed, c.failed);
     }

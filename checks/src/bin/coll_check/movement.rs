@@ -10,7 +10,7 @@ use std::time::Duration;
 use nvshmem_checks::graph::capture;
 
 use crate::harness::{
-    compare, cuda, expect_err, ll_limit, operands, sync, uploaded, zeroed, Checker,
+    compare, cuda, expect_err, ll_limit, operands, place, sync, uploaded, zeroed, Checker,
 };
 use crate::reference::{all_to_all_want, inputs, reference, Reducible};
 
@@ -22,7 +22,7 @@ pub(crate) fn broadcast_case<T: Reducible>(
     (algo, root, in_place): (BroadcastAlgo, usize, bool),
     n: usize,
 ) -> Result<()> {
-    let (all, src, dst, _) = operands::<T>(shmem, seed, n)?;
+    let (all, src, dst, _) = operands::<T>(shmem, coll, seed, n)?;
     let dst = if in_place { &src } else { &dst };
     coll.broadcast(dst, &src, root, algo, shmem.stream())?;
     sync(shmem)?;
@@ -36,8 +36,8 @@ pub(crate) fn all_to_all_case<T: Reducible>(
     algo: AllToAllAlgo,
     block: usize,
 ) -> Result<()> {
-    let me = shmem.my_pe();
-    let (all, src, dst, _) = operands::<T>(shmem, seed, block * shmem.n_pes())?;
+    let (me, np) = place(coll)?;
+    let (all, src, dst, _) = operands::<T>(shmem, coll, seed, block * np)?;
     coll.all_to_all(&dst, &src, algo, shmem.stream())?;
     sync(shmem)?;
     compare(

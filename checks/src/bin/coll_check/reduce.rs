@@ -2,7 +2,7 @@
 
 use nvshmem::{bf16, f16, Collectives, Nvshmem, ReduceAlgo, ReduceOp, Result};
 
-use crate::harness::{compare, operands, sync, Checker};
+use crate::harness::{compare, operands, place, sync, Checker};
 use crate::reference::{reference, Reducible};
 
 /// `dst = op over PEs of src` on `root` (`dst` is `src` itself when `in_place`); on the
@@ -14,8 +14,8 @@ pub(crate) fn reduce_case<T: Reducible>(
     (op, root, in_place): (ReduceOp, usize, bool),
     n: usize,
 ) -> Result<()> {
-    let me = shmem.my_pe();
-    let (all, src, dst, poison) = operands::<T>(shmem, seed, n)?;
+    let (me, _) = place(coll)?;
+    let (all, src, dst, poison) = operands::<T>(shmem, coll, seed, n)?;
     let dst = if in_place { &src } else { &dst };
     coll.reduce(dst, &src, op, root, ReduceAlgo::Auto, shmem.stream())?;
     sync(shmem)?;

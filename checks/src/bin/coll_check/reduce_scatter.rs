@@ -5,7 +5,7 @@ use nvshmem::{bf16, f16, Collectives, Error, Nvshmem, ReduceOp, ReduceScatterAlg
 
 use nvshmem_checks::graph::capture;
 
-use crate::harness::{compare, cuda, expect_err, ll_limit, sync, uploaded, zeroed, Checker};
+use crate::harness::{compare, cuda, expect_err, ll_limit, place, sync, uploaded, zeroed, Checker};
 use crate::reference::{inputs, reference, Reducible, Rng};
 
 /// Each PE's block of the reduced inputs: `src` is `n_pes` blocks of `n`.
@@ -16,7 +16,7 @@ pub(crate) fn reduce_scatter_case<T: Reducible>(
     (op, algo): (ReduceOp, ReduceScatterAlgo),
     n: usize,
 ) -> Result<()> {
-    let (me, np) = (shmem.my_pe(), shmem.n_pes());
+    let (me, np) = place(coll)?;
     let all = inputs::<T>(seed, np, n * np);
     let want = reference(op, &all)[me * n..(me + 1) * n].to_vec();
     let src = shmem.malloc::<T>(n * np)?;

@@ -19,6 +19,7 @@ pub struct Args {
     pub timing: bool,
     pub verbose: bool,
     pub rounds: Option<usize>,
+    pub group: Option<usize>,
 }
 
 /// A group of checks that `--test` names.
@@ -123,6 +124,10 @@ struct Cli {
     /// Every fused exchange in N rounds (fused_exchange_gemms N × the PE count, fused_mlp_rounds 0)
     #[arg(long, value_name = "N")]
     rounds: Option<usize>,
+    /// Tensor-parallel groups of N PEs (the rows of a 2-D split of the world), all running
+    /// the checks at once, each on data of its own; every PE by default
+    #[arg(long, value_name = "N")]
+    group: Option<usize>,
     /// Checks only, no timing tables
     #[arg(long)]
     no_timing: bool,
@@ -153,6 +158,7 @@ fn resolve(cli: Cli) -> Args {
         timing: !cli.no_timing,
         verbose: cli.verbose,
         rounds: cli.rounds,
+        group: cli.group,
     };
     // Each --test names the layer groups afresh; breakdown, once named, stays.
     for Tests(list) in cli.test {

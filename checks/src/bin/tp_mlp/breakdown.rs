@@ -29,7 +29,7 @@ pub fn breakdown(c: &Checks, a: &Args) -> Outcome {
     mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
     let f = mlp.down().local_in_features().len();
     let (gemm, s, coll) = (c.tp.gemm(), &c.stream, c.tp.collectives());
-    if c.me() == 0 {
+    if c.shmem.my_pe() == 0 {
         println!(
             "\nMLP {} (hidden {hidden}, ffn {ffn}), TP {}, sequential schedule, where the time \
              goes; CUDA graphs, {} replays in 5 alternating blocks, PE 0; us: median [p10, p90]",
@@ -92,7 +92,7 @@ pub fn breakdown(c: &Checks, a: &Args) -> Outcome {
                 "M={m}: the all-reduce of the GEMMs' output differs from the MLP's"
             ));
         }
-        if c.me() == 0 {
+        if c.shmem.my_pe() == 0 {
             println!(
                 "{m:>6} {:>26} {:>26} {:>26} {:>26}",
                 cells[0], cells[1], cells[2], cells[3]

@@ -157,7 +157,7 @@ fn gemm_calibrated(c: &Checks, seed: u64) -> Outcome {
 fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
     let f = shard_range(a.ffn, c.me(), c.n()).len();
     let shapes = [("gate/up", 2 * f, a.hidden), ("down", a.hidden, f)];
-    if c.me() == 0 {
+    if c.shmem.my_pe() == 0 {
         println!(
             "\nGEMMs of this PE's MLP shard ({} over {} PEs), bf16, CUDA graphs, {} replays, PE 0; us: median [p10, p90]; TFLOP/s; GB/s of weight read",
             a.shape_name,
@@ -190,7 +190,7 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
         let most = a.ms.iter().copied().max().unwrap_or(0);
         let started = std::time::Instant::now();
         c.tp.gemm().calibrate(&w, n, k, most).map_err(text)?;
-        if c.me() == 0 {
+        if c.shmem.my_pe() == 0 {
             println!(
                 "{name}: calibrated up to {most} tokens in {:.0} ms",
                 started.elapsed().as_secs_f64() * 1e3
@@ -240,7 +240,7 @@ fn gemm_timing(c: &Checks, a: &Args) -> Outcome {
                 let tflops = shape.flops() / (med * 1e6);
                 cells.push((med, format!("{med:.1} [{p10:.1}, {p90:.1}]"), tflops, gbs));
             }
-            if c.me() == 0 {
+            if c.shmem.my_pe() == 0 {
                 println!(
                     "{name:>8} {m:>5} {n:>6} {k:>6} {:>24} {:>7.0} {:>6.0} {:>8} {:>24} {:>7.0} {:>6.0} {:>7.2}x {:>8} {:>24} {:>7.2}x",
                     cells[0].1,

@@ -51,8 +51,11 @@ impl Checks {
         }
     }
 
+    /// Run check `name` on every PE: each group on data of its own (its seed mixes in the
+    /// group's first world PE), so that data crossing between groups shows.
     pub fn run(&mut self, name: String, f: impl FnOnce(&Self, u64) -> Outcome) {
-        let seed = name.bytes().fold(0xCBF2_9CE4_8422_2325u64, |h, b| {
+        let first = self.tp.collectives().world_pe(0).unwrap_or(0) as u64;
+        let seed = name.bytes().fold(0xCBF2_9CE4_8422_2325u64 ^ first, |h, b| {
             (h ^ b as u64).wrapping_mul(0x100_0000_01B3)
         });
         let outcome = f(self, seed);
@@ -68,18 +71,15 @@ impl Checks {
         self.failed.push(outcome.is_err() as i32);
     }
 
-    /// The checks that failed on any PE, and how many passed.
+    /// The checks that failed on any PE of the world (NVSHMEM's own reduction, whatever the
+    /// groups), and how many passed.
     pub fn finish(&self) -> Result<(usize, usize), Error> {
         let mine = self.shmem.malloc::<i32>(self.failed.len())?;
         let all = self.shmem.malloc::<i32>(self.failed.len())?;
         mine.copy_from_host(&self.failed)?;
-        self.tp.collectives().all_reduce(
-            &all,
-            &mine,
-            ReduceOp::Sum,
-            nvshmem::AllReduceAlgo::Auto,
-            &self.stream,
-        )?;
+        self.shmem
+            .team_world()
+            .all_reduce(&all, &mine, ReduceOp::Sum, &self.stream)?;
         sync(&self.stream)?;
         let totals = all.to_vec()?;
         if self.shmem.my_pe() == 0 {
@@ -91,12 +91,14 @@ impl Checks {
         Ok((totals.len() - failed, failed))
     }
 
+    /// This PE's place in its group.
     pub fn me(&self) -> usize {
-        self.shmem.my_pe()
+        self.tp.my_pe()
     }
 
+    /// The group's PEs.
     pub fn n(&self) -> usize {
-        self.shmem.n_pes()
+        self.tp.n_pes()
     }
 
     pub fn symmetric(&self, data: &[bf16]) -> Result<SymmetricBuffer<bf16>, String> {
@@ -111,7 +113,7 @@ impl Checks {
         Ok(b)
     }
 
-    /// Every PE's `y` must have the same bits: each PE's hash, all-gathered.
+    /// Every PE of the group's `y` must have the same bits: each PE's hash, all-gathered.
     pub fn identical(&self, what: &str, y: &[bf16]) -> Outcome {
         let hash = y.iter().fold(0xCBF2_9CE4_8422_2325u64, |h, v| {
             (h ^ v.to_bits() as u64).wrapping_mul(0x100_0000_01B3)
@@ -127,7 +129,9 @@ impl Checks {
         let hashes = all.to_vec().map_err(text)?;
         match hashes.iter().position(|&h| h != hashes[0]) {
             None => Ok(()),
-            Some(pe) => Err(format!("{what}: PE {pe}'s output differs from PE 0's")),
+            Some(pe) => Err(format!(
+                "{what}: group PE {pe}'s output differs from group PE 0's"
+            )),
         }
     }
 }

@@ -61,14 +61,30 @@ use nvshmem::tp::TensorParallel;
 
 use harness::Checks;
 
+/// The group this PE runs the checks in: every PE, or its row of `size` PEs.
+fn group(shmem: &nvshmem::Nvshmem, size: Option<usize>) -> nvshmem::Result<TensorParallel> {
+    let Some(size) = size else {
+        return TensorParallel::new(shmem);
+    };
+    if size == 0 || !shmem.n_pes().is_multiple_of(size) {
+        return Err(nvshmem::Error::InvalidArgument(format!(
+            "--group {size}: give a group size that divides the PE count ({})",
+            shmem.n_pes()
+        )));
+    }
+    let (row, _) = shmem.team_world().split_2d(size)?;
+    let row = row.ok_or_else(|| nvshmem::Error::InvalidArgument("this PE is in no row".into()))?;
+    TensorParallel::with_team(shmem, &row)
+}
+
 fn main() {
     let args = args::parse();
     let shmem = nvshmem_checks::start("tp_mlp");
-    let tp = match TensorParallel::new(&shmem) {
+    let tp = match group(&shmem, args.group) {
         Ok(t) => match args.rounds {
             Some(r) => {
                 let mut thresholds = *t.thresholds();
-                thresholds.fused_exchange_gemms = r * shmem.n_pes();
+                thresholds.fused_exchange_gemms = r * t.n_pes();
                 thresholds.fused_mlp_rounds = 0;
                 t.with_thresholds(thresholds)
             }
@@ -79,10 +95,10 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let n = shmem.n_pes();
+    let (n, group) = (shmem.n_pes(), tp.n_pes());
     if shmem.my_pe() == 0 {
         println!(
-            "tp_mlp: {n} PEs; {}",
+            "tp_mlp: {n} PEs in groups of {group}; {}",
             shmem.info().map(|i| i.to_string()).unwrap_or_default()
         );
     }
@@ -133,13 +149,16 @@ fn main() {
     }
     match c.finish() {
         Ok((passed, failed)) => {
-            if c.me() == 0 {
+            if c.shmem.my_pe() == 0 {
                 println!("{passed} passed, {failed} failed");
             }
             std::process::exit(if failed == 0 { 0 } else { 1 });
         }
         Err(e) => {
-            eprintln!("tp_mlp: PE {}: the final tally failed: {e}", c.me());
+            eprintln!(
+                "tp_mlp: PE {}: the final tally failed: {e}",
+                c.shmem.my_pe()
+            );
             std::process::exit(1);
         }
     }

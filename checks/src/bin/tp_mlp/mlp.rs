@@ -332,7 +332,7 @@ pub fn timing(c: &Checks, a: &Args) -> Outcome {
     mlp.load_weights(&d.gate, &d.up, &d.down).map_err(text)?;
     let f = mlp.down().local_in_features().len();
     let (gemm, s) = (c.tp.gemm(), &c.stream);
-    if c.me() == 0 {
+    if c.shmem.my_pe() == 0 {
         println!(
             "\nMLP {} (hidden {hidden}, ffn {ffn}), TP {}, bf16, CUDA graphs, {} replays in 5 alternating blocks, PE 0; \
              us: median [p10, p90]",
@@ -431,7 +431,7 @@ pub fn timing(c: &Checks, a: &Args) -> Outcome {
             Some(&x) => format!("{:>26} {:>8.1}%", cell(x), (x.0 - tc.0) / tc.0 * 100.0),
             None => format!("{:>26} {:>9}", "-", "-"),
         };
-        if c.me() == 0 {
+        if c.shmem.my_pe() == 0 {
             println!(
                 "{m:>6} {:>26} {} {} {:>13.1}",
                 cell(tc),

@@ -121,7 +121,7 @@ fn with_rounds(c: &Checks, rounds: Option<usize>) -> TensorParallel {
     match rounds {
         Some(r) => {
             let mut t = *c.tp.thresholds();
-            (t.fused_exchange_gemms, t.fused_mlp_rounds) = (r * c.shmem.n_pes(), 0);
+            (t.fused_exchange_gemms, t.fused_mlp_rounds) = (r * c.n(), 0);
             c.tp.clone().with_thresholds(t)
         }
         None => c.tp.clone(),

@@ -44,7 +44,7 @@ pub fn sequence_parallel_timing(c: &Checks, a: &Args) -> Outcome {
     let (out, f) = (column.local_out_features(), row.local_in_features().len());
     let s = &c.stream;
     let header = |what: String, columns: &[&str]| {
-        if c.me() == 0 {
+        if c.shmem.my_pe() == 0 {
             println!(
                 "\n{what}, TP {n}, bf16, CUDA graphs, {} replays in 5 alternating blocks, PE 0; \
                  us: median [p10, p90]",
@@ -56,7 +56,7 @@ pub fn sequence_parallel_timing(c: &Checks, a: &Args) -> Outcome {
         }
     };
     let line = |m: usize, cells: &[String]| {
-        if c.me() == 0 {
+        if c.shmem.my_pe() == 0 {
             print!("{m:>6}");
             cells.iter().for_each(|t| print!(" {t:>26}"));
             println!();
