@@ -77,7 +77,7 @@ check:
 	@$(MAKE) --no-print-directory build
 	@for np in $(CHECK_NP); do \
 	  if [ $$np -gt $(word 2,$(GPUS)) ] && [ -z "$(SHARE_FLAG)" ]; then echo "check: -np $$np skipped ($(word 2,$(GPUS)) GPUs; SHARE_GPUS=1 shares them)"; continue; fi; \
-	  for prog in coll_check gpu_check tp_mlp pipeline kv_pool map_check stress_check examples/cudarc_interop examples/pipeline_1f1b examples/decoder_mlp examples/param_cache examples/disaggregated ring-pipeline; do \
+	  for prog in coll_check gpu_check tp_mlp pipeline kv_pool map_check stress_check examples/cudarc_interop examples/pipeline_1f1b examples/decoder_mlp examples/param_cache examples/disaggregated examples/hybrid ring-pipeline; do \
 	    if [ $$prog = stress_check ] && [ -n "$(SHARE_FLAG)" ]; then echo "check: stress_check is timed for one GPU per PE; not run with SHARE_GPUS"; continue; fi; \
 	    args=$$([ $$prog = gpu_check ] && echo "$(ARGS)"); \
 	    echo "scripts/nvshmrun -np $$np $(SHARE_FLAG) target/release/$$prog $$args"; \

@@ -1,7 +1,7 @@
 // The tensor-parallel layers' own kernels (src/tp): what sits between their GEMMs, a GEMM for
 // decode (tp/decode.cuh), the row-parallel layer's decode GEMM fused with its all-reduce
-// (tp/decode_allreduce.cuh), and the residual add and RMSNorm after an all-reduce, fused
-// with it or alone (tp/rmsnorm.cuh).
+// (tp/decode_allreduce.cuh), the residual add and RMSNorm after an all-reduce, fused with it
+// or alone (tp/rmsnorm.cuh), and the backward pass of SiLU · up and of the norm (tp/train.cuh).
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -9,6 +9,7 @@
 #include "tp/decode.cuh"
 #include "tp/decode_allreduce.cuh"
 #include "tp/rmsnorm.cuh"
+#include "tp/train.cuh"
 
 __device__ __forceinline__ float silu_times(float gate, float up) {
     return gate / (1.0f + expf(-gate)) * up;
@@ -159,4 +160,27 @@ extern "C" __global__ void __launch_bounds__(RMSNORM_THREADS) allreduce_rmsnorm_
     __shared__ rmsnorm::RmsShared sh;
     enter_call(CALL_SIG("allreduce_rmsnorm_bf16", len, 0));
     WITH_NP(peers.npes, (allreduce_rmsnorm_lines<NP>(x, out, len, ctrl, lines, slot_bytes, peers, norm, sh)));
+}
+
+// ---- the backward pass (tp/train.cuh) ------------------------------------------------------
+// dgu (m × 2f, [dgate | dup] per row) from gu (m × 2f, [gate | up]) and da (m × f).
+extern "C" __global__ void silu_mul_backward_bf16(const __nv_bfloat16 *gu, const __nv_bfloat16 *da,
+                                                  __nv_bfloat16 *dgu, uint64_t m, uint64_t f) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < m * f; i += stride) {
+        const uint64_t r = i / f, j = i % f;
+        float dg, du;
+        silu_mul_grad(__bfloat162float(gu[r * 2 * f + j]), __bfloat162float(gu[r * 2 * f + f + j]),
+                      __bfloat162float(da[i]), &dg, &du);
+        dgu[r * 2 * f + j] = __float2bfloat16_rn(dg);
+        dgu[r * 2 * f + f + j] = __float2bfloat16_rn(du);
+    }
+}
+
+// dres_out = dres_in + the gradient of rmsnorm(r) · w for dout, rows × hidden.
+extern "C" __global__ void __launch_bounds__(RMSNORM_THREADS) rmsnorm_backward_bf16(
+    const __nv_bfloat16 *dout, const __nv_bfloat16 *r, const __nv_bfloat16 *w, const __nv_bfloat16 *dres_in,
+    __nv_bfloat16 *dres_out, uint64_t rows, uint32_t hidden, float eps) {
+    __shared__ float scratch[RMSNORM_THREADS / 32];
+    rmsnorm_grad_rows(dout, r, w, dres_in, dres_out, rows, hidden, eps, scratch);
 }

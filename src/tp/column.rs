@@ -119,6 +119,11 @@ impl ColumnParallelLinear {
         })
     }
 
+    /// The group the layer belongs to.
+    pub(super) fn group(&self) -> &TensorParallel {
+        &self.tp
+    }
+
     /// Input features.
     pub fn in_features(&self) -> usize {
         self.in_features

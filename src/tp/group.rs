@@ -3,6 +3,7 @@
 use super::decode::{self, FusedDecode};
 use super::exchange::stream_memops;
 use super::norm;
+use super::train::TrainKernels;
 use super::{Gemm, ScheduleThresholds};
 use crate::collectives::{Collectives, CollectivesConfig};
 use crate::cubins::TP;
@@ -16,8 +17,10 @@ use half::bf16;
 use std::sync::Arc;
 
 /// The kernels of the tensor-parallel cubin that the layers look up (kernels/tp.cu).
-pub fn kernel_names() -> [&'static str; 7] {
+pub fn kernel_names() -> [&'static str; 9] {
     [
+        super::train::SILU_MUL_BACKWARD,
+        super::train::RMSNORM_BACKWARD,
         SILU_MUL,
         SUM_SLABS,
         super::gemm::DECODE_KERNELS[0],
@@ -60,6 +63,8 @@ struct Inner {
     fused_decode: FusedDecode,
     norm: NormKernels,
     sms: u32,
+    /// The backward pass's kernels.
+    train: TrainKernels,
     /// This PE's place in the group.
     me: usize,
     /// Where overlapped schedules communicate.
@@ -136,6 +141,7 @@ impl TensorParallel {
                     alone: module.function(norm::KERNEL)?,
                 },
                 sms,
+                train: TrainKernels::load(&module)?,
                 me,
             }),
             thresholds: ScheduleThresholds::for_pes(n),
@@ -224,6 +230,15 @@ impl TensorParallel {
 
     pub(super) fn inner_norm(&self) -> &NormKernels {
         &self.inner.norm
+    }
+
+    pub(super) fn train(&self) -> &TrainKernels {
+        &self.inner.train
+    }
+
+    /// SMs of this PE's GPU.
+    pub(super) fn sm_count(&self) -> u32 {
+        self.inner.sms
     }
 
     /// `out[r][j] = silu(gu[r][j]) * gu[r][f + j]`, in f32 rounded once to bf16: `gu` holds

@@ -17,9 +17,12 @@
 //! one decision). Everything is bf16 in and out with f32 accumulation, runs on the stream it
 //! is given with no host synchronisation, and can be captured in a CUDA graph.
 //!
-//! The tensor-parallel group is the world team: every PE builds the same layers in the same
-//! order (building one that allocates symmetric memory is collective) and makes the same
-//! forward calls with the same shapes. A PE whose own arguments fail a check returns an
+//! The tensor-parallel group is the world team, or a team ([`TensorParallel::with_team`]):
+//! every PE builds the same layers in the same order (building one that allocates symmetric
+//! memory is collective) and makes the same calls with the same shapes. The layers' backward
+//! passes (`backward`) and the kernels between them
+//! ([`TensorParallel::silu_mul_backward`], [`TensorParallel::rmsnorm_backward`]) serve
+//! training. A PE whose own arguments fail a check returns an
 //! error before its collective, while the others wait in theirs;
 //! [`CollectivesConfig::check_calls`] makes every PE agree on every call first, and fail
 //! together. Weights live in ordinary device memory ([`DeviceBuffer`](crate::DeviceBuffer));
@@ -52,6 +55,7 @@ mod norm;
 mod row;
 mod schedule;
 mod shard;
+mod train;
 
 pub use column::{ColumnInput, ColumnParallelLinear};
 pub use decode::FUSED_DECODE_MAX_TOKENS;

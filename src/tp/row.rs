@@ -168,6 +168,11 @@ impl RowParallelLinear {
         })
     }
 
+    /// The group the layer belongs to.
+    pub(super) fn group(&self) -> &TensorParallel {
+        &self.tp
+    }
+
     /// Input features of the whole layer.
     pub fn in_features(&self) -> usize {
         self.in_features

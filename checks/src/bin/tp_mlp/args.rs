@@ -10,6 +10,7 @@ pub struct Args {
     pub mlp: bool,
     pub gemm: bool,
     pub norm: bool,
+    pub backward: bool,
     pub breakdown: bool,
     pub hidden: usize,
     pub ffn: usize,
@@ -31,6 +32,7 @@ enum Test {
     Mlp,
     Gemm,
     Norm,
+    Backward,
     Breakdown,
 }
 
@@ -47,9 +49,10 @@ fn tests(v: &str) -> Result<Tests, String> {
             "mlp" => Ok(Test::Mlp),
             "gemm" => Ok(Test::Gemm),
             "norm" => Ok(Test::Norm),
+            "backward" => Ok(Test::Backward),
             "breakdown" => Ok(Test::Breakdown),
             _ => Err(format!(
-                "unknown test {t:?}: all, column, row, mlp, gemm, norm or breakdown"
+                "unknown test {t:?}: all, column, row, mlp, gemm, norm, backward or breakdown"
             )),
         })
         .collect::<Result<_, _>>()
@@ -109,7 +112,7 @@ fn token_counts(v: &str) -> Result<TokenCounts, String> {
 // A repeated option takes its last value (a repeated --test: see `resolve`).
 #[command(name = "tp_mlp", args_override_self = true)]
 struct Cli {
-    /// The groups to run: all, column, row, mlp, gemm, norm, breakdown (timing only, not in all); several with commas; all by default
+    /// The groups to run: all, column, row, mlp, gemm, norm, backward, breakdown (timing only, not in all); several with commas; all by default
     #[arg(long, value_name = "LIST", value_parser = tests)]
     test: Vec<Tests>,
     /// The large shape, checked against the unsharded product on one GPU and timed: 8b, 70b or HIDDEN,FFN
@@ -149,6 +152,7 @@ fn resolve(cli: Cli) -> Args {
         mlp: true,
         gemm: true,
         norm: true,
+        backward: true,
         breakdown: false,
         hidden: cli.shape.hidden,
         ffn: cli.shape.ffn,
@@ -163,16 +167,19 @@ fn resolve(cli: Cli) -> Args {
     // Each --test names the layer groups afresh; breakdown, once named, stays.
     for Tests(list) in cli.test {
         (a.column, a.row, a.mlp, a.gemm, a.norm) = (false, false, false, false, false);
+        a.backward = false;
         for t in list {
             match t {
                 Test::All => {
-                    (a.column, a.row, a.mlp, a.gemm, a.norm) = (true, true, true, true, true)
+                    (a.column, a.row, a.mlp, a.gemm, a.norm) = (true, true, true, true, true);
+                    a.backward = true;
                 }
                 Test::Column => a.column = true,
                 Test::Row => a.row = true,
                 Test::Mlp => a.mlp = true,
                 Test::Gemm => a.gemm = true,
                 Test::Norm => a.norm = true,
+                Test::Backward => a.backward = true,
                 Test::Breakdown => a.breakdown = true,
             }
         }

@@ -4,7 +4,7 @@
 //! scripts/nvshmrun -np 2 target/release/tp_mlp --test all
 //! scripts/nvshmrun -np 4 target/release/tp_mlp --test mlp --shape 70b --m 1,128,2048
 //! ```
-//! `--test all|column|row|mlp|gemm|norm|breakdown` (several with commas), `--shape 8b|70b|HIDDEN,FFN` (the
+//! `--test all|column|row|mlp|gemm|norm|backward|breakdown` (several with commas), `--shape 8b|70b|HIDDEN,FFN` (the
 //! large shape checked against the unsharded product on one GPU and timed; 8b by default),
 //! `--m LIST` (its token counts), `--iters N` (timed graph replays per row), `--no-timing`.
 //! `--rounds N` makes every fused exchange N rounds (`ScheduleThresholds::fused_exchange_gemms`
@@ -45,6 +45,7 @@
 //! added up in bf16, seen in cuBLASLt at m = 16, n = 48, k = 9: 29% of the elements) fails.
 
 mod args;
+mod backward;
 mod breakdown;
 mod column;
 mod fused_exchange;
@@ -117,6 +118,9 @@ fn main() {
     }
     if args.norm {
         norm::run(&mut c);
+    }
+    if args.backward {
+        backward::run(&mut c);
     }
     let which = (args.column, args.row, args.mlp);
     if which != (false, false, false) {

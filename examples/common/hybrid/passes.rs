@@ -1,0 +1,91 @@
+//! The hybrid example's passes over a stage: forward and backward one micro-batch at a time,
+//! and the weight gradients once a step over every micro-batch. The loss is `|y|² / 2` on the
+//! last stage's output, so the output's gradient is the output.
+
+use super::{Stage, EPS};
+use nvshmem::cudarc::driver::CudaStream;
+use nvshmem::{bf16, GradientSync, Result, SymmetricView};
+use std::sync::Arc;
+
+impl Stage {
+    /// Micro-batch `j` through the stage, from [`input`](Stage::input) to
+    /// [`output`](Stage::output), keeping what the backward pass needs.
+    pub fn forward(&self, j: usize, s: &Arc<CudaStream>) -> Result<()> {
+        let (tp, hid, t) = (&self.tp, self.z.hidden, self.z.tokens);
+        let row = |buf, cols| self.rows(buf, j, cols);
+        tp.rmsnorm(
+            &row(&self.h[0], hid),
+            &row(&self.r[0], hid),
+            &self.zeros,
+            &self.norms[0],
+            EPS,
+            s,
+        )?;
+        for (b, mlp) in self.blocks.iter().enumerate() {
+            let fl = mlp.down().local_in_features().len();
+            mlp.gate_up()
+                .forward(&row(&self.gu[b], 2 * fl), row(&self.h[b], hid), s)?;
+            tp.silu_mul(&row(&self.act[b], fl), &row(&self.gu[b], 2 * fl), t, s)?;
+            let (next, me) = (row(&self.r[b + 1], hid), tp.runtime().my_pe());
+            tp.runtime()
+                .put_on_stream(next, row(&self.r[b], hid), me, s)?;
+            let (h, act, norm) = (
+                row(&self.h[b + 1], hid),
+                row(&self.act[b], fl),
+                &self.norms[b + 1],
+            );
+            mlp.down().forward_rmsnorm(h, &next, &act, norm, EPS, s)?;
+        }
+        Ok(())
+    }
+
+    /// Micro-batch `j`'s backward pass from `dout` (the gradient of its output); the
+    /// gradient of its input is in [`dr`](Self::dr) after.
+    pub fn backward(
+        &self,
+        j: usize,
+        dout: SymmetricView<'_, bf16>,
+        s: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let (tp, hid, t, me) = (
+            &self.tp,
+            self.z.hidden,
+            self.z.tokens,
+            self.tp.runtime().my_pe(),
+        );
+        let row = |buf, cols| self.rows(buf, j, cols);
+        tp.runtime().put_on_stream(&self.dr, dout, me, s)?;
+        for (b, mlp) in self.blocks.iter().enumerate().rev() {
+            let (fl, dy) = (mlp.down().local_in_features().len(), row(&self.dy[b], hid));
+            tp.runtime().put_on_stream(dy, &self.dr, me, s)?;
+            mlp.down().input_grad(&self.da, &dy, s)?;
+            let dgu = row(&self.dgu[b], 2 * fl);
+            tp.silu_mul_backward(&dgu, &self.da, &row(&self.gu[b], 2 * fl), t, s)?;
+            mlp.gate_up().input_grad(&self.dh, &dgu, s)?;
+            tp.rmsnorm_backward(
+                &self.dr,
+                &self.dh,
+                &row(&self.r[b], hid),
+                &self.norms[b],
+                EPS,
+                s,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Every block's weight gradients over every micro-batch into `sync` (parameter `p`:
+    /// block `p / 2`'s gate/up, then its down projection), each made ready, last first, so
+    /// that its bucket's sum starts under the GEMMs after it.
+    pub fn weight_grads(&self, sync: &mut GradientSync<bf16>, s: &Arc<CudaStream>) -> Result<()> {
+        for (b, mlp) in self.blocks.iter().enumerate().rev() {
+            mlp.down()
+                .weight_grad(&sync.grad(2 * b + 1), &self.dy[b], &self.act[b], s)?;
+            sync.ready(2 * b + 1, s)?;
+            mlp.gate_up()
+                .weight_grad(&sync.grad(2 * b), &self.dgu[b], &self.h[b], s)?;
+            sync.ready(2 * b, s)?;
+        }
+        Ok(())
+    }
+}
