@@ -8,6 +8,7 @@ use crate::error::{BenchError, CudaExt, Guard, Result};
 use crate::nccl::{Nccl, SymmetricWindow};
 use crate::report::{Record, Results, Status};
 use crate::stats::{self, busbw_factor, Collective};
+use crate::teams::Place;
 use crate::timing::{self, Timer};
 use crate::Progress;
 use cudarc::driver::CudaStream;
@@ -26,10 +27,25 @@ pub struct Ctx<'a> {
     pub cfg: &'a Config,
     pub stream: &'a Arc<CudaStream>,
     pub ours: Option<&'a Collectives>,
+    /// With `--team-size`: this PE's place in its team (`ours` runs over it).
+    pub team: Option<Place>,
     pub nccl: Option<&'a Nccl>,
     pub progress: &'a Progress,
     /// CPU threads for the reference computation.
     pub threads: usize,
+}
+
+impl Ctx<'_> {
+    /// This PE's number and the PE count that a call's data is laid out by: in its team with
+    /// `--team-size`, else in the world.
+    fn place(&self) -> Place {
+        self.team.unwrap_or(Place {
+            me: self.shmem.my_pe(),
+            n: self.shmem.n_pes(),
+            first: 0,
+            teams: 1,
+        })
+    }
 }
 
 /// Where an implementation's operands live: our symmetric buffers, or for nccl-symm NCCL's
@@ -325,8 +341,7 @@ fn run_type<T: BenchElem>(
     coll: Collective,
     nvshmem_max: usize,
 ) -> Result<()> {
-    let n = ctx.shmem.n_pes();
-    let me = ctx.shmem.my_pe();
+    let Place { me, n, first, .. } = ctx.place();
     let elem = std::mem::size_of::<T>();
     let sizes = &ctx.cfg.sizes;
     let mut skipped = Vec::new();
@@ -344,10 +359,9 @@ fn run_type<T: BenchElem>(
             skipped.push(size);
             continue;
         }
-        let key = data::key(
-            ctx.cfg.seed,
-            &[coll as u64, dtype_id(T::NAME), bytes as u64],
-        );
+        // Each team's data is its own (its first PE in the key).
+        let parts = [coll as u64, dtype_id(T::NAME), bytes as u64, first as u64];
+        let key = data::key(ctx.cfg.seed, &parts[..3 + usize::from(ctx.team.is_some())]);
         let (input, expected) = match coll {
             Collective::AllReduce => data::allreduce_case::<T>(key, me, n, count, ctx.threads),
             Collective::AllGather => data::allgather_case::<T>(key, me, n, count, ctx.threads),
@@ -503,7 +517,9 @@ fn point<T: BenchElem>(
     input: &[T],
     expected: &[T],
 ) -> Result<Record> {
-    let n = ctx.shmem.n_pes();
+    // The PEs the call runs over (its team's with --team-size), and every PE's count, which
+    // the sums over PEs below take.
+    let (n, world_n) = (ctx.place().n, ctx.shmem.n_pes());
     let stream = ctx.stream;
     let world = ctx.shmem.team_world();
     let ops = Ops {
@@ -518,7 +534,7 @@ fn point<T: BenchElem>(
     };
     let mut record = Record {
         test: coll.name().into(),
-        variant: String::new(),
+        variant: ctx.team.map(|t| t.variant()).unwrap_or_default(),
         implementation: imp.name().into(),
         mode: mode.name().into(),
         dtype: T::NAME.into(),
@@ -566,9 +582,9 @@ fn point<T: BenchElem>(
         let msg = first
             .err()
             .unwrap_or_else(|| "refused on another PE".into());
-        if refused as usize != n {
+        if refused as usize != world_n {
             return Err(fatal(format!(
-                "failed on {refused} of {n} PEs ({msg}); the others cannot continue"
+                "failed on {refused} of {world_n} PEs ({msg}); the others cannot continue"
             )));
         }
         disabled.insert((coll, imp, T::NAME, None));
@@ -579,13 +595,13 @@ fn point<T: BenchElem>(
 
     // The first operation's time (averaged over the PEs, so all choose alike) sizes the case;
     // when it looks slow, a second one is timed, as the first can include one-time set-up.
-    let mut probe_us = ctx.coord.sum(probe_ns)? as f64 / n as f64 / 1e3;
+    let mut probe_us = ctx.coord.sum(probe_ns)? as f64 / world_n as f64 / 1e3;
     if probe_us > 1000.0 {
         let again = std::time::Instant::now();
         ops.enqueue(coll, imp, operands, stream).map_err(fatal)?;
         stream.synchronize().cuda("cuStreamSynchronize")?;
         let ns = again.elapsed().as_nanos() as u64;
-        probe_us = ctx.coord.sum(ns)? as f64 / n as f64 / 1e3;
+        probe_us = ctx.coord.sum(ns)? as f64 / world_n as f64 / 1e3;
     }
     let (warm, iters, graph_ops) = ctx.cfg.budgeted(bytes, probe_us, mode == Mode::Graph);
     let samples = match mode {

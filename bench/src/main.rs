@@ -27,6 +27,7 @@ mod plot;
 mod pool;
 mod report;
 mod stats;
+mod teams;
 mod timing;
 mod tp;
 
@@ -270,15 +271,22 @@ fn run(shmem: &Nvshmem, cfg: &Config, cublasmp_version: Option<String>) -> Resul
         false => None,
     };
     if cfg.tests.any_collective() {
+        // With --team-size, our collectives over this PE's row of that many PEs.
+        let team = match cfg.team_size {
+            Some(k) => Some(teams::TeamRun::new(shmem, k, &mut results, &progress)?),
+            None => None,
+        };
         let ctx = coll::Ctx {
             shmem,
             coord: &coord,
             cfg,
             stream: &stream,
-            ours: match cfg.has_impl(Impl::Ours) {
-                true => ours.as_deref().map(|c| &**c),
-                false => None,
+            ours: match (cfg.has_impl(Impl::Ours), &team) {
+                (false, _) => None,
+                (true, Some(t)) => Some(t.collectives()),
+                (true, None) => ours.as_deref().map(|c| &**c),
             },
+            team: team.as_ref().map(|t| t.place()),
             nccl: nccl.as_deref(),
             progress: &progress,
             threads,

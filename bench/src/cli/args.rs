@@ -255,6 +255,12 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     pub peer: usize,
 
+    /// Run our collectives over teams of N PEs (the rows of a 2-D split: PEs 0..N, N..2N,
+    /// ...), every team at once, each on data of its own; the other implementations' rows are
+    /// left out
+    #[arg(long, value_name = "N")]
+    pub team_size: Option<usize>,
+
     /// p2p-matrix: flag pairs whose one-way bandwidth is under this many GB/s (0: under 80%
     /// of the median pair)
     #[arg(long, default_value_t = 0.0)]

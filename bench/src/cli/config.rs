@@ -151,6 +151,8 @@ pub struct Config {
     pub ctas: Vec<u32>,
     pub block_threads: u32,
     pub peer: usize,
+    /// Our collectives over teams of this many PEs, every team at once (`--team-size`).
+    pub team_size: Option<usize>,
     /// p2p-matrix: GB/s under which a pair is flagged (0: 80% of the median pair).
     pub min_gbps: f64,
     pub fixed_iters: bool,
@@ -230,6 +232,9 @@ impl Config {
         if a.peer == 0 {
             return Err("--peer: the peer of PE 0 must be another PE (1 or more)".into());
         }
+        if a.team_size == Some(0) {
+            return Err("--team-size: a team has at least 1 PE".into());
+        }
         let tests = Tests::from_names(&a.tests);
         let dtypes = dedup_sorted(a.dtypes);
         let impls = dedup_sorted(a.impls);
@@ -284,6 +289,7 @@ impl Config {
             ctas,
             block_threads: a.block_threads,
             peer: a.peer,
+            team_size: a.team_size,
             min_gbps: a.min_gbps,
             fixed_iters: a.fixed_iters,
             case_budget_s: a.case_budget,
@@ -324,11 +330,13 @@ impl Config {
     }
 
     /// The implementations of the collectives, in `--impls` order.
+    /// The collectives' implementations to run: ours alone over teams (`--team-size`).
     pub fn collective_impls(&self) -> Vec<Impl> {
         self.impls
             .iter()
             .copied()
             .filter(|i| i.is_collective())
+            .filter(|&i| self.team_size.is_none() || i == Impl::Ours)
             .collect()
     }
 

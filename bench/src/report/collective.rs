@@ -93,8 +93,13 @@ pub fn collective_tables(records: &[Record], cfg: &Config) -> Vec<Table> {
                 } else {
                     "plain launches".to_string()
                 };
+                // `--team-size`: the rows are per team, every team at once.
+                let teams = match sel[0].variant.as_str() {
+                    "" => String::new(),
+                    v => format!(", {v}"),
+                };
                 out.push(Table {
-                    title: format!("{title}, {}, {mode_text}, {n_pes} PEs", dtype.name()),
+                    title: format!("{title}, {}, {mode_text}, {n_pes} PEs{teams}", dtype.name()),
                     headers,
                     rows,
                     footer: vec![
@@ -118,6 +123,50 @@ mod tests {
     use crate::report::p2p::p2p_tables;
     use crate::report::tests::{cfg, record};
     use crate::report::{render_tables, Results, Status};
+
+    #[test]
+    fn team_rows_are_ours_alone_and_their_title_says_the_teams() {
+        let place = crate::teams::Place {
+            me: 1,
+            n: 2,
+            first: 2,
+            teams: 2,
+        };
+        let mut row = record("allreduce", "ours", "graph", 1024, 3.0, Status::Ok);
+        (row.variant, row.n_pes) = (place.variant(), place.n);
+        let c = cfg(&[
+            "--tests",
+            "allreduce",
+            "--dtypes",
+            "f32",
+            "--modes",
+            "graph",
+            "--impls",
+            "ours,nccl,nvshmem",
+            "--team-size",
+            "2",
+        ]);
+        assert_eq!(c.collective_impls(), [crate::cli::Impl::Ours]);
+        let tables = collective_tables(&[row], &c);
+        assert_eq!(tables.len(), 1);
+        let t = &tables[0];
+        assert!(
+            t.title.ends_with("2 PEs, teams of 2 (2 at once)"),
+            "{}",
+            t.title
+        );
+        assert!(
+            !t.headers.iter().any(|h| h.contains("nccl")),
+            "{:?}",
+            t.headers
+        );
+        let bench = |args: &[&str]| {
+            let v: Vec<&str> = ["bench"].iter().chain(args).copied().collect();
+            Config::from_args(<crate::cli::Args as clap::Parser>::try_parse_from(v).unwrap())
+        };
+        let e = bench(&["--team-size", "0"]).err().unwrap();
+        assert!(e.contains("--team-size"), "{e}");
+    }
 
     #[test]
     fn collective_tables_compare_ours_with_both_nccl_columns_and_the_better_one() {
