@@ -14,7 +14,7 @@
 //! gradient's way back: `weights::Tolerance` allows (|w| + RMS of w) / 128 and 2^-4 of the
 //! update's RMS, summed over the steps.
 
-use nvshmem::pipeline::{OneFOneB, Step};
+use nvshmem::pipeline::OneFOneB;
 use nvshmem::tp::TensorParallel;
 use nvshmem::ReduceOp;
 use nvshmem::{bf16, AllGatherAlgo, Collectives, CollectivesConfig, GradSyncConfig, GradientSync};
@@ -84,29 +84,14 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                     .copy_from_host(&weights::input(Z, step, d, j))?;
             }
         }
-        for st in schedule.steps(s)? {
-            match st {
-                Step::RecvActivation(j) => pipes.between(s - 1).0.recv(&mut stage.input(j), s0)?,
-                Step::Forward(j) => stage.forward(j, s0)?,
-                Step::SendActivation(j) => pipes.between(s).0.send(&stage.output(j), s0)?,
-                Step::RecvGradient(j) => pipes.between(s).1.recv(&mut stage.output(j), s0)?,
-                Step::Backward(j) => stage.backward(j, stage.output(j), s0)?,
-                Step::SendGradient(_) => pipes.between(s - 1).1.send(&stage.dr, s0)?,
-            }
-        }
-        stage.weight_grads(&mut sync, s0)?;
-        sync.wait(s0)?;
+        let steps = schedule.steps(s)?;
+        stage.run_schedule((&steps, &pipes, s), &mut sync, s0)?;
         // The single-GPU run: every replica's micro-batches through every block here.
         for k in 0..dp * MICRO_BATCHES {
             let x = weights::input(Z, step, k / MICRO_BATCHES, k % MICRO_BATCHES);
             reference.input(k).copy_from_host(&x)?;
-            reference.forward(k, s0)?;
         }
-        for k in 0..dp * MICRO_BATCHES {
-            reference.backward(k, reference.output(k), s0)?;
-        }
-        reference.weight_grads(&mut ref_sync, s0)?;
-        ref_sync.wait(s0)?;
+        reference.run_alone(dp * MICRO_BATCHES, &mut ref_sync, s0)?;
         s0.synchronize()?;
         weights::update(&stage, &sync, lr)?;
         let moved = weights::update(&reference, &ref_sync, lr)?;

@@ -548,6 +548,7 @@ fn point<T: BenchElem>(
         check: "ok".into(),
         tp: None,
         pipeline: None,
+        hybrid: None,
     };
     let what = format!(
         "{} {} {} {} {}",

@@ -124,6 +124,7 @@ fn record(
         check: check.1,
         tp: None,
         pipeline: None,
+        hybrid: None,
     }
 }
 

@@ -17,6 +17,7 @@ mod env;
 mod error;
 mod floor;
 mod gradsync;
+mod hybrid;
 mod kv_transfer;
 mod map;
 mod nccl;
@@ -384,6 +385,16 @@ fn run(shmem: &Nvshmem, cfg: &Config, cublasmp_version: Option<String>) -> Resul
             progress: &progress,
         };
         channel::run(&ctx, &mut timer, &mut results)?;
+    }
+    if cfg.tests.hybrid {
+        let ctx = hybrid::Ctx {
+            shmem,
+            coord: &coord,
+            cfg,
+            stream: &stream,
+            progress: &progress,
+        };
+        hybrid::run(&ctx, &mut timer, &mut results)?;
     }
     if cfg.tests.pipeline {
         let ctx = pipeline::Ctx {

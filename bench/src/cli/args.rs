@@ -80,6 +80,9 @@ pub enum TestName {
     /// The KV-cache hand-off of disaggregated serving: a request's pages of PE 0's page pool
     /// pulled by --peer, against NCCL send/recv of the same pages and a put of the same bytes
     KvTransfer,
+    /// A hybrid training step (tensor x pipeline x data parallel, examples/hybrid.rs's model)
+    /// for each layout of the PEs, against the whole model on one GPU; not part of all
+    Hybrid,
     /// Every collective and point-to-point test (not tp or pipeline, which need cuBLASLt and
     /// weights on every GPU: add them with --tests all,tp,pipeline)
     All,

@@ -52,6 +52,7 @@ pub struct Tests {
     pub pool: bool,
     pub map: bool,
     pub kv_transfer: bool,
+    pub hybrid: bool,
 }
 
 impl Tests {
@@ -79,6 +80,7 @@ impl Tests {
                 TestName::Pool => t.pool = true,
                 TestName::Map => t.map = true,
                 TestName::KvTransfer => t.kv_transfer = true,
+                TestName::Hybrid => t.hybrid = true,
                 TestName::P2p | TestName::All => {
                     t.p2p_latency = true;
                     t.p2p_signal = true;
@@ -220,7 +222,7 @@ impl Config {
         if ctas.contains(&0) || ctas.iter().any(|&c| c > 65535) {
             return Err("--ctas: CTA counts must be between 1 and 65535".into());
         }
-        if a.block_threads == 0 || a.block_threads % 32 != 0 || a.block_threads > 1024 {
+        if a.block_threads == 0 || !a.block_threads.is_multiple_of(32) || a.block_threads > 1024 {
             return Err(format!(
                 "--block-threads {}: must be a multiple of 32 between 32 and 1024",
                 a.block_threads

@@ -138,6 +138,21 @@ LATENCY FLOOR (--tests floor; part of all, and run before any collective)
   Check: outputs, input gradients and weight gradients equal a single-GPU run of every stage,
   bit for bit; each stage's block is checked against the CPU first.
 
+HYBRID TRAINING STEP (--tests hybrid; not part of `all`)
+  examples/hybrid.rs's model (8 Llama-like MLP blocks: bf16, RMSNorm, residual; hidden 2048,
+  FFN 8192; 8 micro-batches of 16 tokens per replica) for each layout of the PEs (4: TP2 x
+  PP2, TP2 x DP2, PP2 x DP2; 2: TP2, PP2, DP2). A step (every micro-batch forward and
+  backward, the weight gradients, their sum over the replicas) in a CUDA graph:
+    ours   our layers in a group, channels between stages (1F1B), GradientSync over replicas
+    1 GPU  the whole model on one GPU over every replica's micro-batches
+  Tokens/s, and scaling efficiency = ours tokens/s / (PEs x 1 GPU tokens/s). Needs
+  NVSHMEM_SYMMETRIC_SIZE=4G or more. Check: every PE's summed gradients against the
+  single-GPU run's (2^-6 of their RMS per block plus 2^-5 of each); replicas' bits equal.
+
+TEAMS (--team-size N with the collective tests)
+  Our collectives over teams of N PEs (rows of a 2-D split), every team at once, each on
+  data of its own; the NCCL and NVSHMEM rows are left out.
+
 PAGE POOL (--tests pool; part of all)
   nvshmem::pool::PagePool::gather_device of 1, 16 and 256 pages of 16 KiB and 64 KiB into
   local device memory, by PE 0: from --peer (PE 0 itself when alone), from every other PE in

@@ -250,6 +250,7 @@ impl Row {
             check,
             tp: None,
             pipeline: None,
+            hybrid: None,
         }
     }
 }

@@ -197,5 +197,6 @@ fn measure(
         check,
         tp: None,
         pipeline: None,
+        hybrid: None,
     })
 }

@@ -306,6 +306,7 @@ fn measure(
         check: text,
         tp: None,
         pipeline: None,
+        hybrid: None,
     })
 }
 

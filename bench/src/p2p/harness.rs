@@ -238,6 +238,7 @@ impl P2p<'_> {
             check: check.1,
             tp: None,
             pipeline: None,
+            hybrid: None,
         }
     }
 

@@ -509,6 +509,7 @@ fn measure(
             ffn: shape.ffn,
             ..PipelineFigures::default()
         }),
+        hybrid: None,
     };
     Ok((record, medians))
 }

@@ -4,6 +4,7 @@ mod collective;
 mod files;
 mod floor;
 mod gradsync;
+mod hybrid;
 mod kv_transfer;
 mod map;
 mod matrix;
@@ -19,6 +20,7 @@ use crate::stats::Summary;
 use collective::collective_tables;
 use floor::floor_tables;
 use gradsync::{gradsync_tables, step_tables};
+use hybrid::hybrid_tables;
 use kv_transfer::kv_tables;
 use map::map_tables;
 use matrix::matrix_tables;
@@ -80,6 +82,22 @@ pub struct Record {
     /// The figures of a 1F1B pipeline row (`test` = `pipeline`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<PipelineFigures>,
+    /// The figures of a hybrid training step's row (`test` = `hybrid`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hybrid: Option<HybridFigures>,
+}
+
+/// What a hybrid training step's row adds (bench/src/hybrid.rs says how they are derived).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct HybridFigures {
+    pub tp: usize,
+    pub pp: usize,
+    pub dp: usize,
+    /// Every replica's tokens in a step.
+    pub tokens_per_step: usize,
+    pub tokens_per_s: Option<f64>,
+    /// Tokens per second on the row's PEs / (PEs x tokens per second on one GPU).
+    pub scaling_efficiency: Option<f64>,
 }
 
 /// What a pipeline row adds: its configuration and the figures derived from every PE's
@@ -160,6 +178,7 @@ impl Record {
             check: "ok".into(),
             tp: None,
             pipeline: None,
+            hybrid: None,
         }
     }
 
@@ -261,6 +280,9 @@ pub fn render_tables(results: &Results, cfg: &Config) -> String {
     for t in pipeline_tables(&results.records) {
         s.push_str(&t.render());
     }
+    for t in hybrid_tables(&results.records) {
+        s.push_str(&t.render());
+    }
     if !results.notes.is_empty() {
         s.push_str("\n## notes\n");
         for n in &results.notes {
@@ -337,6 +359,7 @@ pub mod tests {
             },
             tp: None,
             pipeline: None,
+            hybrid: None,
         }
     }
 

@@ -34,7 +34,7 @@ pub fn interleave(impls: usize, iters: usize, rounds: usize) -> Vec<usize> {
     for round in 0..rounds {
         let block = iters / rounds + usize::from(round < iters % rounds);
         for j in 0..impls {
-            order.extend(std::iter::repeat((j + round) % impls).take(block));
+            order.extend(std::iter::repeat_n((j + round) % impls, block));
         }
     }
     order
@@ -91,6 +91,7 @@ pub(super) fn point(
             auto: false,
         }),
         pipeline: None,
+        hybrid: None,
     };
 
     // New weights and input, the same on every PE; this PE keeps its shards of the weights.

@@ -24,7 +24,7 @@ impl Layout {
         blocks: usize,
         ffn: usize,
     ) -> std::result::Result<Self, String> {
-        let (me, n) = (shmem.my_pe(), shmem.n_pes());
+        let n = shmem.n_pes();
         let args: Vec<String> = std::env::args().collect();
         let arg = |name: &str, default: usize| match args.iter().position(|a| a == name) {
             Some(i) => args
@@ -35,7 +35,22 @@ impl Layout {
         };
         let tp: usize = arg("--tp", if n.is_multiple_of(2) { 2 } else { 1 })?.max(1);
         let pp: usize = arg("--pp", if n.is_multiple_of(2 * tp) { 2 } else { 1 })?.max(1);
-        if !n.is_multiple_of(tp * pp) || !blocks.is_multiple_of(pp) || !ffn.is_multiple_of(tp) {
+        Self::new(shmem, (tp, pp), blocks, ffn)
+    }
+
+    /// `tp x pp` groups and stages; the replicas take the rest of the PEs.
+    pub fn new(
+        shmem: &Nvshmem,
+        (tp, pp): (usize, usize),
+        blocks: usize,
+        ffn: usize,
+    ) -> std::result::Result<Self, String> {
+        let (me, n) = (shmem.my_pe(), shmem.n_pes());
+        if tp * pp == 0
+            || !n.is_multiple_of(tp * pp)
+            || !blocks.is_multiple_of(pp)
+            || !ffn.is_multiple_of(tp)
+        {
             return Err(format!(
                 "--tp {tp} --pp {pp} on {n} PEs: tp x pp must divide the PE count, pp the {blocks} blocks"
             ));

@@ -2,8 +2,10 @@
 //! and the weight gradients once a step over every micro-batch. The loss is `|y|² / 2` on the
 //! last stage's output, so the output's gradient is the output.
 
+use super::super::layout::Pipes;
 use super::{Stage, EPS};
 use nvshmem::cudarc::driver::CudaStream;
+use nvshmem::pipeline::Step;
 use nvshmem::{bf16, GradientSync, Result, SymmetricView};
 use std::sync::Arc;
 
@@ -87,5 +89,45 @@ impl Stage {
             sync.ready(2 * b, s)?;
         }
         Ok(())
+    }
+
+    /// This stage's part of a step: `steps` (its 1F1B order) over `pipes` (stage `s`'s
+    /// channels), then the weight gradients into `sync`, summed over the replicas.
+    pub fn run_schedule(
+        &self,
+        (steps, pipes, s): (&[Step], &Pipes, usize),
+        sync: &mut GradientSync<bf16>,
+        s0: &Arc<CudaStream>,
+    ) -> Result<()> {
+        for &st in steps {
+            match st {
+                Step::RecvActivation(j) => pipes.between(s - 1).0.recv(&mut self.input(j), s0)?,
+                Step::Forward(j) => self.forward(j, s0)?,
+                Step::SendActivation(j) => pipes.between(s).0.send(&self.output(j), s0)?,
+                Step::RecvGradient(j) => pipes.between(s).1.recv(&mut self.output(j), s0)?,
+                Step::Backward(j) => self.backward(j, self.output(j), s0)?,
+                Step::SendGradient(_) => pipes.between(s - 1).1.send(&self.dr, s0)?,
+            }
+        }
+        self.weight_grads(sync, s0)?;
+        sync.wait(s0)
+    }
+
+    /// The single-GPU run of a step: `micro_batches` forward, then backward, then the weight
+    /// gradients into `sync`.
+    pub fn run_alone(
+        &self,
+        micro_batches: usize,
+        sync: &mut GradientSync<bf16>,
+        s0: &Arc<CudaStream>,
+    ) -> Result<()> {
+        for k in 0..micro_batches {
+            self.forward(k, s0)?;
+        }
+        for k in 0..micro_batches {
+            self.backward(k, self.output(k), s0)?;
+        }
+        self.weight_grads(sync, s0)?;
+        sync.wait(s0)
     }
 }
