@@ -167,6 +167,31 @@ impl ColumnParallelLinear {
     /// in_features`, symmetric), the same bits on every PE of the group. `dy` is the
     /// gradient of this PE's output (`tokens × local_out_features`). Collective over the
     /// group. A sequence-parallel layer is refused.
+    ///
+    /// The backward pass of a Megatron pair:
+    /// ```no_run
+    /// # fn main() -> nvshmem::Result<()> {
+    /// use nvshmem::bf16;
+    /// use nvshmem::tp::{ColumnInput, ColumnParallelLinear, RowParallelLinear, TensorParallel};
+    /// let shmem = nvshmem::Nvshmem::init()?;
+    /// let tp = TensorParallel::new(&shmem)?;
+    /// let (hidden, ffn, tokens) = (1024, 4096, 16);
+    /// let up = ColumnParallelLinear::new(&tp, hidden, ffn, ColumnInput::Replicated, tokens)?;
+    /// let down = RowParallelLinear::new(&tp, ffn, hidden, tokens)?;
+    /// let local = up.local_out_features();
+    /// let device = |len| shmem.alloc_device::<bf16>(len);
+    /// let x = shmem.malloc::<bf16>(tokens * hidden)?; // the pair's input, as forward took it
+    /// let h = device(tokens * local)?; // up's output, down's input
+    /// let dy = device(tokens * hidden)?; // the gradient of down's output
+    /// let (dh, dx) = (device(tokens * local)?, shmem.malloc::<bf16>(tokens * hidden)?);
+    /// let (dw_up, dw_down) = (device(local * hidden)?, device(hidden * local)?);
+    /// let s = shmem.stream();
+    /// down.input_grad(&dh, &dy, s)?; // this PE's features: no communication
+    /// down.weight_grad(&dw_down, &dy, &h, s)?;
+    /// up.input_grad(&dx, &dh, s)?; // summed over the group
+    /// up.weight_grad(&dw_up, &dh, &x, s)?;
+    /// # Ok(()) }
+    /// ```
     pub fn input_grad<'a>(
         &self,
         dx: impl Into<SymmetricView<'a, bf16>>,
