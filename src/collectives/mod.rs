@@ -2,7 +2,9 @@
 //! over NVLink: our kernels in `kernels/collectives.cu`, launched on a stream with no host
 //! synchronisation, so they can be captured in CUDA graphs.
 //!
-//! Every PE must make the same sequence of calls on its [`Collectives`] (same operations,
+//! A [`Collectives`] runs over every PE ([`Collectives::new`]) or over a team's
+//! ([`Collectives::with_team`]); PE numbers and counts below (a root, `n_pes`, `my_pe`) are
+//! the team's. Every PE of the team must make the same sequence of calls (same operations,
 //! sizes and algorithms), as for any collective. A `Collectives` orders its calls: a call on
 //! another stream than the last call's waits, on the device, for that stream (the calls share
 //! one epoch, flags and staging). Graph launches are the caller's to order against other
