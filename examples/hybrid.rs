@@ -15,16 +15,16 @@
 //! update's RMS, summed over the steps.
 
 use nvshmem::pipeline::OneFOneB;
-use nvshmem::tp::TensorParallel;
 use nvshmem::ReduceOp;
-use nvshmem::{bf16, AllGatherAlgo, Collectives, CollectivesConfig, GradSyncConfig, GradientSync};
+use nvshmem::{bf16, AllGatherAlgo, GradSyncConfig, GradientSync};
 #[path = "common/hybrid/layout.rs"]
 mod layout;
 #[path = "common/hybrid/stage.rs"]
 mod stage;
 #[path = "common/hybrid/weights.rs"]
 mod weights;
-use layout::{Layout, Pipes};
+use layout::{Groups, Layout, Pipes};
+use stage::comm::Ours;
 use stage::{Sizes, Stage};
 
 const Z: Sizes = Sizes {
@@ -48,17 +48,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let (me, s0) = (shmem.my_pe(), shmem.stream());
     let at = Layout::from_args(&shmem, BLOCKS, Z.ffn)?;
     let (tp, pp, dp, s, d) = (at.tp, at.pp, at.dp, at.s, at.d);
-    // Teams: the tensor-parallel group (a row of tp PEs), this stage and group PE's replicas
-    // (a column of rows of tp · pp PEs), and this PE alone for the single-GPU run.
+    let Groups {
+        tp: tpg,
+        dp: dp_coll,
+        one,
+    } = Groups::new(&shmem, at)?;
     let world = shmem.team_world();
-    let group = world.split_2d(tp)?.0.ok_or("no tensor-parallel group")?;
-    let replicas = world.split_2d(tp * pp)?.1;
-    let alone = world.split_2d(1)?.0.ok_or("no team of one")?;
-    let tpg = TensorParallel::with_team(&shmem, &group)?;
-    let mut config = CollectivesConfig::for_pes(dp);
-    config.max_blocks = Some(32); // the sync runs beside the weight gradients' GEMMs
-    let dp_coll = Collectives::with_team(&shmem, replicas.as_ref(), config)?;
-    let one = TensorParallel::with_team(&shmem, &alone)?;
 
     let per = BLOCKS / pp;
     let mine = (s * per..(s + 1) * per).map(|b| weights::block(Z, b));
@@ -85,13 +80,25 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         let steps = schedule.steps(s)?;
-        stage.run_schedule((&steps, &pipes, s), &mut sync, s0)?;
+        let pipes = Some((&pipes, s));
+        stage.run_schedule(
+            &steps,
+            &mut Ours {
+                pipes,
+                sync: &mut sync,
+            },
+            s0,
+        )?;
         // The single-GPU run: every replica's micro-batches through every block here.
         for k in 0..dp * MICRO_BATCHES {
             let x = weights::input(Z, step, k / MICRO_BATCHES, k % MICRO_BATCHES);
             reference.input(k).copy_from_host(&x)?;
         }
-        reference.run_alone(dp * MICRO_BATCHES, &mut ref_sync, s0)?;
+        let alone = &mut Ours {
+            pipes: None,
+            sync: &mut ref_sync,
+        };
+        reference.run_alone(dp * MICRO_BATCHES, alone, s0)?;
         s0.synchronize()?;
         weights::update(&stage, &sync, lr)?;
         let moved = weights::update(&reference, &ref_sync, lr)?;

@@ -392,6 +392,7 @@ fn run(shmem: &Nvshmem, cfg: &Config, cublasmp_version: Option<String>) -> Resul
             coord: &coord,
             cfg,
             stream: &stream,
+            nccl: nccl.as_deref(),
             progress: &progress,
         };
         hybrid::run(&ctx, &mut timer, &mut results)?;

@@ -88,6 +88,40 @@ impl Nccl {
         })
     }
 
+    /// The communicator of the ranks that pass the same `color`, ranked by `key`
+    /// (`ncclCommSplit`). Collective over this communicator.
+    pub fn split(&self, color: usize, key: usize) -> Result<Self> {
+        let mut comm: ns::ncclComm_t = std::ptr::null_mut();
+        let int = |v: usize| {
+            i32::try_from(v).map_err(|_| BenchError::new("a split's colour or key is too large"))
+        };
+        // cudarc's `result::comm_split` is built for CUDA 12.2-12.5 only: the raw call.
+        // SAFETY: this communicator is alive; a null configuration takes the parent's.
+        let r = unsafe {
+            ns::ncclCommSplit(
+                self.comm,
+                int(color)?,
+                int(key)?,
+                &mut comm,
+                std::ptr::null_mut(),
+            )
+        };
+        if r != ns::ncclResult_t::ncclSuccess {
+            return Err(nccl_error("ncclCommSplit", NcclError(r)));
+        }
+        // Owned from here, so that an error below destroys it.
+        let mut split = Nccl { comm, n_pes: 0 };
+        // SAFETY: the communicator just made.
+        let n = unsafe { nr::comm_count(comm) }.map_err(|e| nccl_error("ncclCommCount", e))?;
+        split.n_pes = n as usize;
+        Ok(split)
+    }
+
+    /// The number of ranks.
+    pub fn n_ranks(&self) -> usize {
+        self.n_pes
+    }
+
     /// The raw communicator, for libraries that run on it (cuBLASMp); valid while `self`
     /// lives.
     pub fn comm(&self) -> ns::ncclComm_t {

@@ -322,6 +322,7 @@ impl Config {
                 || self.tests.norm
                 || self.tests.gradsync
                 || self.tests.kv_transfer
+                || self.tests.hybrid
                 || self.tests.tp))
             || self.needs_cublasmp()
     }

@@ -143,11 +143,16 @@ HYBRID TRAINING STEP (--tests hybrid; not part of `all`)
   FFN 8192; 8 micro-batches of 16 tokens per replica) for each layout of the PEs (4: TP2 x
   PP2, TP2 x DP2, PP2 x DP2; 2: TP2, PP2, DP2). A step (every micro-batch forward and
   backward, the weight gradients, their sum over the replicas) in a CUDA graph:
-    ours   our layers in a group, channels between stages (1F1B), GradientSync over replicas
-    1 GPU  the whole model on one GPU over every replica's micro-batches
-  Tokens/s, and scaling efficiency = ours tokens/s / (PEs x 1 GPU tokens/s). Needs
-  NVSHMEM_SYMMETRIC_SIZE=4G or more. Check: every PE's summed gradients against the
-  single-GPU run's (2^-6 of their RMS per block plus 2^-5 of each); replicas' bits equal.
+    ours     our layers in a group, channels between stages (1F1B), GradientSync over replicas
+    nccl     the same passes with ncclAllReduce on communicators split per group and per
+             replica column (ncclCommSplit), and ncclSend/ncclRecv between stages
+    compute  the same passes with no communication
+    1 GPU    the whole model on one GPU over every replica's micro-batches
+  Tokens/s, ours vs nccl, comm share = 1 - compute / step, and scaling efficiency = tokens/s
+  / (PEs x 1 GPU tokens/s). Needs NVSHMEM_SYMMETRIC_SIZE=4G or more, and one GPU per PE for
+  the nccl rows (--impls ours leaves them out). Check: every PE's summed gradients against the
+  single-GPU run's (2^-6 of their RMS per block plus 2^-5 of each); replicas' bits equal;
+  compute's replays equal one more run of it, bit for bit.
 
 TEAMS (--team-size N with the collective tests)
   Our collectives over teams of N PEs (rows of a 2-D split), every team at once, each on

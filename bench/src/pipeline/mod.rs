@@ -568,9 +568,57 @@ pub fn schedule_handoffs(schedule: &OneFOneB) -> usize {
 }
 
 #[cfg(test)]
+/// NCCL's send/recv as a rendezvous: a transfer completes once both its ends are at a
+/// group that posts it, and a group once all its transfers have. `false` when no stage
+/// can move and some are not done.
+pub fn rendezvous_completes(p: usize, m: usize, group: fn(&[Step]) -> Vec<Vec<Step>>) -> bool {
+    let s = OneFOneB::new(p, m).unwrap();
+    let groups: Vec<Vec<Vec<Step>>> = (0..p).map(|st| group(&s.steps(st).unwrap())).collect();
+    // A transfer as (from, to, micro-batch, is a gradient).
+    let posted = |st: usize, g: &[Step]| -> Vec<(usize, usize, usize, bool)> {
+        g.iter()
+            .filter_map(|x| match *x {
+                Step::SendActivation(i) => Some((st, st + 1, i, false)),
+                Step::RecvActivation(i) => Some((st - 1, st, i, false)),
+                Step::SendGradient(i) => Some((st, st - 1, i, true)),
+                Step::RecvGradient(i) => Some((st + 1, st, i, true)),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut pc = vec![0usize; p];
+    let mut done = std::collections::HashSet::new();
+    loop {
+        let mut moved = false;
+        let current: Vec<Vec<(usize, usize, usize, bool)>> = (0..p)
+            .map(|st| groups[st].get(pc[st]).map_or(vec![], |g| posted(st, g)))
+            .collect();
+        for st in 0..p {
+            for t in &current[st] {
+                let peer = if t.0 == st { t.1 } else { t.0 };
+                if current[peer].contains(t) && done.insert(*t) {
+                    moved = true;
+                }
+            }
+        }
+        for st in 0..p {
+            if pc[st] < groups[st].len() && current[st].iter().all(|t| done.contains(t)) {
+                pc[st] += 1;
+                moved = true;
+            }
+        }
+        if (0..p).all(|st| pc[st] == groups[st].len()) {
+            return true;
+        }
+        if !moved {
+            return false;
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
 
     #[test]
     fn the_cubin_has_exactly_the_kernels_the_stages_launch() {
@@ -578,54 +626,6 @@ mod tests {
             &crate::kernels::PIPELINE,
             &block::KERNEL_NAMES.map(String::from),
         );
-    }
-
-    /// NCCL's send/recv as a rendezvous: a transfer completes once both its ends are at a
-    /// group that posts it, and a group once all its transfers have. `false` when no stage
-    /// can move and some are not done.
-    fn rendezvous_completes(p: usize, m: usize, group: fn(&[Step]) -> Vec<Vec<Step>>) -> bool {
-        let s = OneFOneB::new(p, m).unwrap();
-        let groups: Vec<Vec<Vec<Step>>> = (0..p).map(|st| group(&s.steps(st).unwrap())).collect();
-        // A transfer as (from, to, micro-batch, is a gradient).
-        let posted = |st: usize, g: &[Step]| -> Vec<(usize, usize, usize, bool)> {
-            g.iter()
-                .filter_map(|x| match *x {
-                    Step::SendActivation(i) => Some((st, st + 1, i, false)),
-                    Step::RecvActivation(i) => Some((st - 1, st, i, false)),
-                    Step::SendGradient(i) => Some((st, st - 1, i, true)),
-                    Step::RecvGradient(i) => Some((st + 1, st, i, true)),
-                    _ => None,
-                })
-                .collect()
-        };
-        let mut pc = vec![0usize; p];
-        let mut done = HashSet::new();
-        loop {
-            let mut moved = false;
-            let current: Vec<Vec<(usize, usize, usize, bool)>> = (0..p)
-                .map(|st| groups[st].get(pc[st]).map_or(vec![], |g| posted(st, g)))
-                .collect();
-            for st in 0..p {
-                for t in &current[st] {
-                    let peer = if t.0 == st { t.1 } else { t.0 };
-                    if current[peer].contains(t) && done.insert(*t) {
-                        moved = true;
-                    }
-                }
-            }
-            for st in 0..p {
-                if pc[st] < groups[st].len() && current[st].iter().all(|t| done.contains(t)) {
-                    pc[st] += 1;
-                    moved = true;
-                }
-            }
-            if (0..p).all(|st| pc[st] == groups[st].len()) {
-                return true;
-            }
-            if !moved {
-                return false;
-            }
-        }
     }
 
     #[test]

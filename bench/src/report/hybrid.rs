@@ -1,5 +1,5 @@
-//! The hybrid training step's table: a row per layout of the PEs, our step against the whole
-//! model on one GPU.
+//! The hybrid training step's table: a row per layout of the PEs, our step and NCCL's against
+//! the step's compute and the whole model on one GPU.
 
 use super::table::{time_cell, Table};
 use super::Record;
@@ -21,28 +21,34 @@ pub fn hybrid_tables(records: &[Record]) -> Vec<Table> {
             .copied()
             .find(|r| r.variant == layout && r.implementation == imp)
     };
+    let percent = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0}%", 100.0 * v));
     let rows = layouts
         .into_iter()
         .map(|layout| {
-            let (ours, one) = (find(layout, "ours"), find(layout, "1 GPU"));
+            let [ours, nccl, compute, one] =
+                ["ours", "nccl", "compute", "1 GPU"].map(|imp| find(layout, imp));
             let fig = |r: Option<&Record>| r.and_then(|r| r.hybrid);
-            let tokens = |r: Option<&Record>| {
-                fig(r)
-                    .and_then(|f| f.tokens_per_s)
-                    .map_or("-".into(), |t| format!("{:.0}", t))
+            let speedup = match (
+                ours.and_then(|r| r.median_us()),
+                nccl.and_then(|r| r.median_us()),
+            ) {
+                (Some(o), Some(n)) => format!("{:.2}x", n / o),
+                _ => "-".into(),
             };
-            let efficiency = fig(ours)
-                .and_then(|f| f.scaling_efficiency)
-                .map_or("-".into(), |e| format!("{:.0}%", 100.0 * e));
+            let any = ours.or(nccl).or(compute);
             vec![
                 layout.to_string(),
-                ours.map_or(0, |r| r.n_pes).to_string(),
-                fig(ours).map_or(0, |f| f.tokens_per_step).to_string(),
+                any.map_or(0, |r| r.n_pes).to_string(),
+                fig(any).map_or(0, |f| f.tokens_per_step).to_string(),
                 time_cell(ours),
-                tokens(ours),
+                time_cell(nccl),
+                speedup,
+                time_cell(compute),
+                percent(fig(ours).and_then(|f| f.comm_share)),
+                percent(fig(nccl).and_then(|f| f.comm_share)),
                 time_cell(one),
-                tokens(one),
-                efficiency,
+                percent(fig(ours).and_then(|f| f.scaling_efficiency)),
+                percent(fig(nccl).and_then(|f| f.scaling_efficiency)),
             ]
         })
         .collect();
@@ -54,19 +60,25 @@ pub fn hybrid_tables(records: &[Record]) -> Vec<Table> {
             "layout",
             "PEs",
             "tokens/step",
-            "ours step us",
-            "ours tokens/s",
-            "1 GPU step us",
-            "1 GPU tokens/s",
-            "scaling efficiency",
+            "ours us",
+            "nccl us",
+            "ours vs nccl",
+            "compute us",
+            "ours comm share",
+            "nccl comm share",
+            "1 GPU us",
+            "ours efficiency",
+            "nccl efficiency",
         ]
         .map(String::from)
         .to_vec(),
         rows,
         footer: vec![
             "a step: forward and backward of every micro-batch, weight gradients, their sum over \
-             the replicas; us = the slowest PE's median ± half the p10-p90 range; scaling \
-             efficiency = ours tokens/s / (PEs x 1 GPU tokens/s); ! = check failed"
+             the replicas; us = the slowest PE's median ± half the p10-p90 range; ours vs nccl = \
+             nccl us / ours us; compute = the same passes with no communication; comm share = \
+             1 - compute us / the row's us; efficiency = tokens/s / (PEs x 1 GPU tokens/s); \
+             ! = check failed"
                 .into(),
         ],
     }]
@@ -79,8 +91,8 @@ mod tests {
     use crate::report::{HybridFigures, Status};
 
     #[test]
-    fn a_layout_row_shows_both_steps_and_the_efficiency() {
-        let row = |imp: &str, median: f64, n: usize, rate: f64, eff: Option<f64>| {
+    fn a_layout_row_compares_ours_with_nccl_and_gives_shares_and_efficiencies() {
+        let row = |imp: &str, median: f64, n: usize, share: Option<f64>, eff: Option<f64>| {
             let mut r = record(HYBRID_TEST, imp, "graph", 0, median, Status::Ok);
             r.variant = "tp2 pp2 dp1".into();
             r.n_pes = n;
@@ -89,26 +101,38 @@ mod tests {
                 pp: 2,
                 dp: 1,
                 tokens_per_step: 128,
-                tokens_per_s: Some(rate),
+                tokens_per_s: Some(128.0 / (median * 1e-6)),
                 scaling_efficiency: eff,
+                comm_share: share,
             });
             r
         };
         let rows = [
-            row("ours", 2000.0, 4, 64000.0, Some(0.9)),
-            row("1 GPU", 7200.0, 1, 17777.0, None),
+            row("ours", 2000.0, 4, Some(0.1), Some(0.9)),
+            row("nccl", 3000.0, 4, Some(0.4), Some(0.6)),
+            row("compute", 1800.0, 4, None, None),
+            row("1 GPU", 7200.0, 1, None, None),
         ];
         let t = &hybrid_tables(&rows)[0];
         assert_eq!(t.rows.len(), 1);
         let r = &t.rows[0];
+        assert_eq!(r.len(), t.headers.len());
         assert_eq!(
             (r[0].as_str(), r[1].as_str(), r[2].as_str()),
             ("tp2 pp2 dp1", "4", "128")
         );
-        assert_eq!(
-            (r[4].as_str(), r[6].as_str(), r[7].as_str()),
-            ("64000", "17777", "90%")
-        );
+        assert_eq!(r[5], "1.50x");
+        assert_eq!((r[7].as_str(), r[8].as_str()), ("10%", "40%"));
+        assert_eq!((r[10].as_str(), r[11].as_str()), ("90%", "60%"));
         assert!(hybrid_tables(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_layout_without_nccl_leaves_its_cells_empty() {
+        let mut r = record(HYBRID_TEST, "ours", "graph", 0, 2000.0, Status::Ok);
+        r.variant = "tp2 pp1 dp1".into();
+        r.hybrid = Some(HybridFigures::default());
+        let t = &hybrid_tables(&[r])[0];
+        assert_eq!((t.rows[0][4].as_str(), t.rows[0][5].as_str()), ("-", "-"));
     }
 }

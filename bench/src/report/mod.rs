@@ -87,7 +87,7 @@ pub struct Record {
     pub hybrid: Option<HybridFigures>,
 }
 
-/// What a hybrid training step's row adds (bench/src/hybrid.rs says how they are derived).
+/// What a hybrid training step's row adds (bench/src/hybrid/mod.rs says how they are derived).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct HybridFigures {
     pub tp: usize,
@@ -98,6 +98,9 @@ pub struct HybridFigures {
     pub tokens_per_s: Option<f64>,
     /// Tokens per second on the row's PEs / (PEs x tokens per second on one GPU).
     pub scaling_efficiency: Option<f64>,
+    /// 1 - the `compute` row's step / this row's: what communication, and the waiting it
+    /// makes, adds to the step (rows that communicate).
+    pub comm_share: Option<f64>,
 }
 
 /// What a pipeline row adds: its configuration and the figures derived from every PE's

@@ -1,9 +1,10 @@
 //! The hybrid example's layout: `tp x pp x dp` PEs, where PE `(d · pp + s) · tp + t` is group
-//! PE `t` of stage `s` of replica `d`, and the channels between neighbouring stages. Included
-//! with `#[path]`.
+//! PE `t` of stage `s` of replica `d`, its teams, and the channels between neighbouring
+//! stages. Included with `#[path]`.
 
 use nvshmem::channel::{Channel, ChannelConfig};
-use nvshmem::{bf16, Nvshmem, Result};
+use nvshmem::tp::TensorParallel;
+use nvshmem::{bf16, Collectives, CollectivesConfig, Error, Nvshmem, Result};
 
 /// The layout, and this PE's place in it.
 #[derive(Clone, Copy)]
@@ -69,6 +70,33 @@ impl Layout {
     /// The PE of group PE `t` of stage `s` of replica `d`.
     pub fn pe(&self, d: usize, s: usize, t: usize) -> usize {
         (d * self.pp + s) * self.tp + t
+    }
+}
+
+/// What runs on this PE's teams: its tensor-parallel group (a row of `tp` PEs), the
+/// collectives of its replicas (a column of rows of `tp · pp` PEs: the same stage and group
+/// PE), and a group of this PE alone for the single-GPU run.
+pub struct Groups {
+    pub tp: TensorParallel,
+    pub dp: Collectives,
+    pub one: TensorParallel,
+}
+
+impl Groups {
+    /// Collective over the world.
+    pub fn new(shmem: &Nvshmem, at: Layout) -> Result<Self> {
+        let world = shmem.team_world();
+        let none = || Error::InvalidArgument("this PE is in no row of a split".into());
+        let group = world.split_2d(at.tp)?.0.ok_or_else(none)?;
+        let replicas = world.split_2d(at.tp * at.pp)?.1;
+        let alone = world.split_2d(1)?.0.ok_or_else(none)?;
+        let mut config = CollectivesConfig::for_pes(at.dp);
+        config.max_blocks = Some(32); // the sync runs beside the weight gradients' GEMMs
+        Ok(Groups {
+            tp: TensorParallel::with_team(shmem, &group)?,
+            dp: Collectives::with_team(shmem, replicas.as_ref(), config)?,
+            one: TensorParallel::with_team(shmem, &alone)?,
+        })
     }
 }
 

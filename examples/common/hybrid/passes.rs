@@ -1,18 +1,24 @@
 //! The hybrid example's passes over a stage: forward and backward one micro-batch at a time,
-//! and the weight gradients once a step over every micro-batch. The loss is `|y|² / 2` on the
-//! last stage's output, so the output's gradient is the output.
+//! and the weight gradients once a step over every micro-batch, communicating through a
+//! [`Comm`]. The loss is `|y|² / 2` on the last stage's output, so the output's gradient is
+//! the output.
 
-use super::super::layout::Pipes;
+use super::comm::Comm;
 use super::{Stage, EPS};
 use nvshmem::cudarc::driver::CudaStream;
 use nvshmem::pipeline::Step;
-use nvshmem::{bf16, GradientSync, Result, SymmetricView};
+use nvshmem::{bf16, SymmetricView};
 use std::sync::Arc;
 
 impl Stage {
     /// Micro-batch `j` through the stage, from [`input`](Stage::input) to
     /// [`output`](Stage::output), keeping what the backward pass needs.
-    pub fn forward(&self, j: usize, s: &Arc<CudaStream>) -> Result<()> {
+    pub fn forward<C: Comm>(
+        &self,
+        j: usize,
+        c: &mut C,
+        s: &Arc<CudaStream>,
+    ) -> Result<(), C::Error> {
         let (tp, hid, t) = (&self.tp, self.z.hidden, self.z.tokens);
         let row = |buf, cols| self.rows(buf, j, cols);
         tp.rmsnorm(
@@ -31,24 +37,21 @@ impl Stage {
             let (next, me) = (row(&self.r[b + 1], hid), tp.runtime().my_pe());
             tp.runtime()
                 .put_on_stream(next, row(&self.r[b], hid), me, s)?;
-            let (h, act, norm) = (
-                row(&self.h[b + 1], hid),
-                row(&self.act[b], fl),
-                &self.norms[b + 1],
-            );
-            mlp.down().forward_rmsnorm(h, &next, &act, norm, EPS, s)?;
+            let (h, act) = (row(&self.h[b + 1], hid), row(&self.act[b], fl));
+            c.down_rmsnorm(mlp, (h, &next, &act), &self.norms[b + 1], s)?;
         }
         Ok(())
     }
 
     /// Micro-batch `j`'s backward pass from `dout` (the gradient of its output); the
     /// gradient of its input is in [`dr`](Self::dr) after.
-    pub fn backward(
+    pub fn backward<C: Comm>(
         &self,
         j: usize,
         dout: SymmetricView<'_, bf16>,
+        c: &mut C,
         s: &Arc<CudaStream>,
-    ) -> Result<()> {
+    ) -> Result<(), C::Error> {
         let (tp, hid, t, me) = (
             &self.tp,
             self.z.hidden,
@@ -63,7 +66,7 @@ impl Stage {
             mlp.down().input_grad(&self.da, &dy, s)?;
             let dgu = row(&self.dgu[b], 2 * fl);
             tp.silu_mul_backward(&dgu, &self.da, &row(&self.gu[b], 2 * fl), t, s)?;
-            mlp.gate_up().input_grad(&self.dh, &dgu, s)?;
+            c.gate_up_input_grad(mlp, &self.dh, &dgu, s)?;
             tp.rmsnorm_backward(
                 &self.dr,
                 &self.dh,
@@ -76,58 +79,55 @@ impl Stage {
         Ok(())
     }
 
-    /// Every block's weight gradients over every micro-batch into `sync` (parameter `p`:
-    /// block `p / 2`'s gate/up, then its down projection), each made ready, last first, so
-    /// that its bucket's sum starts under the GEMMs after it.
-    pub fn weight_grads(&self, sync: &mut GradientSync<bf16>, s: &Arc<CudaStream>) -> Result<()> {
+    /// Every block's weight gradients over every micro-batch into `c`'s gradients
+    /// (parameter `p`: block `p / 2`'s gate/up, then its down projection), each made ready,
+    /// last first, so that its sum over the replicas starts under the GEMMs after it.
+    pub fn weight_grads<C: Comm>(&self, c: &mut C, s: &Arc<CudaStream>) -> Result<(), C::Error> {
         for (b, mlp) in self.blocks.iter().enumerate().rev() {
             mlp.down()
-                .weight_grad(&sync.grad(2 * b + 1), &self.dy[b], &self.act[b], s)?;
-            sync.ready(2 * b + 1, s)?;
+                .weight_grad(&c.grad(2 * b + 1), &self.dy[b], &self.act[b], s)?;
+            c.grad_ready(2 * b + 1, s)?;
             mlp.gate_up()
-                .weight_grad(&sync.grad(2 * b), &self.dgu[b], &self.h[b], s)?;
-            sync.ready(2 * b, s)?;
+                .weight_grad(&c.grad(2 * b), &self.dgu[b], &self.h[b], s)?;
+            c.grad_ready(2 * b, s)?;
         }
         Ok(())
     }
 
-    /// This stage's part of a step: `steps` (its 1F1B order) over `pipes` (stage `s`'s
-    /// channels), then the weight gradients into `sync`, summed over the replicas.
-    pub fn run_schedule(
+    /// This stage's part of a step: `steps` (its 1F1B order) with their transfers through
+    /// `c`, then the weight gradients, summed over the replicas.
+    pub fn run_schedule<C: Comm>(
         &self,
-        (steps, pipes, s): (&[Step], &Pipes, usize),
-        sync: &mut GradientSync<bf16>,
+        steps: &[Step],
+        c: &mut C,
         s0: &Arc<CudaStream>,
-    ) -> Result<()> {
-        for &st in steps {
-            match st {
-                Step::RecvActivation(j) => pipes.between(s - 1).0.recv(&mut self.input(j), s0)?,
-                Step::Forward(j) => self.forward(j, s0)?,
-                Step::SendActivation(j) => pipes.between(s).0.send(&self.output(j), s0)?,
-                Step::RecvGradient(j) => pipes.between(s).1.recv(&mut self.output(j), s0)?,
-                Step::Backward(j) => self.backward(j, self.output(j), s0)?,
-                Step::SendGradient(_) => pipes.between(s - 1).1.send(&self.dr, s0)?,
+    ) -> Result<(), C::Error> {
+        for group in c.groups(steps) {
+            match group[..] {
+                [Step::Forward(j)] => self.forward(j, c, s0)?,
+                [Step::Backward(j)] => self.backward(j, self.output(j), c, s0)?,
+                _ => c.transfer(&group, self, s0)?,
             }
         }
-        self.weight_grads(sync, s0)?;
-        sync.wait(s0)
+        self.weight_grads(c, s0)?;
+        c.grads_done(s0)
     }
 
     /// The single-GPU run of a step: `micro_batches` forward, then backward, then the weight
-    /// gradients into `sync`.
-    pub fn run_alone(
+    /// gradients into `c`.
+    pub fn run_alone<C: Comm>(
         &self,
         micro_batches: usize,
-        sync: &mut GradientSync<bf16>,
+        c: &mut C,
         s0: &Arc<CudaStream>,
-    ) -> Result<()> {
+    ) -> Result<(), C::Error> {
         for k in 0..micro_batches {
-            self.forward(k, s0)?;
+            self.forward(k, c, s0)?;
         }
         for k in 0..micro_batches {
-            self.backward(k, self.output(k), s0)?;
+            self.backward(k, self.output(k), c, s0)?;
         }
-        self.weight_grads(sync, s0)?;
-        sync.wait(s0)
+        self.weight_grads(c, s0)?;
+        c.grads_done(s0)
     }
 }

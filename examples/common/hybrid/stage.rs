@@ -1,10 +1,13 @@
 //! One pipeline stage of the hybrid example: Llama-like MLP blocks `r += mlp(rmsnorm(r) · γ)`
 //! sharded over a tensor-parallel group, and what each micro-batch keeps for the backward
-//! pass (the passes are in passes.rs). Included with `#[path]`.
+//! pass (the passes are in passes.rs, what they communicate through in comm.rs). Included
+//! with `#[path]`.
 
 use nvshmem::tp::{MlpShape, TensorParallel, TpMlp};
 use nvshmem::{bf16, Nvshmem, Result, SymmetricBuffer, SymmetricView};
 
+#[path = "comm.rs"]
+pub mod comm;
 #[path = "passes.rs"]
 mod passes;
 
