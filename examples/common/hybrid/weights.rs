@@ -118,7 +118,8 @@ impl Tolerance {
         let mut worst = 0.0f64;
         for ((g, w), b) in got.iter().zip(want).zip(&self.0) {
             for ((g, w), b) in g.iter().zip(w).zip(b) {
-                worst = worst.max((g.to_f64() - w.to_f64()).abs() / b);
+                let r = (g.to_f64() - w.to_f64()).abs() / b;
+                worst = worst.max(if r.is_nan() { f64::INFINITY } else { r }); // NaN fails
             }
         }
         worst
