@@ -439,7 +439,7 @@ impl Collectives {
         self.launch(to_owners, stream)?;
 
         // This PE's shard holds elements `me * shard_len ..` of the input, fewer at the end.
-        let me = self.me;
+        let me = self.members.me()?;
         let valid = c.len.saturating_sub(me * shard_len).min(shard_len);
         let shard_feedback = match c.feedback {
             0 => 0,

@@ -34,6 +34,11 @@ pub(super) struct PeerCopy {
 }
 
 impl Collectives {
+    /// This PE's number in the team (calls outside it fail before they copy).
+    fn team_me(&self) -> usize {
+        self.members.me().unwrap_or(0)
+    }
+
     /// Where the symmetric address `addr` (of this PE) lives on `pe`, as mapped here: the
     /// same offset from our control words there (every PE's symmetric heap has the same
     /// layout, and every peer is mapped: checked at construction).
@@ -44,7 +49,7 @@ impl Collectives {
     /// The peers in the order this PE serves them: the next PE first, itself last (so that
     /// the PEs do not all write into PE 0 first).
     fn destinations(&self) -> impl Iterator<Item = usize> {
-        let (n, me) = (self.dims.n_pes, self.me);
+        let (n, me) = (self.dims.n_pes, self.team_me());
         (1..=n).map(move |k| (me + k) % n)
     }
 
@@ -54,13 +59,13 @@ impl Collectives {
             dst: self.on_pe(dst, pe),
             src,
             bytes,
-            local: pe == self.me,
+            local: pe == self.team_me(),
         }
     }
 
     /// An all-gather of `bytes` per PE: this PE's input into its block of every PE's output.
     pub(super) fn all_gather_copies(&self, dst: u64, src: u64, bytes: usize) -> Vec<PeerCopy> {
-        let at = (self.me * bytes) as u64;
+        let at = (self.team_me() * bytes) as u64;
         self.destinations()
             .map(|p| self.copy_to(p, dst + at, src, bytes))
             .collect()
@@ -75,7 +80,7 @@ impl Collectives {
         bytes: usize,
         root: usize,
     ) -> Vec<PeerCopy> {
-        if self.me != root {
+        if self.team_me() != root {
             return Vec::new();
         }
         self.destinations()
@@ -87,7 +92,7 @@ impl Collectives {
     /// An all-to-all of `bytes` per block: block `p` of this PE's input into block `me` of PE
     /// `p`'s output.
     pub(super) fn all_to_all_copies(&self, dst: u64, src: u64, bytes: usize) -> Vec<PeerCopy> {
-        let at = (self.me * bytes) as u64;
+        let at = (self.team_me() * bytes) as u64;
         self.destinations()
             .map(|p| self.copy_to(p, dst + at, src + (p * bytes) as u64, bytes))
             .collect()

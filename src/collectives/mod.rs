@@ -89,10 +89,9 @@ const _: () = assert!(std::mem::offset_of!(abi::Ctrl, team) == CTRL_TEAM * 8);
 /// with their symmetric workspace.
 pub struct Collectives {
     shmem: Nvshmem,
-    /// The team's PEs (calls number PEs in it), and this PE's number there (0 outside it,
-    /// where every call fails first).
+    /// The team's PEs (calls number PEs in it), and this PE's number there (none outside
+    /// it, where every call fails first).
     members: Members,
-    me: usize,
     thresholds: Thresholds,
     programmatic_launch: bool,
     cooperative_launch: bool,
@@ -485,7 +484,6 @@ impl Collectives {
         shmem.set_up_barrier(SetUp::Collectives)?;
         Ok(Collectives {
             shmem: shmem.clone(),
-            me: members.me().unwrap_or(0),
             members,
             thresholds: config.thresholds,
             programmatic_launch: config.programmatic_launch,
