@@ -106,7 +106,7 @@ pub mod tp;
 pub use channel::{Channel, ChannelConfig};
 pub use collectives::{
     AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives, CollectivesConfig,
-    Compression, ReduceAlgo, ReduceScatterAlgo, Thresholds, Workspace, GROUP_MAX,
+    Compression, Reach, ReduceAlgo, ReduceScatterAlgo, Thresholds, Workspace, GROUP_MAX,
 };
 pub use cudarc;
 pub use cudarc::driver::{CudaStream, LaunchConfig};

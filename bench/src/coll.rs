@@ -13,6 +13,8 @@ use crate::timing::{self, Timer};
 use crate::Progress;
 use cudarc::driver::CudaStream;
 use half::bf16;
+use nvshmem::team::collectives::reduce_scratch_bytes;
+use nvshmem::team::collectives::{reduce_scatter_max_bytes, REDUCE_SCRATCH_VARIABLE};
 use nvshmem::{
     AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives, Nvshmem, ReduceOp,
     ReduceScatterAlgo, SymmetricBuffer, Team,
@@ -236,7 +238,7 @@ pub fn run(ctx: &Ctx, timer: &mut Timer, results: &mut Results) -> Result<()> {
         // The largest size NVSHMEM's implementation can take.
         let nvshmem_max = match (coll, scratch) {
             (Collective::ReduceScatter, Some(bytes)) => {
-                nvshmem_reduce_scatter_max(bytes, ctx.shmem.n_pes())
+                reduce_scatter_max_bytes(bytes, ctx.shmem.n_pes())
             }
             _ => usize::MAX,
         };
@@ -254,54 +256,13 @@ pub fn run(ctx: &Ctx, timer: &mut Timer, results: &mut Results) -> Result<()> {
     Ok(())
 }
 
-/// NVSHMEM's reduction scratch when `NVSHMEM_REDUCE_SCRATCH_SIZE` is not set.
-const NVSHMEM_REDUCE_SCRATCH_DEFAULT: usize = 1 << 19;
-
-/// The bytes of NVSHMEM's reduction scratch that `NVSHMEM_REDUCE_SCRATCH_SIZE` (`None`: not
-/// set) gives, read as NVSHMEM reads sizes: a number, possibly with a fraction, then
-/// optionally a K, M, G or T multiplier (powers of 1024; what follows it is ignored),
-/// rounded up. `None` for a value NVSHMEM would not take.
-fn reduce_scratch_bytes(value: Option<&str>) -> Option<usize> {
-    let Some(text) = value else {
-        return Some(NVSHMEM_REDUCE_SCRATCH_DEFAULT);
-    };
-    let text = text.trim_start();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, rest) = text.split_at(split);
-    let value: f64 = number.parse().ok()?;
-    let shift = match rest.chars().next() {
-        None => 0,
-        Some('k' | 'K') => 10,
-        Some('m' | 'M') => 20,
-        Some('g' | 'G') => 30,
-        Some('t' | 'T') => 40,
-        Some(_) => return None,
-    };
-    let bytes = (value * (1u64 << shift) as f64).ceil();
-    (bytes.is_finite() && bytes <= usize::MAX as f64).then_some(bytes as usize)
-}
-
 /// NVSHMEM's reduction scratch on every PE: the smallest of the PEs' (a value NVSHMEM would
 /// not take counts as none).
 fn reduce_scratch_on_every_pe(ctx: &Ctx) -> Result<usize> {
-    let var = std::env::var("NVSHMEM_REDUCE_SCRATCH_SIZE").ok();
+    let var = std::env::var(REDUCE_SCRATCH_VARIABLE).ok();
     let mine = reduce_scratch_bytes(var.as_deref()).unwrap_or(0);
     let least = ctx.coord.reduce(ReduceOp::Min, &[mine as u64])?[0];
     Ok(usize::try_from(least).unwrap_or(usize::MAX))
-}
-
-/// The largest reduce-scatter (input bytes per PE) that NVSHMEM's on-stream reduce-scatter
-/// takes with `scratch` bytes of reduction scratch on `n_pes` PEs: it stages the whole input
-/// in half of the scratch, and stops the kernel when that does not fit (a team of one PE
-/// only copies).
-fn nvshmem_reduce_scatter_max(scratch: usize, n_pes: usize) -> usize {
-    if n_pes <= 1 {
-        usize::MAX
-    } else {
-        scratch / 2
-    }
 }
 
 /// The note on the sizes that NVSHMEM's implementation of `coll` did not run (ascending,
@@ -712,37 +673,6 @@ mod tests {
             Impl::Nccl,
             256 * mib
         ));
-    }
-
-    #[test]
-    fn the_reduce_scratch_is_read_as_nvshmem_reads_sizes() {
-        assert_eq!(reduce_scratch_bytes(None), Some(512 << 10));
-        assert_eq!(reduce_scratch_bytes(Some("1048576")), Some(1 << 20));
-        assert_eq!(reduce_scratch_bytes(Some("64M")), Some(64 << 20));
-        assert_eq!(reduce_scratch_bytes(Some("2g")), Some(2 << 30));
-        assert_eq!(reduce_scratch_bytes(Some("512k")), Some(512 << 10));
-        assert_eq!(reduce_scratch_bytes(Some("1T")), Some(1 << 40));
-        // A fraction is rounded up; what follows the multiplier is ignored.
-        assert_eq!(reduce_scratch_bytes(Some("0.5m")), Some(512 << 10));
-        assert_eq!(reduce_scratch_bytes(Some(".5m")), Some(512 << 10));
-        assert_eq!(reduce_scratch_bytes(Some("1.5")), Some(2));
-        assert_eq!(reduce_scratch_bytes(Some("20kk")), Some(20 << 10));
-        assert_eq!(reduce_scratch_bytes(Some("16MiB")), Some(16 << 20));
-        assert_eq!(reduce_scratch_bytes(Some(" 8M")), Some(8 << 20));
-        for bad in ["", "M", "12X", "12 M", "-1", "1.2.3"] {
-            assert_eq!(reduce_scratch_bytes(Some(bad)), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn nvshmem_reduce_scatter_fits_half_the_scratch() {
-        // The default 512 KiB: inputs up to 256 KiB per PE.
-        let max = nvshmem_reduce_scatter_max(NVSHMEM_REDUCE_SCRATCH_DEFAULT, 8);
-        assert_eq!(max, 256 << 10);
-        assert_eq!(nvshmem_reduce_scatter_max(1 << 30, 2), 512 << 20);
-        assert_eq!(nvshmem_reduce_scatter_max(0, 4), 0);
-        // One PE copies, whatever the scratch.
-        assert_eq!(nvshmem_reduce_scatter_max(0, 1), usize::MAX);
     }
 
     #[test]

@@ -60,7 +60,7 @@ impl Collective {
         Collective::AllReduceGroup,
     ];
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Collective::AllReduce => "all_reduce",
             Collective::AllGather => "all_gather",
@@ -78,6 +78,9 @@ impl Collective {
 
     /// The name of its algorithm `row`.
     fn algorithm(self, row: usize) -> Option<&'static str> {
+        if row == super::TEAM_ROW {
+            return Some("NVSHMEM's team collective");
+        }
         match self {
             Collective::AllReduce => ALL_REDUCE_ROWS.get(row).map(|r| r.name),
             Collective::AllGather => ALL_GATHER_ROWS.get(row).map(|r| r.name),

@@ -307,6 +307,7 @@ impl Collectives {
     ) -> Result<()> {
         let checked = self
             .check()
+            .and_then(|()| self.ours_only(Collective::AllReduceCompressed))
             .and_then(|()| self.check_compressed(dst, src, compression, &feedback, stream));
         let (checked, planned) = match checked {
             Ok(c) => {

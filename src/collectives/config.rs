@@ -456,6 +456,12 @@ pub struct CollectivesConfig {
     /// peers wait for them while this PE's peers wait for the call, both wait until the
     /// timeout. Every PE must use the same; at least 1.
     pub max_blocks: Option<usize>,
+    /// Treat the team as load/store domains of this many consecutive team PEs at most, as
+    /// if each were a node, whatever the hardware reaches: the calls then go through
+    /// NVSHMEM's team collectives, as across nodes ([`Reach`](super::Reach)). For checking
+    /// multi-node behaviour on one node. `None`: what the hardware reaches. Every PE must
+    /// use the same; at least 1.
+    pub domain_size: Option<usize>,
 }
 
 /// The default bound on a wait, and the variable that changes it.
@@ -492,6 +498,7 @@ impl CollectivesConfig {
             timeout: timeout_from(std::env::var(TIMEOUT_VARIABLE).ok().as_deref())
                 .unwrap_or(Some(DEFAULT_TIMEOUT)),
             max_blocks: None,
+            domain_size: None,
         }
     }
 }

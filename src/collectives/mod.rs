@@ -13,6 +13,10 @@
 //! ([`CollectivesConfig::timeout`]): a PE that skips a call, passes other arguments or dies
 //! makes the others' calls fail with [`Error::Timeout`] instead of hanging.
 //!
+//! Our kernels need every PE of the team load/store reachable (one node with peer access).
+//! On a team where they are not ([`Collectives::reach`]), the calls with `Auto` go through
+//! NVSHMEM's team collectives, which run over any transport NVSHMEM has.
+//!
 //! ```no_run
 //! # fn main() -> nvshmem::Result<()> {
 //! use nvshmem::{AllReduceAlgo, Collectives, ReduceOp};
@@ -40,6 +44,7 @@ pub mod group;
 mod members;
 mod movement;
 mod plan;
+mod reach;
 
 pub use algo::{
     kernel_names, AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, ReduceAlgo,
@@ -49,6 +54,7 @@ pub use compressed::Compression;
 pub use config::{CollectivesConfig, Thresholds, Workspace, DEFAULT_TIMEOUT, TIMEOUT_VARIABLE};
 pub use group::GROUP_MAX;
 pub use movement::{ALL_TO_ALL_ONESHOT_BYTES, BROADCAST_ONESHOT_BYTES};
+pub use reach::Reach;
 
 use crate::abi;
 use crate::cubins::COLLECTIVES;
@@ -92,6 +98,11 @@ pub struct Collectives {
     /// The team's PEs (calls number PEs in it), and this PE's number there (none outside
     /// it, where every call fails first).
     members: Members,
+    /// How the members reach each other, and where they do not all reach each other, the
+    /// team NVSHMEM's collectives run the calls on (a member's; `None` outside).
+    reach: Reach,
+    nvshmem_team: Option<Team>,
+    domain_size: Option<usize>,
     thresholds: Thresholds,
     programmatic_launch: bool,
     cooperative_launch: bool,
@@ -175,7 +186,12 @@ enum Work<'f> {
     Kernel(Launch<'f>),
     /// This PE's copies by the copy engines, between two barriers (`copies`).
     Copies(Vec<copies::PeerCopy>),
+    /// NVSHMEM's team collective, on a team that is not [`Reach::Flat`].
+    Team(TeamCall<'f>),
 }
+
+/// A call of NVSHMEM's team collectives on the stream it is given.
+type TeamCall<'f> = Box<dyn FnOnce(&Arc<CudaStream>) -> Result<()> + 'f>;
 
 struct Launch<'f> {
     function: &'f Function,
@@ -211,6 +227,21 @@ fn planned<'f>(
     })
 }
 
+/// The row of a call that NVSHMEM's team collectives run, in the agreement's records.
+pub(crate) const TEAM_ROW: usize = 0xFF;
+
+/// `record`'s call by NVSHMEM's team collectives, unless the call is `empty`.
+fn planned_team<'f>(
+    record: Record,
+    empty: bool,
+    call: impl FnOnce(&Arc<CudaStream>) -> Result<()> + 'f,
+) -> Planned<'f> {
+    Planned {
+        record,
+        launch: (!empty).then(|| Work::Team(Box::new(call))),
+    }
+}
+
 /// `record`'s call by the copy engines, making `copies` unless the call is `empty`.
 fn planned_copies(
     record: Record,
@@ -236,8 +267,30 @@ impl Drop for Collectives {
     }
 }
 
-/// Where `buf` lives on every member, as mapped here, in team order; `None` above
-/// `LL_MAX_PES` members. Every member must be reachable (checked before).
+impl std::fmt::Debug for Collectives {
+    /// The team (world PEs), this PE's place in it, how its members reach each other (which
+    /// says what runs the calls) and the launch settings.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collectives")
+            .field("team", &self.members.world_pes())
+            .field("my_pe", &self.my_pe())
+            .field("reach", &self.reach)
+            .field(
+                "runs_calls",
+                &match self.reach {
+                    Reach::Flat => "our kernels",
+                    _ => "NVSHMEM's team collectives",
+                },
+            )
+            .field("max_blocks", &self.max_blocks)
+            .field("timeout", &self.timeout)
+            .field("check_calls", &self.check_calls)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where `buf` lives on every member, as mapped here (null where it is not), in team order;
+/// `None` above `LL_MAX_PES` members.
 fn peer_table<T: Element>(
     members: &Members,
     buf: &SymmetricBuffer<T>,
@@ -266,7 +319,7 @@ impl Collectives {
         // `for_pes` falls back to the default on a malformed variable; say so here.
         let variable = config::timeout_from(std::env::var(TIMEOUT_VARIABLE).ok().as_deref());
         Self::build(
-            shmem,
+            (shmem, None),
             Ok(Members::world(shmem)),
             CollectivesConfig::for_pes(shmem.n_pes()),
             variable.map(|_| ()),
@@ -276,7 +329,7 @@ impl Collectives {
     /// [`new`](Self::new) with an explicit configuration; every PE must pass the same. The
     /// thresholds must fit the workspace.
     pub fn with_config(shmem: &Nvshmem, config: CollectivesConfig) -> Result<Self> {
-        Self::build(shmem, Ok(Members::world(shmem)), config, Ok(()))
+        Self::build((shmem, None), Ok(Members::world(shmem)), config, Ok(()))
     }
 
     /// Our collectives over `team`: calls run between its PEs only, which number PEs (a
@@ -306,12 +359,13 @@ impl Collectives {
         team: Option<&Team>,
         config: CollectivesConfig,
     ) -> Result<Self> {
-        Self::build(shmem, Members::of_team(shmem, team), config, Ok(()))
+        Self::build((shmem, team), Members::of_team(shmem, team), config, Ok(()))
     }
 
-    /// Construction over `members`, with the outcome of checks made before (`local`).
+    /// Construction over `members` (of `team`; none: the world), with the outcome of checks
+    /// made before (`local`).
     fn build(
-        shmem: &Nvshmem,
+        (shmem, of_team): (&Nvshmem, Option<&Team>),
         members: Result<Members>,
         config: CollectivesConfig,
         local: Result<()>,
@@ -335,6 +389,13 @@ impl Collectives {
                          Team::all_reduce",
                         shmem.n_pes()
                     )));
+                }
+                if config.domain_size == Some(0) {
+                    return Err(Error::InvalidArgument(
+                        "CollectivesConfig::domain_size is Some(0): a domain holds a PE at \
+                         least; give None for what the hardware reaches"
+                            .into(),
+                    ));
                 }
                 if config.max_blocks == Some(0) {
                     return Err(Error::InvalidArgument(
@@ -452,26 +513,46 @@ impl Collectives {
         // Zeroed: no tag is 0, so no line is taken for data before it is sent (a dropped
         // workspace's lines would be).
         let lines = shmem.calloc::<u8>(2 * room * w.lines_slot_bytes)?;
-        // Every member must be load/store reachable (one node, NVLink or PCIe peer access).
-        let ctrl_peers = (0..n)
-            .map(|pe| match ctrl.peer_ptr(members.world_pe(pe))? {
-                Some(p) => Ok(p as u64),
-                None => Err(Error::InvalidArgument(format!(
-                    "{} is not load/store reachable from PE {} (different node or no peer \
-                     access): our collectives need every PE of their team on one node with \
-                     peer access; use Team::all_reduce / Team::fcollect instead",
-                    members.name(pe),
-                    shmem.my_pe()
-                ))),
-            })
-            .collect::<Result<Vec<_>>>();
+        // Which members this PE reaches by loads and stores (one node, NVLink or PCIe peer
+        // access), gathered from every PE: our kernels run on a team where all reach all.
+        let mapped = (0..n)
+            .map(|pe| ctrl.peer_ptr(members.world_pe(pe)))
+            .collect::<Result<Vec<_>>>()?;
+        let mine = match members.me() {
+            Ok(me) => reach::report(
+                me,
+                &mapped.iter().map(Option::is_some).collect::<Vec<_>>(),
+                config.domain_size,
+            ),
+            Err(_) => 0,
+        };
+        let reports = shmem.set_up_gather(SetUp::CollectivesReach, mine)?;
+        let reach = reach::classify(
+            &members
+                .world_pes()
+                .iter()
+                .map(|&w| reports[w])
+                .collect::<Vec<_>>(),
+        );
+        let ctrl_peers: Vec<u64> = match reach {
+            // Every member reaches every other: all mapped.
+            Reach::Flat => mapped.iter().map(|p| p.map_or(0, |p| p as u64)).collect(),
+            // Our kernels never run; NVSHMEM's collectives go where loads and stores do not.
+            _ => vec![0; n],
+        };
+        // The members' own team, for NVSHMEM's collectives (the split is collective over
+        // the team's members, who all classified the reach alike).
+        let nvshmem_team = match (reach, members.is_member(), of_team) {
+            (Reach::Flat, ..) | (_, false, _) => None,
+            (_, true, None) => Some(shmem.team_world()),
+            (_, true, Some(team)) => team.split_strided(0, 1, team.n_pes())?,
+        };
         let copy_stream = shmem.new_stream()?;
         let counts_table = shmem.calloc::<u64>(2 * 3 * room)?;
         let sentinel = shmem.malloc::<u32>(2 * room * w.sentinel_slot_bytes / 4)?;
         sentinel.copy_from_host(&vec![abi::COLL_SENTINEL; sentinel.len()])?;
         let compress_scratch =
             compressed::CompressScratch::new(shmem, dims.compressed_bytes, room)?;
-        let ctrl_peers = ctrl_peers?;
         let tables = match (
             peer_table(&members, &lines)?,
             peer_table(&members, &sentinel)?,
@@ -485,6 +566,9 @@ impl Collectives {
         Ok(Collectives {
             shmem: shmem.clone(),
             members,
+            reach,
+            nvshmem_team,
+            domain_size: config.domain_size,
             thresholds: config.thresholds,
             programmatic_launch: config.programmatic_launch,
             cooperative_launch: config.cooperative_launch,
@@ -533,6 +617,7 @@ impl Collectives {
             check_calls: self.check_calls,
             timeout: self.timeout,
             max_blocks: self.max_blocks,
+            domain_size: self.domain_size,
         }
     }
 
@@ -688,18 +773,25 @@ impl Collectives {
     }
 
     /// Check and plan an all-reduce on this PE.
-    fn plan_all_reduce<T: Element>(
-        &self,
-        dst: &SymmetricView<'_, T>,
-        src: &SymmetricView<'_, T>,
+    fn plan_all_reduce<'f, T: Element>(
+        &'f self,
+        dst: &SymmetricView<'f, T>,
+        src: &SymmetricView<'f, T>,
         op: ReduceOp,
         algo: AllReduceAlgo,
-    ) -> Result<Planned<'_>> {
+    ) -> Result<Planned<'f>> {
         let (t, o) = type_and_op::<T>(op, "all-reduce", "all_reduce")?;
         self.check_view(src, "the all_reduce source")?;
         self.check_view(dst, "the all_reduce destination")?;
         check_len("all_reduce destination", src.len(), dst.len())?;
         check_overlap("all_reduce", dst, src, true)?;
+        let c = Collective::AllReduce;
+        if let Some(team) = self.nvshmem_route(algo == AllReduceAlgo::Auto, c)? {
+            let record = self.call_record(c, Some(op), TEAM_ROW, dst, src, src.len());
+            let (dst, src) = (*dst, *src);
+            let call = move |s: &Arc<CudaStream>| team.all_reduce(dst, src, op, s);
+            return Ok(planned_team(record, src.is_empty(), call));
+        }
         let bytes = src.num_bytes();
         let algo = match algo {
             AllReduceAlgo::Auto => self.choose_all_reduce(T::DTYPE, bytes),
@@ -755,12 +847,12 @@ impl Collectives {
     }
 
     /// Check and plan an all-gather on this PE.
-    fn plan_all_gather<T: Element>(
-        &self,
-        dst: &SymmetricView<'_, T>,
-        src: &SymmetricView<'_, T>,
+    fn plan_all_gather<'f, T: Element>(
+        &'f self,
+        dst: &SymmetricView<'f, T>,
+        src: &SymmetricView<'f, T>,
         algo: AllGatherAlgo,
-    ) -> Result<Planned<'_>> {
+    ) -> Result<Planned<'f>> {
         self.check_view(src, "the all_gather source")?;
         self.check_view(dst, "the all_gather destination")?;
         check_len(
@@ -770,6 +862,13 @@ impl Collectives {
         )?;
         check_overlap("all_gather", dst, src, false)?;
         let bytes = src.num_bytes();
+        let c = Collective::AllGather;
+        if let Some(team) = self.nvshmem_route(algo == AllGatherAlgo::Auto, c)? {
+            let record = self.call_record(c, None, TEAM_ROW, dst, src, src.len());
+            let (dst, src) = (*dst, *src);
+            let call = move |s: &Arc<CudaStream>| team.all_gather(dst, src, s);
+            return Ok(planned_team(record, bytes == 0, call));
+        }
         let algo = match algo {
             AllGatherAlgo::Auto => self.choose_all_gather(bytes),
             a => a,
@@ -835,13 +934,13 @@ impl Collectives {
     }
 
     /// Check and plan a reduce-scatter on this PE.
-    fn plan_reduce_scatter<T: Element>(
-        &self,
-        dst: &SymmetricView<'_, T>,
-        src: &SymmetricView<'_, T>,
+    fn plan_reduce_scatter<'f, T: Element>(
+        &'f self,
+        dst: &SymmetricView<'f, T>,
+        src: &SymmetricView<'f, T>,
         op: ReduceOp,
         algo: ReduceScatterAlgo,
-    ) -> Result<Planned<'_>> {
+    ) -> Result<Planned<'f>> {
         let (t, o) = type_and_op::<T>(op, "reduce-scatter", "reduce_scatter")?;
         self.check_view(src, "the reduce_scatter source")?;
         self.check_view(dst, "the reduce_scatter destination")?;
@@ -851,6 +950,15 @@ impl Collectives {
             src.len(),
         )?;
         check_overlap("reduce_scatter", dst, src, false)?;
+        let c = Collective::ReduceScatter;
+        if let Some(team) = self.nvshmem_route(algo == ReduceScatterAlgo::Auto, c)? {
+            // NVSHMEM stops the kernel where the input does not fit its scratch: refuse first.
+            crate::team::collectives::check_reduce_scatter_scratch(src.num_bytes(), team.n_pes())?;
+            let record = self.call_record(c, Some(op), TEAM_ROW, dst, src, dst.len());
+            let (dst, src) = (*dst, *src);
+            let call = move |s: &Arc<CudaStream>| team.reduce_scatter(dst, src, op, s);
+            return Ok(planned_team(record, dst.is_empty(), call));
+        }
         let algo = match algo {
             ReduceScatterAlgo::Auto => self.choose_reduce_scatter(dst.num_bytes()),
             a => a,
@@ -1196,9 +1304,52 @@ impl Collectives {
         plan: impl FnOnce() -> Result<Planned<'f>>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let planned = self.check().and_then(|()| plan());
+        let planned = self.check().and_then(|()| plan()).and_then(|p| {
+            // What only our kernels do, on a team they cannot run on (agreed like any error).
+            if let (Some(Work::Kernel(_) | Work::Copies(_)), Record::Call { collective, .. }) =
+                (&p.launch, &p.record)
+            {
+                self.ours_only(*collective)?;
+            }
+            Ok(p)
+        });
         let planned = self.agree_call(planned, stream)?;
         self.launch(planned, stream)
+    }
+
+    /// Refused where the team is not [`Reach::Flat`]: a call only our kernels make.
+    pub(super) fn ours_only(&self, collective: Collective) -> Result<()> {
+        match self.reach {
+            Reach::Flat => Ok(()),
+            reach => Err(Error::InvalidArgument(format!(
+                "{} runs on our kernels only, which need every PE of the team load/store \
+                 reachable (one node with peer access); this team's reach is {reach}: use the \
+                 all-reduce, all-gather, reduce-scatter, broadcast or all-to-all with Auto",
+                collective.name()
+            ))),
+        }
+    }
+
+    /// The team NVSHMEM's collectives run a call on where the team is not [`Reach::Flat`]
+    /// (`auto`: the caller let `Auto` choose; an algorithm of ours is refused there), or
+    /// `None`: our kernels run it.
+    fn nvshmem_route(&self, auto: bool, collective: Collective) -> Result<Option<&Team>> {
+        match (&self.nvshmem_team, auto) {
+            (None, _) => Ok(None),
+            (Some(team), true) => Ok(Some(team)),
+            (Some(_), false) => Err(Error::InvalidArgument(format!(
+                "{}: our algorithms need every PE of the team load/store reachable (one node \
+                 with peer access), and this team's reach is {}; pass Auto",
+                collective.name(),
+                self.reach
+            ))),
+        }
+    }
+
+    /// How the members reach each other, which says what runs the calls: our kernels on a
+    /// [`Reach::Flat`] team, NVSHMEM's team collectives on any other (across nodes, say).
+    pub fn reach(&self) -> Reach {
+        self.reach
     }
 
     /// Launch a planned call on the one launch path ([`Function::launch_with`]), ordered
@@ -1224,6 +1375,7 @@ impl Collectives {
                         .launch_with(launch.grid, options, stream, &mut launch.args)
                 },
                 Work::Copies(copies) => self.launch_copies(&copies, sig, options, stream),
+                Work::Team(call) => call(stream),
             })
     }
 }

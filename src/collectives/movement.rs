@@ -5,7 +5,7 @@
 use super::agree::Collective;
 use super::algo::{Algo, AllToAllAlgo, BroadcastAlgo};
 use super::plan::{all_to_all_plan, all_to_all_v_plan, broadcast_plan};
-use super::{planned, planned_copies, Collectives, Planned, Work};
+use super::{planned, planned_copies, planned_team, Collectives, Planned, Work, TEAM_ROW};
 use crate::abi;
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -76,13 +76,13 @@ impl Collectives {
     }
 
     /// Check and plan a broadcast on this PE.
-    fn plan_broadcast<T: Element>(
-        &self,
-        dst: &SymmetricView<'_, T>,
-        src: &SymmetricView<'_, T>,
+    fn plan_broadcast<'f, T: Element>(
+        &'f self,
+        dst: &SymmetricView<'f, T>,
+        src: &SymmetricView<'f, T>,
         root: usize,
         algo: BroadcastAlgo,
-    ) -> Result<Planned<'_>> {
+    ) -> Result<Planned<'f>> {
         if root >= self.dims.n_pes {
             return Err(Error::PeOutOfRange {
                 pe: root,
@@ -98,6 +98,15 @@ impl Collectives {
         )?;
         check_overlap("broadcast", dst, src, true)?;
         let bytes = src.num_bytes();
+        let c = Collective::Broadcast;
+        if let Some(team) = self.nvshmem_route(algo == BroadcastAlgo::Auto, c)? {
+            let record = self
+                .call_record(c, None, TEAM_ROW, dst, src, src.len())
+                .with_root(root);
+            let (dst, src) = (*dst, *src);
+            let call = move |s: &Arc<CudaStream>| team.broadcast(dst, src, root, s);
+            return Ok(planned_team(record, bytes == 0, call));
+        }
         let algo = match algo {
             BroadcastAlgo::Auto => self.choose_broadcast(bytes),
             a => a,
@@ -169,12 +178,12 @@ impl Collectives {
     }
 
     /// Check and plan an all-to-all on this PE.
-    pub(super) fn plan_all_to_all<T: Element>(
-        &self,
-        dst: &SymmetricView<'_, T>,
-        src: &SymmetricView<'_, T>,
+    pub(super) fn plan_all_to_all<'f, T: Element>(
+        &'f self,
+        dst: &SymmetricView<'f, T>,
+        src: &SymmetricView<'f, T>,
         algo: AllToAllAlgo,
-    ) -> Result<Planned<'_>> {
+    ) -> Result<Planned<'f>> {
         let n = self.dims.n_pes;
         self.check_view(src, "the all_to_all source")?;
         self.check_view(dst, "the all_to_all destination")?;
@@ -193,6 +202,13 @@ impl Collectives {
         check_overlap("all_to_all", dst, src, false)?;
         let block = src.len() / n;
         let bytes = block * std::mem::size_of::<T>();
+        let c = Collective::AllToAll;
+        if let Some(team) = self.nvshmem_route(algo == AllToAllAlgo::Auto, c)? {
+            let record = self.call_record(c, None, TEAM_ROW, dst, src, block);
+            let (dst, src) = (*dst, *src);
+            let call = move |s: &Arc<CudaStream>| team.all_to_all(dst, src, s);
+            return Ok(planned_team(record, bytes == 0, call));
+        }
         let algo = match algo {
             AllToAllAlgo::Auto => self.choose_all_to_all(bytes),
             a => a,

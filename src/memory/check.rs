@@ -44,6 +44,8 @@ pub(crate) enum SetUp {
     CollectivesTeam = 9,
     /// The feedback every PE's `GradientSync` keeps, gathered to size it alike.
     GradientSync = 10,
+    /// Which members every PE reaches by loads and stores, gathered by `Collectives::new`.
+    CollectivesReach = 11,
 }
 
 impl SetUp {
@@ -59,6 +61,7 @@ impl SetUp {
             8 => "SymmetricMap::new",
             9 => "Collectives::with_team's teams",
             10 => "GradientSync::new",
+            11 => "Collectives::new's reach",
             _ => "a constructor",
         }
     }

@@ -37,6 +37,73 @@ use cudarc::driver::CudaStream;
 use nvshmem_sys as sys;
 use std::sync::Arc;
 
+/// The variable that sizes NVSHMEM's reduction scratch.
+pub const REDUCE_SCRATCH_VARIABLE: &str = "NVSHMEM_REDUCE_SCRATCH_SIZE";
+/// NVSHMEM's reduction scratch in bytes when the variable is not set.
+pub const REDUCE_SCRATCH_DEFAULT: usize = 1 << 19;
+
+/// The bytes of reduction scratch that `NVSHMEM_REDUCE_SCRATCH_SIZE` (`value`; `None`: not
+/// set) gives, read as NVSHMEM reads sizes: a number, possibly with a fraction, then
+/// optionally a K, M, G or T multiplier (powers of 1024; what follows it is ignored), rounded
+/// up. `None` for a value NVSHMEM would not take.
+pub fn reduce_scratch_bytes(value: Option<&str>) -> Option<usize> {
+    let Some(text) = value else {
+        return Some(REDUCE_SCRATCH_DEFAULT);
+    };
+    let text = text.trim_start();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, rest) = text.split_at(split);
+    let value: f64 = number.parse().ok()?;
+    let shift = match rest.chars().next() {
+        None => 0,
+        Some('k' | 'K') => 10,
+        Some('m' | 'M') => 20,
+        Some('g' | 'G') => 30,
+        Some('t' | 'T') => 40,
+        Some(_) => return None,
+    };
+    let bytes = (value * (1u64 << shift) as f64).ceil();
+    (bytes.is_finite() && bytes <= usize::MAX as f64).then_some(bytes as usize)
+}
+
+/// The largest reduce-scatter input (bytes per PE) NVSHMEM's on-stream reduce-scatter takes
+/// with `scratch` bytes of reduction scratch on `n_pes` PEs: it stages the whole input in
+/// half of the scratch, and stops the kernel when it does not fit (a team of one only
+/// copies).
+pub fn reduce_scatter_max_bytes(scratch: usize, n_pes: usize) -> usize {
+    if n_pes <= 1 {
+        usize::MAX
+    } else {
+        scratch / 2
+    }
+}
+
+/// A reduce-scatter of `bytes` of input on `n_pes` PEs refused, with what to set, where
+/// NVSHMEM would stop the kernel (this PE's `NVSHMEM_REDUCE_SCRATCH_SIZE`).
+pub(crate) fn check_reduce_scatter_scratch(bytes: usize, n_pes: usize) -> Result<()> {
+    let value = std::env::var(REDUCE_SCRATCH_VARIABLE).ok();
+    let Some(scratch) = reduce_scratch_bytes(value.as_deref()) else {
+        return Err(Error::InvalidArgument(format!(
+            "{REDUCE_SCRATCH_VARIABLE}={} is not a size NVSHMEM reads (a number, then K, M, G \
+             or T)",
+            value.unwrap_or_default()
+        )));
+    };
+    let max = reduce_scatter_max_bytes(scratch, n_pes);
+    if bytes > max {
+        return Err(Error::InvalidArgument(format!(
+            "a reduce-scatter of {bytes} input bytes per PE: NVSHMEM's stages the whole input \
+             in half of its reduction scratch ({scratch} bytes here) and would stop the kernel; \
+             set {REDUCE_SCRATCH_VARIABLE} to at least {} on every PE (NVSHMEM reserves it for \
+             each of NVSHMEM_MAX_TEAMS teams), or all-reduce instead",
+            2 * bytes
+        )));
+    }
+    Ok(())
+}
+
 /// Pointers and raw handles of a checked collective call.
 struct Call<T> {
     team: sys::nvshmem_team_t,
@@ -112,9 +179,10 @@ impl Team {
     /// `dst[j] = op(src[i * n + j] of every PE)` with `n = dst.len()`; `src` holds
     /// `n * team.n_pes()` elements. Enqueued on `stream`.
     ///
-    /// Where NVLink SHARP is not used, NVSHMEM stages the whole of `src` in its reduction
-    /// scratch space and aborts the kernel if it does not fit: keep `src` within half of
-    /// `NVSHMEM_REDUCE_SCRATCH_SIZE` (set on every PE), or use [`all_reduce`](Self::all_reduce).
+    /// NVSHMEM stages the whole of `src` in its reduction scratch space and stops the kernel
+    /// if it does not fit: a `src` over half of `NVSHMEM_REDUCE_SCRATCH_SIZE` (512 KiB unless
+    /// set; set it alike on every PE) is refused with [`Error::InvalidArgument`] first. Use
+    /// [`all_reduce`](Self::all_reduce) for larger inputs.
     ///
     /// ```no_run
     /// # fn main() -> nvshmem::Result<()> {
@@ -137,6 +205,7 @@ impl Team {
         let (dst, src) = (dst.into(), src.into());
         check_op::<T>(op)?;
         let n = reduce_scatter_count(dst.len(), src.len(), self.n_pes())?;
+        check_reduce_scatter_scratch(src.num_bytes(), self.n_pes())?;
         let kind = Reduction::ReduceScatter;
         self.collective(kind.call(op), &dst, &src, n, false, stream, |c, n| unsafe {
             T::reduction_on_stream(kind, op, c.team, c.dst, c.src, n, c.stream)
@@ -345,6 +414,54 @@ fn times(len: usize, n_pes: usize) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reduce_scratch_is_read_as_nvshmem_reads_sizes() {
+        assert_eq!(reduce_scratch_bytes(None), Some(512 << 10));
+        assert_eq!(reduce_scratch_bytes(Some("1048576")), Some(1 << 20));
+        assert_eq!(reduce_scratch_bytes(Some("64M")), Some(64 << 20));
+        assert_eq!(reduce_scratch_bytes(Some("2g")), Some(2 << 30));
+        assert_eq!(reduce_scratch_bytes(Some("512k")), Some(512 << 10));
+        assert_eq!(reduce_scratch_bytes(Some("1T")), Some(1 << 40));
+        // A fraction is rounded up; what follows the multiplier is ignored.
+        assert_eq!(reduce_scratch_bytes(Some("0.5m")), Some(512 << 10));
+        assert_eq!(reduce_scratch_bytes(Some(".5m")), Some(512 << 10));
+        assert_eq!(reduce_scratch_bytes(Some("1.5")), Some(2));
+        assert_eq!(reduce_scratch_bytes(Some("20kk")), Some(20 << 10));
+        assert_eq!(reduce_scratch_bytes(Some("16MiB")), Some(16 << 20));
+        assert_eq!(reduce_scratch_bytes(Some(" 8M")), Some(8 << 20));
+        for bad in ["", "M", "12X", "12 M", "-1", "1.2.3"] {
+            assert_eq!(reduce_scratch_bytes(Some(bad)), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_reduce_scatter_over_half_the_scratch_is_refused_with_the_variable() {
+        // This test's process does not set the variable: the default 512 KiB.
+        if std::env::var_os(REDUCE_SCRATCH_VARIABLE).is_some() {
+            return;
+        }
+        assert!(check_reduce_scatter_scratch(256 << 10, 4).is_ok());
+        let e = check_reduce_scatter_scratch((256 << 10) + 1, 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(REDUCE_SCRATCH_VARIABLE) && e.contains("524290"),
+            "{e}"
+        );
+        assert!(check_reduce_scatter_scratch(usize::MAX, 1).is_ok());
+    }
+
+    #[test]
+    fn nvshmem_reduce_scatter_fits_half_the_scratch() {
+        // The default 512 KiB: inputs up to 256 KiB per PE.
+        let max = reduce_scatter_max_bytes(REDUCE_SCRATCH_DEFAULT, 8);
+        assert_eq!(max, 256 << 10);
+        assert_eq!(reduce_scatter_max_bytes(1 << 30, 2), 512 << 20);
+        assert_eq!(reduce_scatter_max_bytes(0, 4), 0);
+        // One PE copies, whatever the scratch.
+        assert_eq!(reduce_scatter_max_bytes(0, 1), usize::MAX);
+    }
 
     #[test]
     fn all_reduce_needs_equal_lengths() {

@@ -22,6 +22,7 @@ mod all_to_all_v;
 mod arg_errors;
 mod back_to_back;
 mod compressed;
+mod domains;
 mod grad_sync;
 mod graph_replay;
 mod group;
@@ -119,6 +120,7 @@ fn main() {
     group::checks(&mut c, &coll);
     grad_sync::checks(&mut c, &coll);
     teams::checks(&mut c);
+    domains::checks(&mut c, &coll);
     if shmem.my_pe() == 0 {
         println!("{} passed, {} failed", c.passed, c.failed);
     }
