@@ -1323,8 +1323,8 @@ impl Collectives {
             Reach::Flat => Ok(()),
             reach => Err(Error::InvalidArgument(format!(
                 "{} runs on our kernels only, which need every PE of the team load/store \
-                 reachable (one node with peer access); this team's reach is {reach}: use the \
-                 all-reduce, all-gather, reduce-scatter, broadcast or all-to-all with Auto",
+                 reachable (one node with peer access), and this team is not ({reach}). Use \
+                 the all-reduce, all-gather, reduce-scatter, broadcast or all-to-all with Auto",
                 collective.name()
             ))),
         }
@@ -1339,7 +1339,7 @@ impl Collectives {
             (Some(team), true) => Ok(Some(team)),
             (Some(_), false) => Err(Error::InvalidArgument(format!(
                 "{}: our algorithms need every PE of the team load/store reachable (one node \
-                 with peer access), and this team's reach is {}; pass Auto",
+                 with peer access), and this team is not ({}); pass Auto",
                 collective.name(),
                 self.reach
             ))),
