@@ -83,8 +83,8 @@ pub(crate) fn transport_problem(r: &Reach) -> Option<String> {
         "NVSHMEM would find no transport to some PEs and exit the process: {}, and {why_not}. \
          Run one PE per GPU on GPUs with peer access (unset NVSHMEM_DISABLE_P2P), or set \
          NVSHMEM_REMOTE_TRANSPORT to a network transport this machine has (ibrc, ibgda, ucx, \
-         libfabric). Across nodes, NVSHMEM's host API and team collectives work; this crate's \
-         device collectives need every PE load/store reachable",
+         libfabric). Across nodes, NVSHMEM's host API and team collectives work, and this \
+         crate's Collectives call NVSHMEM's where PEs are not load/store reachable",
         needs_network.join("; ")
     ))
 }
