@@ -13,8 +13,9 @@ use crate::timing::{self, Timer};
 use crate::Progress;
 use cudarc::driver::CudaStream;
 use half::bf16;
-use nvshmem::team::collectives::reduce_scratch_bytes;
-use nvshmem::team::collectives::{reduce_scatter_max_bytes, REDUCE_SCRATCH_VARIABLE};
+use nvshmem::team::collectives::{
+    reduce_scatter_max_bytes, reduce_scratch_bytes, REDUCE_SCRATCH_VARIABLE,
+};
 use nvshmem::{
     AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BroadcastAlgo, Collectives, Nvshmem, ReduceOp,
     ReduceScatterAlgo, SymmetricBuffer, Team,

@@ -1320,7 +1320,7 @@ impl Collectives {
     /// Refused where the team is not [`Reach::Flat`]: a call only our kernels make.
     pub(super) fn ours_only(&self, collective: Collective) -> Result<()> {
         match self.reach {
-            Reach::Flat => Ok(()),
+            reach if reach.is_flat() => Ok(()),
             reach => Err(Error::InvalidArgument(format!(
                 "{} runs on our kernels only, which need every PE of the team load/store \
                  reachable (one node with peer access), and this team is not ({reach}). Use \

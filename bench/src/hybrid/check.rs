@@ -2,7 +2,7 @@
 //! PE, with every replica's bits the same; the compute row's replays against one more run.
 
 use crate::coord::Coord;
-use crate::error::{BenchError, Result};
+use crate::error::{CudaExt, Result};
 use cudarc::driver::CudaStream;
 use half::bf16;
 use nvshmem::{AllGatherAlgo, Collectives, GradientSync, Nvshmem, ReduceOp};
@@ -24,8 +24,7 @@ impl Verdict {
 
 /// Every parameter's gradient in `sync`, once the work on `s` is done.
 pub fn download(sync: &GradientSync<bf16>, s: &CudaStream) -> Result<Vec<Vec<bf16>>> {
-    s.synchronize()
-        .map_err(|e| BenchError::new(format!("cuStreamSynchronize: {e}")))?;
+    s.synchronize().cuda("cuStreamSynchronize")?;
     let params = sync.buckets().iter().map(|b| b.end).max().unwrap_or(0);
     Ok((0..params)
         .map(|p| sync.grad(p).to_vec())
@@ -71,8 +70,7 @@ pub fn against(
     });
     hash.copy_from_host(&[h])?;
     replicas.all_gather(&hashes, &hash, AllGatherAlgo::Auto, s)?;
-    s.synchronize()
-        .map_err(|e| BenchError::new(format!("cuStreamSynchronize: {e}")))?;
+    s.synchronize().cuda("cuStreamSynchronize")?;
     let seen = hashes.to_vec()?;
     let bad = u64::from(worst > 1.0 || seen.iter().any(|&x| x != seen[0]));
     let failed = coord.sum(bad)?;

@@ -37,7 +37,7 @@ mod nccl;
 
 use crate::cli::{Config, Impl};
 use crate::coord::Coord;
-use crate::error::{BenchError, Result};
+use crate::error::{BenchError, CudaExt, Result};
 use crate::nccl::Nccl;
 use crate::report::{HybridFigures, Record, Results, Status};
 use crate::stats;
@@ -122,7 +122,7 @@ fn warm_up<E: Display>(
     mut step: impl FnMut() -> std::result::Result<(), E>,
 ) -> Result<()> {
     step().map_err(|e| BenchError::new(format!("hybrid: {e}")))?;
-    sync(ctx.stream)
+    ctx.stream.synchronize().cuda("cuStreamSynchronize")
 }
 
 /// Time `step` captured in a CUDA graph: µs per replay on this PE.
@@ -136,11 +136,6 @@ fn time_step<E: Display>(
     ctx.coord.barrier()?;
     let (warm, iters) = (ctx.cfg.warmup.max(2), ctx.cfg.iters.clamp(5, 50));
     timer.time_graph(ctx.stream, &graph, warm, iters, 1)
-}
-
-fn sync(s: &CudaStream) -> Result<()> {
-    s.synchronize()
-        .map_err(|e| BenchError::new(format!("cuStreamSynchronize: {e}")))
 }
 
 /// The colours and keys of NCCL's splits for this PE: its tensor-parallel group's, then its

@@ -119,26 +119,18 @@ impl Comm for Baseline<'_, '_> {
         let at = self.at;
         let (before, after) = (at.s.wrapping_sub(1), at.s + 1);
         let peer = |stage: usize| at.pe(at.d, stage, at.t);
-        let bytes = stage.input(0).len() * std::mem::size_of::<bf16>();
         let world = comms.world;
         world.group(|| {
             for &st in group {
-                // SAFETY: every buffer holds one micro-batch's `bytes` and outlives the step.
+                let buf = stage.transfer_buffer(st)?;
+                let (addr, bytes) = (buf.addr(), buf.num_bytes());
+                // SAFETY: the buffer holds `bytes` and outlives the step.
                 unsafe {
                     match st {
-                        Step::RecvActivation(j) => {
-                            world.recv(stage.input(j).addr(), bytes, peer(before), s)
-                        }
-                        Step::SendActivation(j) => {
-                            world.send(stage.output(j).addr(), bytes, peer(after), s)
-                        }
-                        Step::RecvGradient(j) => {
-                            world.recv(stage.output(j).addr(), bytes, peer(after), s)
-                        }
-                        Step::SendGradient(_) => {
-                            world.send(stage.dr.addr(), bytes, peer(before), s)
-                        }
-                        _ => Err(BenchError::new(format!("{st:?} is not a transfer"))),
+                        Step::RecvActivation(_) => world.recv(addr, bytes, peer(before), s),
+                        Step::SendActivation(_) => world.send(addr, bytes, peer(after), s),
+                        Step::RecvGradient(_) => world.recv(addr, bytes, peer(after), s),
+                        _ => world.send(addr, bytes, peer(before), s), // SendGradient
                     }?;
                 }
             }

@@ -105,14 +105,12 @@ impl Comm for Ours<'_, '_> {
             ));
         };
         for &st in group {
+            let mut buf = stage.transfer_buffer(st)?;
             match st {
-                Step::RecvActivation(j) => pipes.between(at - 1).0.recv(&mut stage.input(j), s)?,
-                Step::SendActivation(j) => pipes.between(at).0.send(&stage.output(j), s)?,
-                Step::RecvGradient(j) => pipes.between(at).1.recv(&mut stage.output(j), s)?,
-                Step::SendGradient(_) => pipes.between(at - 1).1.send(&stage.dr, s)?,
-                Step::Forward(_) | Step::Backward(_) => {
-                    return Err(Error::InvalidArgument(format!("{st:?} is not a transfer")))
-                }
+                Step::RecvActivation(_) => pipes.between(at - 1).0.recv(&mut buf, s)?,
+                Step::SendActivation(_) => pipes.between(at).0.send(&buf, s)?,
+                Step::RecvGradient(_) => pipes.between(at).1.recv(&mut buf, s)?,
+                _ => pipes.between(at - 1).1.send(&buf, s)?, // SendGradient
             }
         }
         Ok(())

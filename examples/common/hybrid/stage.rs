@@ -3,8 +3,9 @@
 //! pass (the passes are in passes.rs, what they communicate through in comm.rs). Included
 //! with `#[path]`.
 
+use nvshmem::pipeline::Step;
 use nvshmem::tp::{MlpShape, TensorParallel, TpMlp};
-use nvshmem::{bf16, Nvshmem, Result, SymmetricBuffer, SymmetricView};
+use nvshmem::{bf16, Error, Nvshmem, Result, SymmetricBuffer, SymmetricView};
 
 #[path = "comm.rs"]
 pub mod comm;
@@ -111,6 +112,20 @@ impl Stage {
     }
     pub fn output(&self, j: usize) -> SymmetricView<'_, bf16> {
         self.rows(&self.r[self.blocks.len()], j, self.z.hidden)
+    }
+
+    /// The buffer a transfer sends from or receives into: a micro-batch's input (activations
+    /// in), its output (activations out, then the output's gradient in), and `dr` (the input's
+    /// gradient out). A transport must not receive into an output while it sends from it.
+    pub fn transfer_buffer(&self, step: Step) -> Result<SymmetricView<'_, bf16>> {
+        match step {
+            Step::RecvActivation(j) => Ok(self.input(j)),
+            Step::SendActivation(j) | Step::RecvGradient(j) => Ok(self.output(j)),
+            Step::SendGradient(_) => Ok(self.dr.view(..)),
+            Step::Forward(_) | Step::Backward(_) => Err(Error::InvalidArgument(format!(
+                "{step:?} is not a transfer"
+            ))),
+        }
     }
 
     /// The length of each parameter's gradient, in the order `weight_grads` takes them.
