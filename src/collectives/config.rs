@@ -441,7 +441,8 @@ pub struct CollectivesConfig {
     /// which PE it waited for, and every later call (and [`Collectives::check`]) returns
     /// [`Error::Timeout`]. `None`: no bound. Default: 10 minutes (as PyTorch's NCCL
     /// watchdog), or the seconds in `NVSHMEM_RS_TIMEOUT` (`0`: no bound). Every PE must use
-    /// the same.
+    /// the same. It bounds our kernels' waits; on a team that is not one load/store domain
+    /// ([`Reach`](super::Reach)) the calls are NVSHMEM's, which wait without a bound.
     ///
     /// A wait starts when the call starts on this GPU, so it includes the time a peer spends
     /// before it reaches the call (a checkpoint written by one rank while the others wait in

@@ -9,13 +9,15 @@
 //! another stream than the last call's waits, on the device, for that stream (the calls share
 //! one epoch, flags and staging). Graph launches are the caller's to order against other
 //! calls. Back-to-back calls on the same buffers are safe: a call returns (on the stream)
-//! only when no peer will touch this PE's buffers again for it. A wait for a peer is bounded
-//! ([`CollectivesConfig::timeout`]): a PE that skips a call, passes other arguments or dies
-//! makes the others' calls fail with [`Error::Timeout`] instead of hanging.
+//! only when no peer will touch this PE's buffers again for it. Our kernels' waits for a peer
+//! are bounded ([`CollectivesConfig::timeout`]): a PE that skips a call, passes other
+//! arguments or dies makes the others' calls fail with [`Error::Timeout`] instead of hanging.
 //!
 //! Our kernels need every PE of the team load/store reachable (one node with peer access).
 //! On a team where they are not ([`Collectives::reach`]), the calls with `Auto` go through
-//! NVSHMEM's team collectives, which run over any transport NVSHMEM has.
+//! NVSHMEM's team collectives, which run over any transport NVSHMEM has. Those wait for
+//! their peers without a bound; [`CollectivesConfig::check_calls`] still agrees each call
+//! on the host first.
 //!
 //! ```no_run
 //! # fn main() -> nvshmem::Result<()> {
